@@ -1,0 +1,35 @@
+//! `wgemma`: the command-line front end. Thin: parsing, printing, and blocking on the
+//! library's async calls at this edge.
+
+mod info;
+mod ops;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "wgemma", version, about = "Gemma 4 on WebGPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the adapter, backend, limits, features and the shader registry.
+    Info(info::InfoArgs),
+    /// Check every operator against its CPU reference on this adapter, or time them.
+    Ops(ops::OpsArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The Vulkan loader prints an error for every instance when this is unset (headless
+    // machines, CI); it is harmless, so give it a value rather than alarm the user.
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
+    match cli.command {
+        Command::Info(args) => info::run(args),
+        Command::Ops(args) => ops::run(args),
+    }
+}

@@ -1,0 +1,75 @@
+//! `wgemma ops check|bench`: the op harness from the command line.
+
+use clap::{Args, ValueEnum};
+use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::harness::{self, rng};
+
+#[derive(Args)]
+pub struct OpsArgs {
+    /// `check`: every op vs its CPU reference; `bench`: us/run and GB/s.
+    #[arg(value_enum)]
+    mode: Mode,
+    /// Only cases whose name contains this text.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Random-shape cases generated from this seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Repetitions per timing (bench).
+    #[arg(long, default_value_t = 200)]
+    runs: u32,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Check,
+    Bench,
+}
+
+pub fn run(args: OpsArgs) -> anyhow::Result<()> {
+    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    eprintln!("adapter: {}", ctx.describe());
+    let cases: Vec<_> = match args.mode {
+        Mode::Check => wgemma::ops::random_cases(&mut rng(args.seed)),
+        Mode::Bench => wgemma::ops::bench_cases(),
+    }
+    .into_iter()
+    .filter(|c| {
+        args.filter
+            .as_ref()
+            .is_none_or(|f| c.name().contains(f.as_str()))
+    })
+    .collect();
+    if cases.is_empty() {
+        anyhow::bail!("no op case matches the filter {:?}", args.filter);
+    }
+    let mut failed = 0;
+    for case in &cases {
+        match args.mode {
+            Mode::Check => {
+                let report = pollster::block_on(harness::check(&ctx, case.as_ref(), args.seed))?;
+                failed += usize::from(!report.pass());
+                if args.json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    println!("{report}");
+                }
+            }
+            Mode::Bench => {
+                let report = harness::perf(&ctx, case.as_ref(), args.runs)?;
+                if args.json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else {
+                    println!("{report}");
+                }
+            }
+        }
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} of {} op cases failed", cases.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,226 @@
+//! The GPU context: adapter choice, device with the adapter's own limits, optional features,
+//! a pipeline cache and counters of dispatches/submits for benchmarks.
+
+use crate::error::{Error, Result};
+use crate::registry;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Optional features wgemma uses when the adapter has them; every kernel has a path without.
+pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
+    .union(wgpu::Features::SUBGROUP)
+    .union(wgpu::Features::TIMESTAMP_QUERY)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+
+/// How to pick the adapter.
+#[derive(Debug, Clone, Default)]
+pub struct ContextOptions {
+    /// Backends to consider; `None` means `WGPU_BACKEND` from the environment, else the
+    /// primary ones (Vulkan, Metal, DX12, browser WebGPU).
+    pub backends: Option<wgpu::Backends>,
+    /// Request no optional features (to test the portable path).
+    pub portable: bool,
+    /// Lower `maxComputeWorkgroupsPerDimension` (tests exercise grid folding cheaply).
+    pub max_workgroups_per_dimension: Option<u32>,
+}
+
+/// A device, its queue and what wgemma learned about it.
+pub struct GpuContext {
+    pub adapter: wgpu::Adapter,
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+    counters: Counters,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PipelineKey {
+    shader: &'static str,
+    entry: &'static str,
+    constants: Vec<(&'static str, u64)>,
+}
+
+/// Work counters, read by benchmarks (dispatches and submits per token).
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub dispatches: AtomicU64,
+    pub submits: AtomicU64,
+    pub passes: AtomicU64,
+}
+
+fn device_type_rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+impl GpuContext {
+    /// Picks an adapter (discrete first), then requests a device with the adapter's own
+    /// limits (the WebGPU defaults cap storage bindings at 128 MiB) and the optional
+    /// features it has.
+    pub async fn new(options: ContextOptions) -> Result<Self> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        desc.backends = options
+            .backends
+            .or_else(wgpu::Backends::from_env)
+            .unwrap_or(wgpu::Backends::PRIMARY);
+        let backends = desc.backends;
+        let instance = wgpu::Instance::new(desc);
+        let adapter = Self::pick_adapter(&instance, backends).await?;
+        let info = adapter.get_info();
+        let features = if options.portable {
+            wgpu::Features::empty()
+        } else {
+            adapter.features() & OPTIONAL_FEATURES
+        };
+        let mut limits = adapter.limits();
+        if let Some(max) = options.max_workgroups_per_dimension {
+            limits.max_compute_workgroups_per_dimension =
+                limits.max_compute_workgroups_per_dimension.min(max);
+        }
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("wgemma"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| Error::DeviceRequest {
+                adapter: info.name.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok(GpuContext {
+            adapter,
+            device,
+            queue,
+            info,
+            limits,
+            features,
+            pipelines: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+        })
+    }
+
+    async fn pick_adapter(
+        instance: &wgpu::Instance,
+        backends: wgpu::Backends,
+    ) -> Result<wgpu::Adapter> {
+        let no_adapter = || Error::NoAdapter {
+            backends: format!("{backends:?}"),
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let mut adapters = instance.enumerate_adapters(backends).await;
+            adapters.sort_by_key(|a| device_type_rank(a.get_info().device_type));
+            adapters.into_iter().next().ok_or_else(no_adapter)
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let _ = device_type_rank;
+            instance
+                .request_adapter(&wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    force_fallback_adapter: false,
+                    compatible_surface: None,
+                })
+                .await
+                .map_err(|_| no_adapter())
+        }
+    }
+
+    /// Native convenience: blocks on [`GpuContext::new`]. Not available on wasm32.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new_blocking(options: ContextOptions) -> Result<Self> {
+        pollster::block_on(Self::new(options))
+    }
+
+    pub fn has(&self, feature: wgpu::Features) -> bool {
+        self.features.contains(feature)
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// A compute pipeline for a registered shader's entry point with override constants,
+    /// created once and cached.
+    pub fn pipeline(
+        &self,
+        shader: &'static str,
+        entry: &'static str,
+        constants: &[(&'static str, u64)],
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        let key = PipelineKey {
+            shader,
+            entry,
+            constants: constants.to_vec(),
+        };
+        let mut cache = self.pipelines.lock().expect("pipeline cache poisoned");
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let entry_meta =
+            registry::shader(shader).ok_or_else(|| Error::UnknownShader(shader.into()))?;
+        if entry_meta.workgroup_size(entry).is_none() {
+            return Err(Error::UnknownShader(format!("{shader}::{entry}")));
+        }
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(shader),
+                source: wgpu::ShaderSource::Wgsl(entry_meta.source.into()),
+            });
+        let constants: Vec<(&str, f64)> = constants.iter().map(|(k, v)| (*k, *v as f64)).collect();
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(shader),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        let pipeline = Arc::new(pipeline);
+        cache.insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    pub(crate) fn count_pass(&self, dispatches: u64) {
+        self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .dispatches
+            .fetch_add(dispatches, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_submit(&self) {
+        self.counters.submits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A one-line description: adapter, backend, device type.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ({:?}, {:?}, driver {} {})",
+            self.info.name,
+            self.info.backend,
+            self.info.device_type,
+            self.info.driver,
+            self.info.driver_info
+        )
+    }
+}

@@ -1,0 +1,222 @@
+//! Kernels and steps. A [`Kernel`] is one pre-built dispatch (pipeline, bind group, grid and
+//! its constant-parameter uniform), made once when a model or op is planned. A [`Step`] is one
+//! command encoder: all dispatches go into ONE compute pass, readback copies follow, and
+//! the step is submitted once. Values that change per step (positions, lengths) live in GPU
+//! buffers written through the queue, so kernels and bind groups never change.
+
+use super::{GpuContext, Grid, Tensor};
+use crate::error::{Error, Result};
+use crate::registry;
+use std::sync::Arc;
+use wgpu::util::DeviceExt;
+
+/// One pre-built dispatch.
+#[derive(Debug)]
+pub struct Kernel {
+    pub name: &'static str,
+    pipeline: Arc<wgpu::ComputePipeline>,
+    bind_group: wgpu::BindGroup,
+    grid: Grid,
+}
+
+impl Kernel {
+    pub fn grid(&self) -> Grid {
+        self.grid
+    }
+}
+
+enum Binding {
+    Tensor(Tensor),
+    Uniform(wgpu::Buffer),
+}
+
+/// Builds a [`Kernel`]: bindings are numbered 0, 1, 2, ... in the order they are added,
+/// all in bind group 0.
+pub struct KernelBuilder<'a> {
+    ctx: &'a GpuContext,
+    shader: &'static str,
+    entry: &'static str,
+    constants: Vec<(&'static str, u64)>,
+    bindings: Vec<Binding>,
+}
+
+impl<'a> KernelBuilder<'a> {
+    pub fn new(ctx: &'a GpuContext, shader: &'static str) -> Self {
+        KernelBuilder {
+            ctx,
+            shader,
+            entry: "main",
+            constants: Vec::new(),
+            bindings: Vec::new(),
+        }
+    }
+
+    pub fn entry(mut self, entry: &'static str) -> Self {
+        self.entry = entry;
+        self
+    }
+
+    /// A pipeline-overridable constant (`override NAME: u32`).
+    pub fn constant(mut self, name: &'static str, value: u64) -> Self {
+        self.constants.push((name, value));
+        self
+    }
+
+    /// A uniform buffer holding `params`, created now and owned by the kernel.
+    pub fn uniform<T: bytemuck::Pod>(mut self, params: &T) -> Self {
+        let buffer = self
+            .ctx
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(self.shader),
+                contents: bytemuck::bytes_of(params),
+                usage: wgpu::BufferUsages::UNIFORM,
+            });
+        self.bindings.push(Binding::Uniform(buffer));
+        self
+    }
+
+    /// A storage binding (read-only or read-write is decided by the shader).
+    pub fn tensor(mut self, tensor: &Tensor) -> Self {
+        self.bindings.push(Binding::Tensor(tensor.clone()));
+        self
+    }
+
+    /// The workgroup size the registry parsed for this kernel's entry point.
+    pub fn workgroup_size(&self) -> Result<[u32; 3]> {
+        registry::shader(self.shader)
+            .and_then(|s| s.workgroup_size(self.entry))
+            .ok_or_else(|| Error::UnknownShader(format!("{}::{}", self.shader, self.entry)))
+    }
+
+    /// Builds with a grid of `workgroups` 1-D workgroups, folded to 2-D when above the
+    /// device's per-dimension limit.
+    pub fn build_1d(self, workgroups: u64) -> Result<Kernel> {
+        let grid = Grid::fold_1d(
+            workgroups,
+            self.ctx.limits.max_compute_workgroups_per_dimension,
+        )?;
+        self.build(grid)
+    }
+
+    pub fn build(self, grid: Grid) -> Result<Kernel> {
+        let max = self.ctx.limits.max_compute_workgroups_per_dimension;
+        if grid.x > max || grid.y > max || grid.z > max {
+            return Err(Error::DispatchTooLarge {
+                workgroups: grid.count(),
+                max_per_dim: max,
+            });
+        }
+        let pipeline = self
+            .ctx
+            .pipeline(self.shader, self.entry, &self.constants)?;
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry> = self
+            .bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: match b {
+                    Binding::Tensor(t) => t.buffer().as_entire_binding(),
+                    Binding::Uniform(u) => u.as_entire_binding(),
+                },
+            })
+            .collect();
+        let bind_group = self
+            .ctx
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(self.shader),
+                layout: &layout,
+                entries: &entries,
+            });
+        Ok(Kernel {
+            name: self.shader,
+            pipeline,
+            bind_group,
+            grid,
+        })
+    }
+}
+
+/// One compute pass inside a [`Step`].
+pub struct Pass<'e> {
+    pass: wgpu::ComputePass<'e>,
+    dispatches: u64,
+}
+
+impl Pass<'_> {
+    pub fn dispatch(&mut self, kernel: &Kernel) {
+        self.dispatch_grid(kernel, kernel.grid);
+    }
+
+    /// Dispatches with a grid chosen now (e.g. attention over the current context length).
+    pub fn dispatch_grid(&mut self, kernel: &Kernel, grid: Grid) {
+        if grid.count() == 0 {
+            return;
+        }
+        self.pass.set_pipeline(&kernel.pipeline);
+        self.pass.set_bind_group(0, &kernel.bind_group, &[]);
+        self.pass.dispatch_workgroups(grid.x, grid.y, grid.z);
+        self.dispatches += 1;
+    }
+}
+
+/// One command encoder, submitted once.
+pub struct Step<'c> {
+    ctx: &'c GpuContext,
+    encoder: wgpu::CommandEncoder,
+}
+
+impl<'c> Step<'c> {
+    pub fn new(ctx: &'c GpuContext) -> Self {
+        let encoder = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("step"),
+            });
+        Step { ctx, encoder }
+    }
+
+    /// Records one compute pass; call once per forward.
+    pub fn pass(&mut self, record: impl FnOnce(&mut Pass<'_>)) {
+        let pass = self
+            .encoder
+            .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward"),
+                timestamp_writes: None,
+            })
+            .forget_lifetime();
+        let mut pass = Pass {
+            pass,
+            dispatches: 0,
+        };
+        record(&mut pass);
+        let dispatches = pass.dispatches;
+        drop(pass);
+        self.ctx.count_pass(dispatches);
+    }
+
+    /// Copies a tensor into a readback buffer after the pass (same submit).
+    pub fn copy_to_readback(&mut self, tensor: &Tensor, readback: &super::Readback) -> Result<()> {
+        readback.record_copy(&mut self.encoder, tensor)
+    }
+
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        &mut self.encoder
+    }
+
+    /// Submits the step; returns without waiting.
+    pub fn submit(self) -> wgpu::SubmissionIndex {
+        self.ctx.count_submit();
+        self.ctx.queue.submit([self.encoder.finish()])
+    }
+}
+
+/// Records `kernels` into one pass and submits them (for tests and op cases).
+pub fn run_kernels(ctx: &GpuContext, kernels: &[Kernel]) -> wgpu::SubmissionIndex {
+    let mut step = Step::new(ctx);
+    step.pass(|pass| kernels.iter().for_each(|k| pass.dispatch(k)));
+    step.submit()
+}

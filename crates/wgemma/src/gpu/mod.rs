@@ -1,0 +1,15 @@
+//! The wgpu runtime: context, tensors, dispatch planning, kernels/steps and readback.
+
+mod context;
+mod dispatch;
+mod kernel;
+mod readback;
+mod tensor;
+
+pub use context::{ContextOptions, Counters, GpuContext, OPTIONAL_FEATURES};
+pub use dispatch::{workgroups_for, Grid};
+pub use kernel::{run_kernels, Kernel, KernelBuilder, Pass, Step};
+pub use readback::{
+    read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, Readback,
+};
+pub use tensor::{plan_row_chunks, DType, Tensor};

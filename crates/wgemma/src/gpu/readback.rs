@@ -1,0 +1,106 @@
+//! Readback of what the host needs, through a staging buffer allocated once. Reading is
+//! `map_async` + await, so it works in the browser; on native the device is polled so the
+//! callback fires.
+
+use super::{GpuContext, Tensor};
+use crate::error::{Error, Result};
+
+/// A reusable MAP_READ staging buffer.
+#[derive(Debug)]
+pub struct Readback {
+    buffer: wgpu::Buffer,
+    /// Bytes copied by the last recorded copy.
+    len: std::sync::atomic::AtomicU64,
+}
+
+impl Readback {
+    pub fn new(ctx: &GpuContext, label: &str, capacity: u64) -> Readback {
+        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: capacity.max(4).div_ceil(4) * 4,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Readback {
+            buffer,
+            len: 0.into(),
+        }
+    }
+
+    pub(crate) fn record_copy(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        tensor: &Tensor,
+    ) -> Result<()> {
+        let size = tensor.byte_size();
+        if size > self.buffer.size() {
+            return Err(Error::invalid(
+                "readback",
+                "tensor bytes",
+                format!("<= {} (staging capacity)", self.buffer.size()),
+                size,
+            ));
+        }
+        encoder.copy_buffer_to_buffer(tensor.buffer(), 0, &self.buffer, 0, size);
+        self.len.store(size, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Waits for the copy recorded last and returns its bytes.
+    pub async fn read_bytes(&self, ctx: &GpuContext) -> Result<Vec<u8>> {
+        let len = self.len.load(std::sync::atomic::Ordering::Relaxed);
+        let slice = self.buffer.slice(0..len.max(4));
+        let (tx, rx) = futures_channel::oneshot::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        #[cfg(not(target_arch = "wasm32"))]
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Readback(e.to_string()))?;
+        #[cfg(target_arch = "wasm32")]
+        let _ = ctx;
+        rx.await
+            .map_err(|_| Error::Readback("map_async callback dropped".into()))?
+            .map_err(|e| Error::Readback(e.to_string()))?;
+        let bytes = slice
+            .get_mapped_range()
+            .map_err(|e| Error::Readback(e.to_string()))?[..len as usize]
+            .to_vec();
+        self.buffer.unmap();
+        Ok(bytes)
+    }
+
+    pub async fn read_f32(&self, ctx: &GpuContext) -> Result<Vec<f32>> {
+        Ok(bytemuck::pod_collect_to_vec(&self.read_bytes(ctx).await?))
+    }
+
+    pub async fn read_u32(&self, ctx: &GpuContext) -> Result<Vec<u32>> {
+        Ok(bytemuck::pod_collect_to_vec(&self.read_bytes(ctx).await?))
+    }
+}
+
+/// Convenience for tests and tools: copies one tensor out through a fresh staging buffer.
+/// Not for the decode path (it allocates); models keep a [`Readback`].
+pub async fn read_tensor_bytes(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<u8>> {
+    let readback = Readback::new(ctx, "read_tensor", tensor.byte_size());
+    let mut step = super::Step::new(ctx);
+    step.copy_to_readback(tensor, &readback)?;
+    step.submit();
+    readback.read_bytes(ctx).await
+}
+
+pub async fn read_tensor_f32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<f32>> {
+    let bytes = read_tensor_bytes(ctx, tensor).await?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
+}
+
+pub async fn read_tensor_u32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<u32>> {
+    let bytes = read_tensor_bytes(ctx, tensor).await?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
+}
+
+pub async fn read_tensor_i32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<i32>> {
+    let bytes = read_tensor_bytes(ctx, tensor).await?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
+}

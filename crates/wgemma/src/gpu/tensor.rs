@@ -1,0 +1,240 @@
+//! GPU tensors. Each tensor owns its buffer, allocated once when a model or op case is
+//! planned, never on the decode path. Activations are not sub-allocated from one big
+//! buffer on purpose: wgpu tracks read/write usage per buffer, not per range, so two
+//! tensors of one buffer could not be read and written by the same dispatch.
+
+use super::GpuContext;
+use crate::error::{Error, Result};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Element type of a tensor as the kernels see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    F32,
+    /// IEEE half, two per u32 word; kernels read it with `unpack2x16float`, so it needs
+    /// no `shader-f16` feature.
+    F16,
+    I32,
+    U32,
+}
+
+impl DType {
+    /// Bytes for `n` elements, rounded up to whole 4-byte words.
+    pub fn bytes_for(self, n: usize) -> u64 {
+        match self {
+            DType::F16 => (n as u64 * 2).div_ceil(4) * 4,
+            _ => n as u64 * 4,
+        }
+    }
+}
+
+/// A tensor in its own GPU buffer.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    buffer: Arc<wgpu::Buffer>,
+    shape: Vec<usize>,
+    dtype: DType,
+}
+
+impl Tensor {
+    /// An uninitialised (zeroed by wgpu) tensor.
+    pub fn zeros(ctx: &GpuContext, label: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let size = dtype.bytes_for(shape.iter().product()).max(4);
+        check_size(ctx, label, size)?;
+        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Ok(Tensor {
+            buffer: Arc::new(buffer),
+            shape: shape.to_vec(),
+            dtype,
+        })
+    }
+
+    /// A tensor holding `data` (raw little-endian bytes of `dtype` elements).
+    pub fn from_bytes(
+        ctx: &GpuContext,
+        label: &str,
+        shape: &[usize],
+        dtype: DType,
+        data: &[u8],
+    ) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        let unpadded = match dtype {
+            DType::F16 => numel as u64 * 2,
+            _ => numel as u64 * 4,
+        };
+        if data.len() as u64 != unpadded {
+            return Err(Error::invalid(
+                "tensor",
+                format!("bytes for `{label}` of shape {shape:?} {dtype:?}"),
+                unpadded,
+                data.len(),
+            ));
+        }
+        let t = Tensor::zeros(ctx, label, shape, dtype)?;
+        t.write_bytes(ctx, data);
+        Ok(t)
+    }
+
+    pub fn from_f32(
+        ctx: &GpuContext,
+        label: &str,
+        shape: &[usize],
+        data: &[f32],
+    ) -> Result<Tensor> {
+        Tensor::from_bytes(ctx, label, shape, DType::F32, bytemuck::cast_slice(data))
+    }
+
+    pub fn from_u32(
+        ctx: &GpuContext,
+        label: &str,
+        shape: &[usize],
+        data: &[u32],
+    ) -> Result<Tensor> {
+        Tensor::from_bytes(ctx, label, shape, DType::U32, bytemuck::cast_slice(data))
+    }
+
+    pub fn from_i32(
+        ctx: &GpuContext,
+        label: &str,
+        shape: &[usize],
+        data: &[i32],
+    ) -> Result<Tensor> {
+        Tensor::from_bytes(ctx, label, shape, DType::I32, bytemuck::cast_slice(data))
+    }
+
+    pub fn from_f16(
+        ctx: &GpuContext,
+        label: &str,
+        shape: &[usize],
+        data: &[half::f16],
+    ) -> Result<Tensor> {
+        Tensor::from_bytes(ctx, label, shape, DType::F16, bytemuck::cast_slice(data))
+    }
+
+    /// Writes raw bytes at the start of the buffer through the queue (ordered before the
+    /// next submit; no CPU wait). Odd-length data is padded to a word.
+    pub fn write_bytes(&self, ctx: &GpuContext, data: &[u8]) {
+        if data.len() % 4 == 0 {
+            ctx.queue.write_buffer(&self.buffer, 0, data);
+        } else {
+            let mut padded = data.to_vec();
+            padded.resize(data.len().div_ceil(4) * 4, 0);
+            ctx.queue.write_buffer(&self.buffer, 0, &padded);
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Bytes of the buffer (padded to whole words).
+    pub fn byte_size(&self) -> u64 {
+        self.buffer.size()
+    }
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+    /// Same buffer, another shape of the same element count (a view, no copy).
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        if numel != self.numel() {
+            return Err(Error::invalid(
+                "tensor",
+                "reshape element count",
+                self.numel(),
+                format!("{numel} for shape {shape:?}"),
+            ));
+        }
+        Ok(Tensor {
+            buffer: self.buffer.clone(),
+            shape: shape.to_vec(),
+            dtype: self.dtype,
+        })
+    }
+}
+
+fn check_size(ctx: &GpuContext, label: &str, size: u64) -> Result<()> {
+    let max_binding = ctx.limits.max_storage_buffer_binding_size;
+    let max_buffer = ctx.limits.max_buffer_size;
+    if size > max_binding.min(max_buffer) {
+        return Err(Error::invalid(
+            "tensor",
+            format!("size of `{label}` (split larger tensors with plan_row_chunks)"),
+            format!(
+                "<= {} bytes (device max storage binding)",
+                max_binding.min(max_buffer)
+            ),
+            size,
+        ));
+    }
+    Ok(())
+}
+
+/// Splits `rows` rows of `row_bytes` bytes into contiguous chunks that each fit in
+/// `max_binding` bytes, for tensors (embedding table, lm_head) larger than one storage
+/// binding. Chunk row counts are multiples of `row_multiple` (except the last), so that
+/// kernels tiling rows never straddle chunks.
+pub fn plan_row_chunks(
+    rows: usize,
+    row_bytes: u64,
+    max_binding: u64,
+    row_multiple: usize,
+) -> Result<Vec<Range<usize>>> {
+    let tile_bytes = row_bytes * row_multiple as u64;
+    if tile_bytes == 0 || tile_bytes > max_binding {
+        return Err(Error::invalid(
+            "plan_row_chunks",
+            "bytes of one row tile",
+            format!("1..={max_binding}"),
+            tile_bytes,
+        ));
+    }
+    let rows_per_chunk = (max_binding / tile_bytes) as usize * row_multiple;
+    Ok((0..rows)
+        .step_by(rows_per_chunk)
+        .map(|start| start..(start + rows_per_chunk).min(rows))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_chunks_fit_and_cover() {
+        // E2B embedding, Q4 packed: 262144 rows x 768 bytes = 192 MiB > 128 MiB.
+        let chunks = plan_row_chunks(262_144, 768, 128 << 20, 64).unwrap();
+        assert_eq!(chunks.len(), 2);
+        assert_eq!(chunks[0].start, 0);
+        assert_eq!(chunks.last().unwrap().end, 262_144);
+        for w in chunks.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        for c in &chunks {
+            assert!(c.len() as u64 * 768 <= 128 << 20);
+            assert_eq!(c.start % 64, 0);
+        }
+        assert_eq!(plan_row_chunks(10, 4, 1 << 20, 1).unwrap(), vec![0..10]);
+        assert!(plan_row_chunks(10, 1 << 21, 1 << 20, 1).is_err());
+    }
+
+    #[test]
+    fn f16_bytes_round_to_words() {
+        assert_eq!(DType::F16.bytes_for(3), 8);
+        assert_eq!(DType::F32.bytes_for(3), 12);
+    }
+}

@@ -1,0 +1,16 @@
+//! wgemma: Gemma 4 on WebGPU.
+//!
+//! - [`gpu`]: the runtime (context, tensors, kernels, one-pass steps, readback).
+//! - [`registry`]: the WGSL shader registry generated at build time.
+//! - [`ops`]: the operator library, one folder per operator, each with a CPU reference.
+//! - [`harness`]: the op test harness (GPU vs CPU reference; perf mode).
+
+pub mod error;
+pub mod gpu;
+pub mod harness;
+pub mod ops;
+pub mod registry;
+mod shader_meta;
+
+pub use error::{Error, Result};
+pub use shader_meta::{compute_entries, content_hash, strip_comments, EntryMeta};
