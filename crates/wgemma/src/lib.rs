@@ -8,6 +8,7 @@
 pub mod error;
 pub mod gpu;
 pub mod harness;
+pub mod model;
 pub mod ops;
 pub mod registry;
 mod shader_meta;
