@@ -1,5 +1,6 @@
 //! The Gemma 4 text decoder (HF `modeling_gemma4.py`).
 
+pub mod checkpoint;
 pub mod config;
 
 pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};

@@ -1,0 +1,234 @@
+//! Hugging Face safetensors checkpoints, from bytes (the CLI memory-maps the files; the
+//! browser fetches them). One or more shards; tensor names with the multimodal prefix
+//! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
+
+use crate::error::{Error, Result};
+use safetensors::{Dtype, SafeTensors};
+use std::collections::HashMap;
+
+const OP: &str = "checkpoint";
+
+/// The tensor-name prefixes of the text decoder, tried in order.
+const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
+
+/// All shards of one checkpoint, indexed by tensor name.
+pub struct Checkpoint<'a> {
+    shards: Vec<(String, SafeTensors<'a>)>,
+    /// Full tensor name -> shard index.
+    index: HashMap<String, usize>,
+    prefix: &'static str,
+}
+
+impl<'a> Checkpoint<'a> {
+    /// Parses each `(file name, bytes)` shard. A truncated or corrupt shard is an error
+    /// naming the file; a tensor present in two shards is an error.
+    pub fn from_shards(shards: Vec<(String, &'a [u8])>) -> Result<Checkpoint<'a>> {
+        let mut parsed = Vec::with_capacity(shards.len());
+        let mut index = HashMap::new();
+        for (i, (file, bytes)) in shards.into_iter().enumerate() {
+            let st = SafeTensors::deserialize(bytes).map_err(|e| {
+                Error::invalid(
+                    OP,
+                    format!("shard `{file}`"),
+                    "a complete safetensors file",
+                    e.to_string(),
+                )
+            })?;
+            for name in st.names() {
+                if let Some(prev) = index.insert(name.to_string(), i) {
+                    let prev_file = parsed.get(prev).map_or(file.as_str(), |(f, _)| f.as_str());
+                    return Err(Error::invalid(
+                        OP,
+                        format!("tensor `{name}`"),
+                        "one shard holding it",
+                        format!("both `{prev_file}` and `{file}`"),
+                    ));
+                }
+            }
+            parsed.push((file, st));
+        }
+        let prefix = PREFIXES
+            .into_iter()
+            .find(|p| index.contains_key(&format!("{p}embed_tokens.weight")))
+            .ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    "embedding tensor",
+                    "`model.language_model.embed_tokens.weight` or `model.embed_tokens.weight`",
+                    "neither",
+                )
+            })?;
+        Ok(Checkpoint {
+            shards: parsed,
+            index,
+            prefix,
+        })
+    }
+
+    /// The decoder's tensor-name prefix found in this checkpoint.
+    pub fn prefix(&self) -> &str {
+        self.prefix
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.index.contains_key(&self.full_name(name))
+    }
+
+    fn full_name(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The raw view of a decoder tensor (name without the prefix).
+    fn view(&self, name: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
+        let full = self.full_name(name);
+        let shard = *self.index.get(&full).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("tensor `{full}`"),
+                "present in the checkpoint",
+                "missing",
+            )
+        })?;
+        let (file, st) = &self.shards[shard];
+        let view = st.tensor(&full).map_err(|e| {
+            Error::invalid(
+                OP,
+                format!("tensor `{full}` in `{file}`"),
+                "readable",
+                e.to_string(),
+            )
+        })?;
+        Ok((file, view))
+    }
+
+    /// Shape of a decoder tensor.
+    pub fn shape(&self, name: &str) -> Result<Vec<usize>> {
+        Ok(self.view(name)?.1.shape().to_vec())
+    }
+
+    /// A decoder tensor converted to f32, checked against the expected shape.
+    pub fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        let (file, view) = self.view(name)?;
+        let full = self.full_name(name);
+        if view.shape() != expected_shape {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{full}` in `{file}`"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", view.shape()),
+            ));
+        }
+        let data = view.data();
+        Ok(match view.dtype() {
+            Dtype::F32 => bytemuck::pod_collect_to_vec(data),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of `{full}` in `{file}`"),
+                    "bf16, f16 or f32",
+                    format!("{other:?}"),
+                ))
+            }
+        })
+    }
+
+    /// The storage dtype of the embedding (HF casts `sqrt(hidden)` to it).
+    pub fn embedding_dtype(&self) -> Result<Dtype> {
+        Ok(self.view("embed_tokens.weight")?.1.dtype())
+    }
+}
+
+/// `sqrt(hidden)` as HF's scaled embedding applies it: rounded to the weight dtype first
+/// (for bf16 weights, sqrt(1536) = 39.19... becomes 39.25).
+pub fn embed_scale(hidden: usize, dtype: Dtype) -> f32 {
+    let s = (hidden as f64).sqrt() as f32;
+    match dtype {
+        Dtype::BF16 => half::bf16::from_f32(s).to_f32(),
+        Dtype::F16 => half::f16::from_f32(s).to_f32(),
+        _ => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    fn shard(tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+        let views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|(n, d, s, b)| (n.to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
+            .collect();
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    #[test]
+    fn loads_prefixed_bf16_and_checks_shapes() {
+        let bf: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect();
+        let a = shard(&[(
+            "model.language_model.embed_tokens.weight",
+            Dtype::BF16,
+            vec![1, 2],
+            bf,
+        )]);
+        let b = shard(&[(
+            "model.language_model.norm.weight",
+            Dtype::F32,
+            vec![2],
+            bytemuck::cast_slice(&[3.0f32, 4.0]).to_vec(),
+        )]);
+        let ck = Checkpoint::from_shards(vec![("a".into(), &a), ("b".into(), &b)]).unwrap();
+        assert_eq!(ck.prefix(), "model.language_model.");
+        assert_eq!(
+            ck.f32("embed_tokens.weight", &[1, 2]).unwrap(),
+            vec![1.5, -2.0]
+        );
+        assert_eq!(ck.f32("norm.weight", &[2]).unwrap(), vec![3.0, 4.0]);
+        let err = ck.f32("norm.weight", &[3]).unwrap_err().to_string();
+        assert!(
+            err.contains("model.language_model.norm.weight")
+                && err.contains("[3]")
+                && err.contains("[2]"),
+            "{err}"
+        );
+        let err = ck
+            .f32("layers.0.mlp.up_proj.weight", &[2, 2])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing"), "{err}");
+        assert_eq!(ck.embedding_dtype().unwrap(), Dtype::BF16);
+    }
+
+    #[test]
+    fn truncated_shard_and_bad_dtype_are_clear_errors() {
+        let a = shard(&[("model.embed_tokens.weight", Dtype::I64, vec![1], vec![0; 8])]);
+        let err = Checkpoint::from_shards(vec![("cut.safetensors".into(), &a[..a.len() - 3])])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("cut.safetensors"), "{err}");
+        let ck = Checkpoint::from_shards(vec![("a".into(), &a)]).unwrap();
+        assert_eq!(ck.prefix(), "model.");
+        let err = ck.f32("embed_tokens.weight", &[1]).unwrap_err().to_string();
+        assert!(err.contains("bf16, f16 or f32"), "{err}");
+        let none = shard(&[("other", Dtype::F32, vec![1], vec![0; 4])]);
+        assert!(Checkpoint::from_shards(vec![("n".into(), &none)]).is_err());
+    }
+
+    #[test]
+    fn embed_scale_rounds_to_weight_dtype() {
+        assert_eq!(embed_scale(1536, Dtype::BF16), 39.25);
+        assert!((embed_scale(1536, Dtype::F32) - 39.191836).abs() < 1e-5);
+    }
+}
