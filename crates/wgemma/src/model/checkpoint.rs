@@ -36,7 +36,9 @@ impl<'a> Checkpoint<'a> {
             })?;
             for name in st.names() {
                 if let Some(prev) = index.insert(name.to_string(), i) {
-                    let prev_file = parsed.get(prev).map_or(file.as_str(), |(f, _)| f.as_str());
+                    let prev_file = parsed
+                        .get(prev)
+                        .map_or(file.as_str(), |(f, _): &(String, SafeTensors)| f.as_str());
                     return Err(Error::invalid(
                         OP,
                         format!("tensor `{name}`"),
