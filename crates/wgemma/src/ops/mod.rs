@@ -2,6 +2,7 @@
 //! (guards, route choice, binding, dispatch) and its CPU reference.
 
 pub mod elementwise;
+pub mod read_bandwidth;
 
 use crate::harness::{OpCase, Rng};
 
@@ -9,6 +10,7 @@ use crate::harness::{OpCase, Rng};
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
     cases.extend(elementwise::random_cases(rng));
+    cases.extend(read_bandwidth::random_cases(rng));
     cases
 }
 
@@ -16,6 +18,8 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 /// is fast enough).
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
+    // First: the roofline the other cases are read against.
+    cases.extend(read_bandwidth::bench_cases());
     cases.extend(elementwise::bench_cases());
     cases
 }
