@@ -2,5 +2,6 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod sampling;
 
 pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};

@@ -1,0 +1,242 @@
+//! Token sampling on the host: greedy, temperature, top-k, top-p (nucleus), seeded.
+//! Greedy decoding normally stays on the GPU (argmax op); this is the sampler for
+//! temperature > 0 and the reference for the GPU argmax.
+
+use crate::error::{Error, Result};
+use rand::{Rng as _, SeedableRng};
+
+/// How to pick the next token. `temperature == 0` is greedy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0 = no limit).
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches `top_p` (1.0 = no limit).
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn is_greedy(&self) -> bool {
+        self.temperature == 0.0
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(Error::invalid(
+                "sampling",
+                "temperature",
+                "a finite value >= 0",
+                self.temperature,
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(Error::invalid(
+                "sampling",
+                "top_p",
+                "a value in (0, 1]",
+                self.top_p,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Greedy choice: the first index of the maximum (NaN counts as the maximum, like torch).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate() {
+        let b = logits[best];
+        if !b.is_nan() && (v.is_nan() || v > b) {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// A seeded sampler; the same seed and logits give the same tokens.
+pub struct Sampler {
+    params: SamplingParams,
+    rng: rand_chacha::ChaCha8Rng,
+    /// Scratch for candidate (index, logit) pairs, reused across steps.
+    candidates: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Result<Sampler> {
+        params.validate()?;
+        Ok(Sampler {
+            params,
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(params.seed),
+            candidates: Vec::new(),
+        })
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// The normalised distribution the sampler draws from (for speculative sampling's
+    /// p/q ratios): (token, probability) pairs, most likely first, zero-probability
+    /// tokens omitted.
+    pub fn distribution(&mut self, logits: &[f32]) -> Vec<(u32, f32)> {
+        if self.params.is_greedy() {
+            return vec![(argmax(logits), 1.0)];
+        }
+        let t = self.params.temperature;
+        self.candidates.clear();
+        self.candidates
+            .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l / t)));
+        // Most likely first; ties by lower index, for determinism.
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let k = match self.params.top_k {
+            0 => self.candidates.len(),
+            k => k.min(self.candidates.len()),
+        };
+        if k < self.candidates.len() {
+            self.candidates.select_nth_unstable_by(k - 1, by_logit);
+            self.candidates.truncate(k);
+        }
+        self.candidates.sort_unstable_by(by_logit);
+        let max = self.candidates[0].1;
+        let mut probs: Vec<(u32, f32)> = self
+            .candidates
+            .iter()
+            .map(|&(i, l)| (i, ((l - max) as f64).exp() as f32))
+            .collect();
+        let total: f64 = probs.iter().map(|p| p.1 as f64).sum();
+        for p in &mut probs {
+            p.1 = (p.1 as f64 / total) as f32;
+        }
+        if self.params.top_p < 1.0 {
+            let mut acc = 0.0f64;
+            let mut keep = probs.len();
+            for (i, p) in probs.iter().enumerate() {
+                acc += p.1 as f64;
+                if acc >= self.params.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            probs.truncate(keep);
+            let total: f64 = probs.iter().map(|p| p.1 as f64).sum();
+            for p in &mut probs {
+                p.1 = (p.1 as f64 / total) as f32;
+            }
+        }
+        probs.retain(|p| p.1 > 0.0);
+        probs
+    }
+
+    /// Draws one token from `distribution` with this sampler's RNG.
+    pub fn draw(&mut self, distribution: &[(u32, f32)]) -> u32 {
+        let u: f64 = self.rng.random();
+        let mut acc = 0.0f64;
+        for &(token, p) in distribution {
+            acc += p as f64;
+            if u < acc {
+                return token;
+            }
+        }
+        distribution.last().map_or(0, |p| p.0)
+    }
+
+    /// Picks the next token from one row of logits.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.params.is_greedy() {
+            return argmax(logits);
+        }
+        let dist = self.distribution(logits);
+        self.draw(&dist)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sampler(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> Sampler {
+        Sampler::new(SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn greedy_is_first_maximum() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[1.0, f32::NAN, 5.0]), 1);
+        assert_eq!(sampler(0.0, 0, 1.0, 0).sample(&[0.0, -1.0, 4.0]), 2);
+        assert_eq!(sampler(1.0, 1, 1.0, 9).sample(&[0.0, -1.0, 4.0, 3.9]), 2);
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let run = |seed| {
+            let mut s = sampler(0.8, 20, 0.9, seed);
+            (0..32).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert_ne!(run(7), run(8));
+    }
+
+    #[test]
+    fn frequencies_follow_softmax() {
+        // p = softmax([ln 1, ln 2, ln 3, ln 4]) = [0.1, 0.2, 0.3, 0.4].
+        let logits: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|v| v.ln()).collect();
+        let mut s = sampler(1.0, 0, 1.0, 1);
+        let mut counts = [0usize; 4];
+        let n = 40_000;
+        for _ in 0..n {
+            counts[s.sample(&logits) as usize] += 1;
+        }
+        let chi2: f64 = counts
+            .iter()
+            .zip([0.1, 0.2, 0.3, 0.4])
+            .map(|(&c, p)| {
+                let e = p * n as f64;
+                (c as f64 - e).powi(2) / e
+            })
+            .sum();
+        // 3 degrees of freedom: p = 0.001 at 16.27.
+        assert!(chi2 < 16.27, "chi2 = {chi2}, counts = {counts:?}");
+    }
+
+    #[test]
+    fn top_k_and_top_p_cut_the_tail() {
+        let logits: Vec<f32> = [1.0f32, 2.0, 3.0, 4.0].iter().map(|v| v.ln()).collect();
+        let d = sampler(1.0, 2, 1.0, 0).distribution(&logits);
+        assert_eq!(d.iter().map(|p| p.0).collect::<Vec<_>>(), vec![3, 2]);
+        assert!((d[0].1 - 4.0 / 7.0).abs() < 1e-6);
+        // top_p 0.65: 0.4 + 0.3 reaches it; 0.2 and 0.1 are cut.
+        let d = sampler(1.0, 0, 0.65, 0).distribution(&logits);
+        assert_eq!(d.iter().map(|p| p.0).collect::<Vec<_>>(), vec![3, 2]);
+    }
+
+    #[test]
+    fn bad_params_are_refused() {
+        for (t, p) in [(-1.0, 1.0), (f32::NAN, 1.0), (1.0, 0.0), (1.0, 1.5)] {
+            assert!(Sampler::new(SamplingParams {
+                temperature: t,
+                top_p: p,
+                ..Default::default()
+            })
+            .is_err());
+        }
+    }
+}
