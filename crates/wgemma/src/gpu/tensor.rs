@@ -148,6 +148,25 @@ impl Tensor {
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
     }
+    /// Same buffer seen with a smaller shape: the first `numel(shape)` elements (e.g. an
+    /// activation buffer allocated for the largest M, used by a plan with fewer rows).
+    pub fn prefix_view(&self, shape: &[usize]) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        if self.dtype.bytes_for(numel) > self.buffer.size() {
+            return Err(Error::invalid(
+                "tensor",
+                "view element count",
+                format!("<= {} elements", self.numel()),
+                format!("{numel} for shape {shape:?}"),
+            ));
+        }
+        Ok(Tensor {
+            buffer: self.buffer.clone(),
+            shape: shape.to_vec(),
+            dtype: self.dtype,
+        })
+    }
+
     /// Same buffer, another shape of the same element count (a view, no copy).
     pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
         let numel: usize = shape.iter().product();

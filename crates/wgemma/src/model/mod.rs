@@ -3,5 +3,6 @@
 pub mod checkpoint;
 pub mod config;
 pub mod sampling;
+pub mod tokenizer;
 
 pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};
