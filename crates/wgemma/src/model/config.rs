@@ -66,6 +66,10 @@ pub struct TextConfig {
     pub global_head_dim: usize,
     #[serde(default)]
     pub num_global_key_value_heads: Option<usize>,
+    /// transformers >= 5.24 writes the full layers' head_dim / KV heads here, keyed by
+    /// layer index, instead of `global_head_dim` / `num_global_key_value_heads`.
+    #[serde(default)]
+    pub per_layer_config: Option<BTreeMap<String, LayerOverride>>,
     #[serde(default = "default_activation")]
     pub hidden_activation: String,
     #[serde(default)]
@@ -109,6 +113,15 @@ pub struct TextConfig {
     pub top_k_experts: Option<usize>,
     #[serde(default)]
     pub moe_intermediate_size: Option<usize>,
+}
+
+/// One entry of `per_layer_config`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct LayerOverride {
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
 }
 
 /// Sliding-window or full (global) attention.
@@ -352,11 +365,36 @@ impl ModelSpec {
                 rotary_pairs,
             })
         };
+        let mut overrides = BTreeMap::new();
+        for (key, o) in c.per_layer_config.iter().flatten() {
+            let index = key
+                .parse::<usize>()
+                .ok()
+                .filter(|&i| i < n)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        OP,
+                        "per_layer_config key",
+                        format!("a layer index < {n}"),
+                        format!("{key:?}"),
+                    )
+                })?;
+            overrides.insert(index, o.clone());
+        }
         let mut layers = Vec::with_capacity(n);
         for (i, &kind) in kinds.iter().enumerate() {
-            let (head_dim, num_kv_heads) = match kind {
-                LayerKind::Sliding => (c.head_dim, c.num_key_value_heads),
-                LayerKind::Full => (
+            let (head_dim, num_kv_heads) = match (kind, &c.per_layer_config) {
+                // The per-layer form: overrides on top of the base values.
+                (_, Some(_)) => {
+                    let o = overrides.get(&i);
+                    (
+                        o.and_then(|o| o.head_dim).unwrap_or(c.head_dim),
+                        o.and_then(|o| o.num_key_value_heads)
+                            .unwrap_or(c.num_key_value_heads),
+                    )
+                }
+                (LayerKind::Sliding, None) => (c.head_dim, c.num_key_value_heads),
+                (LayerKind::Full, None) => (
                     c.global_head_dim,
                     if c.attention_k_eq_v {
                         c.num_global_key_value_heads
@@ -536,6 +574,40 @@ mod tests {
         assert!(spec.layers[1].k_eq_v);
         assert_eq!(spec.layers[1].num_kv_heads, 1);
         assert_eq!(spec.layers[0].num_kv_heads, 2);
+    }
+
+    #[test]
+    fn per_layer_config_form() {
+        let json = r#"{"model_type": "gemma4_text", "vocab_size": 512, "hidden_size": 128,
+            "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 32, "sliding_window": 8, "attention_k_eq_v": true,
+            "per_layer_config": {"3": {"head_dim": 64, "num_key_value_heads": 1}},
+            "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]}"#;
+        let spec = parse_config(json).unwrap();
+        assert_eq!(
+            (spec.layers[0].head_dim, spec.layers[0].num_kv_heads),
+            (32, 2)
+        );
+        assert_eq!(
+            (spec.layers[3].head_dim, spec.layers[3].num_kv_heads),
+            (64, 1)
+        );
+        assert_eq!(spec.layers[3].rope.rotary_pairs, 8);
+        let bad = json.replace("\"3\": {", "\"9\": {");
+        assert!(parse_config(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("per_layer_config"));
+    }
+
+    #[test]
+    fn golden_fixture_configs_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden");
+        for name in ["e2b_like", "dense_kv"] {
+            let json = std::fs::read_to_string(dir.join(name).join("config.json")).unwrap();
+            let spec = parse_config(&json).unwrap();
+            assert!(spec.layers.iter().any(|l| l.kind == LayerKind::Full));
+        }
     }
 
     #[test]
