@@ -23,6 +23,18 @@ impl Kernel {
     pub fn grid(&self) -> Grid {
         self.grid
     }
+
+    /// The same pipeline and bind group with another grid (a per-step grid, e.g. attention
+    /// over the current context length, as a `Kernel` the harness can run). Shares the
+    /// bind group: nothing is allocated.
+    pub fn with_grid(&self, grid: Grid) -> Kernel {
+        Kernel {
+            name: self.name,
+            pipeline: self.pipeline.clone(),
+            bind_group: self.bind_group.clone(),
+            grid,
+        }
+    }
 }
 
 enum Binding {

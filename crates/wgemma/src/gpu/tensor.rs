@@ -184,6 +184,26 @@ impl Tensor {
             dtype: self.dtype,
         })
     }
+
+    /// Same buffer seen as another dtype and shape of the same (word-padded) byte size, e.g.
+    /// f16 data as u32 words for a bit-exact comparison (a view, no copy).
+    pub fn bitcast(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let bytes = dtype.bytes_for(shape.iter().product());
+        let own = self.dtype.bytes_for(self.numel());
+        if bytes != own {
+            return Err(Error::invalid(
+                "tensor",
+                format!("bytes of a {dtype:?} {shape:?} view"),
+                own,
+                bytes,
+            ));
+        }
+        Ok(Tensor {
+            buffer: self.buffer.clone(),
+            shape: shape.to_vec(),
+            dtype,
+        })
+    }
 }
 
 fn check_size(ctx: &GpuContext, label: &str, size: u64) -> Result<()> {

@@ -2,7 +2,10 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod forward;
 pub mod sampling;
+pub mod target;
 pub mod tokenizer;
+pub mod weights;
 
 pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};

@@ -1,16 +1,42 @@
 //! The operator library: one folder per operator holding its WGSL shader(s), its host side
 //! (guards, route choice, binding, dispatch) and its CPU reference.
 
+pub mod argmax;
 pub mod elementwise;
+pub mod gather;
+pub mod int_sub;
+pub mod opset;
+pub mod scatter;
+pub mod linear;
 pub mod read_bandwidth;
+pub mod rmsnorm;
+pub mod geglu;
+pub mod softcap;
+pub mod embedding;
+pub mod attention;
+pub mod rope;
+pub mod topk;
 
 use crate::harness::{OpCase, Rng};
 
 /// Harness cases of every op over random shapes (the test suite runs these with many seeds).
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
+    cases.extend(argmax::random_cases(rng));
     cases.extend(elementwise::random_cases(rng));
+    cases.extend(int_sub::random_cases(rng));
+    cases.extend(gather::random_cases(rng));
+    cases.extend(topk::random_cases(rng));
+    cases.extend(scatter::random_cases(rng));
+    cases.extend(linear::random_cases(rng));
     cases.extend(read_bandwidth::random_cases(rng));
+    cases.extend(rmsnorm::random_cases(rng));
+    cases.extend(geglu::random_cases(rng));
+    cases.extend(geglu::random_strided_cases(rng));
+    cases.extend(softcap::random_cases(rng));
+    cases.extend(embedding::random_cases(rng));
+    cases.extend(attention::random_cases(rng));
+    cases.extend(rope::random_cases(rng));
     cases
 }
 
@@ -20,6 +46,18 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
     // First: the roofline the other cases are read against.
     cases.extend(read_bandwidth::bench_cases());
+    cases.extend(argmax::bench_cases());
     cases.extend(elementwise::bench_cases());
+    cases.extend(int_sub::bench_cases());
+    cases.extend(gather::bench_cases());
+    cases.extend(topk::bench_cases());
+    cases.extend(scatter::bench_cases());
+    cases.extend(linear::bench_cases());
+    cases.extend(rmsnorm::bench_cases());
+    cases.extend(geglu::bench_cases());
+    cases.extend(softcap::bench_cases());
+    cases.extend(embedding::bench_cases());
+    cases.extend(attention::bench_cases());
+    cases.extend(rope::bench_cases());
     cases
 }

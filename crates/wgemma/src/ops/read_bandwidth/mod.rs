@@ -71,7 +71,7 @@ impl OpCase for ReadBandwidthCase {
     fn name(&self) -> String {
         format!(
             "read_bandwidth {} MiB (capped at one binding)",
-            self.words * 4 >> 20
+            (self.words * 4) >> 20
         )
     }
 

@@ -1,0 +1,111 @@
+//! Opening a Hugging Face checkpoint directory: config.json, the safetensors shard(s)
+//! (memory-mapped; with or without model.safetensors.index.json), tokenizer.json and
+//! generation_config.json when present. The library never touches the filesystem; this
+//! module hands it bytes.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The files of one checkpoint directory, mapped.
+pub struct ModelDir {
+    pub path: PathBuf,
+    pub config_json: String,
+    pub shards: Vec<(String, memmap2::Mmap)>,
+    pub tokenizer_json: Option<Vec<u8>>,
+    pub generation_config: Option<serde_json::Value>,
+}
+
+impl ModelDir {
+    pub fn open(path: &Path) -> Result<ModelDir> {
+        if !path.is_dir() {
+            bail!(
+                "--model {}: expected a Hugging Face checkpoint directory (config.json + *.safetensors), found {}",
+                path.display(),
+                if path.exists() { "a file" } else { "nothing" }
+            );
+        }
+        let config_path = path.join("config.json");
+        let config_json = std::fs::read_to_string(&config_path)
+            .with_context(|| format!("reading {}", config_path.display()))?;
+        let shard_names = shard_names(path)?;
+        let mut shards = Vec::with_capacity(shard_names.len());
+        for name in shard_names {
+            let file_path = path.join(&name);
+            let file = std::fs::File::open(&file_path).with_context(|| format!("opening shard {}", file_path.display()))?;
+            // SAFETY: the map is read-only and lives as long as the ModelDir; a file changed
+            // underneath a running process is outside what we can defend against.
+            let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", file_path.display()))?;
+            shards.push((name, map));
+        }
+        let tokenizer_json = read_optional(&path.join("tokenizer.json"))?;
+        let generation_config = match read_optional(&path.join("generation_config.json"))? {
+            Some(bytes) => Some(
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("parsing {}/generation_config.json", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(ModelDir {
+            path: path.to_path_buf(),
+            config_json,
+            shards,
+            tokenizer_json,
+            generation_config,
+        })
+    }
+
+    /// `(file name, bytes)` of every shard, for `Checkpoint::from_shards`.
+    pub fn shard_bytes(&self) -> Vec<(String, &[u8])> {
+        self.shards.iter().map(|(n, m)| (n.clone(), &m[..])).collect()
+    }
+
+    /// EOS ids from generation_config.json, if it names any.
+    pub fn generation_eos_ids(&self) -> Vec<u32> {
+        match self.generation_config.as_ref().and_then(|g| g.get("eos_token_id")) {
+            Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Shard file names: from model.safetensors.index.json's weight_map when present, else
+/// every *.safetensors file in the directory.
+fn shard_names(dir: &Path) -> Result<Vec<String>> {
+    let index_path = dir.join("model.safetensors.index.json");
+    if index_path.exists() {
+        let index: serde_json::Value = serde_json::from_slice(&std::fs::read(&index_path)?)
+            .with_context(|| format!("parsing {}", index_path.display()))?;
+        let map = index
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .with_context(|| format!("{}: expected a \"weight_map\" object", index_path.display()))?;
+        let mut names: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
+        names.sort();
+        names.dedup();
+        for n in &names {
+            if !dir.join(n).is_file() {
+                bail!("{} names shard {n}, which is missing from {}", index_path.display(), dir.display());
+            }
+        }
+        return Ok(names);
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        bail!("{}: expected at least one *.safetensors file, found none", dir.display());
+    }
+    Ok(names)
+}

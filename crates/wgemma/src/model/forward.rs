@@ -1,0 +1,529 @@
+//! The Gemma 4 text decoder forward on the GPU (HF `Gemma4TextModel` + tied lm_head).
+//!
+//! A [`ForwardPlan`] is built once per row count M (decode M = 1, verify M = k + 1, prefill
+//! chunks): its activation buffers and every kernel of every layer, recorded in order into
+//! ONE compute pass per forward. Per step the host only writes the token ids and positions
+//! (queue writes, no wait), records the pass (attention grids follow the context length),
+//! submits once and reads back what it needs (the argmax ids, or logits).
+
+use super::config::{KvSource, LayerKind, ModelSpec};
+use super::weights::Weights;
+use crate::error::{Error, Result};
+use crate::gpu::{DType, GpuContext, Kernel, Pass, Readback, Tensor};
+use crate::ops::argmax::argmax;
+use crate::ops::attention::{
+    Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvAppend, KvCache,
+};
+use crate::ops::embedding::embedding;
+use crate::ops::gather::{gather_rows, RowTable};
+use crate::ops::geglu::{geglu_fused, geglu_strided};
+use crate::ops::linear::Linear;
+use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_with, RmsNormOptions};
+use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
+use crate::ops::softcap::softcap;
+
+/// Which logits a plan computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogitRows {
+    /// None (prefill chunks before the last: no final norm, no lm_head).
+    None,
+    /// Only the last row's (prefill: the next token).
+    Last,
+    /// Every row's (verify, `logits --all-positions`).
+    All,
+}
+
+/// One recorded operation of a forward.
+enum Op {
+    Kernel(Kernel),
+    Kernels(Vec<Kernel>),
+    Linear(Linear),
+    Rope(RopeKernel),
+    Append(KvAppend),
+    Attention(Attention),
+}
+
+impl Op {
+    fn record(&self, pass: &mut Pass<'_>, m: usize, kv_len: usize) -> Result<()> {
+        match self {
+            Op::Kernel(k) => pass.dispatch(k),
+            Op::Kernels(ks) => ks.iter().for_each(|k| pass.dispatch(k)),
+            Op::Linear(l) => l.record(pass),
+            Op::Rope(r) => r.record(pass, m)?,
+            Op::Append(a) => a.record(pass, m)?,
+            Op::Attention(a) => {
+                a.record(pass, m, kv_len)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Activations of one plan, allocated once.
+struct Activations {
+    h: Tensor,
+    x: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn: Tensor,
+    o: Tensor,
+    gate_up: Tensor,
+    act: Tensor,
+    ple: Option<PleActivations>,
+}
+
+struct PleActivations {
+    /// Token part, then the combined per-layer inputs `[M, layers * P]`.
+    tokens: Tensor,
+    projection: Tensor,
+    inputs: Tensor,
+    gate: Tensor,
+    gated: Tensor,
+}
+
+/// Everything one forward of M rows needs, built once.
+pub struct ForwardPlan {
+    pub m: usize,
+    pub logit_rows: LogitRows,
+    /// Token ids `[M]` u32, written per step.
+    pub ids: Tensor,
+    /// Positions `[M]` u32, written per step.
+    pub positions: Tensor,
+    /// The output head (absent for [`LogitRows::None`]).
+    pub head: Option<Head>,
+    ops: Vec<Op>,
+}
+
+/// What a plan's output head produces, and the staging buffers to read it.
+pub struct Head {
+    /// Final hidden state after the norm, `[M, hidden]` (the assistant's input).
+    pub hidden: Tensor,
+    /// Logits `[M or 1, vocab]`, softcapped.
+    pub logits: Tensor,
+    /// Greedy next token per logits row `[M or 1]` u32 (stays on the GPU).
+    pub next: Tensor,
+    pub next_readback: Readback,
+    pub logits_readback: Readback,
+    pub hidden_readback: Readback,
+}
+
+fn zeros(ctx: &GpuContext, label: &str, shape: &[usize]) -> Result<Tensor> {
+    Tensor::zeros(ctx, label, shape, DType::F32)
+}
+
+fn rope_config(layer: &super::config::LayerSpec) -> RopeConfig {
+    RopeConfig {
+        head_dim: layer.head_dim,
+        theta: layer.rope.theta,
+        rope_type: if layer.rope.rotary_pairs == layer.head_dim / 2 {
+            RopeType::Default
+        } else {
+            RopeType::Proportional
+        },
+        partial_rotary_factor: (2 * layer.rope.rotary_pairs) as f64 / layer.head_dim as f64,
+    }
+}
+
+/// Per-model state shared by every plan: ropes per layer kind and the attention scratch.
+pub struct Shared {
+    pub sliding_rope: Option<Rope>,
+    pub full_rope: Option<Rope>,
+    pub scratch: AttentionScratch,
+}
+
+impl Shared {
+    pub fn new(ctx: &GpuContext, spec: &ModelSpec) -> Result<Shared> {
+        let rope_of = |kind: LayerKind| -> Result<Option<Rope>> {
+            spec.layers
+                .iter()
+                .find(|l| l.kind == kind)
+                .map(|l| Rope::new(ctx, rope_config(l)))
+                .transpose()
+        };
+        let max_d = spec.layers.iter().map(|l| l.head_dim).max().unwrap_or(4);
+        Ok(Shared {
+            sliding_rope: rope_of(LayerKind::Sliding)?,
+            full_rope: rope_of(LayerKind::Full)?,
+            scratch: AttentionScratch::for_head_dim(ctx, max_d)?,
+        })
+    }
+
+    fn rope(&self, kind: LayerKind) -> &Rope {
+        match kind {
+            LayerKind::Sliding => self.sliding_rope.as_ref(),
+            LayerKind::Full => self.full_rope.as_ref(),
+        }
+        .expect("a rope exists for every layer kind present")
+    }
+}
+
+impl ForwardPlan {
+    /// Builds the plan for `m` rows over `weights` and `caches` (one per layer that owns its
+    /// K/V; shared layers read their source's).
+    pub fn new(
+        ctx: &GpuContext,
+        spec: &ModelSpec,
+        weights: &Weights,
+        caches: &[Option<KvCache>],
+        shared: &Shared,
+        m: usize,
+        logit_rows: LogitRows,
+    ) -> Result<ForwardPlan> {
+        let c = &spec.config;
+        let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
+        let eps = c.rms_norm_eps as f32;
+        let max_d = spec.layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
+        let max_kv = spec
+            .layers
+            .iter()
+            .map(|l| l.num_kv_heads * l.head_dim)
+            .max()
+            .unwrap_or(1);
+        let max_i = spec
+            .layers
+            .iter()
+            .map(|l| l.intermediate_size)
+            .max()
+            .unwrap_or(1);
+        let layers = spec.layers.len();
+        let p = spec.ple_dim;
+        let a = Activations {
+            h: zeros(ctx, "h", &[m, hsz])?,
+            x: zeros(ctx, "x", &[m, hsz])?,
+            q: zeros(ctx, "q", &[m * nh * max_d])?,
+            k: zeros(ctx, "k", &[m * max_kv])?,
+            v: zeros(ctx, "v", &[m * max_kv])?,
+            attn: zeros(ctx, "attn", &[m * nh * max_d])?,
+            o: zeros(ctx, "o", &[m, hsz])?,
+            gate_up: zeros(ctx, "gate_up", &[m * 2 * max_i])?,
+            act: zeros(ctx, "act", &[m * max_i])?,
+            ple: if p > 0 {
+                Some(PleActivations {
+                    tokens: zeros(ctx, "ple.tokens", &[m, layers * p])?,
+                    projection: zeros(ctx, "ple.projection", &[m, layers * p])?,
+                    inputs: zeros(ctx, "ple.inputs", &[m, layers * p])?,
+                    gate: zeros(ctx, "ple.gate", &[m, p])?,
+                    gated: zeros(ctx, "ple.gated", &[m, p])?,
+                })
+            } else {
+                None
+            },
+        };
+        let ids = Tensor::zeros(ctx, "ids", &[m], DType::U32)?;
+        let positions = Tensor::zeros(ctx, "positions", &[m], DType::U32)?;
+        let mut ops = Vec::new();
+
+        // Embedding (scaled by sqrt(hidden) in the weight dtype) and per-layer inputs.
+        ops.push(Op::Kernels(embedding(
+            ctx,
+            &weights.embed_tokens,
+            &ids,
+            &a.h,
+            weights.embed_scale,
+        )?));
+        if let (Some(pw), Some(pa)) = (&weights.ple, &a.ple) {
+            ops.push(Op::Kernels(embedding(
+                ctx,
+                &pw.embed_tokens_per_layer,
+                &ids,
+                &pa.tokens,
+                weights.ple_embed_scale,
+            )?));
+            ops.push(Op::Linear(pw.per_layer_model_projection.linear(
+                ctx,
+                &a.h,
+                &pa.projection,
+            )?));
+            // inputs = (tokens + rmsnorm(projection * H^-0.5) * w) * 2^-0.5, per layer slice.
+            let rows = m * layers;
+            ops.push(Op::Kernel(rmsnorm_with(
+                ctx,
+                &pa.projection.reshaped(&[rows, p])?,
+                Some(&pw.per_layer_projection_norm),
+                Some(&pa.tokens.reshaped(&[rows, p])?),
+                &pa.inputs.reshaped(&[rows, p])?,
+                RmsNormOptions {
+                    eps,
+                    input_scale: (hsz as f32).powf(-0.5),
+                    output_scale: std::f32::consts::FRAC_1_SQRT_2,
+                },
+            )?));
+        }
+
+        for l in &spec.layers {
+            Self::layer(
+                ctx, spec, l, weights, caches, shared, &a, &positions, m, eps, &mut ops,
+            )?;
+        }
+
+        let head = match logit_rows {
+            LogitRows::None => None,
+            LogitRows::Last | LogitRows::All => Some(Self::head(
+                ctx, spec, weights, &a.h, m, logit_rows, eps, &mut ops,
+            )?),
+        };
+        Ok(ForwardPlan {
+            m,
+            logit_rows,
+            ids,
+            positions,
+            head,
+            ops,
+        })
+    }
+
+    /// Final norm, tied lm_head (on the last row only when only its logits are wanted),
+    /// softcap and greedy argmax.
+    #[allow(clippy::too_many_arguments)]
+    fn head(
+        ctx: &GpuContext,
+        spec: &ModelSpec,
+        weights: &Weights,
+        h: &Tensor,
+        m: usize,
+        logit_rows: LogitRows,
+        eps: f32,
+        ops: &mut Vec<Op>,
+    ) -> Result<Head> {
+        let c = &spec.config;
+        let (hsz, vocab) = (c.hidden_size, c.vocab_size);
+        let logit_m = if logit_rows == LogitRows::All { m } else { 1 };
+        let hidden = zeros(ctx, "hidden", &[m, hsz])?;
+        ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            h,
+            Some(&weights.norm),
+            &hidden,
+            eps,
+        )?));
+        let head_in = if logit_m == m {
+            hidden.clone()
+        } else {
+            let last = Tensor::from_u32(ctx, "last_row", &[1], &[(m - 1) as u32])?;
+            let out = zeros(ctx, "hidden.last", &[1, hsz])?;
+            let table = RowTable::from_tensor(hidden.clone())?;
+            ops.push(Op::Kernels(gather_rows(ctx, &table, &last, &out)?.kernels));
+            out
+        };
+        let logits = zeros(ctx, "logits", &[logit_m, vocab])?;
+        ops.push(Op::Linear(weights.lm_head.linear(ctx, &head_in, &logits)?));
+        if let Some(cap) = c.final_logit_softcapping {
+            ops.push(Op::Kernel(softcap(ctx, &logits, &logits, cap as f32)?));
+        }
+        let next = Tensor::zeros(ctx, "next", &[logit_m], DType::U32)?;
+        ops.push(Op::Kernels(argmax(ctx, &logits, &next)?));
+        Ok(Head {
+            next_readback: Readback::new(ctx, "next", next.byte_size()),
+            logits_readback: Readback::new(ctx, "logits", logits.byte_size()),
+            hidden_readback: Readback::new(ctx, "hidden", hidden.byte_size()),
+            hidden,
+            logits,
+            next,
+        })
+    }
+
+    /// One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
+    #[allow(clippy::too_many_arguments)]
+    fn layer(
+        ctx: &GpuContext,
+        spec: &ModelSpec,
+        l: &super::config::LayerSpec,
+        weights: &Weights,
+        caches: &[Option<KvCache>],
+        shared: &Shared,
+        a: &Activations,
+        positions: &Tensor,
+        m: usize,
+        eps: f32,
+        ops: &mut Vec<Op>,
+    ) -> Result<()> {
+        let c = &spec.config;
+        let w = &weights.layers[l.index];
+        let (nh, d, kvh) = (c.num_attention_heads, l.head_dim, l.num_kv_heads);
+        let rope = shared.rope(l.kind);
+        let q = a.q.prefix_view(&[m, nh, d])?;
+        let attn = a.attn.prefix_view(&[m, nh, d])?;
+
+        // Self-attention block.
+        ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.h,
+            Some(&w.input_layernorm),
+            &a.x,
+            eps,
+        )?));
+        ops.push(Op::Linear(w.q_proj.linear(
+            ctx,
+            &a.x,
+            &q.reshaped(&[m, nh * d])?,
+        )?));
+        ops.push(Op::Kernel(rmsnorm(ctx, &q, Some(&w.q_norm), &q, eps)?));
+        let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
+            (KvSource::Own, Some(kv)) => {
+                let cache = caches[l.index].as_ref().ok_or_else(|| {
+                    Error::invalid(
+                        "model",
+                        format!("KV cache of layer {}", l.index),
+                        "allocated",
+                        "none",
+                    )
+                })?;
+                let k = a.k.prefix_view(&[m, kvh, d])?;
+                let v = a.v.prefix_view(&[m, kvh, d])?;
+                ops.push(Op::Linear(kv.k_proj.linear(
+                    ctx,
+                    &a.x,
+                    &k.reshaped(&[m, kvh * d])?,
+                )?));
+                match &kv.v_proj {
+                    Some(v_proj) => {
+                        ops.push(Op::Linear(v_proj.linear(
+                            ctx,
+                            &a.x,
+                            &v.reshaped(&[m, kvh * d])?,
+                        )?));
+                        ops.push(Op::Kernel(rmsnorm(ctx, &k, Some(&kv.k_norm), &k, eps)?));
+                        ops.push(Op::Kernel(rmsnorm(ctx, &v, None, &v, eps)?));
+                        ops.push(Op::Rope(rope.qk_in_place(ctx, &q, &k, positions)?));
+                        ops.push(Op::Append(cache.append_kernel(
+                            ctx,
+                            Some(&k),
+                            &v,
+                            positions,
+                        )?));
+                    }
+                    None => {
+                        // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
+                        // from V by the attention kernel (k_norm weight, then rope).
+                        ops.push(Op::Kernel(rmsnorm(ctx, &k, None, &v, eps)?));
+                        ops.push(Op::Rope(rope.in_place(ctx, &q, positions)?));
+                        ops.push(Op::Append(cache.append_kernel(ctx, None, &v, positions)?));
+                    }
+                }
+                (l.index, kv.v_proj.is_none())
+            }
+            (KvSource::Shared { from_layer }, _) => {
+                ops.push(Op::Rope(rope.in_place(ctx, &q, positions)?));
+                let source = &spec.layers[*from_layer];
+                (*from_layer, source.k_eq_v)
+            }
+            (KvSource::Own, None) => {
+                return Err(Error::invalid(
+                    "model",
+                    format!("K/V weights of layer {}", l.index),
+                    "present",
+                    "none",
+                ))
+            }
+        };
+        let cache = caches[cache_layer].as_ref().ok_or_else(|| {
+            Error::invalid(
+                "model",
+                format!("KV cache of layer {cache_layer}"),
+                "allocated",
+                "none",
+            )
+        })?;
+        let key_from_v = match (key_from_v, &weights.layers[cache_layer].kv) {
+            (true, Some(source)) => Some(KeyFromValue {
+                k_norm_weight: &source.k_norm_host,
+                rope: rope_config(&spec.layers[cache_layer]),
+            }),
+            _ => None,
+        };
+        ops.push(Op::Attention(Attention::new(
+            ctx,
+            AttentionInputs {
+                q: &q,
+                positions,
+                cache,
+                out: &attn,
+                key_from_v,
+            },
+            &shared.scratch,
+        )?));
+        ops.push(Op::Linear(w.o_proj.linear(
+            ctx,
+            &attn.reshaped(&[m, nh * d])?,
+            &a.o,
+        )?));
+        ops.push(Op::Kernel(rmsnorm_add(
+            ctx,
+            &a.o,
+            Some(&w.post_attention_layernorm),
+            &a.h,
+            &a.h,
+            1.0,
+            eps,
+        )?));
+
+        // MLP block.
+        let i = l.intermediate_size;
+        let gate_up = a.gate_up.prefix_view(&[m, 2 * i])?;
+        let act = a.act.prefix_view(&[m, i])?;
+        ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.h,
+            Some(&w.pre_feedforward_layernorm),
+            &a.x,
+            eps,
+        )?));
+        ops.push(Op::Linear(w.gate_up_proj.linear(ctx, &a.x, &gate_up)?));
+        ops.push(Op::Kernel(geglu_fused(ctx, &gate_up, &act)?));
+        ops.push(Op::Linear(w.down_proj.linear(ctx, &act, &a.o)?));
+        // layer_scalar multiplies the whole layer output; it is fused into the last residual add.
+        let mlp_scalar = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
+        ops.push(Op::Kernel(rmsnorm_add(
+            ctx,
+            &a.o,
+            Some(&w.post_feedforward_layernorm),
+            &a.h,
+            &a.h,
+            mlp_scalar,
+            eps,
+        )?));
+
+        // Per-layer input block (E2B/E4B).
+        if let (Some(pw), Some(pa)) = (&w.ple, &a.ple) {
+            let p = spec.ple_dim;
+            ops.push(Op::Linear(
+                pw.per_layer_input_gate.linear(ctx, &a.h, &pa.gate)?,
+            ));
+            ops.push(Op::Kernel(geglu_strided(
+                ctx,
+                &pa.gate,
+                &pa.inputs,
+                spec.layers.len() * p,
+                l.index * p,
+                &pa.gated,
+            )?));
+            ops.push(Op::Linear(
+                pw.per_layer_projection.linear(ctx, &pa.gated, &a.o)?,
+            ));
+            ops.push(Op::Kernel(rmsnorm_add(
+                ctx,
+                &a.o,
+                Some(&pw.post_per_layer_input_norm),
+                &a.h,
+                &a.h,
+                w.layer_scalar,
+                eps,
+            )?));
+        }
+        Ok(())
+    }
+
+    /// Dispatches this plan's ops into `pass` for a step whose caches hold `kv_len`
+    /// positions after the append.
+    pub fn record(&self, pass: &mut Pass<'_>, kv_len: usize) -> Result<()> {
+        self.ops
+            .iter()
+            .try_for_each(|op| op.record(pass, self.m, kv_len))
+    }
+
+    /// Dispatches recorded per forward (for benchmarks).
+    pub fn dispatch_count(&self) -> usize {
+        self.ops.len()
+    }
+}

@@ -1,0 +1,436 @@
+//! The target model's weights on the GPU, uploaded once, in the dtype the user chose:
+//! f32 (parity), f16, or Q4 (default). Names follow the HF checkpoint.
+
+use super::checkpoint::{embed_scale, Checkpoint};
+use super::config::{KvSource, ModelSpec};
+use crate::error::{Error, Result};
+use crate::gpu::{GpuContext, Tensor};
+use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
+use crate::ops::linear::{dense_linear, q4_linear, quantize_q4, Linear, Q4Weight};
+
+/// How weights are stored on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    F32,
+    F16,
+    /// The project's Q4 with this group size (32, 64 or 128).
+    Q4 {
+        group: usize,
+    },
+}
+
+impl WeightFormat {
+    /// Parses `f32`, `f16`, `q4` (group 32), `q4g64`, `q4g128`.
+    pub fn parse(s: &str) -> Result<WeightFormat> {
+        match s {
+            "f32" => Ok(WeightFormat::F32),
+            "f16" => Ok(WeightFormat::F16),
+            "q4" | "q4g32" => Ok(WeightFormat::Q4 { group: 32 }),
+            "q4g64" => Ok(WeightFormat::Q4 { group: 64 }),
+            "q4g128" => Ok(WeightFormat::Q4 { group: 128 }),
+            other => Err(Error::invalid(
+                "weights",
+                "--dtype",
+                "f32, f16, q4, q4g64 or q4g128",
+                other,
+            )),
+        }
+    }
+
+    fn table_format(self) -> TableFormat {
+        match self {
+            WeightFormat::F32 => TableFormat::F32,
+            WeightFormat::F16 => TableFormat::F16,
+            WeightFormat::Q4 { group } => TableFormat::Q4 { group },
+        }
+    }
+}
+
+/// A linear layer's weight `[N, K]` in one of the formats.
+#[derive(Debug, Clone)]
+pub enum LinearWeight {
+    Q4(Q4Weight),
+    Dense(Tensor),
+}
+
+impl LinearWeight {
+    /// Uploads `w` (`[n, k]` row-major f32) in `format`. Q4 needs K to be a multiple of the
+    /// group; a weight that is not falls back to f16 (documented: only tiny test models
+    /// have such shapes).
+    pub fn upload(
+        ctx: &GpuContext,
+        name: &str,
+        w: &[f32],
+        n: usize,
+        k: usize,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        match format {
+            WeightFormat::Q4 { group } if k % group == 0 && k % 8 == 0 => Ok(LinearWeight::Q4(
+                Q4Weight::upload(ctx, &quantize_q4(w, n, k, group)?)?,
+            )),
+            WeightFormat::F32 => Ok(LinearWeight::Dense(Tensor::from_f32(
+                ctx,
+                name,
+                &[n, k],
+                w,
+            )?)),
+            _ => {
+                let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
+                Ok(LinearWeight::Dense(Tensor::from_f16(
+                    ctx,
+                    name,
+                    &[n, k],
+                    &h,
+                )?))
+            }
+        }
+    }
+
+    /// Builds `y = x W^T`.
+    pub fn linear(&self, ctx: &GpuContext, x: &Tensor, y: &Tensor) -> Result<Linear> {
+        match self {
+            LinearWeight::Q4(w) => q4_linear(ctx, x, w, y),
+            LinearWeight::Dense(w) => dense_linear(ctx, x, w, y),
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        match self {
+            LinearWeight::Q4(w) => w.bytes(),
+            LinearWeight::Dense(t) => t.byte_size(),
+        }
+    }
+}
+
+/// Uploads `rows x dim` f32 values as an embedding table in `format`.
+pub fn upload_table(
+    ctx: &GpuContext,
+    label: &str,
+    w: &[f32],
+    rows: usize,
+    dim: usize,
+    format: WeightFormat,
+) -> Result<EmbeddingTable> {
+    let format = match format.table_format() {
+        TableFormat::Q4 { group } if dim % group != 0 => TableFormat::F16,
+        f => f,
+    };
+    match format {
+        TableFormat::F32 => {
+            EmbeddingTable::from_rows(ctx, label, dim, format, TableRows::F32(w), None)
+        }
+        TableFormat::F16 => {
+            let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
+            EmbeddingTable::from_rows(ctx, label, dim, format, TableRows::F16(&h), None)
+        }
+        TableFormat::Q4 { group } => {
+            let q = quantize_q4(w, rows, dim, group)?;
+            let scales: &[half::f16] = bytemuck::cast_slice(&q.scales);
+            EmbeddingTable::from_rows(
+                ctx,
+                label,
+                dim,
+                format,
+                TableRows::Q4 {
+                    words: &q.packed,
+                    scales: &scales[..rows * dim / group],
+                },
+                None,
+            )
+        }
+    }
+}
+
+/// An f32 vector (norm weights).
+fn vector(ctx: &GpuContext, ck: &Checkpoint, name: &str, len: usize) -> Result<Tensor> {
+    Tensor::from_f32(ctx, name, &[len], &ck.f32(name, &[len])?)
+}
+
+fn linear(
+    ctx: &GpuContext,
+    ck: &Checkpoint,
+    name: &str,
+    n: usize,
+    k: usize,
+    format: WeightFormat,
+) -> Result<LinearWeight> {
+    LinearWeight::upload(ctx, name, &ck.f32(name, &[n, k])?, n, k, format)
+}
+
+/// Projections that produce K (and V) for a layer that owns its cache.
+pub struct KvWeights {
+    pub k_proj: LinearWeight,
+    /// None on K = V layers (V is k_proj's output).
+    pub v_proj: Option<LinearWeight>,
+    pub k_norm: Tensor,
+    /// k_norm on the host: K = V attention rebuilds keys from values with it.
+    pub k_norm_host: Vec<f32>,
+}
+
+/// Per-layer-embedding weights of one layer.
+pub struct PleLayerWeights {
+    pub per_layer_input_gate: LinearWeight,
+    pub per_layer_projection: LinearWeight,
+    pub post_per_layer_input_norm: Tensor,
+}
+
+/// One decoder layer (HF `Gemma4TextDecoderLayer`).
+pub struct LayerWeights {
+    pub input_layernorm: Tensor,
+    pub q_proj: LinearWeight,
+    pub q_norm: Tensor,
+    pub kv: Option<KvWeights>,
+    pub o_proj: LinearWeight,
+    pub post_attention_layernorm: Tensor,
+    pub pre_feedforward_layernorm: Tensor,
+    /// gate_proj and up_proj stacked into one `[2I, H]` weight (one dispatch, then GeGLU
+    /// over the `[M, 2I]` output).
+    pub gate_up_proj: LinearWeight,
+    pub down_proj: LinearWeight,
+    pub post_feedforward_layernorm: Tensor,
+    pub ple: Option<PleLayerWeights>,
+    pub layer_scalar: f32,
+}
+
+/// Model-level per-layer-embedding weights.
+pub struct PleWeights {
+    pub embed_tokens_per_layer: EmbeddingTable,
+    pub per_layer_model_projection: LinearWeight,
+    pub per_layer_projection_norm: Tensor,
+}
+
+/// All target weights.
+pub struct Weights {
+    pub embed_tokens: EmbeddingTable,
+    /// `sqrt(hidden)` rounded to the checkpoint's embedding dtype (HF does the same).
+    pub embed_scale: f32,
+    pub ple_embed_scale: f32,
+    pub ple: Option<PleWeights>,
+    pub layers: Vec<LayerWeights>,
+    pub norm: Tensor,
+    /// The tied lm_head (embed_tokens as a linear weight).
+    pub lm_head: LinearWeight,
+}
+
+impl Weights {
+    /// Bytes of every weight on the GPU.
+    pub fn bytes(&self) -> u64 {
+        let table = |t: &EmbeddingTable| -> u64 {
+            t.chunks()
+                .iter()
+                .map(|c| c.data.byte_size() + c.scales.as_ref().map_or(0, |s| s.byte_size()))
+                .sum()
+        };
+        let mut total = table(&self.embed_tokens) + self.lm_head.bytes() + self.norm.byte_size();
+        if let Some(p) = &self.ple {
+            total += table(&p.embed_tokens_per_layer)
+                + p.per_layer_model_projection.bytes()
+                + p.per_layer_projection_norm.byte_size();
+        }
+        for l in &self.layers {
+            total += [&l.q_proj, &l.o_proj, &l.gate_up_proj, &l.down_proj]
+                .iter()
+                .map(|w| w.bytes())
+                .sum::<u64>();
+            total += [
+                &l.input_layernorm,
+                &l.q_norm,
+                &l.post_attention_layernorm,
+                &l.pre_feedforward_layernorm,
+                &l.post_feedforward_layernorm,
+            ]
+            .iter()
+            .map(|t| t.byte_size())
+            .sum::<u64>();
+            if let Some(kv) = &l.kv {
+                total += kv.k_proj.bytes()
+                    + kv.v_proj.as_ref().map_or(0, |v| v.bytes())
+                    + kv.k_norm.byte_size();
+            }
+            if let Some(p) = &l.ple {
+                total += p.per_layer_input_gate.bytes()
+                    + p.per_layer_projection.bytes()
+                    + p.post_per_layer_input_norm.byte_size();
+            }
+        }
+        total
+    }
+
+    /// Reads every tensor the spec needs from `ck` and uploads it. `progress` is called
+    /// with (tensors done, tensors total) for progress bars.
+    pub fn load(
+        ctx: &GpuContext,
+        ck: &Checkpoint,
+        spec: &ModelSpec,
+        format: WeightFormat,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Weights> {
+        let c = &spec.config;
+        let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
+        if spec.moe.is_some() {
+            return Err(Error::invalid(
+                "weights",
+                "enable_moe_block",
+                "false (the MoE block is not implemented on the GPU yet)",
+                "true",
+            ));
+        }
+        let total = spec.layers.len() + 2;
+        let embed = ck.f32("embed_tokens.weight", &[v, h])?;
+        let embed_tokens = upload_table(ctx, "embed_tokens", &embed, v, h, format)?;
+        let lm_head = LinearWeight::upload(ctx, "lm_head", &embed, v, h, format)?;
+        drop(embed);
+        let dtype = ck.embedding_dtype()?;
+        let ple = if spec.ple_dim > 0 {
+            let width = spec.layers.len() * spec.ple_dim;
+            let table = ck.f32("embed_tokens_per_layer.weight", &[v, width])?;
+            Some(PleWeights {
+                embed_tokens_per_layer: upload_table(
+                    ctx,
+                    "embed_tokens_per_layer",
+                    &table,
+                    v,
+                    width,
+                    format,
+                )?,
+                per_layer_model_projection: linear(
+                    ctx,
+                    ck,
+                    "per_layer_model_projection.weight",
+                    width,
+                    h,
+                    format,
+                )?,
+                per_layer_projection_norm: vector(
+                    ctx,
+                    ck,
+                    "per_layer_projection_norm.weight",
+                    spec.ple_dim,
+                )?,
+            })
+        } else {
+            None
+        };
+        progress(1, total);
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for l in &spec.layers {
+            let p = |name: &str| format!("layers.{}.{name}", l.index);
+            let d = l.head_dim;
+            let kv = match l.kv {
+                KvSource::Own => Some({
+                    let k_norm_host = ck.f32(&p("self_attn.k_norm.weight"), &[d])?;
+                    KvWeights {
+                        k_proj: linear(
+                            ctx,
+                            ck,
+                            &p("self_attn.k_proj.weight"),
+                            l.num_kv_heads * d,
+                            h,
+                            format,
+                        )?,
+                        v_proj: if l.k_eq_v {
+                            None
+                        } else {
+                            Some(linear(
+                                ctx,
+                                ck,
+                                &p("self_attn.v_proj.weight"),
+                                l.num_kv_heads * d,
+                                h,
+                                format,
+                            )?)
+                        },
+                        k_norm: Tensor::from_f32(ctx, "k_norm", &[d], &k_norm_host)?,
+                        k_norm_host,
+                    }
+                }),
+                KvSource::Shared { .. } => None,
+            };
+            let i = l.intermediate_size;
+            let mut gate_up = ck.f32(&p("mlp.gate_proj.weight"), &[i, h])?;
+            gate_up.extend(ck.f32(&p("mlp.up_proj.weight"), &[i, h])?);
+            let ple = if spec.ple_dim > 0 {
+                Some(PleLayerWeights {
+                    per_layer_input_gate: linear(
+                        ctx,
+                        ck,
+                        &p("per_layer_input_gate.weight"),
+                        spec.ple_dim,
+                        h,
+                        format,
+                    )?,
+                    per_layer_projection: linear(
+                        ctx,
+                        ck,
+                        &p("per_layer_projection.weight"),
+                        h,
+                        spec.ple_dim,
+                        format,
+                    )?,
+                    post_per_layer_input_norm: vector(
+                        ctx,
+                        ck,
+                        &p("post_per_layer_input_norm.weight"),
+                        h,
+                    )?,
+                })
+            } else {
+                None
+            };
+            let layer_scalar = if ck.has(&p("layer_scalar")) {
+                ck.f32(&p("layer_scalar"), &[1])?[0]
+            } else {
+                1.0
+            };
+            layers.push(LayerWeights {
+                input_layernorm: vector(ctx, ck, &p("input_layernorm.weight"), h)?,
+                q_proj: linear(ctx, ck, &p("self_attn.q_proj.weight"), nh * d, h, format)?,
+                q_norm: vector(ctx, ck, &p("self_attn.q_norm.weight"), d)?,
+                kv,
+                o_proj: linear(ctx, ck, &p("self_attn.o_proj.weight"), h, nh * d, format)?,
+                post_attention_layernorm: vector(
+                    ctx,
+                    ck,
+                    &p("post_attention_layernorm.weight"),
+                    h,
+                )?,
+                pre_feedforward_layernorm: vector(
+                    ctx,
+                    ck,
+                    &p("pre_feedforward_layernorm.weight"),
+                    h,
+                )?,
+                gate_up_proj: LinearWeight::upload(
+                    ctx,
+                    &p("mlp.gate_up_proj"),
+                    &gate_up,
+                    2 * i,
+                    h,
+                    format,
+                )?,
+                down_proj: linear(ctx, ck, &p("mlp.down_proj.weight"), h, i, format)?,
+                post_feedforward_layernorm: vector(
+                    ctx,
+                    ck,
+                    &p("post_feedforward_layernorm.weight"),
+                    h,
+                )?,
+                ple,
+                layer_scalar,
+            });
+            progress(layers.len() + 1, total);
+        }
+        let norm = vector(ctx, ck, "norm.weight", h)?;
+        progress(total, total);
+        Ok(Weights {
+            embed_tokens,
+            embed_scale: embed_scale(h, dtype),
+            ple_embed_scale: embed_scale(spec.ple_dim.max(1), dtype),
+            ple,
+            layers,
+            norm,
+            lm_head,
+        })
+    }
+}

@@ -1,0 +1,294 @@
+//! Harness cases: one step (append of `rows` new rows + attention) on a cache that already
+//! holds `start` positions, against the f64 reference over the logical K/V history.
+
+use super::*;
+use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
+use rand::Rng as _;
+
+/// f32 online softmax vs f64 reference: outputs are convex combinations of V in [-1, 1].
+pub const ATTENTION_CHECK: Check = Check::Close {
+    max_abs: 2e-5,
+    nmse: 1e-9,
+};
+
+/// One attention step.
+#[derive(Debug, Clone)]
+pub struct AttentionCase {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Sliding window (None: full attention).
+    pub window: Option<usize>,
+    /// Rows of this step (M).
+    pub rows: usize,
+    /// Positions already in the cache.
+    pub start: usize,
+    /// Ring sizing (sliding): the most rows of one forward (>= rows).
+    pub max_rows: usize,
+    /// Full cache capacity (>= start + rows).
+    pub max_len: usize,
+    pub k_eq_v: bool,
+    /// Chunk threshold (None: the device's binding limit).
+    pub chunk_bytes: Option<u64>,
+    /// Scale of q (large values stress the softmax).
+    pub q_scale: f32,
+    /// Forced splits per chunk (None: planned).
+    pub splits: Option<u32>,
+    /// Caches to rotate through (benchmarks: keep small caches out of L2).
+    pub copies: usize,
+}
+
+impl AttentionCase {
+    /// A case with defaults: full attention, max_len = start + rows, no chunking.
+    pub fn new(heads: usize, kv_heads: usize, head_dim: usize, rows: usize, start: usize) -> Self {
+        AttentionCase {
+            heads,
+            kv_heads,
+            head_dim,
+            window: None,
+            rows,
+            start,
+            max_rows: rows,
+            max_len: start + rows,
+            k_eq_v: false,
+            chunk_bytes: None,
+            q_scale: 1.0,
+            splits: None,
+            copies: 1,
+        }
+    }
+
+    pub fn sliding(mut self, window: usize, max_rows: usize) -> Self {
+        self.window = Some(window);
+        self.max_rows = max_rows.max(self.rows);
+        self
+    }
+
+    fn layout(&self) -> KvLayout {
+        match self.window {
+            Some(window) => KvLayout::Sliding {
+                window,
+                max_rows: self.max_rows,
+            },
+            None => KvLayout::Full {
+                max_len: self.max_len.max(self.start + self.rows),
+            },
+        }
+    }
+
+    fn kv_len(&self) -> usize {
+        self.start + self.rows
+    }
+
+    /// Keys the step must read (the union of the rows' windows).
+    fn visible_keys(&self) -> usize {
+        match self.window {
+            Some(w) => self.kv_len().min(w + self.rows - 1),
+            None => self.kv_len(),
+        }
+    }
+}
+
+fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0..1.0) * scale).collect()
+}
+
+impl OpCase for AttentionCase {
+    fn name(&self) -> String {
+        format!(
+            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}",
+            match self.window {
+                Some(w) => format!("sliding w={w} max_rows={}", self.max_rows),
+                None => "full".to_string(),
+            },
+            self.rows,
+            self.start,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            if self.k_eq_v { " k=v" } else { "" },
+            self.chunk_bytes
+                .map_or(String::new(), |b| format!(" chunk_bytes={b}")),
+            if self.q_scale != 1.0 {
+                format!(" q_scale={}", self.q_scale)
+            } else {
+                String::new()
+            },
+            self.splits.map_or(String::new(), |s| format!(" splits={s}")),
+            if self.copies > 1 {
+                format!(" copies={}", self.copies)
+            } else {
+                String::new()
+            },
+        )
+    }
+
+    fn prepare(&self, ctx: &GpuContext, rng: &mut Rng) -> Result<Prepared> {
+        let (h, kvh, d, m) = (self.heads, self.kv_heads, self.head_dim, self.rows);
+        let kv_len = self.kv_len();
+        // Only keys some row can see matter: older history is never generated.
+        let first = self
+            .window
+            .map_or(0, |w| (self.start + 1).saturating_sub(w));
+        let n_hist = kv_len - first;
+        let row = kvh * d;
+        let q = uniform(rng, m * h * d, self.q_scale);
+        let v_hist = uniform(rng, n_hist * row, 1.0);
+        let rope = RopeConfig::gemma4_full(d);
+        let k_norm_weight: Vec<f32> = (0..d).map(|_| rng.random_range(0.5..1.5)).collect();
+        let (k_hist, k_ref) = if self.k_eq_v {
+            (
+                None,
+                keys_from_values(&v_hist, first, kvh, &k_norm_weight, &rope),
+            )
+        } else {
+            let k = uniform(rng, n_hist * row, 1.0);
+            (Some(k.clone()), k)
+        };
+        let split = (self.start - first) * row;
+        let positions: Vec<u32> = (self.start..kv_len).map(|p| p as u32).collect();
+        let tq = Tensor::from_f32(ctx, "q", &[m, h, d], &q)?;
+        let tpos = Tensor::from_u32(ctx, "positions", &[m], &positions)?;
+        let tout = Tensor::zeros(ctx, "out", &[m, h, d], DType::F32)?;
+        let tv = Tensor::from_f32(ctx, "v_new", &[m, kvh, d], &v_hist[split..])?;
+        let tk = match &k_hist {
+            Some(k) => Some(Tensor::from_f32(ctx, "k_new", &[m, kvh, d], &k[split..])?),
+            None => None,
+        };
+        let scratch = AttentionScratch::for_head_dim(ctx, d)?;
+        let config = KvCacheConfig {
+            kv_heads: kvh,
+            head_dim: d,
+            layout: self.layout(),
+            k_eq_v: self.k_eq_v,
+            max_binding_bytes: self.chunk_bytes,
+        };
+        let mut kernels = Vec::new();
+        for copy in 0..self.copies.max(1) {
+            let mut cache = KvCache::new(ctx, &format!("kv{copy}"), config)?;
+            cache.load_rows(
+                ctx,
+                first,
+                k_hist.as_ref().map(|k| &k[..split]),
+                &v_hist[..split],
+            )?;
+            let claimed = cache.advance(m)?;
+            debug_assert_eq!(claimed, self.start..kv_len);
+            let append = cache.append_kernel(ctx, tk.as_ref(), &tv, &tpos)?;
+            let attention = Attention::new(
+                ctx,
+                AttentionInputs {
+                    q: &tq,
+                    positions: &tpos,
+                    cache: &cache,
+                    out: &tout,
+                    key_from_v: self.k_eq_v.then_some(KeyFromValue {
+                        k_norm_weight: &k_norm_weight,
+                        rope,
+                    }),
+                },
+                &scratch,
+            )?;
+            let plan = match self.splits {
+                Some(s) => plan::plan_with_splits(attention.geometry(), m, kv_len, s)?,
+                None => attention.plan(m, kv_len)?,
+            };
+            kernels.extend(append.kernels_for(m)?);
+            kernels.extend(attention.kernels_for_plan(&plan));
+        }
+        let reference = attention_ref(
+            &q,
+            &positions,
+            h,
+            kvh,
+            d,
+            self.window,
+            &KvHistory {
+                first,
+                k: &k_ref,
+                v: &v_hist,
+            },
+        );
+        let kv_tensors = if self.k_eq_v { 1 } else { 2 };
+        let per_copy = (self.visible_keys() * row * 4 * kv_tensors) as u64 // cache reads
+            + (2 * m * h * d * 4) as u64 // q in, out
+            + (2 * m * row * 4 * kv_tensors) as u64; // appended rows in and out
+        Ok(Prepared {
+            kernels,
+            outputs: vec![Expected {
+                name: "out",
+                tensor: tout,
+                reference: Values::F32(reference),
+                check: ATTENTION_CHECK,
+            }],
+            bytes_moved: per_copy * self.copies.max(1) as u64,
+        })
+    }
+}
+
+/// Random shapes: head dims 64/256/512, GQA ratios, M = 1, 3, 17, windows smaller and larger
+/// than the context, rings far past their size, K = V, chunked caches, forced splits.
+pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let dims = [64, 256, 512];
+    let gqa = [(1, 1), (2, 1), (8, 1), (4, 2), (6, 3), (16, 4)];
+    let pick = |rng: &mut Rng, m: usize, start_max: usize| {
+        let d = dims[rng.random_range(0..dims.len())];
+        let (h, kvh) = gqa[rng.random_range(0..gqa.len())];
+        let start = rng.random_range(0..start_max);
+        AttentionCase::new(h, kvh, d, m, start)
+    };
+    let mut cases = vec![
+        pick(rng, 1, 1500),
+        pick(rng, 3, 700).sliding(rng.random_range(4..600), 3),
+        pick(rng, 17, 300),
+        // A ring far past its size (wrap-around), window smaller than the context.
+        {
+            let mut c = pick(rng, 3, 50);
+            c.start += 20_000;
+            c.head_dim = 64;
+            c.sliding(rng.random_range(8..200), rng.random_range(3..9))
+        },
+    ];
+    // K = V (keys rebuilt from values with a proportional rope).
+    let m = [1, 3][rng.random_range(0..2)];
+    let mut kv = pick(rng, m, 400);
+    kv.k_eq_v = true;
+    cases.push(kv);
+    // A full cache split into several chunks, with a forced split count.
+    let m = [1, 3][rng.random_range(0..2)];
+    let mut chunked = pick(rng, m, 900);
+    chunked.max_len = chunked.start + chunked.rows + rng.random_range(0..300);
+    chunked.chunk_bytes = Some((chunked.kv_heads * chunked.head_dim * 4 * 128) as u64);
+    chunked.splits = Some(rng.random_range(1..6));
+    cases.push(chunked);
+    cases
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn OpCase>)
+        .collect()
+}
+
+/// E2B shapes (8 q heads, 1 kv head): decode at 4K and 32K for sliding (D 256, W 512) and
+/// full (D 512) layers, verify M = 3, and a 512-row prefill chunk. Small caches are copied
+/// so that the rotation reads >= ~64 MiB (more than a 50 MB L2).
+pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
+    for ctx_len in [4096, 32_768] {
+        for rows in [1, 3] {
+            let start = ctx_len - rows;
+            let mut sliding = AttentionCase::new(8, 1, 256, rows, start).sliding(512, 9);
+            sliding.copies = 64;
+            let mut full = AttentionCase::new(8, 1, 512, rows, start);
+            full.copies = (64 << 20) / (ctx_len * 512 * 8);
+            cases.push(sliding);
+            cases.push(full);
+        }
+    }
+    let mut prefill = AttentionCase::new(8, 1, 512, 512, 0);
+    prefill.max_len = 4096;
+    cases.push(prefill);
+    cases.push(AttentionCase::new(8, 1, 256, 512, 0).sliding(512, 512));
+    cases
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn OpCase>)
+        .collect()
+}

@@ -1,0 +1,353 @@
+//! Attention over a per-layer KV cache (Gemma 4: scale 1.0, GQA, causal, sliding window),
+//! with the cache itself ([`KvCache`]: append kernel, length, rollback).
+//!
+//! Design: split-K ("flash decoding"). The `partial` kernel runs one workgroup per (split of
+//! the visible keys, row, tile of query heads of one kv head) and per cache chunk, and keeps
+//! an f32 online softmax; the `combine` kernel merges the splits. The split count is planned
+//! per step from the context length ([`plan`]), so one kv head at M = 1 still fills a large
+//! GPU and 128K contexts stay within the dispatch limits; kernels and bind groups are built
+//! once and [`Attention::record`] only chooses the grid.
+//!
+//! Routes, chosen per step by [`Attention::plan`]:
+//! - `split_k` (decode M = 1, verify M = k + 1, long prefill chunks): partial + combine.
+//! - `direct`: one split and one chunk (short contexts, prefill with many rows): the partial
+//!   kernel normalises and writes the output itself; one dispatch.
+//!
+//! Guards (build time, fail closed with [`Error::NoRoute`]): head_dim a power of two in
+//! 8..=512; heads a multiple of kv_heads; rows, heads and kv_heads * head tiles within the
+//! device's workgroups per dimension. Step contract: the rows of a step are the first `m`
+//! rows of q, their positions are in `positions[..m]` and already appended to the cache
+//! (so a prefill chunk attends to itself), and `kv_len` is the cache length after the append.
+
+mod kv_cache;
+pub mod plan;
+mod reference;
+
+#[cfg(test)]
+mod tests;
+
+mod cases;
+
+pub use cases::{bench_cases, random_cases, AttentionCase};
+pub use kv_cache::{KvAppend, KvCache, KvCacheConfig, KvChunk, KvLayout};
+pub use plan::{AttentionPlan, Geometry};
+pub use reference::{attention_ref, keys_from_values, KvHistory};
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
+use crate::ops::rope::{rope_inv_freq, RopeConfig};
+
+const SHADER: &str = "attention";
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    heads: u32,
+    kv_heads: u32,
+    group: u32,
+    d4: u32,
+    gt: u32,
+    head_tiles: u32,
+    window: u32,
+    slots: u32,
+    ring: u32,
+    chunk_start: u32,
+    chunk_slots: u32,
+    chunk_index: u32,
+    rot_pairs: u32,
+    _pad: [u32; 3],
+}
+
+/// Partial results of split-K attention, shared by every layer of a model (layers run one
+/// after another in the pass).
+#[derive(Debug, Clone)]
+pub struct AttentionScratch {
+    acc: Tensor,
+    ml: Tensor,
+    acc_floats: usize,
+    max_query_splits: usize,
+}
+
+impl AttentionScratch {
+    /// Room for `max_query_splits` (split, query) partials of head_dim up to `max_head_dim`.
+    pub fn new(ctx: &GpuContext, max_query_splits: usize, max_head_dim: usize) -> Result<Self> {
+        let acc_floats = max_query_splits.max(1) * max_head_dim.max(4);
+        Ok(AttentionScratch {
+            acc: Tensor::zeros(ctx, "attention.part_acc", &[acc_floats], DType::F32)?,
+            ml: Tensor::zeros(
+                ctx,
+                "attention.part_ml",
+                &[(max_query_splits + 1) * 2],
+                DType::F32,
+            )?,
+            acc_floats,
+            max_query_splits,
+        })
+    }
+
+    /// The default size: 16384 partials (32 MiB at head_dim 512), enough for the planner's
+    /// full parallelism at decode and verify shapes up to 32 query heads.
+    pub fn for_head_dim(ctx: &GpuContext, max_head_dim: usize) -> Result<Self> {
+        AttentionScratch::new(ctx, 16_384, max_head_dim)
+    }
+}
+
+/// For K = V caches: how keys are rebuilt from the cached values.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyFromValue<'a> {
+    /// The layer's k_norm weight [head_dim] (plain w, not 1 + w).
+    pub k_norm_weight: &'a [f32],
+    /// The layer's rope (Gemma 4 full layers: proportional).
+    pub rope: RopeConfig,
+}
+
+/// The tensors one attention layer reads and writes.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionInputs<'a> {
+    /// Queries [rows, heads, D] f32, RMS-normed and rotated.
+    pub q: &'a Tensor,
+    /// Positions [>= rows] u32 (the ones the append used).
+    pub positions: &'a Tensor,
+    pub cache: &'a KvCache,
+    /// Output [rows, heads, D] f32.
+    pub out: &'a Tensor,
+    /// Required exactly for K = V caches.
+    pub key_from_v: Option<KeyFromValue<'a>>,
+}
+
+/// One layer's attention: kernels built once; [`Attention::record`] dispatches a step.
+#[derive(Debug)]
+pub struct Attention {
+    geo: Geometry,
+    /// One `partial` kernel per cache chunk.
+    partial: Vec<Kernel>,
+    /// `partial` with DIRECT (single-chunk caches only).
+    direct: Option<Kernel>,
+    combine: Kernel,
+}
+
+fn route_guards(geo: &Geometry) -> Vec<String> {
+    let mut failed = Vec::new();
+    let d = geo.head_dim;
+    if !(d.is_power_of_two() && (8..=512).contains(&d)) {
+        failed.push(format!("head_dim {d} is not a power of two in 8..=512"));
+    }
+    if geo.kv_heads == 0 || geo.heads % geo.kv_heads != 0 {
+        failed.push(format!(
+            "heads {} is not a multiple of kv_heads {}",
+            geo.heads, geo.kv_heads
+        ));
+    }
+    let max = geo.max_per_dim as usize;
+    if failed.is_empty() {
+        let (_, tiles) = geo.tiles();
+        if geo.rows > max || geo.heads > max || geo.kv_heads * tiles > max {
+            failed.push(format!(
+                "rows {}, heads {} and kv_heads * head tiles {} must be <= {max}",
+                geo.rows,
+                geo.heads,
+                geo.kv_heads * tiles
+            ));
+        }
+    }
+    failed
+}
+
+impl Attention {
+    pub fn new(
+        ctx: &GpuContext,
+        inputs: AttentionInputs<'_>,
+        scratch: &AttentionScratch,
+    ) -> Result<Attention> {
+        let AttentionInputs {
+            q,
+            positions,
+            cache,
+            out,
+            key_from_v,
+        } = inputs;
+        let cfg = *cache.config();
+        let d = cfg.head_dim;
+        let (rows, heads) = match *q.shape() {
+            [rows, heads, qd] if qd == d && rows > 0 && heads > 0 && q.dtype() == DType::F32 => {
+                (rows, heads)
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "attention",
+                    "q",
+                    format!("f32 [rows, heads, {d}] (head_dim of the cache)"),
+                    format!("{:?} {:?}", q.dtype(), q.shape()),
+                ))
+            }
+        };
+        if out.shape() != q.shape() || out.dtype() != DType::F32 {
+            return Err(Error::invalid(
+                "attention",
+                "out",
+                format!("f32 {:?}", q.shape()),
+                format!("{:?} {:?}", out.dtype(), out.shape()),
+            ));
+        }
+        if out.buffer() == q.buffer() {
+            return Err(Error::invalid("attention", "out", "a tensor other than q", "q itself"));
+        }
+        if positions.dtype() != DType::U32 || positions.numel() < rows {
+            return Err(Error::invalid(
+                "attention",
+                "positions",
+                format!("u32 with >= {rows} elements"),
+                format!("{:?} {:?}", positions.dtype(), positions.shape()),
+            ));
+        }
+        let mut geo = cache.geometry(heads, rows, ctx.limits.max_compute_workgroups_per_dimension);
+        geo.max_query_splits = scratch.max_query_splits.min(scratch.acc_floats / d);
+        let failed = route_guards(&geo);
+        if !failed.is_empty() {
+            return Err(Error::NoRoute {
+                op: "attention",
+                shapes: format!(
+                    "q {:?}, kv_heads {}, head_dim {d}",
+                    q.shape(),
+                    cfg.kv_heads
+                ),
+                failed,
+            });
+        }
+        let (key_rope, rot_pairs) = match (cfg.k_eq_v, key_from_v) {
+            (false, None) => (Tensor::zeros(ctx, "attention.key_rope", &[4], DType::F32)?, 0),
+            (true, Some(kv)) => {
+                if kv.k_norm_weight.len() != d || kv.rope.head_dim != d {
+                    return Err(Error::invalid(
+                        "attention",
+                        "key_from_v (k_norm weight length, rope head_dim)",
+                        format!("{d}, {d}"),
+                        format!("{}, {}", kv.k_norm_weight.len(), kv.rope.head_dim),
+                    ));
+                }
+                let mut data = kv.k_norm_weight.to_vec();
+                data.extend(rope_inv_freq(&kv.rope));
+                let t = Tensor::from_f32(ctx, "attention.key_rope", &[data.len()], &data)?;
+                (t, kv.rope.rotated_pairs() as u32)
+            }
+            (k_eq_v, _) => {
+                return Err(Error::invalid(
+                    "attention",
+                    "key_from_v",
+                    if k_eq_v {
+                        "Some (the cache is K = V)"
+                    } else {
+                        "None (the cache stores K)"
+                    },
+                    if k_eq_v { "None" } else { "Some" },
+                ))
+            }
+        };
+        let (gt, head_tiles) = geo.tiles();
+        let params = |chunk_index: usize| {
+            let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
+            Params {
+                heads: heads as u32,
+                kv_heads: cfg.kv_heads as u32,
+                group: geo.group() as u32,
+                d4: (d / 4) as u32,
+                gt: gt as u32,
+                head_tiles: head_tiles as u32,
+                window: geo.window.unwrap_or(0) as u32,
+                slots: geo.slots as u32,
+                ring: geo.ring as u32,
+                chunk_start: slots.start as u32,
+                chunk_slots: slots.len() as u32,
+                chunk_index: chunk_index as u32,
+                rot_pairs,
+                _pad: [0; 3],
+            }
+        };
+        let one = crate::gpu::Grid::new(1, 1, 1);
+        let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
+            let chunk = &cache.chunks()[chunk_index];
+            KernelBuilder::new(ctx, SHADER)
+                .entry("partial")
+                .constant("DIRECT", direct as u64)
+                .constant("KEY_FROM_V", cfg.k_eq_v as u64)
+                .uniform(&params(chunk_index))
+                .tensor(out)
+                .tensor(&scratch.acc)
+                .tensor(&scratch.ml)
+                .tensor(positions)
+                .tensor(q)
+                .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
+                .tensor(&chunk.v)
+                .tensor(&key_rope)
+                .build(one)
+        };
+        let partial = (0..geo.chunks.len())
+            .map(|c| partial_kernel(c, false))
+            .collect::<Result<Vec<_>>>()?;
+        let direct = if geo.chunks.len() == 1 {
+            Some(partial_kernel(0, true)?)
+        } else {
+            None
+        };
+        let combine = KernelBuilder::new(ctx, SHADER)
+            .entry("combine")
+            .uniform(&params(0))
+            .tensor(out)
+            .tensor(&scratch.acc)
+            .tensor(&scratch.ml)
+            .build(one)?;
+        Ok(Attention {
+            geo,
+            partial,
+            direct,
+            combine,
+        })
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The plan of a step of `m` rows with `kv_len` positions in the cache (after the append).
+    pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
+        plan::plan(&self.geo, m, kv_len)
+    }
+
+    /// The dispatches of `plan`, in order, as kernels with their grids.
+    pub fn kernels_for_plan(&self, plan: &AttentionPlan) -> Vec<Kernel> {
+        match (&self.direct, plan.direct) {
+            (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
+            _ => self.partial[..plan.chunks]
+                .iter()
+                .map(|k| k.with_grid(plan.partial_grid))
+                .chain([self.combine.with_grid(plan.combine_grid)])
+                .collect(),
+        }
+    }
+
+    /// [`Attention::plan`] + [`Attention::kernels_for_plan`] (for the harness).
+    pub fn kernels_for(&self, m: usize, kv_len: usize) -> Result<Vec<Kernel>> {
+        Ok(self.kernels_for_plan(&self.plan(m, kv_len)?))
+    }
+
+    /// Records one step: plans the grid for `m` rows and `kv_len` (the cache length after
+    /// this step's append) and dispatches into `pass`. Allocates nothing.
+    pub fn record(&self, pass: &mut Pass<'_>, m: usize, kv_len: usize) -> Result<AttentionPlan> {
+        let plan = self.plan(m, kv_len)?;
+        self.record_plan(pass, &plan);
+        Ok(plan)
+    }
+
+    /// Records the dispatches of a plan made by [`Attention::plan`].
+    pub fn record_plan(&self, pass: &mut Pass<'_>, plan: &AttentionPlan) {
+        match (&self.direct, plan.direct) {
+            (Some(direct), true) => pass.dispatch_grid(direct, plan.partial_grid),
+            _ => {
+                for k in &self.partial[..plan.chunks] {
+                    pass.dispatch_grid(k, plan.partial_grid);
+                }
+                pass.dispatch_grid(&self.combine, plan.combine_grid);
+            }
+        }
+    }
+}

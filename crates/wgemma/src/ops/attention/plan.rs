@@ -1,0 +1,322 @@
+//! Per-step grid planning for attention: pure host arithmetic (unit-tested without a GPU).
+//!
+//! The partial kernel's grid is (splits, rows, kv_heads * head_tiles) per cache chunk: each
+//! workgroup scans one contiguous split of one row's visible keys for one tile of query heads.
+//! The number of splits depends on the current context length, so it is chosen per step; the
+//! kernels and bind groups are built once. The shader cuts the row's key span itself from the
+//! positions on the GPU and `num_workgroups.x` ([`split_range`] mirrors it), so a plan built
+//! from a wrong `kv_len` only costs speed, never correctness (except for chunked full caches,
+//! where chunks at or past `kv_len` are not dispatched).
+
+use crate::error::{Error, Result};
+use crate::gpu::Grid;
+use std::ops::Range;
+
+/// Keys per block of the partial kernel (one score per thread row of the block).
+pub const KEY_BLOCK: usize = 32;
+/// Query heads one workgroup serves at most (and at most 4096 / head_dim: 8 vec4
+/// accumulators per thread of 128).
+pub const MAX_TILE_QUERIES: usize = 32;
+/// Partials the combine kernel merges at most (its workgroup weight array).
+pub const MAX_SPLITS: usize = 512;
+/// Splits are added until a dispatch has about this many workgroups (fills a large GPU:
+/// ~8 per SM on an H200) ...
+pub const TARGET_WORKGROUPS: usize = 1024;
+/// ... but no split gets fewer keys than this (a combine input costs D + 2 floats).
+pub const MIN_KEYS_PER_SPLIT: usize = 64;
+
+/// What the planner needs to know about one attention layer (fixed at build time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Geometry {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Sliding window W (None: full attention).
+    pub window: Option<usize>,
+    /// Sliding ring (slot = position % slots) or full cache (slot = position).
+    pub ring: bool,
+    pub slots: usize,
+    /// Slot ranges of the cache chunks (one storage binding each).
+    pub chunks: Vec<Range<usize>>,
+    /// Rows the kernels were built for (q's first dimension).
+    pub rows: usize,
+    /// Scratch capacity in (split, query) pairs.
+    pub max_query_splits: usize,
+    /// The device's maxComputeWorkgroupsPerDimension.
+    pub max_per_dim: u32,
+}
+
+/// Query heads per tile for `head_dim`: min(32, 4096 / head_dim).
+pub fn max_tile_queries(head_dim: usize) -> usize {
+    MAX_TILE_QUERIES.min(4096 / head_dim.max(1)).max(1)
+}
+
+impl Geometry {
+    pub fn group(&self) -> usize {
+        self.heads / self.kv_heads.max(1)
+    }
+
+    /// (query heads per tile, tiles per kv head): the group split evenly into tiles.
+    pub fn tiles(&self) -> (usize, usize) {
+        let group = self.group().max(1);
+        let tiles = group.div_ceil(max_tile_queries(self.head_dim));
+        (group.div_ceil(tiles), tiles)
+    }
+}
+
+/// One step's dispatch plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionPlan {
+    /// Rows (queries' positions) of this step.
+    pub rows: usize,
+    /// Splits per chunk.
+    pub splits: u32,
+    /// Cache chunks dispatched (a prefix of the chunks: those holding keys < kv_len).
+    pub chunks: usize,
+    /// One split and a single-chunk cache: the partial kernel writes the output, no combine.
+    pub direct: bool,
+    /// Grid of each chunk's partial dispatch: (splits, rows, kv_heads * head_tiles).
+    pub partial_grid: Grid,
+    /// Grid of the combine: (heads, rows).
+    pub combine_grid: Grid,
+}
+
+/// Plans one step of `m` rows whose last position is `kv_len - 1`.
+pub fn plan(geo: &Geometry, m: usize, kv_len: usize) -> Result<AttentionPlan> {
+    plan_inner(geo, m, kv_len, None)
+}
+
+/// As [`plan`] with a forced split count per chunk (tests of the split-K path).
+pub fn plan_with_splits(
+    geo: &Geometry,
+    m: usize,
+    kv_len: usize,
+    splits: u32,
+) -> Result<AttentionPlan> {
+    plan_inner(geo, m, kv_len, Some(splits))
+}
+
+fn plan_inner(
+    geo: &Geometry,
+    m: usize,
+    kv_len: usize,
+    forced: Option<u32>,
+) -> Result<AttentionPlan> {
+    if m == 0 || m > geo.rows {
+        return Err(Error::invalid(
+            "attention",
+            "rows of this step",
+            format!("1..={}", geo.rows),
+            m,
+        ));
+    }
+    if kv_len < m || (!geo.ring && kv_len > geo.slots) {
+        return Err(Error::invalid(
+            "attention",
+            "kv_len (cache length including this step's rows)",
+            format!(
+                "{m}..={}",
+                if geo.ring {
+                    "any".to_string()
+                } else {
+                    geo.slots.to_string()
+                }
+            ),
+            kv_len,
+        ));
+    }
+    let chunks = if geo.ring {
+        1
+    } else {
+        geo.chunks.iter().filter(|c| c.start < kv_len).count()
+    };
+    let chunk_keys = geo.chunks.iter().map(|c| c.len()).max().unwrap_or(0);
+    let keys = match geo.window {
+        Some(w) => kv_len.min(w),
+        None => kv_len,
+    }
+    .min(if geo.ring { usize::MAX } else { chunk_keys })
+    .max(1);
+    let (_, head_tiles) = geo.tiles();
+    let tiles = m * geo.kv_heads * head_tiles;
+    let mut splits = match forced {
+        Some(s) => s.max(1) as usize,
+        None => TARGET_WORKGROUPS
+            .div_ceil(tiles * chunks)
+            .min(keys.div_ceil(MIN_KEYS_PER_SPLIT))
+            .max(1),
+    };
+    splits = splits
+        .min(MAX_SPLITS / chunks)
+        .min(geo.max_per_dim as usize);
+    let per_split = chunks * m * geo.heads;
+    if splits * per_split > geo.max_query_splits {
+        splits = geo.max_query_splits / per_split;
+    }
+    let can_direct = geo.chunks.len() == 1;
+    if splits == 0 {
+        if can_direct {
+            splits = 1; // direct: needs no scratch
+        } else {
+            return Err(Error::NoRoute {
+                op: "attention",
+                shapes: format!("rows {m}, heads {}, {chunks} cache chunks", geo.heads),
+                failed: vec![format!(
+                    "scratch holds {} (split, query) pairs; a chunked cache needs >= {per_split}",
+                    geo.max_query_splits
+                )],
+            });
+        }
+    }
+    let direct = can_direct && splits == 1;
+    if forced.is_some_and(|s| s as usize != splits) {
+        return Err(Error::invalid(
+            "attention",
+            "forced split count",
+            format!("<= {splits} (limits and scratch)"),
+            forced.unwrap(),
+        ));
+    }
+    Ok(AttentionPlan {
+        rows: m,
+        splits: splits as u32,
+        chunks,
+        direct,
+        partial_grid: Grid::new(splits as u32, m as u32, (geo.kv_heads * head_tiles) as u32),
+        combine_grid: Grid::new(geo.heads as u32, m as u32, 1),
+    })
+}
+
+/// The keys [k0, k1) that split `s` of `splits` scans out of a row's visible span [lo, hi):
+/// the host mirror of the shader's arithmetic.
+pub fn split_range(lo: usize, hi: usize, splits: usize, s: usize) -> Range<usize> {
+    let hi = hi.max(lo);
+    let per = (hi - lo).div_ceil(splits).div_ceil(KEY_BLOCK) * KEY_BLOCK;
+    let k0 = (lo + s * per).min(hi);
+    k0..(k0 + per).min(hi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e2b_full(slots: usize, max_binding: u64) -> Geometry {
+        let row_bytes = 512 * 4;
+        let chunks =
+            crate::gpu::plan_row_chunks(slots, row_bytes, max_binding, 1).expect("chunks");
+        Geometry {
+            heads: 8,
+            kv_heads: 1,
+            head_dim: 512,
+            window: None,
+            ring: false,
+            slots,
+            chunks,
+            rows: 9,
+            max_query_splits: 16_384,
+            max_per_dim: 65_535,
+        }
+    }
+
+    #[test]
+    fn decode_at_128k_fits_dispatch_limits_and_fills_the_gpu() {
+        // 128K keys x 512 x f32 = 256 MiB per tensor: two chunks under a 128 MiB binding.
+        let geo = e2b_full(131_072, 128 << 20);
+        assert_eq!(geo.chunks.len(), 2);
+        let p = plan(&geo, 1, 131_072).unwrap();
+        assert_eq!(p.chunks, 2);
+        assert!(!p.direct);
+        let total = p.splits as usize * p.chunks;
+        assert!(total <= MAX_SPLITS && total * 8 <= geo.max_query_splits);
+        assert!(p.partial_grid.x <= 65_535 && p.partial_grid.y <= 65_535);
+        // Enough workgroups for a 132-SM GPU even at M = 1 with one kv head.
+        assert!(p.partial_grid.count() as usize * p.chunks >= 256, "{p:?}");
+        // Every key of each chunk is covered by exactly one split.
+        for c in &geo.chunks {
+            let mut next = c.start;
+            for s in 0..p.splits as usize {
+                let r = split_range(c.start, c.end, p.splits as usize, s);
+                if !r.is_empty() {
+                    assert_eq!(r.start, next);
+                    next = r.end;
+                }
+            }
+            assert_eq!(next, c.end);
+        }
+        // One binding large enough: a single chunk, same parallelism.
+        let one = plan(&e2b_full(131_072, 1 << 31), 1, 131_072).unwrap();
+        assert_eq!(one.chunks, 1);
+        assert!(one.partial_grid.count() >= 256);
+        // Only chunks holding keys < kv_len are dispatched.
+        assert_eq!(plan(&geo, 1, 1000).unwrap().chunks, 1);
+    }
+
+    #[test]
+    fn short_contexts_and_prefill_go_direct() {
+        let geo = e2b_full(4096, 1 << 31);
+        let p = plan(&geo, 1, 40).unwrap();
+        assert!(p.direct && p.splits == 1);
+        let prefill = Geometry { rows: 512, ..geo.clone() };
+        let p = plan(&prefill, 512, 512).unwrap();
+        assert_eq!(p.partial_grid, Grid::new(p.splits, 512, 1));
+        assert!(p.splits <= 2);
+        // Scratch too small for any split: a single chunk still has the direct route.
+        let tiny = Geometry {
+            max_query_splits: 10,
+            ..prefill
+        };
+        assert!(plan(&tiny, 512, 4096).unwrap().direct);
+    }
+
+    #[test]
+    fn plans_reject_bad_steps() {
+        let geo = e2b_full(4096, 1 << 31);
+        assert!(plan(&geo, 0, 10).is_err());
+        assert!(plan(&geo, 10, 100).is_err()); // more rows than built
+        assert!(plan(&geo, 3, 2).is_err()); // kv_len < rows
+        assert!(plan(&geo, 1, 4097).is_err()); // past the cache
+        assert!(plan_with_splits(&geo, 1, 4096, 600).is_err()); // > MAX_SPLITS
+        let chunked = Geometry {
+            max_query_splits: 1,
+            ..e2b_full(4096, 1 << 20)
+        };
+        assert!(matches!(
+            plan(&chunked, 1, 4096),
+            Err(Error::NoRoute { .. })
+        ));
+    }
+
+    #[test]
+    fn split_ranges_tile_any_span() {
+        for (lo, hi) in [(0, 1), (5, 5), (3, 70), (100, 4196), (0, 131_072)] {
+            for splits in [1, 2, 3, 7, 64, 512] {
+                let mut next = lo;
+                for s in 0..splits {
+                    let r = split_range(lo, hi, splits, s);
+                    assert!(r.start <= r.end);
+                    if !r.is_empty() {
+                        assert_eq!(r.start, next, "lo {lo} hi {hi} splits {splits} s {s}");
+                        next = r.end;
+                    }
+                }
+                assert_eq!(next, hi.max(lo));
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_split_groups_evenly() {
+        let mut geo = e2b_full(16, 1 << 31);
+        assert_eq!(geo.tiles(), (8, 1)); // D 512: <= 8 queries per tile
+        geo.heads = 32;
+        assert_eq!(geo.tiles(), (8, 4));
+        geo.head_dim = 256;
+        assert_eq!(geo.tiles(), (16, 2));
+        geo.heads = 12;
+        geo.head_dim = 512;
+        assert_eq!(geo.tiles(), (6, 2));
+        geo.head_dim = 64;
+        geo.heads = 32;
+        assert_eq!(geo.tiles(), (32, 1));
+    }
+}

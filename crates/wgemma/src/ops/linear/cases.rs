@@ -1,0 +1,335 @@
+//! Harness cases of the linear op: every route over random shapes, forced chunk splits,
+//! and the E2B shapes for benchmarks.
+
+use super::quant::{quantize_q4, Q4Host, Q4Weight};
+use super::reference::{linear_ref, q4_linear_ref, tolerance};
+use super::{dense_linear, q4_linear_with, LinearOptions, LinearRoute, Reduction};
+use crate::error::{Error, Result};
+use crate::gpu::{DType, GpuContext, Tensor};
+use crate::harness::{Expected, OpCase, Prepared, Rng, Values};
+use rand::Rng as _;
+
+/// How a case makes its Q4 weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightData {
+    /// Random f32 rows of varied magnitude (some groups all zero), through [`quantize_q4`].
+    Quantized,
+    /// Random packed words and f16 scales directly: an E2B lm_head never exists in f32.
+    RandomPacked,
+}
+
+/// One Q4 linear case. The case fails if the op does not build `route` (auto-chosen unless
+/// `force`), so random cases also check route selection.
+#[derive(Debug, Clone)]
+pub struct Q4LinearCase {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub group: usize,
+    pub route: LinearRoute,
+    pub force: bool,
+    pub portable: bool,
+    /// Split threshold for the upload; `Some` also requires that the weight is split.
+    pub max_binding: Option<u64>,
+    /// Weight copies, one kernel set each, all writing the same y; rotating through copies
+    /// keeps a benchmarked weight out of L2. `bytes_moved` counts every copy.
+    pub copies: usize,
+    pub weights: WeightData,
+}
+
+impl Q4LinearCase {
+    pub fn new(m: usize, n: usize, k: usize, group: usize, route: LinearRoute) -> Self {
+        Q4LinearCase {
+            m,
+            n,
+            k,
+            group,
+            route,
+            force: false,
+            portable: false,
+            max_binding: None,
+            copies: 1,
+            weights: WeightData::Quantized,
+        }
+    }
+
+    fn host_weight(&self, rng: &mut Rng) -> Result<Q4Host> {
+        let (n, k, group) = (self.n, self.k, self.group);
+        match self.weights {
+            WeightData::Quantized => {
+                let mut w = vec![0.0f32; n * k];
+                for row in w.chunks_mut(k) {
+                    let scale = 10f32.powf(rng.random_range(-2.0..1.0));
+                    row.iter_mut()
+                        .for_each(|v| *v = rng.random_range(-1.0f32..1.0) * scale);
+                }
+                if rng.random_bool(0.5) {
+                    // A zero group: scale 0, every nibble 8.
+                    let (row, j) = (rng.random_range(0..n), rng.random_range(0..k / group));
+                    w[row * k + j * group..row * k + (j + 1) * group].fill(0.0);
+                }
+                quantize_q4(&w, n, k, group)
+            }
+            WeightData::RandomPacked => {
+                let packed = (0..n * k / 8).map(|_| rng.random::<u32>()).collect();
+                let scales = (0..(n * (k / group)).div_ceil(2))
+                    .map(|_| {
+                        let mut s = || half::f16::from_f32(rng.random_range(0.002..0.02));
+                        s().to_bits() as u32 | (s().to_bits() as u32) << 16
+                    })
+                    .collect();
+                Q4Host::from_parts(n, k, group, packed, scales)
+            }
+        }
+    }
+}
+
+impl OpCase for Q4LinearCase {
+    fn name(&self) -> String {
+        let mut s = format!(
+            "q4_linear {}{} m={} k={} n={} g={}",
+            self.route,
+            if self.force { " (forced)" } else { "" },
+            self.m,
+            self.k,
+            self.n,
+            self.group
+        );
+        if self.portable {
+            s.push_str(" portable");
+        }
+        if let Some(b) = self.max_binding {
+            s.push_str(&format!(" split<={b}B"));
+        }
+        if self.copies > 1 {
+            s.push_str(&format!(" x{} copies/run", self.copies));
+        }
+        s
+    }
+
+    fn prepare(&self, ctx: &GpuContext, rng: &mut Rng) -> Result<Prepared> {
+        const OP: &str = "q4_linear case";
+        let host = self.host_weight(rng)?;
+        let x: Vec<f32> = (0..self.m * self.k)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let tx = Tensor::from_f32(ctx, "x", &[self.m, self.k], &x)?;
+        let ty = Tensor::zeros(ctx, "y", &[self.m, self.n], DType::F32)?;
+        let options = LinearOptions {
+            route: self.force.then_some(self.route),
+            portable: self.portable,
+        };
+        let mut kernels = Vec::new();
+        let mut bytes_moved = 0;
+        for _ in 0..self.copies.max(1) {
+            let w = match self.max_binding {
+                Some(b) => Q4Weight::upload_with_max_binding(ctx, &host, b)?,
+                None => Q4Weight::upload(ctx, &host)?,
+            };
+            if self.max_binding.is_some() && w.chunks().len() < 2 {
+                return Err(Error::invalid(
+                    OP,
+                    "weight chunks",
+                    ">= 2",
+                    w.chunks().len(),
+                ));
+            }
+            let linear = q4_linear_with(ctx, &tx, &w, &ty, &options)?;
+            if linear.route() != self.route {
+                return Err(Error::invalid(OP, "route", self.route, linear.route()));
+            }
+            if self.portable && linear.reduction() == Reduction::Subgroup {
+                return Err(Error::invalid(OP, "reduction", "workgroup", "subgroup"));
+            }
+            bytes_moved += w.bytes() + tx.byte_size() + ty.byte_size();
+            kernels.extend(linear.into_kernels());
+        }
+        let (reference, bound) = q4_linear_ref(&x, self.m, &host);
+        Ok(Prepared {
+            kernels,
+            outputs: vec![Expected {
+                name: "y",
+                tensor: ty,
+                reference: Values::F32(reference),
+                check: tolerance(self.k, bound),
+            }],
+            bytes_moved,
+        })
+    }
+}
+
+/// One dense f32/f16 linear case.
+#[derive(Debug, Clone)]
+pub struct DenseLinearCase {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub f16: bool,
+}
+
+impl OpCase for DenseLinearCase {
+    fn name(&self) -> String {
+        format!(
+            "dense_linear {} m={} k={} n={}",
+            if self.f16 { "f16" } else { "f32" },
+            self.m,
+            self.k,
+            self.n
+        )
+    }
+
+    fn prepare(&self, ctx: &GpuContext, rng: &mut Rng) -> Result<Prepared> {
+        let (m, n, k) = (self.m, self.n, self.k);
+        let mut w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-0.5..0.5)).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let tw = if self.f16 {
+            let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
+            w = h.iter().map(|v| v.to_f32()).collect();
+            Tensor::from_f16(ctx, "w", &[n, k], &h)?
+        } else {
+            Tensor::from_f32(ctx, "w", &[n, k], &w)?
+        };
+        let tx = Tensor::from_f32(ctx, "x", &[m, k], &x)?;
+        let ty = Tensor::zeros(ctx, "y", &[m, n], DType::F32)?;
+        let linear = dense_linear(ctx, &tx, &tw, &ty)?;
+        let (reference, bound) = linear_ref(&x, m, k, &w, n);
+        Ok(Prepared {
+            bytes_moved: tw.byte_size() + tx.byte_size() + ty.byte_size(),
+            kernels: linear.into_kernels(),
+            outputs: vec![Expected {
+                name: "y",
+                tensor: ty,
+                reference: Values::F32(reference),
+                check: tolerance(k, bound),
+            }],
+        })
+    }
+}
+
+fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
+    Box::new(case)
+}
+
+/// Random shapes for every route: M = 1 and 3 (subgroup and portable reductions, contract
+/// groups and per-word groups of 8/16), GEMM over M in 2, 4..=17, the generic route (auto
+/// with K % 32 != 0, and forced on any shape), GEMM forced on K tails, a forced row-chunk
+/// split per route, and dense f32/f16. N is odd.
+pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    use LinearRoute::*;
+    let group = |rng: &mut Rng| [32, 64, 128][rng.random_range(0..3)];
+    let k_for = |rng: &mut Rng, g: usize| g * rng.random_range(1..=(512 / g));
+    let odd = |rng: &mut Rng, lo: usize, hi: usize| rng.random_range(lo..hi) | 1;
+    let gemm_m = |rng: &mut Rng| [2, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17][rng.random_range(0..11)];
+    let mut cases = Vec::new();
+    for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
+        for portable in [false, true] {
+            let g = group(rng);
+            let mut c = Q4LinearCase::new(m, odd(rng, 1, 200), k_for(rng, g), g, route);
+            c.portable = portable;
+            cases.push(boxed(c));
+        }
+        // Groups below 32: one scale per packed word inside each vec4 load.
+        let g = [8, 16][rng.random_range(0..2)];
+        let mut c = Q4LinearCase::new(m, odd(rng, 1, 120), 32 * rng.random_range(1..=12), g, route);
+        c.portable = rng.random_bool(0.5);
+        cases.push(boxed(c));
+    }
+    let g = group(rng);
+    cases.push(boxed(Q4LinearCase::new(
+        gemm_m(rng),
+        odd(rng, 1, 200),
+        k_for(rng, g),
+        g,
+        Q4Gemm,
+    )));
+    // M = 1 with K % 32 != 0: only the generic route is eligible.
+    cases.push(boxed(Q4LinearCase::new(
+        1,
+        odd(rng, 1, 200),
+        8 * (2 * rng.random_range(0..40) + 1),
+        8,
+        Q4Generic,
+    )));
+    let g = [8, 16, 32, 64, 128][rng.random_range(0..5)];
+    let mut c = Q4LinearCase::new(
+        rng.random_range(1..=17),
+        odd(rng, 1, 200),
+        k_for(rng, g),
+        g,
+        Q4Generic,
+    );
+    c.force = true;
+    cases.push(boxed(c));
+    // GEMM with a K tail (K % 32 != 0), including M = 3.
+    let mut c = Q4LinearCase::new(
+        [2, 3, 5][rng.random_range(0..3)],
+        odd(rng, 1, 200),
+        8 * (2 * rng.random_range(0..40) + 1),
+        8,
+        Q4Gemm,
+    );
+    c.force = true;
+    cases.push(boxed(c));
+    for (m, route) in [
+        (1, Q4Gemv),
+        (3, Q4LinearM3),
+        (gemm_m(rng), Q4Gemm),
+        (rng.random_range(1..=5), Q4Generic),
+    ] {
+        let g = group(rng);
+        let k = k_for(rng, g);
+        let mut c = Q4LinearCase::new(m, odd(rng, 129, 320), k, g, route);
+        c.force = route == Q4Generic;
+        c.max_binding = Some(64 * k as u64 / 2);
+        c.portable = rng.random_bool(0.5);
+        cases.push(boxed(c));
+    }
+    for f16 in [false, true] {
+        cases.push(Box::new(DenseLinearCase {
+            m: rng.random_range(1..=9),
+            n: rng.random_range(1..=150),
+            k: rng.random_range(1..=300),
+            f16,
+        }));
+    }
+    cases
+}
+
+/// Weight copies so that one run reads more than ~200 MB (the H200's L2 is 50 MB).
+fn copies_for(n: usize, k: usize, group: usize) -> usize {
+    let bytes = n * k / 2 + n * (k / group) * 2;
+    200_000_000usize.div_ceil(bytes).clamp(1, 128)
+}
+
+fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) -> Box<dyn OpCase> {
+    let mut c = Q4LinearCase::new(m, n, k, 32, route);
+    c.portable = portable;
+    c.weights = WeightData::RandomPacked;
+    c.copies = copies_for(n, k, 32);
+    boxed(c)
+}
+
+/// The E2B linear shapes (K -> N), group 32: decode (M = 1) and verify (M = 3) on all,
+/// prefill (M = 128) on two, the portable reduction on two. Us/run covers all copies.
+pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
+    use LinearRoute::*;
+    const SHAPES: [(usize, usize); 7] = [
+        (1536, 6144),
+        (1536, 12288),
+        (6144, 1536),
+        (12288, 1536),
+        (1536, 2048),
+        (2048, 1536),
+        (1536, 262144),
+    ];
+    let mut cases = Vec::new();
+    for (k, n) in SHAPES {
+        cases.push(e2b_case(1, k, n, Q4Gemv, false));
+        cases.push(e2b_case(3, k, n, Q4LinearM3, false));
+    }
+    cases.push(e2b_case(1, 1536, 6144, Q4Gemv, true));
+    cases.push(e2b_case(1, 1536, 262144, Q4Gemv, true));
+    cases.push(e2b_case(128, 1536, 6144, Q4Gemm, false));
+    cases.push(e2b_case(128, 6144, 1536, Q4Gemm, false));
+    cases
+}

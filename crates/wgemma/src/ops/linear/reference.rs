@@ -1,0 +1,61 @@
+//! CPU references: `y[m, n] = sum_k x[m, k] * W[n, k]` (HF `nn.Linear`, no bias),
+//! accumulated in f64 from the exact f32 weights (Q4: dequantised first).
+//!
+//! Each also returns `max over (m, n) of sum_k |x[m, k] * W[n, k]|`, the magnitude the
+//! tolerance is stated against (see [`tolerance`]).
+
+use super::quant::Q4Host;
+use crate::harness::Check;
+
+fn dot_rows(x: &[f32], m: usize, k: usize, row: &[f32], n: usize, nn: usize, y: &mut [f32]) -> f64 {
+    let mut bound = 0.0f64;
+    for mi in 0..m {
+        let xr = &x[mi * k..(mi + 1) * k];
+        let (mut s, mut a) = (0.0f64, 0.0f64);
+        for (&xv, &wv) in xr.iter().zip(row) {
+            let p = xv as f64 * wv as f64;
+            s += p;
+            a += p.abs();
+        }
+        y[mi * n + nn] = s as f32;
+        bound = bound.max(a);
+    }
+    bound
+}
+
+/// Dense reference: `x` is `[m, k]`, `w` is `[n, k]`; returns `(y [m, n], magnitude)`.
+pub fn linear_ref(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> (Vec<f32>, f64) {
+    let mut y = vec![0.0f32; m * n];
+    let mut bound = 0.0f64;
+    for nn in 0..n {
+        bound = bound.max(dot_rows(x, m, k, &w[nn * k..(nn + 1) * k], n, nn, &mut y));
+    }
+    (y, bound)
+}
+
+/// Q4 reference: dequantises one row at a time (a 262144-row lm_head never exists in f32).
+pub fn q4_linear_ref(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
+    let mut y = vec![0.0f32; m * q.n];
+    let mut row = vec![0.0f32; q.k];
+    let mut bound = 0.0f64;
+    for nn in 0..q.n {
+        q.dequantize_row(nn, &mut row);
+        bound = bound.max(dot_rows(x, m, q.k, &row, q.n, nn, &mut y));
+    }
+    (y, bound)
+}
+
+/// The comparison for a linear output over `k` terms with magnitude `bound`:
+/// - max_abs: `(k + 9) * 2^-24 * bound`, the worst-case f32 rounding of a k-term sum of
+///   products (any order, plus the f16 scale product and the reference's own rounding),
+///   so it cannot fail on a correct kernel;
+/// - nmse <= 1e-9: f32 rounding gives about `k * 2^-48` (1e-11 at k = 1536), while one
+///   wrong weight in a small random case gives about `1 / (k * outputs)` (>> 1e-9), so this
+///   is the sensitive check.
+pub fn tolerance(k: usize, bound: f64) -> Check {
+    Check::Close {
+        max_abs: ((k as f64 + 9.0) * f64::from(f32::EPSILON) / 2.0 * bound) as f32
+            + f32::MIN_POSITIVE,
+        nmse: 1e-9,
+    }
+}

@@ -1,0 +1,265 @@
+//! Route choice for the linear op: each route has explicit guards on the shape and on the
+//! device, evaluated when the kernel is built; the first eligible route in preference
+//! order wins, and when none is eligible the error names every failed guard.
+
+use crate::error::{Error, Result};
+use crate::gpu::GpuContext;
+
+/// A kernel route of the linear op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinearRoute {
+    /// Q4, M = 1 decode GEMV (`q4_matvec[_sg].wgsl` with MV_M = 1).
+    Q4Gemv,
+    /// Q4, M = 3 speculative verify: each weight word read once for 3 rows (MV_M = 3).
+    Q4LinearM3,
+    /// Q4 tiled prefill GEMM (`q4_gemm.wgsl`), M >= 2.
+    Q4Gemm,
+    /// Q4 fallback, one invocation per output (`q4_linear_generic.wgsl`).
+    Q4Generic,
+    /// Dense f32 weights (`dense_linear.wgsl`).
+    DenseF32,
+    /// Dense f16 weights (`dense_linear.wgsl`, W_F16 = 1).
+    DenseF16,
+}
+
+/// Q4 routes in preference order.
+pub const Q4_ROUTES: [LinearRoute; 4] = [
+    LinearRoute::Q4Gemv,
+    LinearRoute::Q4LinearM3,
+    LinearRoute::Q4Gemm,
+    LinearRoute::Q4Generic,
+];
+
+impl LinearRoute {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinearRoute::Q4Gemv => "q4_gemv",
+            LinearRoute::Q4LinearM3 => "q4_linear_m3",
+            LinearRoute::Q4Gemm => "q4_gemm",
+            LinearRoute::Q4Generic => "q4_generic",
+            LinearRoute::DenseF32 => "dense_f32",
+            LinearRoute::DenseF16 => "dense_f16",
+        }
+    }
+
+    /// Invocations per workgroup of the route's shader.
+    pub(crate) fn workgroup_invocations(self) -> u32 {
+        match self {
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4Gemm => 256,
+            LinearRoute::Q4Generic | LinearRoute::DenseF32 | LinearRoute::DenseF16 => 64,
+        }
+    }
+
+    /// Workgroup memory of the route's shader, in bytes (the portable matvec reduction
+    /// needs more than the subgroup one).
+    pub(crate) fn workgroup_storage(self, subgroup: bool) -> u32 {
+        match self {
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if subgroup => 2048,
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => 4096 + 2048,
+            LinearRoute::Q4Gemm => 16384,
+            LinearRoute::Q4Generic => 0,
+            LinearRoute::DenseF32 | LinearRoute::DenseF16 => 1024,
+        }
+    }
+}
+
+impl std::fmt::Display for LinearRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the matvec routes reduce across lanes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Reduction {
+    /// `subgroupAdd` (only with `wgpu::Features::SUBGROUP`).
+    Subgroup,
+    /// Tree through workgroup memory (portable).
+    Workgroup,
+    /// The route has no cross-lane reduction (GEMM, generic) or a fixed one (dense).
+    NotApplicable,
+}
+
+/// What the route guards read from the device (a struct, so tests can pose small devices).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCaps {
+    pub max_invocations_per_workgroup: u32,
+    pub max_workgroup_size_x: u32,
+    pub max_workgroup_storage: u32,
+    pub subgroups: bool,
+    pub max_subgroup_size: u32,
+}
+
+impl DeviceCaps {
+    pub fn of(ctx: &GpuContext) -> DeviceCaps {
+        DeviceCaps {
+            max_invocations_per_workgroup: ctx.limits.max_compute_invocations_per_workgroup,
+            max_workgroup_size_x: ctx.limits.max_compute_workgroup_size_x,
+            max_workgroup_storage: ctx.limits.max_compute_workgroup_storage_size,
+            subgroups: ctx.has(wgpu::Features::SUBGROUP),
+            max_subgroup_size: ctx.info.subgroup_max_size,
+        }
+    }
+}
+
+/// The shape facts the Q4 guards look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Q4Shape {
+    pub m: usize,
+    pub k: usize,
+    pub group: usize,
+}
+
+fn device_guards(route: LinearRoute, subgroup: bool, caps: &DeviceCaps, failed: &mut Vec<String>) {
+    let name = route.name();
+    let inv = route.workgroup_invocations();
+    if caps.max_invocations_per_workgroup < inv || caps.max_workgroup_size_x < inv {
+        failed.push(format!(
+            "{name}: device allows {inv} invocations per workgroup (found max {} invocations, \
+             max size x {})",
+            caps.max_invocations_per_workgroup, caps.max_workgroup_size_x
+        ));
+    }
+    let storage = route.workgroup_storage(subgroup);
+    if caps.max_workgroup_storage < storage {
+        failed.push(format!(
+            "{name}: device workgroup storage >= {storage} bytes (found {})",
+            caps.max_workgroup_storage
+        ));
+    }
+}
+
+/// The guards of `route` that fail for `shape` on `caps` (empty when eligible). `subgroup`
+/// says which matvec reduction would be built.
+pub fn q4_failed_guards(
+    route: LinearRoute,
+    shape: Q4Shape,
+    caps: &DeviceCaps,
+    subgroup: bool,
+) -> Vec<String> {
+    let name = route.name();
+    let mut failed = Vec::new();
+    let Q4Shape { m, k, group } = shape;
+    let mut need = |ok: bool, what: String| {
+        if !ok {
+            failed.push(format!("{name}: {what}"));
+        }
+    };
+    need(k % 8 == 0, format!("K % 8 == 0 (found K = {k})"));
+    need(
+        group > 0 && group % 8 == 0,
+        format!("group % 8 == 0 (found {group})"),
+    );
+    match route {
+        LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => {
+            let want = if route == LinearRoute::Q4Gemv { 1 } else { 3 };
+            need(m == want, format!("M == {want} (found {m})"));
+            need(
+                k % 32 == 0,
+                format!("K % 32 == 0 for vec4<u32> loads (found K = {k})"),
+            );
+        }
+        LinearRoute::Q4Gemm => need(m >= 2, format!("M >= 2 (found {m})")),
+        LinearRoute::Q4Generic => {}
+        LinearRoute::DenseF32 | LinearRoute::DenseF16 => need(false, "not a Q4 route".to_string()),
+    }
+    device_guards(route, subgroup, caps, &mut failed);
+    failed
+}
+
+/// The first eligible Q4 route (or the forced one, if eligible); else [`Error::NoRoute`]
+/// naming every failed guard.
+pub fn choose_q4_route(
+    shape: Q4Shape,
+    caps: &DeviceCaps,
+    subgroup: bool,
+    forced: Option<LinearRoute>,
+    shapes: impl FnOnce() -> String,
+) -> Result<LinearRoute> {
+    let candidates: &[LinearRoute] = match &forced {
+        Some(r) => std::slice::from_ref(r),
+        None => &Q4_ROUTES,
+    };
+    let mut failed = Vec::new();
+    for &route in candidates {
+        let f = q4_failed_guards(route, shape, caps, subgroup);
+        if f.is_empty() {
+            return Ok(route);
+        }
+        failed.extend(f);
+    }
+    Err(Error::NoRoute {
+        op: "q4_linear",
+        shapes: shapes(),
+        failed,
+    })
+}
+
+/// Device guards of a dense route; [`Error::NoRoute`] when one fails.
+pub fn check_dense_route(
+    route: LinearRoute,
+    caps: &DeviceCaps,
+    shapes: impl FnOnce() -> String,
+) -> Result<()> {
+    let mut failed = Vec::new();
+    device_guards(route, false, caps, &mut failed);
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::NoRoute {
+            op: "dense_linear",
+            shapes: shapes(),
+            failed,
+        })
+    }
+}
+
+/// Lanes per matvec unit: the device's largest subgroup on the subgroup path (so a unit's
+/// subgroup never idles lanes), 32 on the portable path.
+pub(crate) fn matvec_lanes(caps: &DeviceCaps, subgroup: bool) -> u32 {
+    if !subgroup {
+        return 32;
+    }
+    match caps.max_subgroup_size {
+        0 => 32,
+        s => s.next_power_of_two().clamp(8, 128),
+    }
+}
+
+/// Matvec geometry: rows per unit (RPT), k-slices (KSPLIT) and row groups per workgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MatvecPlan {
+    pub rpt: u32,
+    pub ksplit: u32,
+    pub row_groups: u32,
+    pub lanes: u32,
+}
+
+impl MatvecPlan {
+    /// Sized for H200-class bandwidth: 4 rows per unit at M = 1 (2 at M = 3) so each x load
+    /// serves several rows; rows split along K (while every lane keeps >= 1 vec4 word) until
+    /// about 8192 units are in flight, so few-row, long-K weights still fill the GPU.
+    pub fn new(m: usize, k: usize, rows: usize, lanes: u32) -> MatvecPlan {
+        let rpt: u32 = if m == 1 { 4 } else { 2 };
+        let units = 256 / lanes;
+        let v = (k / 32) as u32;
+        let max_split = (v / lanes).max(1);
+        let max_split = (1u32 << (31 - max_split.leading_zeros())).min(units);
+        let row_groups_total = rows.div_ceil(rpt as usize) as u64;
+        let mut ksplit = 1;
+        while ksplit < max_split && row_groups_total * (ksplit as u64) < 8192 {
+            ksplit *= 2;
+        }
+        MatvecPlan {
+            rpt,
+            ksplit,
+            row_groups: units / ksplit,
+            lanes,
+        }
+    }
+
+    pub fn rows_per_workgroup(&self) -> u32 {
+        self.row_groups * self.rpt
+    }
+}

@@ -1,0 +1,166 @@
+//! Parity with HF transformers on the golden fixtures (tools/golden): logits at every
+//! position, teacher-forced argmax, greedy continuations, Q4 against HF on the same
+//! fake-quantised weights, and chunked prefill against token-by-token decode.
+
+use safetensors::SafeTensors;
+use std::path::PathBuf;
+use wgemma::harness::test_context;
+use wgemma::model::checkpoint::Checkpoint;
+use wgemma::model::parse_config;
+use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::weights::WeightFormat;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(name)
+}
+
+struct Fixture {
+    expected: serde_json::Value,
+    logits: Vec<u8>,
+    model_bytes: Vec<u8>,
+    config: String,
+}
+
+impl Fixture {
+    fn open(name: &str) -> Fixture {
+        let dir = fixture_dir(name);
+        Fixture {
+            expected: serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap(),
+            logits: std::fs::read(dir.join("logits.safetensors")).unwrap(),
+            model_bytes: std::fs::read(dir.join("model.safetensors")).unwrap(),
+            config: std::fs::read_to_string(dir.join("config.json")).unwrap(),
+        }
+    }
+
+    fn model(&self, options: ModelOptions) -> Model {
+        let ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &self.model_bytes)]).unwrap();
+        let spec = parse_config(&self.config).unwrap();
+        Model::load(test_context(), &ck, spec, options, &mut |_, _| {}).unwrap()
+    }
+
+    fn prompts(&self) -> Vec<(Vec<u32>, serde_json::Value)> {
+        self.expected["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (ids(&p["prompt"]), p.clone()))
+            .collect()
+    }
+
+    fn logits(&self, key: &str) -> Vec<f32> {
+        let st = SafeTensors::deserialize(&self.logits).unwrap();
+        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
+    }
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+fn options(format: WeightFormat) -> ModelOptions {
+    ModelOptions {
+        format,
+        max_context: 128,
+        prefill_chunk: 16,
+        max_verify_rows: 3,
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    wgemma::model::sampling::argmax(row)
+}
+
+/// Logits at every position of prompt + greedy continuation within `rel_tol` of HF (max
+/// |diff| relative to the row's logit scale), and the same argmax everywhere.
+fn check_all_positions(name: &str, format: WeightFormat, variant: &str, rel_tol: f32) {
+    let fx = Fixture::open(name);
+    let mut model = fx.model(options(format));
+    let vocab = model.spec.config.vocab_size;
+    for (p, (prompt, info)) in fx.prompts().iter().enumerate() {
+        let mut tokens = prompt.clone();
+        tokens.extend(ids(&info[variant]["greedy"]));
+        let expected = fx.logits(info[variant]["logits_key"].as_str().unwrap());
+        model.reset();
+        let out = pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits)).unwrap();
+        assert_eq!(out.logits.len(), expected.len(), "{name} p{p}: logits length");
+        for (t, (got, want)) in out.logits.chunks(vocab).zip(expected.chunks(vocab)).enumerate() {
+            let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            let diff = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                diff <= rel_tol * scale,
+                "{name} {variant} p{p} position {t}: max |diff| {diff} > {rel_tol} x {scale}"
+            );
+            assert_eq!(argmax(got), argmax(want), "{name} {variant} p{p} position {t}: argmax");
+        }
+    }
+}
+
+/// Greedy decoding (prefill, then one token per forward) reproduces HF's continuation.
+fn check_greedy(name: &str, format: WeightFormat, variant: &str) {
+    let fx = Fixture::open(name);
+    let mut model = fx.model(options(format));
+    for (p, (prompt, info)) in fx.prompts().iter().enumerate() {
+        let want = ids(&info[variant]["greedy"]);
+        model.reset();
+        let mut next = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken)).unwrap().next[0];
+        let mut got = vec![next];
+        while got.len() < want.len() {
+            next = pollster::block_on(model.forward(test_context(), &[next], Want::NextToken)).unwrap().next[0];
+            got.push(next);
+        }
+        assert_eq!(got, want, "{name} {variant} p{p}: greedy continuation");
+    }
+}
+
+#[test]
+fn e2b_like_f32_logits_match_hf_at_every_position() {
+    check_all_positions("e2b_like", WeightFormat::F32, "f32", 1e-3);
+}
+
+#[test]
+fn e2b_like_greedy_matches_hf() {
+    check_greedy("e2b_like", WeightFormat::F32, "f32");
+}
+
+#[test]
+fn dense_kv_f32_logits_match_hf_at_every_position() {
+    check_all_positions("dense_kv", WeightFormat::F32, "f32", 1e-3);
+}
+
+#[test]
+fn dense_kv_greedy_matches_hf() {
+    check_greedy("dense_kv", WeightFormat::F32, "f32");
+}
+
+/// Q4 weights against HF run on the same fake-quantised weights: same math, so the f32
+/// tolerance holds.
+#[test]
+fn e2b_like_q4_matches_hf_on_fake_quantised_weights() {
+    check_all_positions("e2b_like", WeightFormat::Q4 { group: 32 }, "q4", 1e-3);
+    check_greedy("e2b_like", WeightFormat::Q4 { group: 32 }, "q4");
+}
+
+#[test]
+fn dense_kv_q4_matches_hf_on_fake_quantised_weights() {
+    check_all_positions("dense_kv", WeightFormat::Q4 { group: 32 }, "q4", 1e-3);
+}
+
+/// Prefill in chunks and token-by-token decode give the same logits.
+#[test]
+fn chunked_prefill_equals_token_by_token() {
+    let fx = Fixture::open("e2b_like");
+    let (prompt, _) = &fx.prompts()[1];
+    let mut chunked = fx.model(ModelOptions {
+        prefill_chunk: 5,
+        ..options(WeightFormat::F32)
+    });
+    let a = pollster::block_on(chunked.forward(test_context(), prompt, Want::AllLogits)).unwrap();
+    let mut single = fx.model(ModelOptions {
+        prefill_chunk: 1,
+        ..options(WeightFormat::F32)
+    });
+    let b = pollster::block_on(single.forward(test_context(), prompt, Want::AllLogits)).unwrap();
+    let diff = a.logits.iter().zip(&b.logits).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(diff < 1e-4, "max |diff| {diff}");
+    assert_eq!(a.next, b.next);
+}
