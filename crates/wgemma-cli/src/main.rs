@@ -1,7 +1,10 @@
 //! `wgemma`: the command-line front end. Thin: parsing, printing, and blocking on the
 //! library's async calls at this edge.
 
+mod generate;
 mod info;
+mod load;
+mod model_dir;
 mod ops;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +22,10 @@ enum Command {
     Info(info::InfoArgs),
     /// Check every operator against its CPU reference on this adapter, or time them.
     Ops(ops::OpsArgs),
+    /// Print the logits of a prompt (JSON).
+    Logits(generate::LogitsArgs),
+    /// Generate text or tokens after a prompt.
+    Generate(generate::GenerateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,5 +38,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Info(args) => info::run(args),
         Command::Ops(args) => ops::run(args),
+        Command::Logits(args) => generate::run_logits(args),
+        Command::Generate(args) => generate::run_generate(args),
     }
 }

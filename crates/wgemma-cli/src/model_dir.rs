@@ -4,11 +4,10 @@
 //! module hands it bytes.
 
 use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The files of one checkpoint directory, mapped.
 pub struct ModelDir {
-    pub path: PathBuf,
     pub config_json: String,
     pub shards: Vec<(String, memmap2::Mmap)>,
     pub tokenizer_json: Option<Vec<u8>>,
@@ -31,22 +30,23 @@ impl ModelDir {
         let mut shards = Vec::with_capacity(shard_names.len());
         for name in shard_names {
             let file_path = path.join(&name);
-            let file = std::fs::File::open(&file_path).with_context(|| format!("opening shard {}", file_path.display()))?;
+            let file = std::fs::File::open(&file_path)
+                .with_context(|| format!("opening shard {}", file_path.display()))?;
             // SAFETY: the map is read-only and lives as long as the ModelDir; a file changed
             // underneath a running process is outside what we can defend against.
-            let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mapping {}", file_path.display()))?;
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .with_context(|| format!("mapping {}", file_path.display()))?;
             shards.push((name, map));
         }
         let tokenizer_json = read_optional(&path.join("tokenizer.json"))?;
-        let generation_config = match read_optional(&path.join("generation_config.json"))? {
-            Some(bytes) => Some(
-                serde_json::from_slice(&bytes)
-                    .with_context(|| format!("parsing {}/generation_config.json", path.display()))?,
-            ),
-            None => None,
-        };
+        let generation_config =
+            match read_optional(&path.join("generation_config.json"))? {
+                Some(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| {
+                    format!("parsing {}/generation_config.json", path.display())
+                })?),
+                None => None,
+            };
         Ok(ModelDir {
-            path: path.to_path_buf(),
             config_json,
             shards,
             tokenizer_json,
@@ -56,14 +56,27 @@ impl ModelDir {
 
     /// `(file name, bytes)` of every shard, for `Checkpoint::from_shards`.
     pub fn shard_bytes(&self) -> Vec<(String, &[u8])> {
-        self.shards.iter().map(|(n, m)| (n.clone(), &m[..])).collect()
+        self.shards
+            .iter()
+            .map(|(n, m)| (n.clone(), &m[..]))
+            .collect()
     }
 
     /// EOS ids from generation_config.json, if it names any.
     pub fn generation_eos_ids(&self) -> Vec<u32> {
-        match self.generation_config.as_ref().and_then(|g| g.get("eos_token_id")) {
-            Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
-            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
+        match self
+            .generation_config
+            .as_ref()
+            .and_then(|g| g.get("eos_token_id"))
+        {
+            Some(serde_json::Value::Number(n)) => {
+                n.as_u64().map(|v| v as u32).into_iter().collect()
+            }
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_u64())
+                .map(|v| v as u32)
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -87,13 +100,22 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
         let map = index
             .get("weight_map")
             .and_then(|m| m.as_object())
-            .with_context(|| format!("{}: expected a \"weight_map\" object", index_path.display()))?;
-        let mut names: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
+            .with_context(|| {
+                format!("{}: expected a \"weight_map\" object", index_path.display())
+            })?;
+        let mut names: Vec<String> = map
+            .values()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect();
         names.sort();
         names.dedup();
         for n in &names {
             if !dir.join(n).is_file() {
-                bail!("{} names shard {n}, which is missing from {}", index_path.display(), dir.display());
+                bail!(
+                    "{} names shard {n}, which is missing from {}",
+                    index_path.display(),
+                    dir.display()
+                );
             }
         }
         return Ok(names);
@@ -105,7 +127,10 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
         .collect();
     names.sort();
     if names.is_empty() {
-        bail!("{}: expected at least one *.safetensors file, found none", dir.display());
+        bail!(
+            "{}: expected at least one *.safetensors file, found none",
+            dir.display()
+        );
     }
     Ok(names)
 }

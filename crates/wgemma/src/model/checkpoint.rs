@@ -11,6 +11,28 @@ const OP: &str = "checkpoint";
 /// The tensor-name prefixes of the text decoder, tried in order.
 const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
 
+/// Where the model's weights come from: a checkpoint, or synthetic random weights for
+/// benchmarks and the demo. Names are the decoder's HF names without the prefix.
+pub trait WeightSource {
+    /// The tensor converted to f32, checked against the expected shape.
+    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>>;
+    fn has(&self, name: &str) -> bool;
+    /// The embedding's storage dtype (HF rounds sqrt(hidden) to it).
+    fn embedding_dtype(&self) -> Result<Dtype>;
+}
+
+impl WeightSource for Checkpoint<'_> {
+    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        Checkpoint::f32(self, name, expected_shape)
+    }
+    fn has(&self, name: &str) -> bool {
+        Checkpoint::has(self, name)
+    }
+    fn embedding_dtype(&self) -> Result<Dtype> {
+        Checkpoint::embedding_dtype(self)
+    }
+}
+
 /// All shards of one checkpoint, indexed by tensor name.
 pub struct Checkpoint<'a> {
     shards: Vec<(String, SafeTensors<'a>)>,

@@ -3,7 +3,9 @@
 pub mod checkpoint;
 pub mod config;
 pub mod forward;
+pub mod generate;
 pub mod sampling;
+pub mod synthetic;
 pub mod target;
 pub mod tokenizer;
 pub mod weights;

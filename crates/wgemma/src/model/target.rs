@@ -1,7 +1,7 @@
 //! The target model: weights, KV caches and forward plans, and the forward entry point that
 //! prefills in chunks, decodes, verifies and rolls back.
 
-use super::checkpoint::Checkpoint;
+use super::checkpoint::WeightSource;
 use super::config::{KvSource, LayerKind, ModelSpec};
 use super::forward::{ForwardPlan, LogitRows, Shared};
 use super::weights::{WeightFormat, Weights};
@@ -69,7 +69,7 @@ impl Model {
     /// Uploads the weights of `ck` and allocates the caches.
     pub fn load(
         ctx: &GpuContext,
-        ck: &Checkpoint,
+        ck: &dyn WeightSource,
         spec: ModelSpec,
         options: ModelOptions,
         progress: &mut dyn FnMut(usize, usize),

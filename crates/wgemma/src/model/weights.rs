@@ -1,7 +1,7 @@
 //! The target model's weights on the GPU, uploaded once, in the dtype the user chose:
 //! f32 (parity), f16, or Q4 (default). Names follow the HF checkpoint.
 
-use super::checkpoint::{embed_scale, Checkpoint};
+use super::checkpoint::{embed_scale, WeightSource};
 use super::config::{KvSource, ModelSpec};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
@@ -143,13 +143,13 @@ pub fn upload_table(
 }
 
 /// An f32 vector (norm weights).
-fn vector(ctx: &GpuContext, ck: &Checkpoint, name: &str, len: usize) -> Result<Tensor> {
+fn vector(ctx: &GpuContext, ck: &dyn WeightSource, name: &str, len: usize) -> Result<Tensor> {
     Tensor::from_f32(ctx, name, &[len], &ck.f32(name, &[len])?)
 }
 
 fn linear(
     ctx: &GpuContext,
-    ck: &Checkpoint,
+    ck: &dyn WeightSource,
     name: &str,
     n: usize,
     k: usize,
@@ -261,7 +261,7 @@ impl Weights {
     /// with (tensors done, tensors total) for progress bars.
     pub fn load(
         ctx: &GpuContext,
-        ck: &Checkpoint,
+        ck: &dyn WeightSource,
         spec: &ModelSpec,
         format: WeightFormat,
         progress: &mut dyn FnMut(usize, usize),

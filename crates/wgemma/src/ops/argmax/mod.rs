@@ -236,6 +236,11 @@ mod tests {
         }
         assert_eq!(run(1, &x, 1), vec![300]);
         assert_eq!(run(1, &x, 8), vec![300]);
+        // Two equal maxima in the same thread's slots of one block (5 and 5 + 256).
+        x[5] = 9.0;
+        x[5 + 256] = 9.0;
+        x[5 + 512] = 9.0;
+        assert_eq!(run(1, &x, 8), vec![5]);
         // A tie between +0 and -0: they are equal, the first wins.
         let mut z = vec![-1.0f32; 600];
         z[400] = -0.0;

@@ -5,7 +5,7 @@
 // Out-of-range rule: an index >= n is dropped (no read, no write).
 // Three entries, dispatched in order in one pass, one thread per source element (flat
 // workgroup index wid.x + wid.y * nwg.x, the grid may be folded, bound-checked):
-//   claim:   atomicMin(winner[r, idx], i + 1)      -> the last source position per target
+//   claim:   atomicMax(winner[r, idx], i + 1)      -> the last source position per target
 //   apply:   the source whose i + 1 is the winner writes dst
 //   release: winner[r, idx] = 0                    -> winner is all zeros again
 // winner: u32 [rows, n], zero before claim (wgpu zero-fills it at creation and release
@@ -48,7 +48,7 @@ fn claim(
 ) {
     let t = slot_of(wid, nwg, lid);
     if (t.x != 0xffffffffu) {
-        atomicMin(&winner[t.x], t.y % params.s + 1u);
+        atomicMax(&winner[t.x], t.y % params.s + 1u);
     }
 }
 

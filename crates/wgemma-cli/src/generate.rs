@@ -1,0 +1,213 @@
+//! `wgemma logits` and `wgemma generate`.
+
+use crate::load::{load_dir, Loaded};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::io::Write as _;
+use std::path::PathBuf;
+use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::model::generate::{generate, GenerateOptions};
+use wgemma::model::sampling::SamplingParams;
+use wgemma::model::target::{ModelOptions, Want};
+use wgemma::model::tokenizer::TextStream;
+use wgemma::model::weights::WeightFormat;
+
+/// Options shared by the commands that load a model.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Weights on the GPU: q4 (group 32), q4g64, q4g128, f16 or f32 (parity).
+    #[arg(long, default_value = "q4")]
+    pub dtype: String,
+    /// KV cache positions (prompt + generated tokens).
+    #[arg(long, default_value_t = 4096)]
+    pub context: usize,
+    /// Rows per prefill forward.
+    #[arg(long, default_value_t = 64)]
+    pub prefill_chunk: usize,
+}
+
+impl ModelArgs {
+    pub fn options(&self) -> Result<ModelOptions> {
+        Ok(ModelOptions {
+            format: WeightFormat::parse(&self.dtype)?,
+            max_context: self.context,
+            prefill_chunk: self.prefill_chunk,
+            ..ModelOptions::default()
+        })
+    }
+}
+
+/// Parses `5,17,9`.
+pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    s.split(',')
+        .map(|t| {
+            t.trim().parse::<u32>().with_context(|| {
+                format!("--prompt-ids: expected comma-separated token ids, found {t:?}")
+            })
+        })
+        .collect()
+}
+
+#[derive(Args)]
+pub struct LogitsArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Comma-separated prompt token ids.
+    #[arg(long)]
+    prompt_ids: String,
+    /// Logits of every position, not only the last.
+    #[arg(long)]
+    all_positions: bool,
+    /// Print JSON (the only output format; kept for scripts that pass it).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_logits(args: LogitsArgs) -> Result<()> {
+    let ids = parse_ids(&args.prompt_ids)?;
+    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let mut loaded = load_dir(&ctx, &args.model.model, args.model.options()?)?;
+    let want = if args.all_positions {
+        Want::AllLogits
+    } else {
+        Want::LastLogits
+    };
+    let out = pollster::block_on(loaded.model.forward(&ctx, &ids, want))?;
+    let vocab = loaded.model.spec.config.vocab_size;
+    let rows: Vec<&[f32]> = out.logits.chunks(vocab).collect();
+    let _ = args.json;
+    let stdout = std::io::stdout();
+    let mut w = std::io::BufWriter::new(stdout.lock());
+    serde_json::to_writer(&mut w, &serde_json::json!({ "logits": rows }))?;
+    writeln!(w)?;
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt text (needs tokenizer.json in the model directory).
+    #[arg(long, conflicts_with = "prompt_ids")]
+    prompt: Option<String>,
+    /// Comma-separated prompt token ids.
+    #[arg(long)]
+    prompt_ids: Option<String>,
+    /// Wrap the prompt in Gemma 4's chat format (one user turn).
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// 0 = no limit.
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// One JSON object with tokens, text and stats instead of streamed text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn prompt_tokens(args: &GenerateArgs, loaded: &Loaded) -> Result<Vec<u32>> {
+    match (&args.prompt, &args.prompt_ids) {
+        (Some(text), None) => {
+            let tok = loaded.tokenizer.as_ref().with_context(|| {
+                format!(
+                    "--prompt needs tokenizer.json in {}",
+                    args.model.model.display()
+                )
+            })?;
+            Ok(if args.chat {
+                tok.encode_chat(text)?
+            } else {
+                tok.encode_prompt(text)?
+            })
+        }
+        (None, Some(ids)) => {
+            if args.chat {
+                bail!("--chat applies to --prompt text, not to --prompt-ids");
+            }
+            parse_ids(ids)
+        }
+        _ => bail!("give exactly one of --prompt TEXT or --prompt-ids IDS"),
+    }
+}
+
+pub fn run_generate(args: GenerateArgs) -> Result<()> {
+    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let mut loaded = load_dir(&ctx, &args.model.model, args.model.options()?)?;
+    let prompt = prompt_tokens(&args, &loaded)?;
+    let stop_ids = match &loaded.tokenizer {
+        Some(t) => t.stop_ids(&loaded.eos_ids),
+        None => loaded.eos_ids.clone(),
+    };
+    let options = GenerateOptions {
+        max_new_tokens: args.max_new_tokens,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            seed: args.seed,
+        },
+        stop_ids,
+    };
+    let Loaded {
+        model,
+        tokenizer,
+        load_ms,
+        ..
+    } = &mut loaded;
+    let mut stream = tokenizer.as_ref().map(TextStream::new);
+    let mut stream_error = None;
+    let json = args.json;
+    let (tokens, stats) =
+        pollster::block_on(generate(model, &ctx, &prompt, &options, &mut |id| {
+            if let (false, Some(s)) = (json, stream.as_mut()) {
+                match s.push(id) {
+                    Ok(Some(piece)) => {
+                        print!("{piece}");
+                        let _ = std::io::stdout().flush();
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        stream_error = Some(e);
+                        return false;
+                    }
+                }
+            }
+            true
+        }))?;
+    if let Some(e) = stream_error {
+        return Err(e.into());
+    }
+    let text = tokenizer.as_ref().map(|t| t.decode(&tokens)).transpose()?;
+    if json {
+        let mut stats_json = serde_json::to_value(&stats)?;
+        stats_json["load_ms"] = (*load_ms).into();
+        let out = serde_json::json!({ "tokens": tokens, "text": text, "stats": stats_json });
+        println!("{out}");
+    } else {
+        if tokenizer.is_none() {
+            println!(
+                "{}",
+                tokens
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        } else {
+            println!();
+        }
+        eprintln!("load {:.0} ms | {}", load_ms, stats.summary());
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! Synthetic models: the real Gemma 4 shapes (E2B, E4B, 31B) or a tiny demo shape, with
+//! deterministic random weights generated per tensor on demand. They go through the same
+//! [`WeightSource`] path as a checkpoint, so benchmarks and the demo run the real code.
+
+use super::checkpoint::WeightSource;
+use super::config::{parse_config, ModelSpec};
+use crate::error::{Error, Result};
+use safetensors::Dtype;
+
+/// A named synthetic shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyntheticShape {
+    /// Small enough for a software GPU: 6 layers, hidden 256, vocab 4096, PLE and KV sharing.
+    Tiny,
+    E2b,
+    E4b,
+    B31,
+}
+
+impl SyntheticShape {
+    pub fn parse(s: &str) -> Result<SyntheticShape> {
+        match s {
+            "tiny" => Ok(SyntheticShape::Tiny),
+            "e2b" => Ok(SyntheticShape::E2b),
+            "e4b" => Ok(SyntheticShape::E4b),
+            "31b" => Ok(SyntheticShape::B31),
+            other => Err(Error::invalid(
+                "synthetic",
+                "shape",
+                "tiny, e2b, e4b or 31b",
+                other,
+            )),
+        }
+    }
+
+    /// The HF `config.json` of this shape (DESIGN.md section 1).
+    pub fn config_json(self) -> String {
+        let layer_types = |n: usize, period: usize| -> Vec<&'static str> {
+            (0..n)
+                .map(|i| {
+                    if (i + 1) % period == 0 {
+                        "full_attention"
+                    } else {
+                        "sliding_attention"
+                    }
+                })
+                .collect()
+        };
+        let v = match self {
+            SyntheticShape::Tiny => serde_json::json!({
+                "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 512,
+                "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1,
+                "head_dim": 64, "global_head_dim": 128, "sliding_window": 32,
+                "num_kv_shared_layers": 2, "use_double_wide_mlp": true,
+                "hidden_size_per_layer_input": 32, "final_logit_softcapping": 30.0,
+                "layer_types": layer_types(6, 3), "eos_token_id": [1],
+            }),
+            SyntheticShape::E2b => serde_json::json!({
+                "vocab_size": 262144, "hidden_size": 1536, "intermediate_size": 6144,
+                "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 1,
+                "head_dim": 256, "global_head_dim": 512, "sliding_window": 512,
+                "num_kv_shared_layers": 20, "use_double_wide_mlp": true,
+                "hidden_size_per_layer_input": 256, "final_logit_softcapping": 30.0,
+                "layer_types": layer_types(35, 5), "eos_token_id": [1, 106],
+            }),
+            SyntheticShape::E4b => serde_json::json!({
+                "vocab_size": 262144, "hidden_size": 2560, "intermediate_size": 10240,
+                "num_hidden_layers": 42, "num_attention_heads": 8, "num_key_value_heads": 2,
+                "head_dim": 256, "global_head_dim": 512, "sliding_window": 512,
+                "num_kv_shared_layers": 18, "hidden_size_per_layer_input": 256,
+                "final_logit_softcapping": 30.0, "layer_types": layer_types(42, 6),
+                "eos_token_id": [1, 106],
+            }),
+            SyntheticShape::B31 => serde_json::json!({
+                "vocab_size": 262144, "hidden_size": 5376, "intermediate_size": 21504,
+                "num_hidden_layers": 60, "num_attention_heads": 32, "num_key_value_heads": 16,
+                "num_global_key_value_heads": 4, "attention_k_eq_v": true,
+                "head_dim": 256, "global_head_dim": 512, "sliding_window": 1024,
+                "hidden_size_per_layer_input": 0, "final_logit_softcapping": 30.0,
+                "layer_types": layer_types(60, 6), "eos_token_id": [1, 106],
+            }),
+        };
+        let mut v = v;
+        v["model_type"] = "gemma4_text".into();
+        v.to_string()
+    }
+
+    pub fn spec(self) -> ModelSpec {
+        parse_config(&self.config_json()).expect("built-in synthetic configs are valid")
+    }
+}
+
+/// Deterministic random weights: every tensor's values come from its name and the seed,
+/// so two runs (and two processes) build the same model.
+pub struct SyntheticWeights {
+    pub seed: u64,
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+fn name_seed(name: &str, seed: u64) -> u64 {
+    // FNV-1a over the name, mixed with the seed.
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    splitmix64(h ^ seed)
+}
+
+impl WeightSource for SyntheticWeights {
+    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let n: usize = shape.iter().product();
+        if name.ends_with("layer_scalar") {
+            return Ok(vec![1.0; n]);
+        }
+        // Norm weights near 1 (plain w), matrices uniform with variance 1/K so activations
+        // keep their scale through the layers, embeddings of moderate size.
+        let (center, amplitude) = if name.ends_with("norm.weight") {
+            (1.0f32, 0.1f32)
+        } else if name.starts_with("embed_tokens") {
+            (0.0, 0.5)
+        } else {
+            let k = *shape.last().unwrap_or(&1) as f32;
+            (0.0, (3.0 / k).sqrt())
+        };
+        let base = name_seed(name, self.seed);
+        Ok((0..n as u64)
+            .map(|i| {
+                let bits = splitmix64(base ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let unit = (bits >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+                center + amplitude * (2.0 * unit - 1.0)
+            })
+            .collect())
+    }
+
+    fn has(&self, _name: &str) -> bool {
+        true
+    }
+
+    fn embedding_dtype(&self) -> Result<Dtype> {
+        Ok(Dtype::BF16)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_and_weights_are_deterministic() {
+        for shape in [
+            SyntheticShape::Tiny,
+            SyntheticShape::E2b,
+            SyntheticShape::E4b,
+            SyntheticShape::B31,
+        ] {
+            let spec = shape.spec();
+            assert!(!spec.layers.is_empty());
+        }
+        let e2b = SyntheticShape::E2b.spec();
+        assert_eq!(e2b.layers.len(), 35);
+        assert_eq!(e2b.layers[34].intermediate_size, 12288);
+        let b31 = SyntheticShape::B31.spec();
+        assert!(b31.layers[5].k_eq_v && b31.layers[5].num_kv_heads == 4);
+        let w = SyntheticWeights { seed: 7 };
+        let a = w.f32("layers.0.mlp.down_proj.weight", &[4, 8]).unwrap();
+        assert_eq!(a, w.f32("layers.0.mlp.down_proj.weight", &[4, 8]).unwrap());
+        assert_ne!(a, w.f32("layers.1.mlp.down_proj.weight", &[4, 8]).unwrap());
+        assert!(a.iter().all(|v| v.abs() <= (3.0f32 / 8.0).sqrt()));
+        assert!(SyntheticShape::parse("7b").is_err());
+    }
+}
