@@ -1,6 +1,7 @@
 //! `wgemma`: the command-line front end. Thin: parsing, printing, and blocking on the
 //! library's async calls at this edge.
 
+mod bench;
 mod generate;
 mod info;
 mod load;
@@ -26,6 +27,8 @@ enum Command {
     Logits(generate::LogitsArgs),
     /// Generate text or tokens after a prompt.
     Generate(generate::GenerateArgs),
+    /// Prefill and decode speed on a synthetic model of real shapes or a checkpoint.
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,5 +43,6 @@ fn main() -> anyhow::Result<()> {
         Command::Ops(args) => ops::run(args),
         Command::Logits(args) => generate::run_logits(args),
         Command::Generate(args) => generate::run_generate(args),
+        Command::Bench(args) => bench::run(args),
     }
 }

@@ -51,6 +51,19 @@ pub struct Counters {
     pub dispatches: AtomicU64,
     pub submits: AtomicU64,
     pub passes: AtomicU64,
+    /// Bytes of every tensor buffer created (GPU memory held by wgemma's tensors).
+    pub tensor_bytes: AtomicU64,
+}
+
+impl Counters {
+    /// (dispatches, submits, passes) so far.
+    pub fn snapshot(&self) -> (u64, u64, u64) {
+        (
+            self.dispatches.load(Ordering::Relaxed),
+            self.submits.load(Ordering::Relaxed),
+            self.passes.load(Ordering::Relaxed),
+        )
+    }
 }
 
 fn device_type_rank(t: wgpu::DeviceType) -> u8 {
@@ -206,6 +219,10 @@ impl GpuContext {
         self.counters
             .dispatches
             .fetch_add(dispatches, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_tensor_bytes(&self, bytes: u64) {
+        self.counters.tensor_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(crate) fn count_submit(&self) {

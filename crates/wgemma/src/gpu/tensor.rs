@@ -51,6 +51,7 @@ impl Tensor {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
+        ctx.count_tensor_bytes(size);
         Ok(Tensor {
             buffer: Arc::new(buffer),
             shape: shape.to_vec(),

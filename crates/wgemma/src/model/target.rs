@@ -63,6 +63,7 @@ pub struct Model {
     shared: Shared,
     plans: HashMap<(usize, LogitRows), ForwardPlan>,
     len: usize,
+    host_encode_seconds: f64,
 }
 
 impl Model {
@@ -122,6 +123,7 @@ impl Model {
             shared,
             plans: HashMap::new(),
             len: 0,
+            host_encode_seconds: 0.0,
         })
     }
 
@@ -160,6 +162,18 @@ impl Model {
     /// Bytes of the weights on the GPU.
     pub fn weight_bytes(&self) -> u64 {
         self.weights.bytes()
+    }
+
+    /// Weight bytes one decode step reads: everything but the embedding tables, of which
+    /// only one row each is read.
+    pub fn decode_weight_bytes(&self) -> u64 {
+        self.weights.bytes() - self.weights.table_bytes()
+    }
+
+    /// Host time spent building and submitting forwards (not waiting), in seconds, since
+    /// the model was loaded.
+    pub fn host_encode_seconds(&self) -> f64 {
+        self.host_encode_seconds
     }
 
     fn validate_tokens(&self, tokens: &[u32]) -> Result<()> {
@@ -237,6 +251,7 @@ impl Model {
         rows: LogitRows,
         read_logits: bool,
     ) -> Result<ForwardOutput> {
+        let encode_start = web_time::Instant::now();
         let m = tokens.len();
         let key = (m, rows);
         if !self.plans.contains_key(&key) {
@@ -274,6 +289,7 @@ impl Model {
             }
         }
         step.submit();
+        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
         let mut out = ForwardOutput::default();
         if let Some(head) = &plan.head {
             out.next = head.next_readback.read_u32(ctx).await?;

@@ -142,6 +142,13 @@ pub fn upload_table(
     }
 }
 
+fn table_bytes(t: &EmbeddingTable) -> u64 {
+    t.chunks()
+        .iter()
+        .map(|c| c.data.byte_size() + c.scales.as_ref().map_or(0, |s| s.byte_size()))
+        .sum()
+}
+
 /// An f32 vector (norm weights).
 fn vector(ctx: &GpuContext, ck: &dyn WeightSource, name: &str, len: usize) -> Result<Tensor> {
     Tensor::from_f32(ctx, name, &[len], &ck.f32(name, &[len])?)
@@ -214,14 +221,14 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// Bytes of the embedding tables, of which a forward reads only the rows of its tokens.
+    pub fn table_bytes(&self) -> u64 {
+        table_bytes(&self.embed_tokens) + self.ple.as_ref().map_or(0, |p| table_bytes(&p.embed_tokens_per_layer))
+    }
+
     /// Bytes of every weight on the GPU.
     pub fn bytes(&self) -> u64 {
-        let table = |t: &EmbeddingTable| -> u64 {
-            t.chunks()
-                .iter()
-                .map(|c| c.data.byte_size() + c.scales.as_ref().map_or(0, |s| s.byte_size()))
-                .sum()
-        };
+        let table = table_bytes;
         let mut total = table(&self.embed_tokens) + self.lm_head.bytes() + self.norm.byte_size();
         if let Some(p) = &self.ple {
             total += table(&p.embed_tokens_per_layer)

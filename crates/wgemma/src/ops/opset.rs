@@ -104,7 +104,9 @@ mod tests {
             assert!(mtp.contains(op), "{op:?}");
             assert!(mtp.require(op, "x", "[1]").is_ok());
             match plain.require(op, "x", "[1]") {
-                Err(Error::NoRoute { op: "x", failed, .. }) => {
+                Err(Error::NoRoute {
+                    op: "x", failed, ..
+                }) => {
                     assert_eq!(failed.len(), 1);
                     assert!(failed[0].contains("`plain`"), "{}", failed[0]);
                     assert!(failed[0].contains(op.name()), "{}", failed[0]);

@@ -135,7 +135,9 @@ impl OpCase for GatherCase {
         }
         let cols = self.cols;
         let (tensor, reference) = match (&host, self.out) {
-            (HostTable::F32(t), DType::F32) => (out, Values::F32(gather_rows_ref(t, cols, &last_idx))),
+            (HostTable::F32(t), DType::F32) => {
+                (out, Values::F32(gather_rows_ref(t, cols, &last_idx)))
+            }
             (HostTable::F16(t), DType::F32) => {
                 let g = gather_rows_ref(t, cols, &last_idx);
                 (out, Values::F32(g.iter().map(|h| h.to_f32()).collect()))
@@ -144,9 +146,14 @@ impl OpCase for GatherCase {
                 // Even cols: compare the packed words bit for bit.
                 let words: &[u32] = bytemuck::cast_slice(t);
                 let g = gather_rows_ref(words, cols / 2, &last_idx);
-                (out.bitcast(&[self.n_idx * cols / 2], DType::U32)?, Values::U32(g))
+                (
+                    out.bitcast(&[self.n_idx * cols / 2], DType::U32)?,
+                    Values::U32(g),
+                )
             }
-            (HostTable::Words(t), DType::U32) => (out, Values::U32(gather_rows_ref(t, cols, &last_idx))),
+            (HostTable::Words(t), DType::U32) => {
+                (out, Values::U32(gather_rows_ref(t, cols, &last_idx)))
+            }
             (HostTable::Words(t), DType::I32) => (
                 out,
                 Values::I32(
@@ -166,8 +173,8 @@ impl OpCase for GatherCase {
             }
         };
         let elem = |d: DType| if d == DType::F16 { 2 } else { 4 };
-        let per_set = (self.n_idx * self.cols * (elem(self.table) + elem(self.out))
-            + 4 * self.n_idx) as u64;
+        let per_set =
+            (self.n_idx * self.cols * (elem(self.table) + elem(self.out)) + 4 * self.n_idx) as u64;
         Ok(Prepared {
             kernels,
             outputs: vec![Expected {
@@ -201,8 +208,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
             let elem = if table == DType::F16 { 2 } else { 4 };
             let chunked = rng.random_range(0..2) == 0;
             Box::new(GatherCase {
-                max_chunk_bytes: chunked
-                    .then(|| (rng.random_range(1..=rows) * cols * elem) as u64),
+                max_chunk_bytes: chunked.then(|| (rng.random_range(1..=rows) * cols * elem) as u64),
                 out_of_range: rng.random_range(0..2) == 0,
                 ..GatherCase::new(rows, cols, rng.random_range(1..200), table, out)
             }) as Box<dyn OpCase>

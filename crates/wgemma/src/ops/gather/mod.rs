@@ -18,7 +18,9 @@ mod reference;
 pub use reference::gather_rows_ref;
 
 use crate::error::{Error, Result};
-use crate::gpu::{plan_row_chunks, workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor};
+use crate::gpu::{
+    plan_row_chunks, workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor,
+};
 use std::ops::Range;
 
 mod cases;

@@ -65,7 +65,10 @@ fn f16_routes_by_row_length_and_output_dtype() {
         Err(Error::NoRoute { op, failed, .. }) => {
             assert_eq!(op, OP);
             assert!(failed.iter().any(|f| f.contains("even")), "{failed:?}");
-            assert!(failed.iter().any(|f| f.starts_with("F16ToF32")), "{failed:?}");
+            assert!(
+                failed.iter().any(|f| f.starts_with("F16ToF32")),
+                "{failed:?}"
+            );
         }
         other => panic!("expected NoRoute, got {other:?}"),
     }
@@ -112,7 +115,8 @@ fn malformed_arguments_are_invalid() {
     ] {
         assert!(matches!(r, Err(Error::Invalid { op: OP, .. })), "{r:?}");
     }
-    let c = |rows: usize, cols: usize, dtype| Tensor::zeros(ctx, "c", &[rows, cols], dtype).unwrap();
+    let c =
+        |rows: usize, cols: usize, dtype| Tensor::zeros(ctx, "c", &[rows, cols], dtype).unwrap();
     for chunks in [
         vec![],
         vec![(1..3, c(2, 3, DType::F32))],

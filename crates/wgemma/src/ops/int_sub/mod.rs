@@ -194,10 +194,7 @@ mod tests {
         let ctx = test_context();
         let a = Tensor::zeros(ctx, "a", &[4], DType::I32).unwrap();
         let b = Tensor::zeros(ctx, "b", &[5], DType::I32).unwrap();
-        assert!(matches!(
-            sub(ctx, &a, &b, &a),
-            Err(Error::Invalid { .. })
-        ));
+        assert!(matches!(sub(ctx, &a, &b, &a), Err(Error::Invalid { .. })));
     }
 
     #[test]

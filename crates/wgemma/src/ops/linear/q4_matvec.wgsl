@@ -58,6 +58,18 @@ fn nibbles(word: u32, first: u32) -> vec4<f32> {
     return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
 }
 
+// M = 1 decodes in place, without shifts (the INT pipe is the tight one at full bandwidth):
+// nibble j of a 16-bit half, masked where it sits, reads as (nibble - 8) * 16^j, and x is
+// pre-scaled by 16^-j once per lane for all RPT rows. Powers of two keep it exact (unless
+// |x| < 2^-114 flushes).
+const X_SCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
+
+fn nibbles_in_place(half: u32) -> vec4<f32> {
+    let bits = vec4<u32>(half) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
+    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u))
+        - vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+}
+
 // Accumulates the unit's rows row0 .. row0 + RPT over vec4 words v0 + lane, step `lanes`.
 fn unit_sums(row0: u32, slice: u32, lane: u32, lanes: u32) {
     for (var r = 0u; r < 4u; r++) {
@@ -89,6 +101,19 @@ fn unit_sums(row0: u32, slice: u32, lane: u32, lanes: u32) {
                     scale_at(e + (k0 + 24u) / GROUP),
                 );
             }
+        }
+        if (MV_M == 1u) {
+            for (var i = 0u; i < 4u; i++) {
+                let xi = (k0 + 8u * i) / 4u;
+                let xa = x[xi] * X_SCALE;
+                let xb = x[xi + 1u] * X_SCALE;
+                for (var r = 0u; r < RPT; r++) {
+                    let word = w[r][i];
+                    let d = dot(nibbles_in_place(word), xa) + dot(nibbles_in_place(word >> 16u), xb);
+                    acc[r].x += sc[r][i] * d;
+                }
+            }
+            continue;
         }
         for (var i = 0u; i < 4u; i++) {
             var lo: array<vec4<f32>, 4>;

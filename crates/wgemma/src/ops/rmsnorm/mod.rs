@@ -358,9 +358,9 @@ impl OpCase for RmsNormCase {
                 (k, out, rmsnorm_add_ref(&x, d, wref, &res, EPS, inp, outs))
             }
         };
-        let tensors = 2
-            + matches!(self.mode, CaseMode::Add | CaseMode::AddInPlace) as u64
-            + 2 * matches!(self.mode, CaseMode::AddTo) as u64;
+        // x and out, plus the residual when fused (in-place outputs still read + write).
+        let tensors =
+            2 + (self.mode != CaseMode::Norm && self.mode != CaseMode::NormInPlace) as u64;
         Ok(Prepared {
             kernels: vec![kernel],
             outputs: vec![Expected {

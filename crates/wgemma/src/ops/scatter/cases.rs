@@ -29,7 +29,13 @@ pub struct ScatterCase {
 }
 
 /// Indices for one row: `s` values, distinct when `unique` (then `s <= n + extra`).
-pub fn row_indices(rng: &mut Rng, n: usize, s: usize, unique: bool, out_of_range: bool) -> Vec<u32> {
+pub fn row_indices(
+    rng: &mut Rng,
+    n: usize,
+    s: usize,
+    unique: bool,
+    out_of_range: bool,
+) -> Vec<u32> {
     let extra = if out_of_range { s / 8 + 1 } else { 0 };
     if unique {
         // Partial Fisher-Yates over 0..n + extra: values >= n are distinct out-of-range ones.
@@ -72,7 +78,9 @@ impl OpCase for ScatterCase {
 
     fn prepare(&self, ctx: &GpuContext, rng: &mut Rng) -> Result<Prepared> {
         let (rows, n, s) = (self.rows, self.n, self.s);
-        let dst_host: Vec<f32> = (0..rows * n).map(|_| rng.random_range(-9.0..-8.0)).collect();
+        let dst_host: Vec<f32> = (0..rows * n)
+            .map(|_| rng.random_range(-9.0..-8.0))
+            .collect();
         let src_host: Vec<f32> = (0..rows * s).map(|_| rng.random_range(-4.0..4.0)).collect();
         let unique = self.indices == ScatterIndices::CertifiedUnique;
         let idx_host: Vec<u32> = (0..rows)
@@ -81,7 +89,12 @@ impl OpCase for ScatterCase {
         let dst = Tensor::from_f32(ctx, "dst", &[rows, n], &dst_host)?;
         let src = Tensor::from_f32(ctx, "src", &[rows, s], &src_host)?;
         let certificate = if unique {
-            Some(UniqueIndices::verify_and_upload(ctx, "idx", &[rows, s], &idx_host)?)
+            Some(UniqueIndices::verify_and_upload(
+                ctx,
+                "idx",
+                &[rows, s],
+                &idx_host,
+            )?)
         } else {
             None
         };
@@ -133,7 +146,10 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     vec![
         case(ScatterIndices::Duplicates, None),
         case(ScatterIndices::CertifiedUnique, None),
-        case(ScatterIndices::CertifiedUnique, Some(ScatterRoute::DuplicateSafe)),
+        case(
+            ScatterIndices::CertifiedUnique,
+            Some(ScatterRoute::DuplicateSafe),
+        ),
     ]
 }
 

@@ -126,7 +126,10 @@ impl PermutationCertificate {
             return Err(Error::invalid(
                 OP,
                 "selected ids tensor",
-                format!("u32 [.., {per_row}] with {} elements", selection.rows() * per_row),
+                format!(
+                    "u32 [.., {per_row}] with {} elements",
+                    selection.rows() * per_row
+                ),
                 format!("{:?} {:?}", out.dtype(), out.shape()),
             ));
         }

@@ -117,7 +117,9 @@ fn parallel_guards(ops: &OpSet, idx: &Tensor, certificate: Option<&UniqueIndices
         failed.push(format!("ParallelUnique: {missing}"));
     }
     match certificate {
-        None => failed.push("ParallelUnique: idx carries a uniqueness certificate (none given)".into()),
+        None => {
+            failed.push("ParallelUnique: idx carries a uniqueness certificate (none given)".into())
+        }
         Some(c) if !c.certifies(idx) => failed.push(format!(
             "ParallelUnique: the certificate is for idx (it names another tensor, {:?} {:?})",
             c.tensor().dtype(),
@@ -216,7 +218,10 @@ fn build(
             };
             vec![
                 entry("claim").build_1d(workgroups)?,
-                entry("apply").tensor(src).tensor(dst).build_1d(workgroups)?,
+                entry("apply")
+                    .tensor(src)
+                    .tensor(dst)
+                    .build_1d(workgroups)?,
                 entry("release").build_1d(workgroups)?,
             ]
         }

@@ -95,7 +95,10 @@ fn routes_agree_on_certified_unique_indices() {
         outs.push(read(&dst));
     }
     assert_eq!(outs[0], outs[1]);
-    assert_eq!(outs[0], scatter_ref(&vec![-5.0; n], n, &ids, &src_host, 600));
+    assert_eq!(
+        outs[0],
+        scatter_ref(&vec![-5.0; n], n, &ids, &src_host, 600)
+    );
 }
 
 #[test]
@@ -115,19 +118,37 @@ fn uncertified_or_duplicate_indices_never_reach_the_parallel_route() {
     let auto = |dst: &Tensor, idx: &Tensor, src: &Tensor, c: Option<&UniqueIndices>| {
         scatter(ctx, &mtp, dst, idx, src, c).unwrap().route
     };
-    assert_eq!(auto(&dst, cert.tensor(), &src, Some(&cert)), ScatterRoute::ParallelUnique);
-    assert_eq!(auto(&dst, cert.tensor(), &src, None), ScatterRoute::DuplicateSafe);
-    assert_eq!(auto(&dst, &twin, &src, Some(&cert)), ScatterRoute::DuplicateSafe);
-    assert_eq!(auto(&dst2, &view, &src2, Some(&cert)), ScatterRoute::DuplicateSafe);
+    assert_eq!(
+        auto(&dst, cert.tensor(), &src, Some(&cert)),
+        ScatterRoute::ParallelUnique
+    );
+    assert_eq!(
+        auto(&dst, cert.tensor(), &src, None),
+        ScatterRoute::DuplicateSafe
+    );
+    assert_eq!(
+        auto(&dst, &twin, &src, Some(&cert)),
+        ScatterRoute::DuplicateSafe
+    );
+    assert_eq!(
+        auto(&dst2, &view, &src2, Some(&cert)),
+        ScatterRoute::DuplicateSafe
+    );
 
-    let forced = |idx: &Tensor, c: Option<&UniqueIndices>, expect: &str| {
-        match scatter_on_route(ctx, &mtp, &dst, idx, &src, c, ScatterRoute::ParallelUnique) {
-            Err(Error::NoRoute { op, failed, .. }) => {
-                assert_eq!(op, OP);
-                assert!(failed.iter().any(|f| f.contains(expect)), "{failed:?}");
-            }
-            other => panic!("expected NoRoute, got {other:?}"),
+    let forced = |idx: &Tensor, c: Option<&UniqueIndices>, expect: &str| match scatter_on_route(
+        ctx,
+        &mtp,
+        &dst,
+        idx,
+        &src,
+        c,
+        ScatterRoute::ParallelUnique,
+    ) {
+        Err(Error::NoRoute { op, failed, .. }) => {
+            assert_eq!(op, OP);
+            assert!(failed.iter().any(|f| f.contains(expect)), "{failed:?}");
         }
+        other => panic!("expected NoRoute, got {other:?}"),
     };
     forced(cert.tensor(), None, "none given");
     forced(&twin, Some(&cert), "another tensor");
@@ -193,8 +214,9 @@ fn centroid_head_chain_takes_the_parallel_route() {
     let vocab = clusters * per;
     let mut ordering: Vec<u32> = (0..vocab as u32).collect();
     ordering.shuffle(&mut r);
-    let perm = PermutationCertificate::verify_and_upload(ctx, "token_ordering", &ordering, clusters, per)
-        .unwrap();
+    let perm =
+        PermutationCertificate::verify_and_upload(ctx, "token_ordering", &ordering, clusters, per)
+            .unwrap();
     let logits_host: Vec<f32> = (0..clusters).map(|_| r.random_range(-3.0..3.0)).collect();
     let logits = f32s(ctx, &[1, 1, clusters], &logits_host);
     let values = Tensor::zeros(ctx, "v", &[1, 1, k], DType::F32).unwrap();
@@ -262,14 +284,46 @@ fn malformed_arguments_are_invalid() {
     let ops = OpSet::with_mtp();
     let t = |shape: &[usize], dtype| Tensor::zeros(ctx, "t", shape, dtype).unwrap();
     let cases = [
-        (t(&[2, 5], DType::I32), t(&[2, 3], DType::U32), t(&[2, 3], DType::F32)),
-        (t(&[2, 5], DType::F32), t(&[2, 3], DType::I32), t(&[2, 3], DType::F32)),
-        (t(&[2, 5], DType::F32), t(&[2, 3], DType::U32), t(&[2, 3], DType::U32)),
-        (t(&[2, 5], DType::F32), t(&[3, 3], DType::U32), t(&[3, 3], DType::F32)),
-        (t(&[2, 5], DType::F32), t(&[2, 3], DType::U32), t(&[2, 4], DType::F32)),
-        (t(&[2, 5], DType::F32), t(&[6], DType::U32), t(&[6], DType::F32)),
-        (t(&[2, 0], DType::F32), t(&[2, 3], DType::U32), t(&[2, 3], DType::F32)),
-        (t(&[2, 5], DType::F32), t(&[2, 0], DType::U32), t(&[2, 0], DType::F32)),
+        (
+            t(&[2, 5], DType::I32),
+            t(&[2, 3], DType::U32),
+            t(&[2, 3], DType::F32),
+        ),
+        (
+            t(&[2, 5], DType::F32),
+            t(&[2, 3], DType::I32),
+            t(&[2, 3], DType::F32),
+        ),
+        (
+            t(&[2, 5], DType::F32),
+            t(&[2, 3], DType::U32),
+            t(&[2, 3], DType::U32),
+        ),
+        (
+            t(&[2, 5], DType::F32),
+            t(&[3, 3], DType::U32),
+            t(&[3, 3], DType::F32),
+        ),
+        (
+            t(&[2, 5], DType::F32),
+            t(&[2, 3], DType::U32),
+            t(&[2, 4], DType::F32),
+        ),
+        (
+            t(&[2, 5], DType::F32),
+            t(&[6], DType::U32),
+            t(&[6], DType::F32),
+        ),
+        (
+            t(&[2, 0], DType::F32),
+            t(&[2, 3], DType::U32),
+            t(&[2, 3], DType::F32),
+        ),
+        (
+            t(&[2, 5], DType::F32),
+            t(&[2, 0], DType::U32),
+            t(&[2, 0], DType::F32),
+        ),
     ];
     for (dst, idx, src) in &cases {
         let r = scatter(ctx, &ops, dst, idx, src, None);

@@ -208,22 +208,3 @@ mod tests {
         }
     }
 }
-#[cfg(test)]
-mod tmp_bench {
-    #[test]
-    #[ignore]
-    fn tmp_bench_mine() {
-        let ctx = crate::harness::test_context();
-        let mut cases = crate::ops::rmsnorm::bench_cases();
-        cases.extend(crate::ops::geglu::bench_cases());
-        cases.extend(super::bench_cases());
-        cases.extend(crate::ops::embedding::bench_cases());
-        for c in &cases {
-            let t = std::time::Instant::now();
-            let r = pollster::block_on(crate::harness::check(ctx, c.as_ref(), 0)).unwrap();
-            let tc = t.elapsed().as_secs_f64();
-            let p = crate::harness::perf(ctx, c.as_ref(), 4).unwrap();
-            println!("{r}\n   check {tc:.2}s total {:.2}s | {p}", t.elapsed().as_secs_f64());
-        }
-    }
-}

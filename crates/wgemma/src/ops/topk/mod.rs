@@ -166,10 +166,20 @@ fn check_shapes(input: &Tensor, values: &Tensor, indices: &Tensor) -> Result<Sha
         ));
     }
     if k == 0 || k > n {
-        return Err(Error::invalid(OP, "k (last dim of values)", format!("1..={n}"), k));
+        return Err(Error::invalid(
+            OP,
+            "k (last dim of values)",
+            format!("1..={n}"),
+            k,
+        ));
     }
     if u32::try_from(input.numel()).is_err() {
-        return Err(Error::invalid(OP, "input elements", "< 2^32", input.numel()));
+        return Err(Error::invalid(
+            OP,
+            "input elements",
+            "< 2^32",
+            input.numel(),
+        ));
     }
     Ok(Shape {
         rows: input.numel() / n,

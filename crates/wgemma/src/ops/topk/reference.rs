@@ -25,7 +25,15 @@ mod tests {
 
     #[test]
     fn order_ties_and_specials() {
-        let x = [1.0, f32::NAN, -0.0, 0.0, f32::INFINITY, 1.0, f32::NEG_INFINITY];
+        let x = [
+            1.0,
+            f32::NAN,
+            -0.0,
+            0.0,
+            f32::INFINITY,
+            1.0,
+            f32::NEG_INFINITY,
+        ];
         let (v, i) = topk_ref(&x, 7, 7);
         assert_eq!(i, vec![1, 4, 0, 5, 2, 3, 6]);
         assert!(v[0].is_nan());

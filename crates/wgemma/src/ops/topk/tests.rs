@@ -83,9 +83,7 @@ fn nan_first_then_inf_and_ties_lower_index_first() {
             .take(27)
             .collect();
         assert_eq!(&got.indices[5..], &fives[..], "{route:?}");
-        assert!(got.value_bits[5..]
-            .iter()
-            .all(|&b| b == 5.0f32.to_bits()));
+        assert!(got.value_bits[5..].iter().all(|&b| b == 5.0f32.to_bits()));
     }
 }
 
@@ -169,7 +167,11 @@ fn plain_op_set_has_no_topk() {
     let x = Tensor::zeros(ctx, "x", &[1, 1, 2048], DType::F32).unwrap();
     let v = Tensor::zeros(ctx, "v", &[1, 1, 32], DType::F32).unwrap();
     let i = Tensor::zeros(ctx, "i", &[1, 1, 32], DType::U32).unwrap();
-    for route in [None, Some(TopKRoute::Fast2048To32), Some(TopKRoute::Generic)] {
+    for route in [
+        None,
+        Some(TopKRoute::Fast2048To32),
+        Some(TopKRoute::Generic),
+    ] {
         let r = match route {
             None => topk(ctx, &OpSet::plain(), &x, &v, &i),
             Some(route) => topk_on_route(ctx, &OpSet::plain(), &x, &v, &i, route),
@@ -191,7 +193,11 @@ fn malformed_inputs_are_invalid() {
     let t = |shape: &[usize], dtype| Tensor::zeros(ctx, "t", shape, dtype).unwrap();
     let x = t(&[2, 10], DType::F32);
     let cases = [
-        (t(&[2, 10], DType::I32), t(&[2, 3], DType::F32), t(&[2, 3], DType::U32)),
+        (
+            t(&[2, 10], DType::I32),
+            t(&[2, 3], DType::F32),
+            t(&[2, 3], DType::U32),
+        ),
         (x.clone(), t(&[2, 3], DType::U32), t(&[2, 3], DType::U32)),
         (x.clone(), t(&[2, 3], DType::F32), t(&[2, 3], DType::I32)),
         (x.clone(), t(&[2, 0], DType::F32), t(&[2, 0], DType::U32)),
@@ -199,7 +205,11 @@ fn malformed_inputs_are_invalid() {
         (x.clone(), t(&[3, 3], DType::F32), t(&[3, 3], DType::U32)),
         (x.clone(), t(&[2, 3], DType::F32), t(&[2, 4], DType::U32)),
         (x.clone(), t(&[6], DType::F32), t(&[6], DType::U32)),
-        (t(&[2, 0], DType::F32), t(&[2, 0], DType::F32), t(&[2, 0], DType::U32)),
+        (
+            t(&[2, 0], DType::F32),
+            t(&[2, 0], DType::F32),
+            t(&[2, 0], DType::U32),
+        ),
     ];
     for (x, v, i) in &cases {
         let r = topk(ctx, &ops, x, v, i);
