@@ -163,6 +163,39 @@ pub fn test_context() -> &'static GpuContext {
     })
 }
 
+/// A second shared test context whose grids fold above 8 workgroups per dimension, so that
+/// small shapes reach the 2-D grid path (and the shaders' flat-index bound checks).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn folded_test_context() -> &'static GpuContext {
+    static CTX: std::sync::OnceLock<GpuContext> = std::sync::OnceLock::new();
+    CTX.get_or_init(|| {
+        GpuContext::new_blocking(crate::gpu::ContextOptions {
+            max_workgroups_per_dimension: Some(8),
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// Checks `case` on [`folded_test_context`] with each seed, after asserting that at least one
+/// of its kernels really has a folded (2-D) grid; panics with the failing reports.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn assert_folded_case_passes(case: &dyn OpCase, seeds: std::ops::Range<u64>) {
+    let ctx = folded_test_context();
+    let prepared = case
+        .prepare(ctx, &mut rng(0))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        prepared.kernels.iter().any(|k| k.grid().y > 1),
+        "{}: no kernel has a folded grid",
+        case.name()
+    );
+    for seed in seeds {
+        let report = pollster::block_on(check(ctx, case, seed)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.pass(), "{report}");
+    }
+}
+
 /// Checks every case with each seed and panics with every failing report (for tests).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn assert_cases_pass(cases: &[Box<dyn OpCase>], seeds: std::ops::Range<u64>) {

@@ -16,6 +16,7 @@ pub mod embedding;
 pub mod attention;
 pub mod rope;
 pub mod topk;
+pub mod moe;
 
 use crate::harness::{OpCase, Rng};
 
@@ -37,6 +38,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(embedding::random_cases(rng));
     cases.extend(attention::random_cases(rng));
     cases.extend(rope::random_cases(rng));
+    cases.extend(moe::random_cases(rng));
     cases
 }
 
@@ -59,5 +61,6 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(embedding::bench_cases());
     cases.extend(attention::bench_cases());
     cases.extend(rope::bench_cases());
+    cases.extend(moe::bench_cases());
     cases
 }

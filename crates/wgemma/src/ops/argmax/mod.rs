@@ -291,6 +291,18 @@ mod tests {
     }
 
     #[test]
+    fn folded_grids_are_bound_checked() {
+        // Stage 1: 9 rows x 7 blocks = 63 workgroups; stage 2: 9 rows; both fold above 8.
+        crate::harness::assert_folded_case_passes(
+            &ArgmaxCase {
+                items_per_thread: 1,
+                ..ArgmaxCase::new(9, 1700, true)
+            },
+            0..2,
+        );
+    }
+
+    #[test]
     fn random_cases_pass() {
         let mut rng = crate::harness::rng(11);
         for seed in 0..3 {

@@ -125,7 +125,7 @@ fn partial(
         let p = positions[r];
         var lo = 0u;
         if (params.window != 0u && p + 1u > params.window) {
-            lo = p + 2u - params.window;
+            lo = p + 1u - params.window;
         }
         var hi = p + 1u;
         if (params.ring == 0u) {

@@ -5,10 +5,11 @@ use super::*;
 use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
 use rand::Rng as _;
 
-/// f32 online softmax vs f64 reference: outputs are convex combinations of V in [-1, 1].
+/// f32 online softmax vs f64 reference: outputs are convex combinations of V in [-1, 1];
+/// measured max_abs <= 4e-6 and nmse <= 2e-12 on lavapipe (D 512, scores of std ~7).
 pub const ATTENTION_CHECK: Check = Check::Close {
     max_abs: 2e-5,
-    nmse: 1e-9,
+    nmse: 1e-10,
 };
 
 /// One attention step.
@@ -90,7 +91,9 @@ impl AttentionCase {
 }
 
 fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| rng.random_range(-1.0..1.0) * scale).collect()
+    (0..n)
+        .map(|_| rng.random_range(-1.0..1.0) * scale)
+        .collect()
 }
 
 impl OpCase for AttentionCase {
@@ -114,7 +117,8 @@ impl OpCase for AttentionCase {
             } else {
                 String::new()
             },
-            self.splits.map_or(String::new(), |s| format!(" splits={s}")),
+            self.splits
+                .map_or(String::new(), |s| format!(" splits={s}")),
             if self.copies > 1 {
                 format!(" copies={}", self.copies)
             } else {

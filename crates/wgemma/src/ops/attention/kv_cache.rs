@@ -119,7 +119,11 @@ impl KvCache {
                 );
             }
             KvLayout::Sliding { window, max_rows } if window == 0 || max_rows == 0 => {
-                return bad("window and max_rows", ">= 1", format!("{window}, {max_rows}"));
+                return bad(
+                    "window and max_rows",
+                    ">= 1",
+                    format!("{window}, {max_rows}"),
+                );
             }
             _ => {}
         }
@@ -129,7 +133,10 @@ impl KvCache {
             .limits
             .max_storage_buffer_binding_size
             .min(ctx.limits.max_buffer_size);
-        let max_binding = config.max_binding_bytes.unwrap_or(device_max).min(device_max);
+        let max_binding = config
+            .max_binding_bytes
+            .unwrap_or(device_max)
+            .min(device_max);
         let ranges = plan_row_chunks(slots, row_bytes, max_binding, 1)?;
         if ranges.len() > 1 && matches!(config.layout, KvLayout::Sliding { .. }) {
             return bad(
@@ -145,7 +152,12 @@ impl KvCache {
                 let k = if config.k_eq_v {
                     None
                 } else {
-                    Some(Tensor::zeros(ctx, &format!("{label}.k"), &shape, DType::F32)?)
+                    Some(Tensor::zeros(
+                        ctx,
+                        &format!("{label}.k"),
+                        &shape,
+                        DType::F32,
+                    )?)
                 };
                 let v = Tensor::zeros(ctx, &format!("{label}.v"), &shape, DType::F32)?;
                 Ok(KvChunk { slots: r, k, v })
@@ -278,42 +290,60 @@ impl KvCache {
             ));
         }
         if k.is_some_and(|k| k.len() != v.len()) {
-            return Err(Error::invalid("kv_cache", "k floats", v.len(), k.unwrap().len()));
+            return Err(Error::invalid(
+                "kv_cache",
+                "k floats",
+                v.len(),
+                k.unwrap().len(),
+            ));
         }
         let ring = matches!(self.config.layout, KvLayout::Sliding { .. });
         if (!ring && first > self.len) || first + n > self.max_positions() {
             return Err(Error::invalid(
                 "kv_cache",
                 "positions to load",
-                format!("a range starting <= {} ending <= {}", self.len, self.max_positions()),
+                format!(
+                    "a range starting <= {} ending <= {}",
+                    self.len,
+                    self.max_positions()
+                ),
                 format!("{first}..{}", first + n),
             ));
         }
         let (d, heads) = (self.config.head_dim, self.config.kv_heads);
-        let begin = if ring { first.max((first + n).saturating_sub(self.slots)) } else { first };
-        for p in begin..first + n {
+        let begin = if ring {
+            first.max((first + n).saturating_sub(self.slots))
+        } else {
+            first
+        };
+        // Runs of consecutive positions whose slots are consecutive within one chunk: one
+        // queue write per run and kv head.
+        let mut p = begin;
+        while p < first + n {
             let slot = if ring { p % self.slots } else { p };
             let chunk = self
                 .chunks
                 .iter()
                 .find(|c| c.slots.contains(&slot))
                 .expect("chunks cover every slot");
+            let run = (first + n - p).min(chunk.slots.end - slot);
             let local = slot - chunk.slots.start;
             for h in 0..heads {
-                let src = ((p - first) * heads + h) * d;
                 let offset = ((h * chunk.slots.len() + local) * d * 4) as u64;
                 let write = |t: &Tensor, data: &[f32]| {
-                    ctx.queue.write_buffer(
-                        t.buffer(),
-                        offset,
-                        bytemuck::cast_slice(&data[src..src + d]),
-                    )
+                    let rows: Vec<f32> = (p..p + run)
+                        .flat_map(|q| &data[((q - first) * heads + h) * d..][..d])
+                        .copied()
+                        .collect();
+                    ctx.queue
+                        .write_buffer(t.buffer(), offset, bytemuck::cast_slice(&rows))
                 };
                 write(&chunk.v, v);
                 if let (Some(kt), Some(kd)) = (&chunk.k, k) {
                     write(kt, kd);
                 }
             }
+            p += run;
         }
         self.len = first + n;
         self.written_end = self.written_end.max(self.len);
@@ -437,7 +467,9 @@ impl KvAppend {
     /// [`KvCache::advance`] for the same `m` first).
     pub fn record(&self, pass: &mut Pass<'_>, m: usize) -> Result<()> {
         let grid = self.grid(m)?;
-        self.kernels.iter().for_each(|k| pass.dispatch_grid(k, grid));
+        self.kernels
+            .iter()
+            .for_each(|k| pass.dispatch_grid(k, grid));
         Ok(())
     }
 

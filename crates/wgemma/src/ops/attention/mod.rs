@@ -190,7 +190,12 @@ impl Attention {
             ));
         }
         if out.buffer() == q.buffer() {
-            return Err(Error::invalid("attention", "out", "a tensor other than q", "q itself"));
+            return Err(Error::invalid(
+                "attention",
+                "out",
+                "a tensor other than q",
+                "q itself",
+            ));
         }
         if positions.dtype() != DType::U32 || positions.numel() < rows {
             return Err(Error::invalid(
@@ -206,16 +211,15 @@ impl Attention {
         if !failed.is_empty() {
             return Err(Error::NoRoute {
                 op: "attention",
-                shapes: format!(
-                    "q {:?}, kv_heads {}, head_dim {d}",
-                    q.shape(),
-                    cfg.kv_heads
-                ),
+                shapes: format!("q {:?}, kv_heads {}, head_dim {d}", q.shape(), cfg.kv_heads),
                 failed,
             });
         }
         let (key_rope, rot_pairs) = match (cfg.k_eq_v, key_from_v) {
-            (false, None) => (Tensor::zeros(ctx, "attention.key_rope", &[4], DType::F32)?, 0),
+            (false, None) => (
+                Tensor::zeros(ctx, "attention.key_rope", &[4], DType::F32)?,
+                0,
+            ),
             (true, Some(kv)) => {
                 if kv.k_norm_weight.len() != d || kv.rope.head_dim != d {
                     return Err(Error::invalid(

@@ -202,8 +202,7 @@ mod tests {
 
     fn e2b_full(slots: usize, max_binding: u64) -> Geometry {
         let row_bytes = 512 * 4;
-        let chunks =
-            crate::gpu::plan_row_chunks(slots, row_bytes, max_binding, 1).expect("chunks");
+        let chunks = crate::gpu::plan_row_chunks(slots, row_bytes, max_binding, 1).expect("chunks");
         Geometry {
             heads: 8,
             kv_heads: 1,
@@ -256,7 +255,10 @@ mod tests {
         let geo = e2b_full(4096, 1 << 31);
         let p = plan(&geo, 1, 40).unwrap();
         assert!(p.direct && p.splits == 1);
-        let prefill = Geometry { rows: 512, ..geo.clone() };
+        let prefill = Geometry {
+            rows: 512,
+            ..geo.clone()
+        };
         let p = plan(&prefill, 512, 512).unwrap();
         assert_eq!(p.partial_grid, Grid::new(p.splits, 512, 1));
         assert!(p.splits <= 2);

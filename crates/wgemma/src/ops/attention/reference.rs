@@ -29,7 +29,10 @@ pub fn attention_ref(
     for (r, &p) in positions.iter().enumerate() {
         let p = p as usize;
         let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
-        assert!(lo >= history.first, "reference history starts after key {lo}");
+        assert!(
+            lo >= history.first,
+            "reference history starts after key {lo}"
+        );
         for h in 0..heads {
             let kvh = h / group;
             let qv = &q[(r * heads + h) * d..][..d];

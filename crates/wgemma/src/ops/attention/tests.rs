@@ -196,7 +196,8 @@ fn decode_after_rollback_equals_decode_without_the_rejected_rows() {
     let row = kvh * d;
     let scratch = AttentionScratch::for_head_dim(ctx, d).unwrap();
     let mut r = rng(9);
-    let mut rand = |len: usize| -> Vec<f32> { (0..len).map(|_| r.random_range(-1.0..1.0)).collect() };
+    let mut rand =
+        |len: usize| -> Vec<f32> { (0..len).map(|_| r.random_range(-1.0..1.0)).collect() };
     let (k_prompt, v_prompt) = (rand(n * row), rand(n * row));
     // Verify forward: the seed row at n, then 3 drafts that get rejected.
     let (k_verify, v_verify, q_verify) = (rand(4 * row), rand(4 * row), rand(4 * heads * d));
@@ -353,8 +354,14 @@ fn guards_fail_closed() {
     let q96 = t(&[2, 6, 96], DType::F32);
     match build(&q96, &t(&[2, 6, 96], DType::F32), &pos, &c96) {
         Err(Error::NoRoute { failed, .. }) => {
-            assert!(failed.iter().any(|f| f.contains("head_dim 96")), "{failed:?}");
-            assert!(failed.iter().any(|f| f.contains("multiple of kv_heads")), "{failed:?}");
+            assert!(
+                failed.iter().any(|f| f.contains("head_dim 96")),
+                "{failed:?}"
+            );
+            assert!(
+                failed.iter().any(|f| f.contains("multiple of kv_heads")),
+                "{failed:?}"
+            );
         }
         other => panic!("expected NoRoute, got {other:?}"),
     }
@@ -368,7 +375,7 @@ fn guards_fail_closed() {
     assert!(invalid(build(&q, &t(&[2, 4, 32], DType::F32), &pos, &c))); // out shape
     assert!(invalid(build(&q, &out, &t(&[1], DType::U32), &c))); // positions too short
     assert!(invalid(build(&q, &out, &t(&[2], DType::F32), &c))); // positions dtype
-    // K = V caches need key_from_v, and plain caches refuse it.
+                                                                 // K = V caches need key_from_v, and plain caches refuse it.
     assert!(invalid(build(&q, &out, &pos, &cache_for(64, 2, true))));
     let attention = build(&q, &out, &pos, &c).unwrap();
     assert!(attention.plan(3, 5).is_err());

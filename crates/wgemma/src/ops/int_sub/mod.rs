@@ -198,12 +198,20 @@ mod tests {
     }
 
     #[test]
+    fn folded_grids_are_bound_checked() {
+        for dtype in [DType::I32, DType::F32] {
+            crate::harness::assert_folded_case_passes(&SubCase { dtype, n: 5000 }, 0..2);
+        }
+    }
+
+    #[test]
     fn random_cases_pass_with_partial_workgroups() {
         let mut cases = random_cases(&mut crate::harness::rng(7));
         cases.push(Box::new(SubCase {
             dtype: DType::I32,
             n: 257,
         }));
+        cases.extend(bench_cases());
         assert_cases_pass(&cases, 0..2);
     }
 }

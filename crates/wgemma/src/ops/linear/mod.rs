@@ -32,7 +32,7 @@ pub use routes::{
 
 use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
-use routes::{matvec_lanes, MatvecPlan};
+use routes::MATVEC_ROWS_PER_WORKGROUP;
 
 /// Options of [`q4_linear_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,7 +150,11 @@ pub fn q4_linear_with(
     let (n, k, group) = (w.n(), w.k(), w.group());
     let m = check_io(OP, x, y, n, k)?;
     let caps = DeviceCaps::of(ctx);
-    let subgroup = caps.subgroups && !options.portable;
+    // The subgroup matvec maps one 32-lane unit to one subgroup.
+    let subgroup = caps.subgroups
+        && caps.min_subgroup_size == 32
+        && caps.max_subgroup_size == 32
+        && !options.portable;
     let shape = Q4Shape { m, k, group };
     let route = choose_q4_route(shape, &caps, subgroup, options.route, || {
         format!(
@@ -188,24 +192,13 @@ pub fn q4_linear_with(
                 .tensor(y)
         };
         let kernel = match route {
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => {
-                let plan = MatvecPlan::new(m, k, rows, matvec_lanes(&caps, subgroup));
-                let b = builder(if subgroup {
-                    "q4_matvec_sg"
-                } else {
-                    "q4_matvec"
-                })
-                .constant("MV_M", m as u64)
-                .constant("RPT", plan.rpt as u64)
-                .constant("KSPLIT", plan.ksplit as u64)
-                .constant("ROW_GROUPS", plan.row_groups as u64);
-                let b = if subgroup {
-                    b
-                } else {
-                    b.constant("LANES", plan.lanes as u64)
-                };
-                b.build_1d(workgroups_for(rows as u64, plan.rows_per_workgroup()))?
-            }
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => builder(if subgroup {
+                "q4_matvec_sg"
+            } else {
+                "q4_matvec"
+            })
+            .constant("MV_M", m as u64)
+            .build_1d(workgroups_for(rows as u64, MATVEC_ROWS_PER_WORKGROUP))?,
             LinearRoute::Q4Gemm => {
                 builder("q4_gemm").build_1d(rows.div_ceil(64) as u64 * m.div_ceil(64) as u64)?
             }

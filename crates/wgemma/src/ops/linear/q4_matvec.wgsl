@@ -1,19 +1,18 @@
-// q4_matvec: y[m, y_offset + n] = sum_k x[m, k] * W[n, k] for MV_M (1..=4) activation rows
-// and one row chunk of a Q4 weight (routes q4_gemv, MV_M = 1, and q4_linear_m3, MV_M = 3).
-// Portable reduction through workgroup memory; q4_matvec_sg.wgsl is the subgroup twin and
-// must stay in step with this file.
+// q4_matvec: Q4 matrix-vector product for MV_M (1..=4) activation rows, routes q4_gemv
+// (MV_M = 1) and q4_linear_m3 (MV_M = 3); the portable twin of q4_matvec_sg.wgsl (same
+// contract and geometry; keep the two in step).
 //
-// Inputs: x f32 [MV_M, K] read as vec4; packed u32 [n, K/8] read as vec4<u32> (32 weights
-// per load, so K % 32 == 0); scales f16 pairs [n * K/GROUP] (GROUP % 8 == 0; one scale per
-// load when GROUP % 32 == 0, else one per word). Output y f32 [MV_M, y_stride].
-// Weight w = (nibble - 8) * scale; nibble i of a word is k = 8w + i (bits 4i..4i+3).
+// y[m, y_offset + n] = sum_k x[m, k] * W[n, k] for one row chunk of a Q4 weight.
+// Inputs: x f32 [MV_M, K] read as vec4; packed u32 [n, K/8] read as vec4<u32> (32 weights,
+// K % 32 == 0), nibble i of word w is k = 8w + i, value (nibble - 8) * scale; scales f16
+// pairs [n * K/GROUP] (GROUP % 8 == 0). Output y f32 [MV_M, y_stride].
 //
-// Geometry: 256 invocations = UNITS units of LANES lanes (UNITS = 256 / LANES). A unit is
-// RPT weight rows x one of KSPLIT slices of K: its lanes stride over the slice's vec4
-// words, so a warp reads consecutive 16-byte words of RPT rows (coalesced), and every x
-// load serves RPT rows and every weight word serves MV_M activation rows. A workgroup
-// covers ROW_GROUPS * RPT rows (UNITS = ROW_GROUPS * KSPLIT); the grid may be folded to
-// 2-D, so the flat workgroup index is wid.x + wid.y * nwg.x.
+// Geometry: 256 invocations = 8 units of 32 lanes; a unit owns 4 consecutive rows and its
+// lanes stride over the rows' vec4 words, so 32 lanes read 512 contiguous bytes of a row
+// (coalesced) and every x load serves the 4 rows and every decoded weight serves all MV_M
+// activation rows. Per-lane sums are reduced through workgroup memory. A workgroup covers
+// 32 rows; the grid may be folded to 2-D (flat index wid.x + wid.y * nwg.x).
+// Plain variables, no private arrays: dynamically indexed arrays spill to local memory.
 
 struct Params {
     m: u32,
@@ -28,12 +27,10 @@ struct Params {
 
 override MV_M: u32 = 1u;
 override GROUP: u32 = 32u;
-override RPT: u32 = 4u;
-override KSPLIT: u32 = 1u;
-override ROW_GROUPS: u32 = 8u;
-override LANES: u32 = 32u;
 
 const WG: u32 = 256u;
+const LANES: u32 = 32u;
+const ROWS_PER_WG: u32 = 32u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
@@ -41,116 +38,56 @@ const WG: u32 = 256u;
 @group(0) @binding(3) var<storage, read> scales: array<u32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-var<workgroup> red: array<vec4<f32>, WG>;
-// One partial per (unit, row of the unit); the activation rows are the vec4 lanes.
-var<workgroup> part: array<vec4<f32>, 128>;
-var<private> acc: array<vec4<f32>, 4>;
+// Four rows' partial sums per lane (component m = activation row m).
+var<workgroup> red0: array<vec4<f32>, WG>;
+var<workgroup> red1: array<vec4<f32>, WG>;
+var<workgroup> red2: array<vec4<f32>, WG>;
+var<workgroup> red3: array<vec4<f32>, WG>;
 
 fn scale_at(e: u32) -> f32 {
     let pair = unpack2x16float(scales[e >> 1u]);
     return select(pair.x, pair.y, (e & 1u) == 1u);
 }
 
-// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
-fn nibbles(word: u32, first: u32) -> vec4<f32> {
-    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
-    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
+// The scales of the 4 words of the vec4 word at k0 of a row whose scales start at e0.
+fn word_scales(e0: u32, k0: u32) -> vec4<f32> {
+    if (GROUP % 32u == 0u) {
+        return vec4<f32>(scale_at(e0 + k0 / GROUP));
+    }
+    return vec4<f32>(
+        scale_at(e0 + k0 / GROUP),
+        scale_at(e0 + (k0 + 8u) / GROUP),
+        scale_at(e0 + (k0 + 16u) / GROUP),
+        scale_at(e0 + (k0 + 24u) / GROUP),
+    );
 }
 
-// M = 1 decodes in place, without shifts (the INT pipe is the tight one at full bandwidth):
-// nibble j of a 16-bit half, masked where it sits, reads as (nibble - 8) * 16^j, and x is
-// pre-scaled by 16^-j once per lane for all RPT rows. Powers of two keep it exact (unless
-// |x| < 2^-114 flushes).
-const X_SCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
-
-fn nibbles_in_place(half: u32) -> vec4<f32> {
-    let bits = vec4<u32>(half) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u))
-        - vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+// (nibble - 8) of the low 4 nibbles of w, in k order.
+fn lo4(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(15u)) - vec4<f32>(8.0);
 }
 
-// Accumulates the unit's rows row0 .. row0 + RPT over vec4 words v0 + lane, step `lanes`.
-fn unit_sums(row0: u32, slice: u32, lane: u32, lanes: u32) {
-    for (var r = 0u; r < 4u; r++) {
-        acc[r] = vec4<f32>(0.0);
-    }
-    if (row0 >= params.n) {
-        return;
-    }
-    let v_row = params.k / 32u;
-    let v_len = (v_row + KSPLIT - 1u) / KSPLIT;
-    let v0 = slice * v_len;
-    let v1 = min(v0 + v_len, v_row);
-    for (var v = v0 + lane; v < v1; v += lanes) {
-        let k0 = v * 32u;
-        var w: array<vec4<u32>, 4>;
-        var sc: array<vec4<f32>, 4>;
-        for (var r = 0u; r < RPT; r++) {
-            // Rows past the chunk repeat the last row; their sums are never written.
-            let n = min(row0 + r, params.n - 1u);
-            w[r] = packed[n * v_row + v];
-            let e = n * params.groups;
-            if (GROUP % 32u == 0u) {
-                sc[r] = vec4<f32>(scale_at(e + k0 / GROUP));
-            } else {
-                sc[r] = vec4<f32>(
-                    scale_at(e + k0 / GROUP),
-                    scale_at(e + (k0 + 8u) / GROUP),
-                    scale_at(e + (k0 + 16u) / GROUP),
-                    scale_at(e + (k0 + 24u) / GROUP),
-                );
-            }
-        }
-        if (MV_M == 1u) {
-            for (var i = 0u; i < 4u; i++) {
-                let xi = (k0 + 8u * i) / 4u;
-                let xa = x[xi] * X_SCALE;
-                let xb = x[xi + 1u] * X_SCALE;
-                for (var r = 0u; r < RPT; r++) {
-                    let word = w[r][i];
-                    let d = dot(nibbles_in_place(word), xa) + dot(nibbles_in_place(word >> 16u), xb);
-                    acc[r].x += sc[r][i] * d;
-                }
-            }
-            continue;
-        }
-        for (var i = 0u; i < 4u; i++) {
-            var lo: array<vec4<f32>, 4>;
-            var hi: array<vec4<f32>, 4>;
-            for (var r = 0u; r < RPT; r++) {
-                lo[r] = nibbles(w[r][i], 0u);
-                hi[r] = nibbles(w[r][i], 16u);
-            }
-            for (var m = 0u; m < MV_M; m++) {
-                let xi = (m * params.k + k0 + 8u * i) / 4u;
-                let xa = x[xi];
-                let xb = x[xi + 1u];
-                for (var r = 0u; r < RPT; r++) {
-                    acc[r][m] += sc[r][i] * (dot(lo[r], xa) + dot(hi[r], xb));
-                }
-            }
-        }
-    }
+fn hi4(w: u32) -> vec4<f32> {
+    return lo4(w >> 16u);
 }
 
-// Sums the KSPLIT slice partials of each row and writes y.
-fn write_rows(wg_row0: u32, lid: u32) {
-    if (lid >= ROW_GROUPS * RPT) {
-        return;
-    }
-    let n = wg_row0 + lid;
-    if (n >= params.n) {
-        return;
-    }
-    let g = lid / RPT;
-    let r = lid % RPT;
-    var sum = vec4<f32>(0.0);
-    for (var s = 0u; s < KSPLIT; s++) {
-        sum += part[(g * KSPLIT + s) * RPT + r];
-    }
-    for (var m = 0u; m < MV_M; m++) {
-        y[m * params.y_stride + params.y_offset + n] = sum[m];
+// Dot of 32 weights (one vec4<u32> with its 4 word scales) with 32 activations at xo.
+fn dot32(w: vec4<u32>, s: vec4<f32>, xo: u32) -> f32 {
+    return s.x * (dot(lo4(w.x), x[xo]) + dot(hi4(w.x), x[xo + 1u]))
+        + s.y * (dot(lo4(w.y), x[xo + 2u]) + dot(hi4(w.y), x[xo + 3u]))
+        + s.z * (dot(lo4(w.z), x[xo + 4u]) + dot(hi4(w.z), x[xo + 5u]))
+        + s.w * (dot(lo4(w.w), x[xo + 6u]) + dot(hi4(w.w), x[xo + 7u]));
+}
+
+fn tree_sum(lid: u32, lane: u32) {
+    for (var stride = LANES / 2u; stride > 0u; stride /= 2u) {
+        if (lane < stride) {
+            red0[lid] += red0[lid + stride];
+            red1[lid] += red1[lid + stride];
+            red2[lid] += red2[lid + stride];
+            red3[lid] += red3[lid + stride];
+        }
+        workgroupBarrier();
     }
 }
 
@@ -160,27 +97,60 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let wg_row0 = (wid.x + wid.y * nwg.x) * ROW_GROUPS * RPT;
-    if (wg_row0 >= params.n) {
-        return;
-    }
-    let unit = lid / LANES;
+    let row0 = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + (lid / LANES) * 4u;
     let lane = lid % LANES;
-    let g = unit / KSPLIT;
-    unit_sums(wg_row0 + g * RPT, unit % KSPLIT, lane, LANES);
-    for (var r = 0u; r < RPT; r++) {
-        red[lid] = acc[r];
-        workgroupBarrier();
-        for (var stride = LANES / 2u; stride > 0u; stride >>= 1u) {
-            if (lane < stride) {
-                red[lid] += red[lid + stride];
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    if (row0 < params.n) {
+        let v_row = params.k / 32u;
+        let k4 = params.k / 4u;
+        // Rows past the chunk repeat the last row; their sums are never written.
+        let last = params.n - 1u;
+        let r1 = min(row0 + 1u, last);
+        let r2 = min(row0 + 2u, last);
+        let r3 = min(row0 + 3u, last);
+        for (var v = lane; v < v_row; v += LANES) {
+            let k0 = v * 32u;
+            let w0 = packed[row0 * v_row + v];
+            let w1 = packed[r1 * v_row + v];
+            let w2 = packed[r2 * v_row + v];
+            let w3 = packed[r3 * v_row + v];
+            let s0 = word_scales(row0 * params.groups, k0);
+            let s1 = word_scales(r1 * params.groups, k0);
+            let s2 = word_scales(r2 * params.groups, k0);
+            let s3 = word_scales(r3 * params.groups, k0);
+            for (var m = 0u; m < MV_M; m++) {
+                let xo = m * k4 + k0 / 4u;
+                a0[m] += dot32(w0, s0, xo);
+                a1[m] += dot32(w1, s1, xo);
+                a2[m] += dot32(w2, s2, xo);
+                a3[m] += dot32(w3, s3, xo);
             }
-            workgroupBarrier();
-        }
-        if (lane == 0u) {
-            part[unit * RPT + r] = red[lid];
         }
     }
+    red0[lid] = a0;
+    red1[lid] = a1;
+    red2[lid] = a2;
+    red3[lid] = a3;
     workgroupBarrier();
-    write_rows(wg_row0, lid);
+    tree_sum(lid, lane);
+    if (lane < 4u) {
+        let n = row0 + lane;
+        if (n < params.n) {
+            let base = lid - lane;
+            var total = red0[base];
+            if (lane == 1u) {
+                total = red1[base];
+            } else if (lane == 2u) {
+                total = red2[base];
+            } else if (lane == 3u) {
+                total = red3[base];
+            }
+            for (var m = 0u; m < MV_M; m++) {
+                y[m * params.y_stride + params.y_offset + n] = total[m];
+            }
+        }
+    }
 }

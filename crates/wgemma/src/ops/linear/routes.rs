@@ -55,8 +55,8 @@ impl LinearRoute {
     /// needs more than the subgroup one).
     pub(crate) fn workgroup_storage(self, subgroup: bool) -> u32 {
         match self {
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if subgroup => 2048,
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => 4096 + 2048,
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if subgroup => 0,
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => 16384,
             LinearRoute::Q4Gemm => 16384,
             LinearRoute::Q4Generic => 0,
             LinearRoute::DenseF32 | LinearRoute::DenseF16 => 1024,
@@ -88,6 +88,7 @@ pub struct DeviceCaps {
     pub max_workgroup_size_x: u32,
     pub max_workgroup_storage: u32,
     pub subgroups: bool,
+    pub min_subgroup_size: u32,
     pub max_subgroup_size: u32,
 }
 
@@ -98,6 +99,7 @@ impl DeviceCaps {
             max_workgroup_size_x: ctx.limits.max_compute_workgroup_size_x,
             max_workgroup_storage: ctx.limits.max_compute_workgroup_storage_size,
             subgroups: ctx.has(wgpu::Features::SUBGROUP),
+            min_subgroup_size: ctx.info.subgroup_min_size,
             max_subgroup_size: ctx.info.subgroup_max_size,
         }
     }
@@ -215,51 +217,5 @@ pub fn check_dense_route(
     }
 }
 
-/// Lanes per matvec unit: the device's largest subgroup on the subgroup path (so a unit's
-/// subgroup never idles lanes), 32 on the portable path.
-pub(crate) fn matvec_lanes(caps: &DeviceCaps, subgroup: bool) -> u32 {
-    if !subgroup {
-        return 32;
-    }
-    match caps.max_subgroup_size {
-        0 => 32,
-        s => s.next_power_of_two().clamp(8, 128),
-    }
-}
-
-/// Matvec geometry: rows per unit (RPT), k-slices (KSPLIT) and row groups per workgroup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct MatvecPlan {
-    pub rpt: u32,
-    pub ksplit: u32,
-    pub row_groups: u32,
-    pub lanes: u32,
-}
-
-impl MatvecPlan {
-    /// Sized for H200-class bandwidth: 4 rows per unit at M = 1 (2 at M = 3) so each x load
-    /// serves several rows; rows split along K (while every lane keeps >= 1 vec4 word) until
-    /// about 8192 units are in flight, so few-row, long-K weights still fill the GPU.
-    pub fn new(m: usize, k: usize, rows: usize, lanes: u32) -> MatvecPlan {
-        let rpt: u32 = if m == 1 { 4 } else { 2 };
-        let units = 256 / lanes;
-        let v = (k / 32) as u32;
-        let max_split = (v / lanes).max(1);
-        let max_split = (1u32 << (31 - max_split.leading_zeros())).min(units);
-        let row_groups_total = rows.div_ceil(rpt as usize) as u64;
-        let mut ksplit = 1;
-        while ksplit < max_split && row_groups_total * (ksplit as u64) < 8192 {
-            ksplit *= 2;
-        }
-        MatvecPlan {
-            rpt,
-            ksplit,
-            row_groups: units / ksplit,
-            lanes,
-        }
-    }
-
-    pub fn rows_per_workgroup(&self) -> u32 {
-        self.row_groups * self.rpt
-    }
-}
+/// Rows one matvec workgroup covers: 8 units of 32 lanes, 4 rows per unit.
+pub(crate) const MATVEC_ROWS_PER_WORKGROUP: u32 = 32;

@@ -21,7 +21,9 @@ pub enum ExpertFormat {
     F32,
     F16,
     /// The project's Q4 with this group size (32, 64 or 128 in model artifacts).
-    Q4 { group: usize },
+    Q4 {
+        group: usize,
+    },
 }
 
 /// The element data of an [`ExpertHost`].
@@ -179,8 +181,9 @@ impl ExpertHost {
         }
     }
 
-    /// The largest buffer one expert needs (what must fit one binding).
-    fn expert_binding_bytes(&self) -> u64 {
+    /// The largest buffer one expert needs (what must fit one binding; chunks of `c`
+    /// experts fit a binding of `c` times this).
+    pub fn expert_binding_bytes(&self) -> u64 {
         match &self.data {
             // Packed bytes per row (K/2) bound the scale bytes per row (2K/g, g >= 8).
             ExpertData::Q4(_) => (self.n * self.k) as u64 / 2 + 4,

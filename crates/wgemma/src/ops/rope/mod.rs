@@ -6,8 +6,9 @@
 //! `inv_freq` is computed once on the host exactly as HF does and uploaded once; positions
 //! are read per row from a GPU u32 buffer, and cos/sin are computed in the shader in f32 from
 //! `f32(pos) * inv_freq[i]` (the same f32 angle as HF) with an exact range reduction, so the
-//! result matches HF's f32 math to a few f32 ulps: |gpu - hf| <= 4e-6 * max|x| for positions
-//! below [`MAX_POSITION`] (the tests check 2e-6 for |x| <= 1 up to position 2^18 - 1).
+//! result matches HF's f32 math to about one f32 ulp: measured max |gpu - hf| = 1.2e-7 for
+//! |x| <= 1 at positions up to 2^18 - 1 on lavapipe; the cases allow 1e-6 (for any device's
+//! exp/fma rounding), i.e. |gpu - hf| <= 1e-6 * max|x| below [`MAX_POSITION`].
 
 mod reference;
 
@@ -70,8 +71,7 @@ impl RopeConfig {
         match self.rope_type {
             RopeType::Default => self.head_dim / 2,
             // Python: int(partial_rotary_factor * head_dim // 2)
-            RopeType::Proportional => (((self.partial_rotary_factor * self.head_dim as f64)
-                / 2.0)
+            RopeType::Proportional => (((self.partial_rotary_factor * self.head_dim as f64) / 2.0)
                 .floor()
                 .max(0.0) as usize)
                 .min(self.head_dim / 2),
@@ -88,7 +88,12 @@ impl RopeConfig {
             ));
         }
         if !(self.theta.is_finite() && self.theta > 1.0) {
-            return Err(Error::invalid("rope", "theta", "finite and > 1", self.theta));
+            return Err(Error::invalid(
+                "rope",
+                "theta",
+                "finite and > 1",
+                self.theta,
+            ));
         }
         if !(0.0..=1.0).contains(&self.partial_rotary_factor) {
             return Err(Error::invalid(
@@ -163,11 +168,7 @@ impl RopeKernel {
     }
 }
 
-fn check_activation(
-    t: &Tensor,
-    what: &'static str,
-    head_dim: usize,
-) -> Result<(usize, usize)> {
+fn check_activation(t: &Tensor, what: &'static str, head_dim: usize) -> Result<(usize, usize)> {
     if t.dtype() != DType::F32 {
         return Err(Error::invalid(
             "rope",
@@ -266,12 +267,7 @@ impl Rope {
     }
 
     /// Rotates `x` [rows, heads, head_dim] in place (only the rotated pairs are touched).
-    pub fn in_place(
-        &self,
-        ctx: &GpuContext,
-        x: &Tensor,
-        positions: &Tensor,
-    ) -> Result<RopeKernel> {
+    pub fn in_place(&self, ctx: &GpuContext, x: &Tensor, positions: &Tensor) -> Result<RopeKernel> {
         let (rows, heads) = check_activation(x, "x", self.config.head_dim)?;
         self.build(ctx, "rope_inplace", (heads, 0), rows, positions, &[x])
     }
@@ -384,8 +380,8 @@ impl OpCase for RopeCase {
         let tp = Tensor::from_u32(ctx, "positions", &[self.rows], &positions)?;
         let q_ref = rope_ref(&q, self.rows, self.heads, &self.config, &positions);
         let check = Check::Close {
-            max_abs: 2e-6,
-            nmse: 1e-11,
+            max_abs: 1e-6,
+            nmse: 1e-12,
         };
         let act_bytes = (self.rows * self.heads * d * 4) as u64;
         let (kernel, outputs, bytes_moved) = match self.mode {
@@ -458,7 +454,10 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     let mut cases: Vec<Box<dyn OpCase>> = Vec::new();
     for rows in [1, 512] {
-        for config in [RopeConfig::gemma4_sliding(256), RopeConfig::gemma4_full(512)] {
+        for config in [
+            RopeConfig::gemma4_sliding(256),
+            RopeConfig::gemma4_full(512),
+        ] {
             cases.push(Box::new(RopeCase {
                 config,
                 mode: RopeMode::QkInPlace,

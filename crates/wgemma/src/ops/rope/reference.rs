@@ -51,8 +51,8 @@ pub fn rope_ref(
     let half = d / 2;
     let inv_freq = rope_inv_freq(config);
     let mut out = x.to_vec();
-    for r in 0..rows {
-        let (cos, sin) = rope_cos_sin_ref(positions[r], &inv_freq);
+    for (r, &position) in positions.iter().enumerate().take(rows) {
+        let (cos, sin) = rope_cos_sin_ref(position, &inv_freq);
         for h in 0..heads {
             let base = (r * heads + h) * d;
             for i in 0..half {

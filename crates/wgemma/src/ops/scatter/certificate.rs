@@ -16,7 +16,7 @@
 //! `select_rows` returns, dispatched before the scatter in the same pass): writing the
 //! tensor by other means voids it, which is why the tensors are only handed out by `&`.
 //!
-//! ```compile_fail
+//! ```compile_fail,E0451
 //! // Outside the module, a certificate cannot be built from parts.
 //! fn forge(t: wgemma::gpu::Tensor) -> wgemma::ops::scatter::UniqueIndices {
 //!     wgemma::ops::scatter::UniqueIndices { tensor: t, rows: 1, per_row: 1, bound: 1 }

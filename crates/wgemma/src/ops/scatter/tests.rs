@@ -337,4 +337,27 @@ fn random_cases_pass() {
     for seed in 0..3 {
         assert_cases_pass(&random_cases(&mut r), seed..seed + 1);
     }
+    assert_cases_pass(&bench_cases(), 0..1);
+}
+
+#[test]
+fn folded_grids_are_bound_checked() {
+    // 2 rows x 2500 sources = 20 workgroups -> folded above 8, on both routes.
+    for (indices, route) in [
+        (ScatterIndices::Duplicates, ScatterRoute::DuplicateSafe),
+        (
+            ScatterIndices::CertifiedUnique,
+            ScatterRoute::ParallelUnique,
+        ),
+    ] {
+        let case = ScatterCase {
+            rows: 2,
+            n: 3000,
+            s: 2500,
+            indices,
+            out_of_range: true,
+            route: Some(route),
+        };
+        crate::harness::assert_folded_case_passes(&case, 0..2);
+    }
 }

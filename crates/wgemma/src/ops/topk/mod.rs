@@ -9,7 +9,9 @@
 //!
 //! Routes:
 //! - [`TopKRoute::Fast2048To32`]: one row of 2048 -> k = 32, one workgroup of 64 staged
-//!   through 16 KiB of workgroup memory (bitonic block sort + top-k merges).
+//!   through 12.5 KiB of workgroup memory, four barriers: the 32nd greatest of the 64
+//!   per-thread maxima bounds the top 32 from below; the elements above it (at most 1024,
+//!   typically a few dozen) are ranked among themselves.
 //! - [`TopKRoute::Generic`]: any rows, any n, 1 <= k <= n: rank counting, one thread per
 //!   element, the row streamed through workgroup memory in tiles of 256.
 //!
@@ -31,8 +33,9 @@ const OP: &str = "topk";
 const FAST_N: usize = 2048;
 const FAST_K: usize = 32;
 const FAST_WORKGROUP: u32 = 64;
-/// Keys and indices of 2048 elements.
-const FAST_WORKGROUP_BYTES: u32 = 2 * 4 * FAST_N as u32;
+/// Keys of 2048 elements, 1024 candidate indices, 64 thread maxima (key, index), a counter
+/// and the threshold.
+const FAST_WORKGROUP_BYTES: u32 = 4 * (2048 + 1024 + 2 * 64 + 1 + 2);
 const GENERIC_WORKGROUP: u32 = 256;
 const GENERIC_WORKGROUP_BYTES: u32 = 4 * GENERIC_WORKGROUP + 8;
 

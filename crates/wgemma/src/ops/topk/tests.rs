@@ -240,3 +240,49 @@ fn random_cases_pass() {
     }
     assert_cases_pass(&bench_cases(), 0..1);
 }
+
+#[test]
+fn fast_route_worst_case_candidates_and_thread_layouts() {
+    // Element e belongs to thread e % 64. Thread t's elements all exceed thread t+1's: the
+    // 32nd greatest thread maximum is thread 31's, so ~1000 elements are candidates.
+    let blocks: Vec<f32> = (0..2048)
+        .map(|e| -((e % 64) as f32) * 100.0 + (e / 64) as f32)
+        .collect();
+    // The same with thread order reversed, and the top 32 all in one thread.
+    let reversed: Vec<f32> = (0..2048)
+        .map(|e| ((e % 64) as f32) * 100.0 - (e / 64) as f32)
+        .collect();
+    let one_thread: Vec<f32> = (0..2048)
+        .map(|e| {
+            if e % 64 == 17 {
+                1000.0 + e as f32
+            } else {
+                (e % 50) as f32
+            }
+        })
+        .collect();
+    // All equal: the threshold is decided by indices alone (candidates = exactly 32).
+    let equal = vec![2.5f32; 2048];
+    let descending: Vec<f32> = (0..2048).map(|e| -(e as f32)).collect();
+    let ascending: Vec<f32> = (0..2048).map(|e| e as f32).collect();
+    for x in [blocks, reversed, one_thread, equal, descending, ascending] {
+        let fast = run(&x, 1, 32, None);
+        assert_eq!(fast.route, TopKRoute::Fast2048To32);
+        let (rv, ri) = topk_ref(&x, 2048, 32);
+        assert_eq!(fast.indices, ri);
+        assert_eq!(fast.value_bits, bits(&rv));
+    }
+}
+
+#[test]
+fn generic_folded_grid_is_bound_checked() {
+    // 3 rows x 12 tiles = 36 workgroups -> folded above 8.
+    let case = TopKCase {
+        rows: 3,
+        n: 3000,
+        k: 40,
+        route: Some(TopKRoute::Generic),
+        data: TopKData::Specials,
+    };
+    crate::harness::assert_folded_case_passes(&case, 0..2);
+}

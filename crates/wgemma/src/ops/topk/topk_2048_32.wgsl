@@ -5,24 +5,33 @@
 // -0 == +0, -inf < ... < +inf < NaN); equal keys: the lower index comes first. With the
 // index as tie-break the order is strict, so the result is unique and bit-identical to the
 // generic route's.
-// One workgroup of 64 threads, everything staged through workgroup memory (keys and
-// indices, 2 x 2048 u32 = 16 KiB): a bitonic sort of the 64 blocks of 32 (block b
-// descending when b is even, ascending when odd), then 6 rounds that each pair blocks,
-// keep the elementwise better of A[i] (descending) and B[i] (ascending), which is the top
-// 32 of both as a bitonic sequence, and bitonic-merge it; the last round leaves block 0
-// sorted descending. Dispatch exactly one workgroup.
+// One workgroup of 64 threads, staged through workgroup memory (keys 8 KiB, candidates
+// 4 KiB, thread maxima 512 B); four barriers:
+//   1. thread t loads elements t + 64 j (j < 32) into `keys` and takes their maximum;
+//   2. T = the 32nd greatest of the 64 thread maxima: at least 32 elements are >= T, so the
+//      top 32 are all >= T; only the 32 threads whose maximum is >= T hold such elements,
+//      so there are at most 32 * 32 = 1024 candidates (typically a few dozen);
+//   3. candidates (elements >= T) are appended to `cand` (order irrelevant);
+//   4. each candidate's rank among the candidates is its rank in the row (everything ordered
+//      before a top-32 element is itself a top-32 element, hence a candidate); ranks < 32
+//      write their slot. Dispatch exactly one workgroup.
 
 const N: u32 = 2048u;
 const K: u32 = 32u;
 const WG: u32 = 64u;
-const BLOCKS: u32 = 64u; // N / K
+const PER_THREAD: u32 = 32u; // N / WG
+const MAX_CANDIDATES: u32 = 1024u; // K * PER_THREAD
 
 @group(0) @binding(0) var<storage, read> x: array<u32>;
 @group(0) @binding(1) var<storage, read_write> values: array<u32>;
 @group(0) @binding(2) var<storage, read_write> indices: array<u32>;
 
 var<workgroup> keys: array<u32, N>;
-var<workgroup> idx: array<u32, N>;
+var<workgroup> max_key: array<u32, WG>;
+var<workgroup> max_idx: array<u32, WG>;
+var<workgroup> cand: array<u32, MAX_CANDIDATES>;
+var<workgroup> cand_count: atomic<u32>;
+var<workgroup> threshold: vec2<u32>;
 
 fn order_key(bits: u32) -> u32 {
     if ((bits & 0x7fffffffu) > 0x7f800000u) {
@@ -37,76 +46,67 @@ fn order_key(bits: u32) -> u32 {
     return bits | 0x80000000u;
 }
 
-// True when the element at slot a ranks before (is greater than) the one at slot b.
-fn before(a: u32, b: u32) -> bool {
-    return keys[a] > keys[b] || (keys[a] == keys[b] && idx[a] < idx[b]);
-}
-
-// Orders slots lo < hi: descending puts the better element at lo.
-fn compare_exchange(lo: u32, hi: u32, descending: bool) {
-    if (before(hi, lo) == descending) {
-        let k = keys[lo];
-        let i = idx[lo];
-        keys[lo] = keys[hi];
-        idx[lo] = idx[hi];
-        keys[hi] = k;
-        idx[hi] = i;
-    }
+// (key a, index ia) is ordered before (key b, index ib).
+fn before(a: u32, ia: u32, b: u32, ib: u32) -> bool {
+    return a > b || (a == b && ia < ib);
 }
 
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_index) lid: u32) {
-    for (var e = lid; e < N; e += WG) {
-        keys[e] = order_key(x[e]);
-        idx[e] = e;
+    if (lid == 0u) {
+        atomicStore(&cand_count, 0u);
+    }
+    var mk = 0u;
+    var mi = 0xffffffffu;
+    for (var j = 0u; j < PER_THREAD; j++) {
+        let e = lid + j * WG;
+        let k = order_key(x[e]);
+        keys[e] = k;
+        // Keys are > 0 and indices grow with j: strict > keeps the lowest index among ties.
+        if (k > mk) {
+            mk = k;
+            mi = e;
+        }
+    }
+    max_key[lid] = mk;
+    max_idx[lid] = mi;
+    workgroupBarrier();
+
+    var rank = 0u;
+    for (var u = 0u; u < WG; u++) {
+        if (before(max_key[u], max_idx[u], mk, mi)) {
+            rank += 1u;
+        }
+    }
+    if (rank == K - 1u) {
+        threshold = vec2<u32>(mk, mi);
     }
     workgroupBarrier();
 
-    // Phase 1: bitonic sort of each block of K; direction of a compare at slot lo for
-    // sequence size `size`: descending when (lo & size) == 0, so at size K the blocks
-    // alternate descending / ascending.
-    for (var size = 2u; size <= K; size <<= 1u) {
-        for (var stride = size >> 1u; stride > 0u; stride >>= 1u) {
-            for (var c = lid; c < N / 2u; c += WG) {
-                let lo = (c / stride) * 2u * stride + c % stride;
-                compare_exchange(lo, lo + stride, (lo & size) == 0u);
-            }
-            workgroupBarrier();
+    let t = threshold;
+    for (var j = 0u; j < PER_THREAD; j++) {
+        let e = lid + j * WG;
+        let k = keys[e];
+        if (!before(t.x, t.y, k, e)) {
+            cand[atomicAdd(&cand_count, 1u)] = e;
         }
     }
+    workgroupBarrier();
 
-    // Phase 2: rounds r = 1..6; live blocks sit every `span` blocks (span = 2^(r-1)).
-    for (var span = 1u; span < BLOCKS; span <<= 1u) {
-        let pairs = BLOCKS / (2u * span);
-        // Half-cleaner: A = block 2p*span (descending), B = block (2p+1)*span (ascending);
-        // A[i] keeps the better of A[i], B[i].
-        for (var c = lid; c < pairs * K; c += WG) {
-            let p = c / K;
-            let i = c % K;
-            let a = 2u * p * span * K + i;
-            let b = (2u * p + 1u) * span * K + i;
-            if (before(b, a)) {
-                keys[a] = keys[b];
-                idx[a] = idx[b];
+    let count = atomicLoad(&cand_count);
+    for (var c = lid; c < count; c += WG) {
+        let e = cand[c];
+        let k = keys[e];
+        var r = 0u;
+        for (var d = 0u; d < count; d++) {
+            let o = cand[d];
+            if (before(keys[o], o, k, e)) {
+                r += 1u;
             }
         }
-        workgroupBarrier();
-        // Bitonic merge of each kept block; new block p descending when p is even (the
-        // last round has the single block 0).
-        for (var stride = K >> 1u; stride > 0u; stride >>= 1u) {
-            for (var c = lid; c < pairs * (K / 2u); c += WG) {
-                let p = c / (K / 2u);
-                let j = c % (K / 2u);
-                let lo = 2u * p * span * K + (j / stride) * 2u * stride + j % stride;
-                compare_exchange(lo, lo + stride, (p & 1u) == 0u);
-            }
-            workgroupBarrier();
+        if (r < K) {
+            indices[r] = e;
+            values[r] = x[e];
         }
-    }
-
-    if (lid < K) {
-        let i = idx[lid];
-        indices[lid] = i;
-        values[lid] = x[i];
     }
 }
