@@ -164,3 +164,18 @@ fn chunked_prefill_equals_token_by_token() {
     assert!(diff < 1e-4, "max |diff| {diff}");
     assert_eq!(a.next, b.next);
 }
+
+#[test]
+fn moe_f32_logits_match_hf_at_every_position() {
+    check_all_positions("moe", WeightFormat::F32, "f32", 1e-3);
+}
+
+#[test]
+fn moe_greedy_matches_hf() {
+    check_greedy("moe", WeightFormat::F32, "f32");
+}
+
+#[test]
+fn moe_q4_matches_hf_on_fake_quantised_weights() {
+    check_all_positions("moe", WeightFormat::Q4 { group: 32 }, "q4", 1e-3);
+}

@@ -7,7 +7,7 @@
 //! submits once and reads back what it needs (the argmax ids, or logits).
 
 use super::config::{KvSource, LayerKind, ModelSpec};
-use super::weights::Weights;
+use super::weights::{MoeWeights, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Readback, Tensor};
 use crate::ops::argmax::argmax;
@@ -18,6 +18,9 @@ use crate::ops::embedding::embedding;
 use crate::ops::gather::{gather_rows, RowTable};
 use crate::ops::geglu::{geglu_fused, geglu_strided};
 use crate::ops::linear::Linear;
+use crate::ops::moe::{
+    moe_expert_linear_combine, moe_expert_linear_with, moe_route, MoeEpilogue, MoeLinearOptions,
+};
 use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_with, RmsNormOptions};
 use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
 use crate::ops::softcap::softcap;
@@ -71,6 +74,17 @@ struct Activations {
     gate_up: Tensor,
     act: Tensor,
     ple: Option<PleActivations>,
+    moe: Option<MoeActivations>,
+}
+
+struct MoeActivations {
+    router_x: Tensor,
+    scores: Tensor,
+    ids: Tensor,
+    weights: Tensor,
+    x2: Tensor,
+    act: Tensor,
+    out: Tensor,
 }
 
 struct PleActivations {
@@ -208,6 +222,18 @@ impl ForwardPlan {
                 })
             } else {
                 None
+            },
+            moe: match spec.moe {
+                Some(moe) => Some(MoeActivations {
+                    router_x: zeros(ctx, "moe.router_x", &[m, hsz])?,
+                    scores: zeros(ctx, "moe.scores", &[m, moe.num_experts])?,
+                    ids: Tensor::zeros(ctx, "moe.ids", &[m, moe.top_k], DType::U32)?,
+                    weights: zeros(ctx, "moe.weights", &[m, moe.top_k])?,
+                    x2: zeros(ctx, "moe.x2", &[m, hsz])?,
+                    act: zeros(ctx, "moe.act", &[m * moe.top_k, moe.intermediate_size])?,
+                    out: zeros(ctx, "moe.out", &[m, hsz])?,
+                }),
+                None => None,
             },
         };
         let ids = Tensor::zeros(ctx, "ids", &[m], DType::U32)?;
@@ -472,11 +498,19 @@ impl ForwardPlan {
         ops.push(Op::Linear(w.gate_up_proj.linear(ctx, &a.x, &gate_up)?));
         ops.push(Op::Kernel(geglu_fused(ctx, &gate_up, &act)?));
         ops.push(Op::Linear(w.down_proj.linear(ctx, &act, &a.o)?));
+        // With a MoE block, the FFN output is norm_1(mlp) + norm_2(experts(norm(residual))).
+        let ffn_out = match (&w.moe, &a.moe) {
+            (Some(mw), Some(ma)) => {
+                Self::moe_block(ctx, spec, mw, ma, &a.h, &a.o, eps, ops)?;
+                &ma.out
+            }
+            _ => &a.o,
+        };
         // layer_scalar multiplies the whole layer output; it is fused into the last residual add.
         let mlp_scalar = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
         ops.push(Op::Kernel(rmsnorm_add(
             ctx,
-            &a.o,
+            ffn_out,
             Some(&w.post_feedforward_layernorm),
             &a.h,
             &a.h,
@@ -511,6 +545,84 @@ impl ForwardPlan {
                 eps,
             )?));
         }
+        Ok(())
+    }
+
+    /// The MoE half of the FFN (HF `Gemma4TextDecoderLayer.forward` with
+    /// `enable_moe_block`): router on the residual `h`, top-k experts on
+    /// `pre_feedforward_layernorm_2(h)`, then `out = norm_1(mlp) + norm_2(experts)`.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_block(
+        ctx: &GpuContext,
+        spec: &ModelSpec,
+        w: &MoeWeights,
+        a: &MoeActivations,
+        h: &Tensor,
+        mlp: &Tensor,
+        eps: f32,
+        ops: &mut Vec<Op>,
+    ) -> Result<()> {
+        let hsz = spec.config.hidden_size;
+        // Router: rmsnorm without weight, times router.scale and H^-0.5, then proj.
+        ops.push(Op::Kernel(rmsnorm_with(
+            ctx,
+            h,
+            Some(&w.router_scale),
+            None,
+            &a.router_x,
+            RmsNormOptions {
+                eps,
+                input_scale: 1.0,
+                output_scale: (hsz as f32).powf(-0.5),
+            },
+        )?));
+        ops.push(Op::Linear(w.router_proj.linear(
+            ctx,
+            &a.router_x,
+            &a.scores,
+        )?));
+        ops.push(Op::Kernel(moe_route(
+            ctx,
+            &a.scores,
+            &w.per_expert_scale,
+            &a.ids,
+            &a.weights,
+        )?));
+        ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            h,
+            Some(&w.pre_feedforward_layernorm_2),
+            &a.x2,
+            eps,
+        )?));
+        let geglu = MoeLinearOptions {
+            epilogue: MoeEpilogue::Geglu,
+            ..Default::default()
+        };
+        ops.push(Op::Kernels(
+            moe_expert_linear_with(ctx, &a.x2, &a.ids, &w.gate_up_proj, &a.act, &geglu)?
+                .into_kernels(),
+        ));
+        ops.push(Op::Kernels(
+            moe_expert_linear_combine(ctx, &a.act, &a.ids, &a.weights, &w.down_proj, &a.out, None)?
+                .into_kernels(),
+        ));
+        ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.out,
+            Some(&w.post_feedforward_layernorm_2),
+            &a.out,
+            eps,
+        )?));
+        ops.push(Op::Kernel(rmsnorm_add(
+            ctx,
+            mlp,
+            Some(&w.post_feedforward_layernorm_1),
+            &a.out,
+            &a.out,
+            1.0,
+            eps,
+        )?));
         Ok(())
     }
 

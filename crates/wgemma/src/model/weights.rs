@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
 use crate::ops::linear::{dense_linear, q4_linear, quantize_q4, Linear, Q4Weight};
+use crate::ops::moe::{ExpertFormat, ExpertHost, ExpertWeight};
 
 /// How weights are stored on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +35,14 @@ impl WeightFormat {
                 "f32, f16, q4, q4g64 or q4g128",
                 other,
             )),
+        }
+    }
+
+    fn expert_format(self) -> ExpertFormat {
+        match self {
+            WeightFormat::F32 => ExpertFormat::F32,
+            WeightFormat::F16 => ExpertFormat::F16,
+            WeightFormat::Q4 { group } => ExpertFormat::Q4 { group },
         }
     }
 
@@ -182,6 +191,20 @@ pub struct PleLayerWeights {
     pub post_per_layer_input_norm: Tensor,
 }
 
+/// The MoE block of a layer (HF `Gemma4TextRouter` + `Gemma4TextExperts`, 26B-A4B).
+pub struct MoeWeights {
+    pub router_proj: LinearWeight,
+    pub router_scale: Tensor,
+    pub per_expert_scale: Tensor,
+    /// `[E, 2I, H]`, gate rows first in each expert.
+    pub gate_up_proj: ExpertWeight,
+    /// `[E, H, I]`.
+    pub down_proj: ExpertWeight,
+    pub pre_feedforward_layernorm_2: Tensor,
+    pub post_feedforward_layernorm_1: Tensor,
+    pub post_feedforward_layernorm_2: Tensor,
+}
+
 /// One decoder layer (HF `Gemma4TextDecoderLayer`).
 pub struct LayerWeights {
     pub input_layernorm: Tensor,
@@ -197,6 +220,7 @@ pub struct LayerWeights {
     pub down_proj: LinearWeight,
     pub post_feedforward_layernorm: Tensor,
     pub ple: Option<PleLayerWeights>,
+    pub moe: Option<MoeWeights>,
     pub layer_scalar: f32,
 }
 
@@ -223,7 +247,11 @@ pub struct Weights {
 impl Weights {
     /// Bytes of the embedding tables, of which a forward reads only the rows of its tokens.
     pub fn table_bytes(&self) -> u64 {
-        table_bytes(&self.embed_tokens) + self.ple.as_ref().map_or(0, |p| table_bytes(&p.embed_tokens_per_layer))
+        table_bytes(&self.embed_tokens)
+            + self
+                .ple
+                .as_ref()
+                .map_or(0, |p| table_bytes(&p.embed_tokens_per_layer))
     }
 
     /// Bytes of every weight on the GPU.
@@ -255,6 +283,21 @@ impl Weights {
                     + kv.v_proj.as_ref().map_or(0, |v| v.bytes())
                     + kv.k_norm.byte_size();
             }
+            if let Some(m) = &l.moe {
+                total += m.router_proj.bytes()
+                    + m.gate_up_proj.bytes()
+                    + m.down_proj.bytes()
+                    + [
+                        &m.router_scale,
+                        &m.per_expert_scale,
+                        &m.pre_feedforward_layernorm_2,
+                        &m.post_feedforward_layernorm_1,
+                        &m.post_feedforward_layernorm_2,
+                    ]
+                    .iter()
+                    .map(|t| t.byte_size())
+                    .sum::<u64>();
+            }
             if let Some(p) = &l.ple {
                 total += p.per_layer_input_gate.bytes()
                     + p.per_layer_projection.bytes()
@@ -275,14 +318,6 @@ impl Weights {
     ) -> Result<Weights> {
         let c = &spec.config;
         let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
-        if spec.moe.is_some() {
-            return Err(Error::invalid(
-                "weights",
-                "enable_moe_block",
-                "false (the MoE block is not implemented on the GPU yet)",
-                "true",
-            ));
-        }
         let total = spec.layers.len() + 2;
         let embed = ck.f32("embed_tokens.weight", &[v, h])?;
         let embed_tokens = upload_table(ctx, "embed_tokens", &embed, v, h, format)?;
@@ -385,6 +420,55 @@ impl Weights {
             } else {
                 None
             };
+            let moe = match spec.moe {
+                Some(m) => {
+                    let experts = |name: &str, n: usize, k: usize| -> Result<ExpertWeight> {
+                        let w = ck.f32(&p(name), &[m.num_experts, n, k])?;
+                        ExpertWeight::upload(
+                            ctx,
+                            &ExpertHost::from_f32(&w, m.num_experts, n, k, format.expert_format())?,
+                        )
+                    };
+                    Some(MoeWeights {
+                        router_proj: linear(
+                            ctx,
+                            ck,
+                            &p("router.proj.weight"),
+                            m.num_experts,
+                            h,
+                            format,
+                        )?,
+                        router_scale: vector(ctx, ck, &p("router.scale"), h)?,
+                        per_expert_scale: vector(
+                            ctx,
+                            ck,
+                            &p("router.per_expert_scale"),
+                            m.num_experts,
+                        )?,
+                        gate_up_proj: experts("experts.gate_up_proj", 2 * m.intermediate_size, h)?,
+                        down_proj: experts("experts.down_proj", h, m.intermediate_size)?,
+                        pre_feedforward_layernorm_2: vector(
+                            ctx,
+                            ck,
+                            &p("pre_feedforward_layernorm_2.weight"),
+                            h,
+                        )?,
+                        post_feedforward_layernorm_1: vector(
+                            ctx,
+                            ck,
+                            &p("post_feedforward_layernorm_1.weight"),
+                            h,
+                        )?,
+                        post_feedforward_layernorm_2: vector(
+                            ctx,
+                            ck,
+                            &p("post_feedforward_layernorm_2.weight"),
+                            h,
+                        )?,
+                    })
+                }
+                None => None,
+            };
             let layer_scalar = if ck.has(&p("layer_scalar")) {
                 ck.f32(&p("layer_scalar"), &[1])?[0]
             } else {
@@ -424,6 +508,7 @@ impl Weights {
                     h,
                 )?,
                 ple,
+                moe,
                 layer_scalar,
             });
             progress(layers.len() + 1, total);

@@ -8,6 +8,7 @@ pub mod int_sub;
 pub mod opset;
 pub mod scatter;
 pub mod linear;
+pub mod min_fill;
 pub mod read_bandwidth;
 pub mod rmsnorm;
 pub mod geglu;
@@ -29,6 +30,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(gather::random_cases(rng));
     cases.extend(topk::random_cases(rng));
     cases.extend(scatter::random_cases(rng));
+    cases.extend(min_fill::random_cases(rng));
     cases.extend(linear::random_cases(rng));
     cases.extend(read_bandwidth::random_cases(rng));
     cases.extend(rmsnorm::random_cases(rng));
@@ -39,6 +41,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(attention::random_cases(rng));
     cases.extend(rope::random_cases(rng));
     cases.extend(moe::random_cases(rng));
+    cases.extend(attention::decode_random_cases(rng));
     cases
 }
 
@@ -54,6 +57,7 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(gather::bench_cases());
     cases.extend(topk::bench_cases());
     cases.extend(scatter::bench_cases());
+    cases.extend(min_fill::bench_cases());
     cases.extend(linear::bench_cases());
     cases.extend(rmsnorm::bench_cases());
     cases.extend(geglu::bench_cases());
@@ -62,5 +66,6 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(attention::bench_cases());
     cases.extend(rope::bench_cases());
     cases.extend(moe::bench_cases());
+    cases.extend(attention::decode_bench_cases());
     cases
 }

@@ -1,5 +1,5 @@
 //! The MoE block of Gemma 4 26B-A4B (HF `Gemma4TextRouter` + `Gemma4TextExperts`), as
-//! three ops the model plans once per layer, for M token rows (1 decode, 3 verify, up to
+//! ops the model plans once per layer, for M token rows (1 decode, 3 verify, up to
 //! 64 prefill), all f32 activations:
 //!
 //! 1. [`moe_route`]: router scores `[M, E]` (the `router.proj` output; the lead computes the
@@ -12,7 +12,25 @@
 //!    gives `y [M * top_k, H]`.
 //! 3. [`moe_combine`]: `out[m] = sum_j weights[m, j] * y[m * top_k + j]` `[M, H]`.
 //!
-//! Per MoE layer that is 3 dispatches (route, gate_up + GeGLU, down) plus the combine.
+//! Or 2 + 3 in one: [`moe_expert_linear_combine`] (down projection and combine; fused into
+//! one kernel for Q4 and M <= 4, else the two above with a scratch it allocates once).
+//! Decode and verify then take 3 dispatches per MoE layer: route, gate_up + GeGLU,
+//! down + combine (one more per extra expert chunk when a weight exceeds one binding).
+//!
+//! Use (plan time, once per layer and M; `ids`, `weights`, `a`, `out` allocated once):
+//! ```ignore
+//! let w_gate_up = ExpertWeight::upload(ctx, &ExpertHost::from_f32(
+//!     &gate_up_proj, e, 2 * i, h, ExpertFormat::Q4 { group: 32 })?)?;
+//! let route = moe_route(ctx, &scores, &per_expert_scale, &ids, &weights)?;
+//! let geglu = MoeLinearOptions { epilogue: MoeEpilogue::Geglu, ..Default::default() };
+//! let gate_up = moe_expert_linear_with(ctx, &x2, &ids, &w_gate_up, &a, &geglu)?;
+//! let down = moe_expert_linear_combine(ctx, &a, &ids, &weights, &w_down, &out, None)?;
+//! // In the forward's pass: pass.dispatch(&route); gate_up.record(pass); down.record(pass);
+//! ```
+//!
+//! Expert ids `>= E` (never produced by [`moe_route`]) select nothing: their slot's linear
+//! output row is zero and they add nothing to the combine, as HF's expert mask (built with
+//! `num_classes = E + 1`) skips index `E`.
 //!
 //! Agreement with HF, and where it differs on purpose:
 //! - Selection is on the scores with the total order of [`crate::ops::argmax::order_key`]
@@ -25,21 +43,30 @@
 //!   rank order (HF's `index_add_` goes expert by expert), all in f32: rounding-level
 //!   differences only.
 
+mod block;
 mod cases;
+mod down_combine;
 mod linear;
+#[cfg(test)]
+mod linear_tests;
+mod lists;
 pub mod reference;
 #[cfg(test)]
 mod tests;
 mod weight;
 
-pub use cases::{
-    bench_cases, random_cases, MoeBlockCase, MoeCombineCase, MoeLinearCase, MoeRouteCase,
+pub use block::{BlockDown, MoeBlockCase, MoeDownCombineCase};
+pub use cases::{MoeCombineCase, MoeLinearCase, MoeRouteCase};
+pub use down_combine::{
+    fused_failed_guards, fused_slot_classes, moe_expert_linear_combine, MoeCombineRoute,
+    MoeDownCombine, FUSED_MAX_TOKENS,
 };
 pub use linear::{
     choose_moe_linear_route, grouped_lanes, moe_expert_linear, moe_expert_linear_with,
     moe_linear_failed_guards, MoeDeviceCaps, MoeEpilogue, MoeLinear, MoeLinearOptions,
     MoeLinearRoute, MoeLinearShape, GROUPED_MAX_SLOTS,
 };
+pub use lists::{bench_cases, random_cases};
 pub use reference::{
     moe_combine_ref, moe_expert_linear_ref, moe_experts_ref, moe_route_ref, ExpertLinearRef,
 };
@@ -53,8 +80,9 @@ use linear::{check_distinct, check_dtype, ids_shape};
 pub const ROUTE_MAX_EXPERTS: usize = 2048;
 /// Largest `top_k` of the route kernel.
 pub const ROUTE_MAX_TOP_K: usize = 64;
-const ROUTE_WORKGROUP: u32 = 64;
-const ROUTE_WORKGROUP_BYTES: u32 = 4 * (ROUTE_MAX_EXPERTS + ROUTE_MAX_TOP_K) as u32 + 12 * 64;
+const ROUTE_WORKGROUP: u32 = 128;
+const ROUTE_WORKGROUP_BYTES: u32 =
+    4 * (ROUTE_MAX_EXPERTS + ROUTE_MAX_TOP_K) as u32 + 4 * ROUTE_WORKGROUP;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

@@ -11,10 +11,11 @@
 // Inputs: params {m, e, top_k}; scores f32 [M, E]; per_expert_scale f32 [E].
 // Outputs: ids u32 [M, top_k] (descending score), weights f32 [M, top_k].
 // Limits (host guards): 1 <= top_k <= min(E, MAX_K), E <= MAX_E.
-// Geometry: one workgroup of 64 per row; the grid may be folded to 2-D, so the row is
-// wid.x + wid.y * nwg.x, and rows >= M exit. Each invocation holds experts lid, lid + 64,
-// ...; the keys live in workgroup memory, a taken expert's key becomes 0 (order_key never
-// produces 0), and each of the top_k rounds is a (key desc, index asc) tree reduction.
+// Geometry: one workgroup of 128 per row; the grid may be folded to 2-D, so the row is
+// wid.x + wid.y * nwg.x, and rows >= M exit. The keys live in workgroup memory; each
+// invocation ranks experts lid, lid + 128, ... by counting the experts ahead of them
+// (rank = #{f: key_f > key_e, or key_f == key_e and f < e}, distinct by construction), so
+// the top_k need no sequential rounds; the expert of rank 0 gives the softmax maximum.
 
 struct Params {
     m: u32,
@@ -23,7 +24,7 @@ struct Params {
     _pad: u32,
 }
 
-const WG: u32 = 64u;
+const WG: u32 = 128u;
 const MAX_E: u32 = 2048u;
 const MAX_K: u32 = 64u;
 
@@ -34,12 +35,10 @@ const MAX_K: u32 = 64u;
 @group(0) @binding(4) var<storage, read_write> weights: array<f32>;
 
 var<workgroup> keys: array<u32, MAX_E>;
-var<workgroup> red_key: array<u32, WG>;
-var<workgroup> red_idx: array<u32, WG>;
-var<workgroup> red_f: array<f32, WG>;
 var<workgroup> chosen: array<u32, MAX_K>;
+var<workgroup> red: array<f32, WG>;
 
-// Order-preserving u32 key of an f32: NaN (any payload) greatest, -0 == +0, never 0.
+// Order-preserving u32 key of an f32: NaN (any payload) greatest, -0 == +0.
 fn order_key(bits: u32) -> u32 {
     if ((bits & 0x7fffffffu) > 0x7f800000u) {
         return 0xffffffffu;
@@ -51,10 +50,6 @@ fn order_key(bits: u32) -> u32 {
         return ~bits;
     }
     return bits | 0x80000000u;
-}
-
-fn better(ka: u32, ia: u32, kb: u32, ib: u32) -> bool {
-    return ka > kb || (ka == kb && ia < ib);
 }
 
 @compute @workgroup_size(WG)
@@ -69,72 +64,41 @@ fn main(
     }
     let n = params.e;
     let base = row * n;
-
-    // Keys, and the row maximum.
-    var mx = -3.40282347e38;
     for (var e = lid; e < n; e += WG) {
-        let s = scores[base + e];
-        keys[e] = order_key(bitcast<u32>(s));
-        mx = max(mx, s);
+        keys[e] = order_key(bitcast<u32>(scores[base + e]));
     }
-    red_f[lid] = mx;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) {
-            red_f[lid] = max(red_f[lid], red_f[lid + stride]);
-        }
-        workgroupBarrier();
-    }
-    mx = red_f[0];
     workgroupBarrier();
 
-    // Softmax denominator.
+    // Rank by counting; the top_k ranks name the chosen experts, best first.
+    for (var e = lid; e < n; e += WG) {
+        let ke = keys[e];
+        var rank = 0u;
+        for (var f = 0u; f < n; f++) {
+            let kf = keys[f];
+            rank += u32(kf > ke || (kf == ke && f < e));
+        }
+        if (rank < params.top_k) {
+            chosen[rank] = e;
+        }
+    }
+    workgroupBarrier();
+
+    // Softmax denominator around the top score. A row with a NaN score has unspecified
+    // weights (WGSL does not promise NaN propagation; lavapipe gives NaN).
+    let mx = scores[base + chosen[0]];
     var sum = 0.0;
     for (var e = lid; e < n; e += WG) {
         sum += exp(scores[base + e] - mx);
     }
-    red_f[lid] = sum;
+    red[lid] = sum;
     workgroupBarrier();
     for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
         if (lid < stride) {
-            red_f[lid] += red_f[lid + stride];
+            red[lid] += red[lid + stride];
         }
         workgroupBarrier();
     }
-    let total = red_f[0];
-
-    // top_k rounds of (key desc, index asc) argmax over the experts not yet taken.
-    for (var j = 0u; j < params.top_k; j++) {
-        var bk = 0u;
-        var bi = 0xffffffffu;
-        for (var e = lid; e < n; e += WG) {
-            let ke = keys[e];
-            if (ke != 0u && better(ke, e, bk, bi)) {
-                bk = ke;
-                bi = e;
-            }
-        }
-        red_key[lid] = bk;
-        red_idx[lid] = bi;
-        workgroupBarrier();
-        for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
-            if (lid < stride) {
-                let ko = red_key[lid + stride];
-                let io = red_idx[lid + stride];
-                if (better(ko, io, red_key[lid], red_idx[lid])) {
-                    red_key[lid] = ko;
-                    red_idx[lid] = io;
-                }
-            }
-            workgroupBarrier();
-        }
-        if (lid == 0u) {
-            let e = red_idx[0];
-            chosen[j] = e;
-            keys[e] = 0u;
-        }
-        workgroupBarrier();
-    }
+    let total = red[0];
 
     // Renormalise over the chosen probabilities (summed in rank order), then scale.
     if (lid == 0u) {

@@ -18,12 +18,14 @@ pub fn moe_route_ref(
 ) -> (Vec<u32>, Vec<f32>) {
     let (mut ids, mut weights) = (Vec::new(), Vec::new());
     for row in scores.chunks(experts) {
-        let mx = row.iter().fold(-f32::MAX, |m, &s| m.max(s));
-        let total: f32 = row.iter().map(|&s| (s - mx).exp()).sum();
         let mut order: Vec<u32> = (0..experts as u32).collect();
         // Stable: equal keys keep the lower index first.
         order.sort_by_key(|&e| std::cmp::Reverse(order_key(row[e as usize])));
         let chosen = &order[..top_k];
+        // The top score is the maximum (NaN when the row has one: then all weights are NaN
+        // here, while the kernel's are unspecified).
+        let mx = row[order[0] as usize];
+        let total: f32 = row.iter().map(|&s| (s - mx).exp()).sum();
         let p = |e: u32| (row[e as usize] - mx).exp() / total;
         let psum: f32 = chosen.iter().map(|&e| p(e)).sum();
         for &e in chosen {
