@@ -65,26 +65,6 @@ fn hi4(w: u32) -> vec4<f32> {
     return lo4(w >> 16u);
 }
 
-// M = 1 decodes in place, without shifts (ALU, not bandwidth, is the limit of a Q4 matvec
-// at H200 speeds): nibble j of a 16-bit half, masked where it sits, reads as
-// (nibble - 8) * 16^j, and x is pre-scaled by 16^-j. Powers of two keep it exact (unless
-// |x| < 2^-114 flushes).
-const X_SCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);
-
-fn in_place(half: u32) -> vec4<f32> {
-    let bits = vec4<u32>(half) & vec4<u32>(0xfu, 0xf0u, 0xf00u, 0xf000u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u))
-        - vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
-}
-
-// dot32 for M = 1 with the 8 pre-scaled x vec4s of the word.
-fn dot32_scaled(w: vec4<u32>, s: vec4<f32>, xs: array<vec4<f32>, 8>) -> f32 {
-    return s.x * (dot(in_place(w.x), xs[0]) + dot(in_place(w.x >> 16u), xs[1]))
-        + s.y * (dot(in_place(w.y), xs[2]) + dot(in_place(w.y >> 16u), xs[3]))
-        + s.z * (dot(in_place(w.z), xs[4]) + dot(in_place(w.z >> 16u), xs[5]))
-        + s.w * (dot(in_place(w.w), xs[6]) + dot(in_place(w.w >> 16u), xs[7]));
-}
-
 // Dot of 32 weights (one vec4<u32> with its 4 word scales) with 32 activations at xo.
 fn dot32(w: vec4<u32>, s: vec4<f32>, xo: u32) -> f32 {
     return s.x * (dot(lo4(w.x), x[xo]) + dot(hi4(w.x), x[xo + 1u]))
@@ -123,18 +103,6 @@ fn main(
             let s1 = word_scales(r1 * params.groups, k0);
             let s2 = word_scales(r2 * params.groups, k0);
             let s3 = word_scales(r3 * params.groups, k0);
-            if (MV_M == 1u) {
-                let xo = k0 / 4u;
-                let xs = array<vec4<f32>, 8>(
-                    x[xo] * X_SCALE, x[xo + 1u] * X_SCALE, x[xo + 2u] * X_SCALE, x[xo + 3u] * X_SCALE,
-                    x[xo + 4u] * X_SCALE, x[xo + 5u] * X_SCALE, x[xo + 6u] * X_SCALE, x[xo + 7u] * X_SCALE,
-                );
-                a0.x += dot32_scaled(w0, s0, xs);
-                a1.x += dot32_scaled(w1, s1, xs);
-                a2.x += dot32_scaled(w2, s2, xs);
-                a3.x += dot32_scaled(w3, s3, xs);
-                continue;
-            }
             for (var m = 0u; m < MV_M; m++) {
                 let xo = m * k4 + k0 / 4u;
                 a0[m] += dot32(w0, s0, xo);

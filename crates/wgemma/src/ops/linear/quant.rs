@@ -162,21 +162,79 @@ pub fn quantize_q4(w: &[f32], n: usize, k: usize, group: usize) -> Result<Q4Host
     let groups = k / group;
     let mut packed = vec![0u32; n * k / 8];
     let mut scale_bits = vec![0u16; n * groups];
-    for row in 0..n {
+    // Rows are independent: large weights (lm_head, per-layer embeddings) are quantised on
+    // all cores natively; wasm32 has no threads to spare.
+    let threads = if cfg!(target_arch = "wasm32") || n * k < (1 << 22) {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |t| t.get())
+            .min(32)
+    };
+    let rows_per_task = n.div_ceil(threads);
+    let tasks = packed
+        .chunks_mut(rows_per_task * k / 8)
+        .zip(scale_bits.chunks_mut(rows_per_task * groups))
+        .enumerate();
+    let quantize = |(t, (packed, scale_bits)): (usize, (&mut [u32], &mut [u16]))| {
+        quantize_rows(
+            &w[t * rows_per_task * k..],
+            t * rows_per_task,
+            k,
+            group,
+            packed,
+            scale_bits,
+        )
+    };
+    if threads == 1 {
+        tasks.map(quantize).collect::<Result<Vec<()>>>()?;
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = tasks
+                .map(|task| scope.spawn(move || quantize(task)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("quantisation thread panicked"))
+                .collect::<Result<Vec<()>>>()
+        })?;
+    }
+    let scales = scale_bits
+        .chunks(2)
+        .map(|p| p[0] as u32 | (p.get(1).copied().unwrap_or(0) as u32) << 16)
+        .collect();
+    Q4Host::from_parts(n, k, group, packed, scales)
+}
+
+/// Quantises the rows held by `packed` (`[rows, k/8]`) and `scale_bits` (`[rows, k/group]`),
+/// whose first row is `first_row` of the weight (for error messages); `w` starts at it.
+fn quantize_rows(
+    w: &[f32],
+    first_row: usize,
+    k: usize,
+    group: usize,
+    packed: &mut [u32],
+    scale_bits: &mut [u16],
+) -> Result<()> {
+    let groups = k / group;
+    for r in 0..scale_bits.len() / groups {
         for j in 0..groups {
             let cols = j * group..(j + 1) * group;
-            let block = &w[row * k + cols.start..row * k + cols.end];
+            let block = &w[r * k + cols.start..r * k + cols.end];
             let max_abs = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let scale = f16::from_f32(max_abs / 7.0);
             if scale.is_infinite() {
                 return Err(Error::invalid(
                     OP,
-                    format!("max |w| of row {row} group {j} (its scale must fit f16)"),
+                    format!(
+                        "max |w| of row {} group {j} (its scale must fit f16)",
+                        first_row + r
+                    ),
                     "<= 7 * 65504",
                     max_abs,
                 ));
             }
-            scale_bits[row * groups + j] = scale.to_bits();
+            scale_bits[r * groups + j] = scale.to_bits();
             let s = scale.to_f32();
             for (c, &v) in cols.zip(block) {
                 let q = if s == 0.0 {
@@ -185,15 +243,11 @@ pub fn quantize_q4(w: &[f32], n: usize, k: usize, group: usize) -> Result<Q4Host
                     (v / s).round_ties_even().clamp(-8.0, 7.0) as i32
                 };
                 let nibble = (q + 8) as u32;
-                packed[row * k / 8 + c / 8] |= nibble << (4 * (c % 8));
+                packed[r * k / 8 + c / 8] |= nibble << (4 * (c % 8));
             }
         }
     }
-    let scales = scale_bits
-        .chunks(2)
-        .map(|p| p[0] as u32 | (p.get(1).copied().unwrap_or(0) as u32) << 16)
-        .collect();
-    Q4Host::from_parts(n, k, group, packed, scales)
+    Ok(())
 }
 
 /// The dequantised row-major `[n, k]` weight.
