@@ -41,6 +41,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(attention::random_cases(rng));
     cases.extend(rope::random_cases(rng));
     cases.extend(moe::random_cases(rng));
+    cases.extend(attention::decode_random_cases(rng));
     cases
 }
 
@@ -65,5 +66,6 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(attention::bench_cases());
     cases.extend(rope::bench_cases());
     cases.extend(moe::bench_cases());
+    cases.extend(attention::decode_bench_cases());
     cases
 }

@@ -35,6 +35,8 @@ pub struct AttentionCase {
     pub q_scale: f32,
     /// Forced splits per chunk (None: planned).
     pub splits: Option<u32>,
+    /// Forced route (None: [`Attention::plan`]'s choice; forced splits alone mean split_k).
+    pub route: Option<AttentionRoute>,
     /// Caches to rotate through (benchmarks: keep small caches out of L2).
     pub copies: usize,
 }
@@ -55,6 +57,7 @@ impl AttentionCase {
             chunk_bytes: None,
             q_scale: 1.0,
             splits: None,
+            route: None,
             copies: 1,
         }
     }
@@ -99,7 +102,7 @@ fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
 impl OpCase for AttentionCase {
     fn name(&self) -> String {
         format!(
-            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}",
+            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}{}",
             match self.window {
                 Some(w) => format!("sliding w={w} max_rows={}", self.max_rows),
                 None => "full".to_string(),
@@ -123,6 +126,11 @@ impl OpCase for AttentionCase {
                 format!(" copies={}", self.copies)
             } else {
                 String::new()
+            },
+            match self.route {
+                Some(AttentionRoute::Decode) => " route=decode",
+                Some(AttentionRoute::SplitK) => " route=split_k",
+                None => "",
             },
         )
     }
@@ -193,9 +201,10 @@ impl OpCase for AttentionCase {
                 },
                 &scratch,
             )?;
-            let plan = match self.splits {
-                Some(s) => plan::plan_with_splits(attention.geometry(), m, kv_len, s)?,
-                None => attention.plan(m, kv_len)?,
+            let plan = match (self.route, self.splits) {
+                (Some(route), splits) => attention.plan_route(route, m, kv_len, splits)?,
+                (None, Some(s)) => plan::plan_with_splits(attention.geometry(), m, kv_len, s)?,
+                (None, None) => attention.plan(m, kv_len)?,
             };
             kernels.extend(append.kernels_for(m)?);
             kernels.extend(attention.kernels_for_plan(&plan));

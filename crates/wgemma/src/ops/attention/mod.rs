@@ -12,6 +12,8 @@
 //! - `split_k` (decode M = 1, verify M = k + 1, long prefill chunks): partial + combine.
 //! - `direct`: one split and one chunk (short contexts, prefill with many rows): the partial
 //!   kernel normalises and writes the output itself; one dispatch.
+//! - `decode` (steps of <= 9 rows when its guards pass, see [`decode`]): coalesced key-row
+//!   reads, q in registers, its own combine; split_k stays the fallback.
 //!
 //! Guards (build time, fail closed with [`Error::NoRoute`]): head_dim a power of two in
 //! 8..=512; heads a multiple of kv_heads; rows, heads and kv_heads * head tiles within the
@@ -27,10 +29,14 @@ mod reference;
 mod tests;
 
 mod cases;
+pub mod decode;
+#[cfg(test)]
+mod decode_tests;
 
 pub use cases::{bench_cases, random_cases, AttentionCase};
+pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
 pub use kv_cache::{KvAppend, KvCache, KvCacheConfig, KvChunk, KvLayout};
-pub use plan::{AttentionPlan, Geometry};
+pub use plan::{AttentionPlan, AttentionRoute, Geometry};
 pub use reference::{attention_ref, keys_from_values, KvHistory};
 
 use crate::error::{Error, Result};
@@ -124,6 +130,9 @@ pub struct Attention {
     /// `partial` with DIRECT (single-chunk caches only).
     direct: Option<Kernel>,
     combine: Kernel,
+    /// The decode route's kernels (boxed: `Attention` sits in model op enums), or the guards
+    /// that failed for this layer.
+    decode: std::result::Result<Box<DecodeKernels>, Vec<String>>,
 }
 
 fn route_guards(geo: &Geometry) -> Vec<String> {
@@ -158,6 +167,39 @@ impl Attention {
         ctx: &GpuContext,
         inputs: AttentionInputs<'_>,
         scratch: &AttentionScratch,
+    ) -> Result<Attention> {
+        Self::build(ctx, inputs, scratch, None)
+    }
+
+    /// [`Attention::new`] with the visible range set by `window` instead of the cache's
+    /// own window: the query whose `positions[r]` is E sees keys `E - window < k <= E`
+    /// (`None`: `0..=E`). The MTP assistant's Q-only layers need this to reproduce HF's
+    /// view of the target's K/V: `positions` then holds the END of the visible range (not
+    /// the query's RoPE position) and `window` is the assistant's `sliding_window + 1` on
+    /// sliding layers. The keys of that range must still be in the cache (for a ring: within
+    /// its last `slots` positions written); the kernel does not check it.
+    pub fn with_window(
+        ctx: &GpuContext,
+        inputs: AttentionInputs<'_>,
+        scratch: &AttentionScratch,
+        window: Option<usize>,
+    ) -> Result<Attention> {
+        if window == Some(0) {
+            return Err(Error::invalid(
+                "attention",
+                "window override",
+                ">= 1 key or None (full)",
+                0,
+            ));
+        }
+        Self::build(ctx, inputs, scratch, Some(window))
+    }
+
+    fn build(
+        ctx: &GpuContext,
+        inputs: AttentionInputs<'_>,
+        scratch: &AttentionScratch,
+        window: Option<Option<usize>>,
     ) -> Result<Attention> {
         let AttentionInputs {
             q,
@@ -206,6 +248,9 @@ impl Attention {
             ));
         }
         let mut geo = cache.geometry(heads, rows, ctx.limits.max_compute_workgroups_per_dimension);
+        if let Some(window) = window {
+            geo.window = window;
+        }
         geo.max_query_splits = scratch.max_query_splits.min(scratch.acc_floats / d);
         let failed = route_guards(&geo);
         if !failed.is_empty() {
@@ -300,11 +345,27 @@ impl Attention {
             .tensor(&scratch.acc)
             .tensor(&scratch.ml)
             .build(one)?;
+        let decode_failed = decode::decode_guards(&geo, &ctx.limits);
+        let decode = if decode_failed.is_empty() {
+            let bindings = decode::DecodeBindings {
+                q,
+                out,
+                positions,
+                cache,
+                scratch,
+                key_rope: &key_rope,
+                rot_pairs,
+            };
+            Ok(Box::new(DecodeKernels::build(ctx, &geo, &bindings)?))
+        } else {
+            Err(decode_failed)
+        };
         Ok(Attention {
             geo,
             partial,
             direct,
             combine,
+            decode,
         })
     }
 
@@ -312,13 +373,56 @@ impl Attention {
         &self.geo
     }
 
-    /// The plan of a step of `m` rows with `kv_len` positions in the cache (after the append).
+    /// The plan of a step of `m` rows with `kv_len` positions in the cache (after the append):
+    /// the decode route for steps of at most [`DECODE_MAX_ROWS`] rows when this layer has
+    /// it, else split_k.
     pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
-        plan::plan(&self.geo, m, kv_len)
+        match &self.decode {
+            Ok(_) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
+            _ => plan::plan(&self.geo, m, kv_len),
+        }
     }
 
-    /// The dispatches of `plan`, in order, as kernels with their grids.
+    /// A plan on a chosen route, with a forced split count per chunk when `splits` is set
+    /// (tests, benchmarks); fails closed when the route is not available here.
+    pub fn plan_route(
+        &self,
+        route: AttentionRoute,
+        m: usize,
+        kv_len: usize,
+        splits: Option<u32>,
+    ) -> Result<AttentionPlan> {
+        match (route, &self.decode) {
+            (AttentionRoute::SplitK, _) => match splits {
+                Some(s) => plan::plan_with_splits(&self.geo, m, kv_len, s),
+                None => plan::plan(&self.geo, m, kv_len),
+            },
+            (AttentionRoute::Decode, Ok(_)) => decode::plan_decode(&self.geo, m, kv_len, splits),
+            (AttentionRoute::Decode, Err(failed)) => Err(Error::NoRoute {
+                op: "attention",
+                shapes: format!(
+                    "rows {}, heads {}, kv_heads {}, head_dim {}",
+                    self.geo.rows, self.geo.heads, self.geo.kv_heads, self.geo.head_dim
+                ),
+                failed: failed.clone(),
+            }),
+        }
+    }
+
+    /// The decode route's kernels, or the guards that kept this layer from having them.
+    pub fn decode_route(&self) -> std::result::Result<&DecodeKernels, &[String]> {
+        self.decode.as_deref().map_err(|f| f.as_slice())
+    }
+
+    /// The dispatches of `plan`, in order, as kernels with their grids (none for a decode
+    /// plan on a layer without the decode route).
     pub fn kernels_for_plan(&self, plan: &AttentionPlan) -> Vec<Kernel> {
+        if plan.route == AttentionRoute::Decode {
+            return self
+                .decode
+                .as_ref()
+                .map_or_else(|_| Vec::new(), |d| d.kernels_for_plan(plan));
+        }
         match (&self.direct, plan.direct) {
             (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
             _ => self.partial[..plan.chunks]
@@ -342,8 +446,15 @@ impl Attention {
         Ok(plan)
     }
 
-    /// Records the dispatches of a plan made by [`Attention::plan`].
+    /// Records the dispatches of a plan made by [`Attention::plan`] (or
+    /// [`Attention::plan_route`]).
     pub fn record_plan(&self, pass: &mut Pass<'_>, plan: &AttentionPlan) {
+        if plan.route == AttentionRoute::Decode {
+            if let Ok(d) = &self.decode {
+                d.record_plan(pass, plan);
+            }
+            return;
+        }
         match (&self.direct, plan.direct) {
             (Some(direct), true) => pass.dispatch_grid(direct, plan.partial_grid),
             _ => {

@@ -64,9 +64,20 @@ impl Geometry {
     }
 }
 
+/// Which kernels a plan dispatches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttentionRoute {
+    /// `attention.wgsl`: partial (or direct) + combine; any row count (prefill, fallback).
+    SplitK,
+    /// `attention_decode.wgsl`: steps of at most `decode::DECODE_MAX_ROWS` rows.
+    Decode,
+}
+
 /// One step's dispatch plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionPlan {
+    /// The kernels this plan is for.
+    pub route: AttentionRoute,
     /// Rows (queries' positions) of this step.
     pub rows: usize,
     /// Splits per chunk.
@@ -178,6 +189,7 @@ fn plan_inner(
         ));
     }
     Ok(AttentionPlan {
+        route: AttentionRoute::SplitK,
         rows: m,
         splits: splits as u32,
         chunks,

@@ -1,0 +1,412 @@
+//! The `decode` route of attention: steps of at most [`DECODE_MAX_ROWS`] rows (decode M = 1,
+//! verify M = k + 1), built for bandwidth (`attention_decode.wgsl` states the kernel's
+//! contract).
+//!
+//! Design: split-K like the `split_k` route, but each workgroup (split, row, kv head x tile
+//! of <= 8 query heads) reads its keys as whole rows: head_dim / 4 threads per key, one vec4
+//! each (coalesced), 256 / (head_dim / 4) keys per batch; every thread holds its column of q
+//! for the tile's heads in registers (straight-line vec4 values, no private arrays), reduces
+//! the partial dots over the key's lanes (subgroupAdd when the device's subgroups are uniform
+//! and divide head_dim / 4, else through workgroup memory), and accumulates P V with the same
+//! column ownership. The own `combine` entry parallelises over splits and columns, so
+//! hundreds of splits stay cheap to merge.
+//!
+//! Guards (build time, [`decode_guards`]): head_dim a power of two in 32..=512, heads a
+//! multiple of kv_heads, kv_heads * head tiles and heads within the workgroups per dimension,
+//! 256-thread workgroups and the workgroup memory both kernels need. Per step: rows <=
+//! [`DECODE_MAX_ROWS`]. When a guard fails the layer keeps the `split_k` route.
+
+use super::plan::{self, AttentionPlan, AttentionRoute, Geometry};
+use super::{AttentionCase, AttentionScratch, KvCache};
+use crate::error::{Error, Result};
+use crate::gpu::{GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
+use crate::harness::{OpCase, Rng};
+use rand::Rng as _;
+
+/// Rows one decode-route step handles at most (verify with 8 drafts).
+pub const DECODE_MAX_ROWS: usize = 9;
+/// Query heads one workgroup serves (a larger GQA group is cut into even tiles).
+pub const DECODE_TILE_QUERIES: usize = 8;
+/// Splits are added until a step has about this many partial workgroups (~4 per SM on a
+/// 132-SM H200: enough loads in flight to stream the cache) ...
+pub const DECODE_TARGET_WORKGROUPS: usize = 512;
+/// ... while each split keeps at least this many keys (a split's partial costs D + 2 floats
+/// per query head, written and read back by the combine).
+pub const DECODE_MIN_KEYS_PER_SPLIT: usize = 32;
+/// Partials the decode combine merges at most (its weight array).
+pub const DECODE_MAX_SPLITS: usize = 512;
+/// Workgroup memory of the partial kernel: two pools of 512 vec4, m and alpha (2 vec4 each)
+/// and the split's key range.
+pub const DECODE_PARTIAL_WORKGROUP_BYTES: u32 = 2 * 512 * 16 + 4 * 16 + 8;
+/// Workgroup memory of the combine kernel: pool_a, 256 reduction floats, 512 weights.
+pub const DECODE_COMBINE_WORKGROUP_BYTES: u32 = 512 * 16 + 256 * 4 + 512 * 4;
+
+const SHADER: &str = "attention_decode";
+const SHADER_SG: &str = "attention_decode_sg";
+const WORKGROUP: u32 = 256;
+/// vec4 columns one combine workgroup merges.
+const COMBINE_COLUMNS: usize = 8;
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct DecodeParams {
+    heads: u32,
+    kv_heads: u32,
+    group: u32,
+    head_tiles: u32,
+    window: u32,
+    slots: u32,
+    ring: u32,
+    chunk_start: u32,
+    chunk_slots: u32,
+    chunk_index: u32,
+    rot_pairs: u32,
+    _pad: u32,
+}
+
+/// (query heads per tile, tiles per kv head) of the decode route: the group cut into
+/// ceil(group / 8) tiles of equal size (the last may be smaller).
+pub fn decode_tiles(group: usize) -> (usize, usize) {
+    let tiles = group.div_ceil(DECODE_TILE_QUERIES).max(1);
+    (group.div_ceil(tiles).max(1), tiles)
+}
+
+/// The build-time guards of the decode route that fail for `geo` on a device with `limits`
+/// (empty when eligible).
+pub fn decode_guards(geo: &Geometry, limits: &wgpu::Limits) -> Vec<String> {
+    let mut failed = Vec::new();
+    let d = geo.head_dim;
+    if !(d.is_power_of_two() && (32..=512).contains(&d)) {
+        failed.push(format!(
+            "decode route: head_dim {d} is not a power of two in 32..=512"
+        ));
+    }
+    if geo.kv_heads == 0 || geo.heads % geo.kv_heads != 0 {
+        failed.push(format!(
+            "decode route: heads {} is not a multiple of kv_heads {}",
+            geo.heads, geo.kv_heads
+        ));
+    } else {
+        let (_, tiles) = decode_tiles(geo.group());
+        let max = geo.max_per_dim as usize;
+        if geo.kv_heads * tiles > max || geo.heads > max {
+            failed.push(format!(
+                "decode route: kv_heads * head tiles {} and heads {} must be <= {max}",
+                geo.kv_heads * tiles,
+                geo.heads
+            ));
+        }
+    }
+    if limits.max_compute_invocations_per_workgroup < WORKGROUP
+        || limits.max_compute_workgroup_size_x < WORKGROUP
+    {
+        failed.push(format!(
+            "decode route: needs {WORKGROUP}-thread workgroups (device: {} invocations, x <= {})",
+            limits.max_compute_invocations_per_workgroup, limits.max_compute_workgroup_size_x
+        ));
+    }
+    let storage = DECODE_PARTIAL_WORKGROUP_BYTES.max(DECODE_COMBINE_WORKGROUP_BYTES);
+    if limits.max_compute_workgroup_storage_size < storage {
+        failed.push(format!(
+            "decode route: needs {storage} bytes of workgroup memory (device: {})",
+            limits.max_compute_workgroup_storage_size
+        ));
+    }
+    failed
+}
+
+/// The subgroup size the decode kernel reduces with on `ctx` for `head_dim`, or None for the
+/// portable workgroup-memory reduction: needs the SUBGROUP feature, one subgroup size on the
+/// device, that size >= 4 (batches go four at a time) and dividing head_dim / 4 (a subgroup
+/// then never spans two keys).
+pub fn decode_subgroup_lanes(ctx: &GpuContext, head_dim: usize) -> Option<u32> {
+    let (lo, hi) = (ctx.info.subgroup_min_size, ctx.info.subgroup_max_size);
+    let d4 = (head_dim / 4) as u32;
+    let fits = lo == hi && lo.is_power_of_two() && lo >= 4 && d4 % lo == 0;
+    (ctx.has(wgpu::Features::SUBGROUP) && fits).then_some(lo)
+}
+
+/// Plans one decode-route step of `m` rows whose last position is `kv_len - 1`; `forced`
+/// fixes the split count per chunk (tests).
+pub fn plan_decode(
+    geo: &Geometry,
+    m: usize,
+    kv_len: usize,
+    forced: Option<u32>,
+) -> Result<AttentionPlan> {
+    if m > DECODE_MAX_ROWS {
+        return Err(Error::NoRoute {
+            op: "attention",
+            shapes: format!("rows {m}, heads {}", geo.heads),
+            failed: vec![format!(
+                "decode route: rows {m} of this step > {DECODE_MAX_ROWS}"
+            )],
+        });
+    }
+    // The split_k planner validates m and kv_len and counts the chunks holding keys.
+    let base = plan::plan(geo, m, kv_len)?;
+    let chunks = base.chunks;
+    let chunk_keys = geo.chunks.iter().map(|c| c.len()).max().unwrap_or(0);
+    let keys = match geo.window {
+        Some(w) => kv_len.min(w),
+        None => kv_len,
+    }
+    .min(if geo.ring { usize::MAX } else { chunk_keys })
+    .max(1);
+    let (_, tiles) = decode_tiles(geo.group());
+    let workgroups = m * geo.kv_heads * tiles * chunks;
+    let mut splits = match forced {
+        Some(s) => s.max(1) as usize,
+        None => DECODE_TARGET_WORKGROUPS
+            .div_ceil(workgroups)
+            .min(keys.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
+            .max(1),
+    };
+    splits = splits
+        .min(DECODE_MAX_SPLITS / chunks)
+        .min(geo.max_per_dim as usize);
+    let per_split = chunks * m * geo.heads;
+    if splits * per_split > geo.max_query_splits {
+        splits = geo.max_query_splits / per_split;
+    }
+    let can_direct = geo.chunks.len() == 1;
+    if splits == 0 {
+        if can_direct {
+            splits = 1; // direct: needs no scratch
+        } else {
+            return Err(Error::NoRoute {
+                op: "attention",
+                shapes: format!("rows {m}, heads {}, {chunks} cache chunks", geo.heads),
+                failed: vec![format!(
+                    "decode route: scratch holds {} (split, query) pairs and the combine \
+                     {DECODE_MAX_SPLITS} splits; {chunks} chunks need >= {per_split} and \
+                     {chunks} splits",
+                    geo.max_query_splits
+                )],
+            });
+        }
+    }
+    if let Some(s) = forced.filter(|&s| s as usize != splits) {
+        return Err(Error::invalid(
+            "attention",
+            "forced split count (decode route)",
+            format!("<= {splits} (limits and scratch)"),
+            s,
+        ));
+    }
+    Ok(AttentionPlan {
+        route: AttentionRoute::Decode,
+        rows: m,
+        splits: splits as u32,
+        chunks,
+        direct: can_direct && splits == 1,
+        partial_grid: Grid::new(splits as u32, m as u32, (geo.kv_heads * tiles) as u32),
+        combine_grid: Grid::new(
+            (geo.head_dim / 4 / COMBINE_COLUMNS) as u32,
+            geo.heads as u32,
+            m as u32,
+        ),
+    })
+}
+
+/// What the decode kernels bind (the same tensors as the split_k kernels).
+pub(crate) struct DecodeBindings<'a> {
+    pub q: &'a Tensor,
+    pub out: &'a Tensor,
+    pub positions: &'a Tensor,
+    pub cache: &'a KvCache,
+    pub scratch: &'a AttentionScratch,
+    pub key_rope: &'a Tensor,
+    pub rot_pairs: u32,
+}
+
+/// The decode route's kernels of one attention layer, built once.
+#[derive(Debug)]
+pub struct DecodeKernels {
+    /// One `partial` kernel per cache chunk.
+    partial: Vec<Kernel>,
+    /// `partial` with DIRECT (single-chunk caches only).
+    direct: Option<Kernel>,
+    combine: Kernel,
+    lanes: Option<u32>,
+}
+
+impl DecodeKernels {
+    /// Builds the kernels; the caller has checked [`decode_guards`].
+    pub(crate) fn build(
+        ctx: &GpuContext,
+        geo: &Geometry,
+        b: &DecodeBindings<'_>,
+    ) -> Result<DecodeKernels> {
+        let cfg = b.cache.config();
+        let d4 = (geo.head_dim / 4) as u64;
+        let (qt, tiles) = decode_tiles(geo.group());
+        let lanes = decode_subgroup_lanes(ctx, geo.head_dim);
+        let params = |chunk_index: usize| {
+            let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
+            DecodeParams {
+                heads: geo.heads as u32,
+                kv_heads: geo.kv_heads as u32,
+                group: geo.group() as u32,
+                head_tiles: tiles as u32,
+                window: geo.window.unwrap_or(0) as u32,
+                slots: geo.slots as u32,
+                ring: geo.ring as u32,
+                chunk_start: slots.start as u32,
+                chunk_slots: slots.len() as u32,
+                chunk_index: chunk_index as u32,
+                rot_pairs: b.rot_pairs,
+                _pad: 0,
+            }
+        };
+        let one = Grid::new(1, 1, 1);
+        let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
+            let chunk = &b.cache.chunks()[chunk_index];
+            let builder = match lanes {
+                Some(l) => KernelBuilder::new(ctx, SHADER_SG).constant("VSG", l as u64),
+                None => KernelBuilder::new(ctx, SHADER),
+            };
+            builder
+                .entry("partial")
+                .constant("D4", d4)
+                .constant("QT", qt as u64)
+                .constant("DIRECT", direct as u64)
+                .constant("KEY_FROM_V", cfg.k_eq_v as u64)
+                .uniform(&params(chunk_index))
+                .tensor(b.out)
+                .tensor(&b.scratch.acc)
+                .tensor(&b.scratch.ml)
+                .tensor(b.positions)
+                .tensor(b.q)
+                .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
+                .tensor(&chunk.v)
+                .tensor(b.key_rope)
+                .build(one)
+        };
+        let partial = (0..geo.chunks.len())
+            .map(|c| partial_kernel(c, false))
+            .collect::<Result<Vec<_>>>()?;
+        let direct = if geo.chunks.len() == 1 {
+            Some(partial_kernel(0, true)?)
+        } else {
+            None
+        };
+        let combine = KernelBuilder::new(ctx, SHADER)
+            .entry("combine")
+            .constant("D4", d4)
+            .uniform(&params(0))
+            .tensor(b.out)
+            .tensor(&b.scratch.acc)
+            .tensor(&b.scratch.ml)
+            .build(one)?;
+        Ok(DecodeKernels {
+            partial,
+            direct,
+            combine,
+            lanes,
+        })
+    }
+
+    /// The subgroup size the partial kernel reduces with (None: workgroup memory).
+    pub fn subgroup_lanes(&self) -> Option<u32> {
+        self.lanes
+    }
+
+    /// The dispatches of a decode-route `plan`, in order.
+    pub(crate) fn kernels_for_plan(&self, plan: &AttentionPlan) -> Vec<Kernel> {
+        match (&self.direct, plan.direct) {
+            (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
+            _ => self.partial[..plan.chunks]
+                .iter()
+                .map(|k| k.with_grid(plan.partial_grid))
+                .chain([self.combine.with_grid(plan.combine_grid)])
+                .collect(),
+        }
+    }
+
+    pub(crate) fn record_plan(&self, pass: &mut Pass<'_>, plan: &AttentionPlan) {
+        match (&self.direct, plan.direct) {
+            (Some(direct), true) => pass.dispatch_grid(direct, plan.partial_grid),
+            _ => {
+                for k in &self.partial[..plan.chunks] {
+                    pass.dispatch_grid(k, plan.partial_grid);
+                }
+                pass.dispatch_grid(&self.combine, plan.combine_grid);
+            }
+        }
+    }
+}
+
+fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {
+    cases
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn OpCase>)
+        .collect()
+}
+
+/// Random decode-route steps: head dims 64/256/512, GQA ratios (groups 1..=12, uneven head
+/// tiles), M in 1..=9, windows smaller and larger than the context, a ring far past its
+/// size, K = V, and a chunked full cache with a forced split count.
+pub fn decode_random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let dims = [64, 256, 512];
+    let gqa = [
+        (1, 1),
+        (2, 1),
+        (8, 1),
+        (4, 2),
+        (6, 3),
+        (16, 4),
+        (12, 1),
+        (9, 1),
+    ];
+    let pick = |rng: &mut Rng, m_max: usize, start_max: usize| {
+        let d = dims[rng.random_range(0..dims.len())];
+        let (h, kvh) = gqa[rng.random_range(0..gqa.len())];
+        let m = rng.random_range(1..=m_max);
+        let mut c = AttentionCase::new(h, kvh, d, m, rng.random_range(0..start_max));
+        c.route = Some(AttentionRoute::Decode);
+        c
+    };
+    let mut cases = vec![pick(rng, DECODE_MAX_ROWS, 1500)];
+    let window = rng.random_range(4..700);
+    cases.push(pick(rng, DECODE_MAX_ROWS, 900).sliding(window, DECODE_MAX_ROWS));
+    // A ring wrapped thousands of times, window smaller than the context.
+    let mut ring = pick(rng, 5, 50);
+    ring.start += 30_000;
+    ring.head_dim = 64;
+    let window = rng.random_range(8..200);
+    cases.push(ring.sliding(window, 5));
+    let mut kv = pick(rng, 3, 400);
+    kv.k_eq_v = true;
+    cases.push(kv);
+    let mut chunked = pick(rng, 3, 900);
+    chunked.max_len = chunked.start + chunked.rows + rng.random_range(0..300);
+    chunked.chunk_bytes = Some((chunked.kv_heads * chunked.head_dim * 4 * 128) as u64);
+    chunked.splits = Some(rng.random_range(1..8));
+    cases.push(chunked);
+    boxed(cases)
+}
+
+/// The E2B decode shapes of [`super::bench_cases`] (8 q heads, 1 kv head; sliding D 256 with
+/// W 512, full D 512; 4K and 32K context; M = 1 and verify M = 3) on each route, named
+/// `route=decode` / `route=split_k`, so the two can be compared. Small caches are copied so
+/// that the rotation reads >= ~64 MiB (more than a 50 MB L2).
+pub fn decode_bench_cases() -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
+    for route in [AttentionRoute::Decode, AttentionRoute::SplitK] {
+        for ctx_len in [4096, 32_768] {
+            for rows in [1, 3] {
+                let start = ctx_len - rows;
+                let mut sliding = AttentionCase::new(8, 1, 256, rows, start).sliding(512, 9);
+                sliding.copies = 64;
+                sliding.route = Some(route);
+                let mut full = AttentionCase::new(8, 1, 512, rows, start);
+                full.copies = ((64 << 20) / (ctx_len * 512 * 8)).max(1);
+                full.route = Some(route);
+                cases.push(sliding);
+                cases.push(full);
+            }
+        }
+    }
+    boxed(cases)
+}
