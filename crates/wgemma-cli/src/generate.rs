@@ -1,16 +1,21 @@
 //! `wgemma logits` and `wgemma generate`.
 
 use crate::load::{load_dir, Loaded};
+use crate::model_dir::ModelDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
+use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::generate::{generate, GenerateOptions};
 use wgemma::model::sampling::SamplingParams;
+use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::tokenizer::TextStream;
 use wgemma::model::weights::WeightFormat;
+use wgemma::ops::opset::OpSet;
 
 /// Options shared by the commands that load a model.
 #[derive(Args, Clone)]
@@ -114,6 +119,19 @@ pub struct GenerateArgs {
     /// One JSON object with tokens, text and stats instead of streamed text.
     #[arg(long)]
     json: bool,
+    /// MTP speculative decoding with this Gemma 4 assistant checkpoint directory
+    /// (`gemma4_assistant`: config.json + *.safetensors).
+    #[arg(long)]
+    assistant: Option<PathBuf>,
+    /// Drafts per speculative round (1..=8).
+    #[arg(long, default_value_t = 2, requires = "assistant")]
+    draft_tokens: usize,
+    /// HF's heuristic schedule: +2 drafts after a fully accepted round, -1 otherwise.
+    #[arg(long, requires = "assistant")]
+    adaptive_draft: bool,
+    /// Add every round's drafts to the JSON stats (`draft_rounds`).
+    #[arg(long, requires = "assistant")]
+    trace_drafts: bool,
 }
 
 fn prompt_tokens(args: &GenerateArgs, loaded: &Loaded) -> Result<Vec<u32>> {
@@ -165,32 +183,64 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         load_ms,
         ..
     } = &mut loaded;
+    let mut assistant = args
+        .assistant
+        .as_ref()
+        .map(|dir| load_assistant(&ctx, dir, model, args.model.options()?.format))
+        .transpose()?;
     let mut stream = tokenizer.as_ref().map(TextStream::new);
     let mut stream_error = None;
     let json = args.json;
-    let (tokens, stats) =
-        pollster::block_on(generate(model, &ctx, &prompt, &options, &mut |id| {
-            if let (false, Some(s)) = (json, stream.as_mut()) {
-                match s.push(id) {
-                    Ok(Some(piece)) => {
-                        print!("{piece}");
-                        let _ = std::io::stdout().flush();
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        stream_error = Some(e);
-                        return false;
-                    }
+    let mut on_token = |id| {
+        if let (false, Some(s)) = (json, stream.as_mut()) {
+            match s.push(id) {
+                Ok(Some(piece)) => {
+                    print!("{piece}");
+                    let _ = std::io::stdout().flush();
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    stream_error = Some(e);
+                    return false;
                 }
             }
-            true
-        }))?;
+        }
+        true
+    };
+    let (tokens, mut stats_json, summary) = match assistant.as_mut() {
+        None => {
+            let (tokens, stats) =
+                pollster::block_on(generate(model, &ctx, &prompt, &options, &mut on_token))?;
+            (tokens, serde_json::to_value(&stats)?, stats.summary())
+        }
+        Some(assistant) => {
+            let spec = SpeculativeOptions {
+                draft_tokens: args.draft_tokens,
+                adaptive: args.adaptive_draft,
+                trace: args.trace_drafts,
+                capture_draft_logits: false,
+            };
+            let out = pollster::block_on(generate_speculative(
+                model,
+                assistant,
+                &ctx,
+                &prompt,
+                &options,
+                &spec,
+                &mut on_token,
+            ))?;
+            let mut stats = serde_json::to_value(&out.stats)?;
+            if args.trace_drafts {
+                stats["draft_rounds"] = serde_json::to_value(&out.rounds)?;
+            }
+            (out.tokens, stats, out.stats.summary())
+        }
+    };
     if let Some(e) = stream_error {
         return Err(e.into());
     }
     let text = tokenizer.as_ref().map(|t| t.decode(&tokens)).transpose()?;
     if json {
-        let mut stats_json = serde_json::to_value(&stats)?;
         stats_json["load_ms"] = (*load_ms).into();
         let out = serde_json::json!({ "tokens": tokens, "text": text, "stats": stats_json });
         println!("{out}");
@@ -207,7 +257,29 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         } else {
             println!();
         }
-        eprintln!("load {:.0} ms | {}", load_ms, stats.summary());
+        eprintln!("load {:.0} ms | {}", load_ms, summary);
     }
     Ok(())
+}
+
+/// Loads `--assistant DIR` for `target` (its weights in the target's format).
+fn load_assistant(
+    ctx: &GpuContext,
+    dir: &std::path::Path,
+    target: &wgemma::model::target::Model,
+    format: wgemma::model::weights::WeightFormat,
+) -> Result<Assistant> {
+    let files = ModelDir::open(dir)?;
+    let spec = parse_assistant_config(&files.config_json)
+        .with_context(|| format!("{}/config.json", dir.display()))?;
+    let ck = Checkpoint::from_shards(files.shard_bytes())?;
+    Assistant::load(
+        ctx,
+        &ck,
+        spec,
+        target,
+        &OpSet::with_mtp(),
+        AssistantOptions { format },
+    )
+    .with_context(|| format!("loading the assistant in {}", dir.display()))
 }

@@ -2,6 +2,7 @@
 //! library's async calls at this edge.
 
 mod bench;
+mod demo;
 mod generate;
 mod info;
 mod load;
@@ -29,6 +30,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Prefill and decode speed on a synthetic model of real shapes or a checkpoint.
     Bench(bench::BenchArgs),
+    /// MTP speculative decoding on a synthetic target + assistant: plain vs speculative
+    /// greedy, checked identical (no download).
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,5 +48,6 @@ fn main() -> anyhow::Result<()> {
         Command::Logits(args) => generate::run_logits(args),
         Command::Generate(args) => generate::run_generate(args),
         Command::Bench(args) => bench::run(args),
+        Command::Demo(args) => demo::run(args),
     }
 }

@@ -11,7 +11,9 @@ use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
 fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/golden")
+        .join(name)
 }
 
 struct Fixture {
@@ -25,7 +27,8 @@ impl Fixture {
     fn open(name: &str) -> Fixture {
         let dir = fixture_dir(name);
         Fixture {
-            expected: serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap(),
+            expected: serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap())
+                .unwrap(),
             logits: std::fs::read(dir.join("logits.safetensors")).unwrap(),
             model_bytes: std::fs::read(dir.join("model.safetensors")).unwrap(),
             config: std::fs::read_to_string(dir.join("config.json")).unwrap(),
@@ -33,7 +36,8 @@ impl Fixture {
     }
 
     fn model(&self, options: ModelOptions) -> Model {
-        let ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &self.model_bytes)]).unwrap();
+        let ck =
+            Checkpoint::from_shards(vec![("model.safetensors".into(), &self.model_bytes)]).unwrap();
         let spec = parse_config(&self.config).unwrap();
         Model::load(test_context(), &ck, spec, options, &mut |_, _| {}).unwrap()
     }
@@ -54,7 +58,11 @@ impl Fixture {
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn options(format: WeightFormat) -> ModelOptions {
@@ -81,16 +89,33 @@ fn check_all_positions(name: &str, format: WeightFormat, variant: &str, rel_tol:
         tokens.extend(ids(&info[variant]["greedy"]));
         let expected = fx.logits(info[variant]["logits_key"].as_str().unwrap());
         model.reset();
-        let out = pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits)).unwrap();
-        assert_eq!(out.logits.len(), expected.len(), "{name} p{p}: logits length");
-        for (t, (got, want)) in out.logits.chunks(vocab).zip(expected.chunks(vocab)).enumerate() {
+        let out =
+            pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits)).unwrap();
+        assert_eq!(
+            out.logits.len(),
+            expected.len(),
+            "{name} p{p}: logits length"
+        );
+        for (t, (got, want)) in out
+            .logits
+            .chunks(vocab)
+            .zip(expected.chunks(vocab))
+            .enumerate()
+        {
             let scale = want.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-            let diff = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            let diff = got
+                .iter()
+                .zip(want)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
             assert!(
                 diff <= rel_tol * scale,
                 "{name} {variant} p{p} position {t}: max |diff| {diff} > {rel_tol} x {scale}"
             );
-            assert_eq!(argmax(got), argmax(want), "{name} {variant} p{p} position {t}: argmax");
+            assert_eq!(
+                argmax(got),
+                argmax(want),
+                "{name} {variant} p{p} position {t}: argmax"
+            );
         }
     }
 }
@@ -102,10 +127,14 @@ fn check_greedy(name: &str, format: WeightFormat, variant: &str) {
     for (p, (prompt, info)) in fx.prompts().iter().enumerate() {
         let want = ids(&info[variant]["greedy"]);
         model.reset();
-        let mut next = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken)).unwrap().next[0];
+        let mut next = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken))
+            .unwrap()
+            .next[0];
         let mut got = vec![next];
         while got.len() < want.len() {
-            next = pollster::block_on(model.forward(test_context(), &[next], Want::NextToken)).unwrap().next[0];
+            next = pollster::block_on(model.forward(test_context(), &[next], Want::NextToken))
+                .unwrap()
+                .next[0];
             got.push(next);
         }
         assert_eq!(got, want, "{name} {variant} p{p}: greedy continuation");
@@ -160,7 +189,11 @@ fn chunked_prefill_equals_token_by_token() {
         ..options(WeightFormat::F32)
     });
     let b = pollster::block_on(single.forward(test_context(), prompt, Want::AllLogits)).unwrap();
-    let diff = a.logits.iter().zip(&b.logits).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    let diff = a
+        .logits
+        .iter()
+        .zip(&b.logits)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     assert!(diff < 1e-4, "max |diff| {diff}");
     assert_eq!(a.next, b.next);
 }

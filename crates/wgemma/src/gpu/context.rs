@@ -222,7 +222,9 @@ impl GpuContext {
     }
 
     pub(crate) fn count_tensor_bytes(&self, bytes: u64) {
-        self.counters.tensor_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.counters
+            .tensor_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(crate) fn count_submit(&self) {

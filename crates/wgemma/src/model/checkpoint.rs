@@ -104,7 +104,19 @@ impl<'a> Checkpoint<'a> {
 
     /// The raw view of a decoder tensor (name without the prefix).
     fn view(&self, name: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
-        let full = self.full_name(name);
+        self.view_full(&self.full_name(name))
+    }
+
+    /// Whether the checkpoint holds a tensor under its FULL name (no prefix added): the
+    /// assistant keeps `pre_projection`, `post_projection` and `masked_embedding.*` outside
+    /// its decoder.
+    pub fn has_full(&self, full_name: &str) -> bool {
+        self.index.contains_key(full_name)
+    }
+
+    /// The raw view of a tensor by its full name.
+    fn view_full(&self, full: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
+        let full = full.to_string();
         let shard = *self.index.get(&full).ok_or_else(|| {
             Error::invalid(
                 OP,
@@ -132,8 +144,49 @@ impl<'a> Checkpoint<'a> {
 
     /// A decoder tensor converted to f32, checked against the expected shape.
     pub fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        let (file, view) = self.view(name)?;
-        let full = self.full_name(name);
+        self.f32_full(&self.full_name(name), expected_shape)
+    }
+
+    /// An integer tensor (i64, i32 or u32) by its full name, as i64, checked against the
+    /// expected shape (the assistant's `masked_embedding.token_ordering`).
+    pub fn i64_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
+        let (file, view) = self.view_full(full)?;
+        if view.shape() != expected_shape {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{full}` in `{file}`"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", view.shape()),
+            ));
+        }
+        let data = view.data();
+        Ok(match view.dtype() {
+            Dtype::I64 => data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect(),
+            Dtype::I32 => data
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            Dtype::U32 => data
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of `{full}` in `{file}`"),
+                    "i64, i32 or u32",
+                    format!("{other:?}"),
+                ))
+            }
+        })
+    }
+
+    /// A tensor by its full name converted to f32, checked against the expected shape.
+    pub fn f32_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        let (file, view) = self.view_full(full)?;
         if view.shape() != expected_shape {
             return Err(Error::invalid(
                 OP,

@@ -1,10 +1,12 @@
 //! The Gemma 4 text decoder (HF `modeling_gemma4.py`).
 
+pub mod assistant;
 pub mod checkpoint;
 pub mod config;
 pub mod forward;
 pub mod generate;
 pub mod sampling;
+pub mod speculative;
 pub mod synthetic;
 pub mod target;
 pub mod tokenizer;

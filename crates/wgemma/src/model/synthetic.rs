@@ -146,6 +146,174 @@ impl WeightSource for SyntheticWeights {
     }
 }
 
+/// The demo's assistant for [`SyntheticShape::Tiny`]: a 4-layer `gemma4_assistant` (hidden
+/// 128, layers [S, S, S, F] reading the target's K/V) with the centroid head at the E2B
+/// head's shape (2048 centroids, top 32; 2 tokens each on the 4096 vocab), so the fast TopK
+/// route and the certified scatter run. Random weights, shaped like tools/golden's "echo"
+/// assistants: `pre_projection` maps the token-embedding half of its input through A (128
+/// orthonormal rows) and `lm_head` = E_target A^T, so it drafts the token it was fed, which
+/// the target accepts whenever it repeats a token (a purely random drafter would never be
+/// accepted and the demo would only show rejections). Its `post_projection` is scaled up so
+/// that the drafts after the first of a round drift: a drafter whose acceptance falls with
+/// the draft depth, so rounds both accept and reject.
+pub struct SyntheticAssistant {
+    /// The target's [`SyntheticWeights`] seed (the echo structure reads its embedding).
+    pub target_seed: u64,
+    pub seed: u64,
+}
+
+/// Hidden size of the synthetic assistant.
+const ASSISTANT_HIDDEN: usize = 128;
+/// Gain of the synthetic assistant's post_projection (see its `f32`).
+const DRAFT_DRIFT: f32 = 300.0;
+
+impl SyntheticAssistant {
+    /// The assistant's `config.json` (a `gemma4_assistant` for the Tiny target).
+    pub fn config_json(&self) -> String {
+        let t = SyntheticShape::Tiny.spec().config;
+        serde_json::json!({
+            "model_type": "gemma4_assistant",
+            "backbone_hidden_size": t.hidden_size,
+            "use_ordered_embeddings": true,
+            "num_centroids": 2048,
+            "centroid_intermediate_top_k": 32,
+            "tie_word_embeddings": true,
+            "text_config": {
+                "model_type": "gemma4_text",
+                "vocab_size": t.vocab_size, "hidden_size": ASSISTANT_HIDDEN,
+                "intermediate_size": 2 * ASSISTANT_HIDDEN, "num_hidden_layers": 4,
+                "num_attention_heads": 4, "num_key_value_heads": t.num_key_value_heads,
+                "head_dim": t.head_dim, "global_head_dim": t.global_head_dim,
+                "sliding_window": t.sliding_window, "num_kv_shared_layers": 4,
+                "hidden_size_per_layer_input": 0,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                                "full_attention"],
+            },
+        })
+        .to_string()
+    }
+
+    /// A: `[rows, cols]` with orthonormal rows (Gram-Schmidt on seeded uniform rows).
+    fn orthonormal(&self, rows: usize, cols: usize) -> Vec<f32> {
+        let base = name_seed("echo.A", self.seed);
+        let mut a: Vec<f64> = (0..rows * cols)
+            .map(|i| {
+                let bits = splitmix64(base ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                (bits >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+            })
+            .collect();
+        for r in 0..rows {
+            for p in 0..r {
+                let dot: f64 = (0..cols).map(|c| a[r * cols + c] * a[p * cols + c]).sum();
+                for c in 0..cols {
+                    a[r * cols + c] -= dot * a[p * cols + c];
+                }
+            }
+            let norm = (0..cols)
+                .map(|c| a[r * cols + c].powi(2))
+                .sum::<f64>()
+                .sqrt();
+            for c in 0..cols {
+                a[r * cols + c] /= norm;
+            }
+        }
+        a.into_iter().map(|v| v as f32).collect()
+    }
+
+    /// lm_head = E_target A^T, normalised to unit RMS.
+    fn lm_head(&self, vocab: usize, ht: usize, ha: usize) -> Result<Vec<f32>> {
+        let e = SyntheticWeights {
+            seed: self.target_seed,
+        }
+        .f32("embed_tokens.weight", &[vocab, ht])?;
+        let a = self.orthonormal(ha, ht);
+        let mut head: Vec<f32> = (0..vocab * ha)
+            .map(|i| {
+                let (t, j) = (i / ha, i % ha);
+                (0..ht).map(|c| e[t * ht + c] * a[j * ht + c]).sum()
+            })
+            .collect();
+        let rms = (head.iter().map(|v| (v * v) as f64).sum::<f64>() / head.len() as f64).sqrt();
+        head.iter_mut().for_each(|v| *v /= rms as f32);
+        Ok(head)
+    }
+
+    /// The token ordering: a seeded permutation of 0..vocab (Fisher-Yates).
+    fn ordering(&self, vocab: usize) -> Vec<usize> {
+        let mut perm: Vec<usize> = (0..vocab).collect();
+        let base = name_seed("masked_embedding.token_ordering", self.seed);
+        for i in (1..vocab).rev() {
+            let j = (splitmix64(base ^ i as u64) % (i as u64 + 1)) as usize;
+            perm.swap(i, j);
+        }
+        perm
+    }
+}
+
+impl crate::model::assistant::AssistantSource for SyntheticAssistant {
+    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        let t = SyntheticShape::Tiny.spec().config;
+        let (vocab, ht, ha) = (t.vocab_size, t.hidden_size, ASSISTANT_HIDDEN);
+        let random = SyntheticWeights { seed: self.seed };
+        match name {
+            "pre_projection.weight" if shape == [ha, 2 * ht] => {
+                let mut w = random.f32(name, shape)?;
+                let a = self.orthonormal(ha, ht);
+                for r in 0..ha {
+                    for c in 0..ht {
+                        w[r * 2 * ht + c] = 10.0 * a[r * ht + c];
+                    }
+                }
+                Ok(w)
+            }
+            "model.embed_tokens.weight" if shape == [vocab, ha] => self.lm_head(vocab, ht, ha),
+            // Scaled up: the h_prev the assistant feeds itself swamps the token signal, so
+            // a round's first draft (fed the target's hidden state) echoes the seed and the
+            // later ones drift; the demo's rounds then accept AND reject.
+            "post_projection.weight" => Ok(random
+                .f32(name, shape)?
+                .into_iter()
+                .map(|v| v * DRAFT_DRIFT)
+                .collect()),
+            "masked_embedding.centroids.weight" if shape[1..] == [ha] => {
+                let centroids = shape[0];
+                let per = vocab / centroids.max(1);
+                let head = self.lm_head(vocab, ht, ha)?;
+                let order = self.ordering(vocab);
+                let scale = 1.0 / (per as f32).sqrt();
+                Ok((0..centroids * ha)
+                    .map(|i| {
+                        let (c, j) = (i / ha, i % ha);
+                        order[c * per..(c + 1) * per]
+                            .iter()
+                            .map(|&tok| head[tok * ha + j])
+                            .sum::<f32>()
+                            * scale
+                    })
+                    .collect())
+            }
+            _ => random.f32(name, shape),
+        }
+    }
+
+    fn i64(&self, name: &str, shape: &[usize]) -> Result<Vec<i64>> {
+        let vocab = SyntheticShape::Tiny.spec().config.vocab_size;
+        if name != "masked_embedding.token_ordering" || shape != [vocab] {
+            return Err(Error::invalid(
+                "synthetic assistant",
+                format!("integer tensor `{name}` {shape:?}"),
+                format!("masked_embedding.token_ordering [{vocab}]"),
+                "another tensor",
+            ));
+        }
+        Ok(self.ordering(vocab).into_iter().map(|v| v as i64).collect())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        name != "lm_head.weight"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -159,6 +159,97 @@ impl Model {
         Ok(())
     }
 
+    /// The plan of `m` rows with `rows` logits, built on first use. Speculative decoding
+    /// records its draft passes and the verify forward into one step, so it needs a plan's
+    /// buffers (token ids, hidden rows, argmax ids) before recording.
+    pub fn plan(&mut self, ctx: &GpuContext, m: usize, rows: LogitRows) -> Result<&ForwardPlan> {
+        let key = (m, rows);
+        if !self.plans.contains_key(&key) {
+            let plan = ForwardPlan::new(
+                ctx,
+                &self.spec,
+                &self.weights,
+                &self.caches,
+                &self.shared,
+                m,
+                rows,
+            )?;
+            self.plans.insert(key, plan);
+        }
+        Ok(&self.plans[&key])
+    }
+
+    /// A plan already built (e.g. the last prefill chunk's, whose `head.hidden` still holds
+    /// the rows of that forward).
+    pub fn built_plan(&self, m: usize, rows: LogitRows) -> Option<&ForwardPlan> {
+        self.plans.get(&(m, rows))
+    }
+
+    /// Records a forward of `m` rows at positions `len..len + m` into `step` as ONE compute
+    /// pass (positions written through the queue, caches advanced), without submitting. The
+    /// plan's token ids must be written (or copied earlier in the same step) by the caller;
+    /// [`Model::plan`] must have built the plan.
+    pub fn record_forward(
+        &mut self,
+        ctx: &GpuContext,
+        step: &mut Step,
+        m: usize,
+        rows: LogitRows,
+    ) -> Result<()> {
+        let encode_start = web_time::Instant::now();
+        let recorded = self.record_rows(ctx, step, m, rows);
+        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
+        recorded
+    }
+
+    fn record_rows(
+        &mut self,
+        ctx: &GpuContext,
+        step: &mut Step,
+        m: usize,
+        rows: LogitRows,
+    ) -> Result<()> {
+        let plan = self.plans.get(&(m, rows)).ok_or_else(|| {
+            Error::invalid(
+                "model",
+                format!("plan of {m} rows ({rows:?} logits)"),
+                "built by Model::plan",
+                "none",
+            )
+        })?;
+        if self.len + m > self.options.max_context {
+            return Err(Error::invalid(
+                "model",
+                "context length (positions held + new tokens)",
+                format!("<= {} (--context)", self.options.max_context),
+                self.len + m,
+            ));
+        }
+        let start = self.len;
+        let positions: Vec<u32> = (start..start + m).map(|p| p as u32).collect();
+        plan.positions
+            .write_bytes(ctx, bytemuck::cast_slice(&positions));
+        for cache in self.caches.iter_mut().flatten() {
+            cache.advance(m)?;
+        }
+        self.len += m;
+        let kv_len = self.len;
+        let mut recorded = Ok(());
+        step.pass(|pass| recorded = plan.record(pass, kv_len));
+        recorded
+    }
+
+    /// The KV cache of `layer` (None for KV-shared layers and out-of-range indices).
+    pub fn kv_cache(&self, layer: usize) -> Option<&KvCache> {
+        self.caches.get(layer).and_then(Option::as_ref)
+    }
+
+    /// The weights on the GPU (the MTP assistant reads the embedding table and the k_norm
+    /// of K = V layers).
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
     /// Bytes of the weights on the GPU.
     pub fn weight_bytes(&self) -> u64 {
         self.weights.bytes()
@@ -254,34 +345,12 @@ impl Model {
         let encode_start = web_time::Instant::now();
         let m = tokens.len();
         let key = (m, rows);
-        if !self.plans.contains_key(&key) {
-            let plan = ForwardPlan::new(
-                ctx,
-                &self.spec,
-                &self.weights,
-                &self.caches,
-                &self.shared,
-                m,
-                rows,
-            )?;
-            self.plans.insert(key, plan);
-        }
-        let plan = &self.plans[&key];
-        write_token_ids(ctx, &plan.ids, tokens, self.spec.config.vocab_size)?;
-        let start = self.len;
-        let positions: Vec<u32> = (start..start + m).map(|p| p as u32).collect();
-        plan.positions
-            .write_bytes(ctx, bytemuck::cast_slice(&positions));
-        for cache in self.caches.iter_mut().flatten() {
-            cache.advance(m)?;
-        }
-        self.len += m;
-        let kv_len = self.len;
-
+        let vocab = self.spec.config.vocab_size;
+        let plan = self.plan(ctx, m, rows)?;
+        write_token_ids(ctx, &plan.ids, tokens, vocab)?;
         let mut step = Step::new(ctx);
-        let mut recorded = Ok(());
-        step.pass(|pass| recorded = plan.record(pass, kv_len));
-        recorded?;
+        self.record_rows(ctx, &mut step, m, rows)?;
+        let plan = &self.plans[&key];
         if let Some(head) = &plan.head {
             step.copy_to_readback(&head.next, &head.next_readback)?;
             if read_logits {

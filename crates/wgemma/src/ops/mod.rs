@@ -2,22 +2,22 @@
 //! (guards, route choice, binding, dispatch) and its CPU reference.
 
 pub mod argmax;
+pub mod attention;
 pub mod elementwise;
+pub mod embedding;
 pub mod gather;
+pub mod geglu;
 pub mod int_sub;
-pub mod opset;
-pub mod scatter;
 pub mod linear;
 pub mod min_fill;
+pub mod moe;
+pub mod opset;
 pub mod read_bandwidth;
 pub mod rmsnorm;
-pub mod geglu;
-pub mod softcap;
-pub mod embedding;
-pub mod attention;
 pub mod rope;
+pub mod scatter;
+pub mod softcap;
 pub mod topk;
-pub mod moe;
 
 use crate::harness::{OpCase, Rng};
 

@@ -1,0 +1,484 @@
+//! The kernels of one draft step, built once at load in HF's order: input (embedding +
+//! pre_projection), the Q-only decoder layers, final norm + post_projection, the head, the
+//! argmax.
+
+use super::config::{AssistantSource, OP};
+use super::view::DraftView;
+use crate::error::{Error, Result};
+use crate::gpu::{DType, GpuContext, Kernel, Pass, Tensor};
+use crate::model::config::{LayerKind, LayerSpec};
+use crate::model::target::Model;
+use crate::model::weights::{LinearWeight, WeightFormat};
+use crate::ops::argmax::argmax;
+use crate::ops::attention::{Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvCache};
+use crate::ops::embedding::embedding;
+use crate::ops::gather::{gather_rows, RowTable};
+use crate::ops::geglu::geglu_fused;
+use crate::ops::linear::{dense_linear, Linear};
+use crate::ops::min_fill::min_fill;
+use crate::ops::opset::OpSet;
+use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add};
+use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
+use crate::ops::scatter::{scatter, PermutationCertificate, ScatterRoute};
+use crate::ops::topk::{topk, TopKRoute};
+
+/// One recorded operation of a draft step.
+pub(super) enum Op {
+    Kernel(Kernel),
+    Kernels(Vec<Kernel>),
+    Linear(Linear),
+    Rope(RopeKernel),
+    /// Attention over the target's cache of this layer kind; the grid follows the view.
+    Attention(Attention, LayerKind),
+}
+
+impl Op {
+    pub(super) fn record(&self, pass: &mut Pass<'_>, view: &DraftView) -> Result<()> {
+        match self {
+            Op::Kernel(k) => pass.dispatch(k),
+            Op::Kernels(ks) => ks.iter().for_each(|k| pass.dispatch(k)),
+            Op::Linear(l) => l.record(pass),
+            Op::Rope(r) => r.record(pass, 1)?,
+            Op::Attention(a, kind) => {
+                let end = match kind {
+                    LayerKind::Sliding => view.sliding_end,
+                    LayerKind::Full => view.full_end,
+                };
+                a.record(pass, 1, end + 1)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn dispatches(&self) -> usize {
+        match self {
+            Op::Kernels(ks) => ks.len(),
+            Op::Linear(l) => l.kernels().len(),
+            _ => 1,
+        }
+    }
+}
+
+/// What the head was built with (tests, stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadRoutes {
+    /// The TopK route (centroid head only).
+    pub topk: Option<TopKRoute>,
+    /// The scatter route (centroid head only).
+    pub scatter: Option<ScatterRoute>,
+}
+
+/// The one-row buffers of a draft step, allocated once.
+pub(super) struct Activations {
+    /// The token the step embeds, u32 [1]; the step's argmax overwrites it with the draft.
+    pub token: Tensor,
+    /// concat(target_embed(token) * scale, h_prev) [1, 2 Ht].
+    pub input: Tensor,
+    /// The residual stream [1, Ha] and the normed input of a block.
+    h: Tensor,
+    x: Tensor,
+    q: Tensor,
+    attn: Tensor,
+    o: Tensor,
+    gate_up: Tensor,
+    act: Tensor,
+    /// Final norm output [1, Ha].
+    hn: Tensor,
+    /// post_projection output [1, Ht]: the next step's h_prev.
+    pub h_out: Tensor,
+    /// Draft logits [1, vocab].
+    pub logits: Tensor,
+    /// RoPE position P, and the ends of the full / sliding views (u32 [1] each).
+    pub rope_position: Tensor,
+    pub full_position: Tensor,
+    pub sliding_position: Tensor,
+}
+
+impl Activations {
+    pub(super) fn new(
+        ctx: &GpuContext,
+        layers: &[LayerSpec],
+        heads: usize,
+        ha: usize,
+        ht: usize,
+        vocab: usize,
+    ) -> Result<Activations> {
+        let max_d = layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
+        let max_i = layers
+            .iter()
+            .map(|l| l.intermediate_size)
+            .max()
+            .unwrap_or(1);
+        let f32s = |label: &str, shape: &[usize]| Tensor::zeros(ctx, label, shape, DType::F32);
+        let u32s = |label: &str| Tensor::zeros(ctx, label, &[1], DType::U32);
+        Ok(Activations {
+            token: u32s("assistant.token")?,
+            input: f32s("assistant.input", &[1, 2 * ht])?,
+            h: f32s("assistant.h", &[1, ha])?,
+            x: f32s("assistant.x", &[1, ha])?,
+            q: f32s("assistant.q", &[heads * max_d])?,
+            attn: f32s("assistant.attn", &[heads * max_d])?,
+            o: f32s("assistant.o", &[1, ha])?,
+            gate_up: f32s("assistant.gate_up", &[2 * max_i])?,
+            act: f32s("assistant.act", &[max_i])?,
+            hn: f32s("assistant.hn", &[1, ha])?,
+            h_out: f32s("assistant.h_out", &[1, ht])?,
+            logits: f32s("assistant.logits", &[1, vocab])?,
+            rope_position: u32s("assistant.rope_position")?,
+            full_position: u32s("assistant.full_position")?,
+            sliding_position: u32s("assistant.sliding_position")?,
+        })
+    }
+}
+
+/// HF's RoPE parameters of a layer as the rope op takes them.
+pub(super) fn rope_config(layer: &LayerSpec) -> RopeConfig {
+    RopeConfig {
+        head_dim: layer.head_dim,
+        theta: layer.rope.theta,
+        rope_type: if layer.rope.rotary_pairs == layer.head_dim / 2 {
+            RopeType::Default
+        } else {
+            RopeType::Proportional
+        },
+        partial_rotary_factor: (2 * layer.rope.rotary_pairs) as f64 / layer.head_dim as f64,
+    }
+}
+
+/// The target K/V one layer kind reads: the store layer's cache (and, for K = V caches,
+/// what rebuilds keys from values).
+pub(super) struct TargetKv<'a> {
+    pub cache: &'a KvCache,
+    pub key_from_v: Option<KeyFromValue<'a>>,
+}
+
+/// Builds the ops of a draft step in order.
+pub(super) struct StepBuilder<'a> {
+    pub ctx: &'a GpuContext,
+    pub source: &'a dyn AssistantSource,
+    pub format: WeightFormat,
+    pub eps: f32,
+    /// Assistant hidden size, query heads, target hidden size, vocabulary.
+    pub ha: usize,
+    pub heads: usize,
+    pub ht: usize,
+    pub vocab: usize,
+    pub a: &'a Activations,
+    pub ops: Vec<Op>,
+}
+
+impl StepBuilder<'_> {
+    fn vector(&self, name: &str, len: usize) -> Result<Tensor> {
+        Tensor::from_f32(self.ctx, name, &[len], &self.source.f32(name, &[len])?)
+    }
+
+    fn linear(&self, name: &str, n: usize, k: usize) -> Result<LinearWeight> {
+        let w = self.source.f32(name, &[n, k])?;
+        LinearWeight::upload(self.ctx, name, &w, n, k, self.format)
+    }
+
+    /// `h = pre_projection(concat(target_embed(token) * scale, h_prev))`: the embedding
+    /// writes the first half of `input`; h_prev is copied into the second half between passes.
+    pub fn input(&mut self, target: &Model) -> Result<()> {
+        let (ctx, a, ht) = (self.ctx, self.a, self.ht);
+        let tw = target.weights();
+        self.ops.push(Op::Kernels(embedding(
+            ctx,
+            &tw.embed_tokens,
+            &a.token,
+            &a.input.prefix_view(&[1, ht])?,
+            tw.embed_scale,
+        )?));
+        let pre = self.linear("pre_projection.weight", self.ha, 2 * ht)?;
+        self.ops.push(Op::Linear(pre.linear(ctx, &a.input, &a.h)?));
+        Ok(())
+    }
+
+    /// One decoder layer (HF `Gemma4TextDecoderLayer` of a KV-shared layer): Q-only
+    /// attention over the target's K/V, then the MLP, `layer_scalar` on the layer output.
+    pub fn layer(
+        &mut self,
+        l: &LayerSpec,
+        kv: &TargetKv<'_>,
+        rope: &Rope,
+        scratch: &AttentionScratch,
+    ) -> Result<()> {
+        let (ctx, a, eps, ha, nh) = (self.ctx, self.a, self.eps, self.ha, self.heads);
+        let p = |name: &str| format!("model.layers.{}.{name}", l.index);
+        let (d, i) = (l.head_dim, l.intermediate_size);
+        let q = a.q.prefix_view(&[1, nh, d])?;
+        let attn = a.attn.prefix_view(&[1, nh, d])?;
+
+        // Self-attention: queries only; keys and values are the target's.
+        let input_layernorm = self.vector(&p("input_layernorm.weight"), ha)?;
+        let q_proj = self.linear(&p("self_attn.q_proj.weight"), nh * d, ha)?;
+        let q_norm = self.vector(&p("self_attn.q_norm.weight"), d)?;
+        let o_proj = self.linear(&p("self_attn.o_proj.weight"), ha, nh * d)?;
+        let post_attention_layernorm = self.vector(&p("post_attention_layernorm.weight"), ha)?;
+        let (positions, window) = match l.kind {
+            LayerKind::Sliding => (
+                &a.sliding_position,
+                // HF's flipped bidirectional window keeps W + 1 rows.
+                Some(l.window.unwrap_or(usize::MAX - 1) + 1),
+            ),
+            LayerKind::Full => (&a.full_position, None),
+        };
+        self.ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.h,
+            Some(&input_layernorm),
+            &a.x,
+            eps,
+        )?));
+        self.ops.push(Op::Linear(q_proj.linear(
+            ctx,
+            &a.x,
+            &q.reshaped(&[1, nh * d])?,
+        )?));
+        self.ops
+            .push(Op::Kernel(rmsnorm(ctx, &q, Some(&q_norm), &q, eps)?));
+        self.ops
+            .push(Op::Rope(rope.in_place(ctx, &q, &a.rope_position)?));
+        self.ops.push(Op::Attention(
+            Attention::with_window(
+                ctx,
+                AttentionInputs {
+                    q: &q,
+                    positions,
+                    cache: kv.cache,
+                    out: &attn,
+                    key_from_v: kv.key_from_v,
+                },
+                scratch,
+                window,
+            )?,
+            l.kind,
+        ));
+        self.ops.push(Op::Linear(o_proj.linear(
+            ctx,
+            &attn.reshaped(&[1, nh * d])?,
+            &a.o,
+        )?));
+        self.ops.push(Op::Kernel(rmsnorm_add(
+            ctx,
+            &a.o,
+            Some(&post_attention_layernorm),
+            &a.h,
+            &a.h,
+            1.0,
+            eps,
+        )?));
+
+        // MLP: gate_proj and up_proj stacked [2I, H], GeGLU, down_proj.
+        let pre_feedforward_layernorm = self.vector(&p("pre_feedforward_layernorm.weight"), ha)?;
+        let mut gate_up = self.source.f32(&p("mlp.gate_proj.weight"), &[i, ha])?;
+        gate_up.extend(self.source.f32(&p("mlp.up_proj.weight"), &[i, ha])?);
+        let gate_up_proj = LinearWeight::upload(
+            ctx,
+            &p("mlp.gate_up_proj"),
+            &gate_up,
+            2 * i,
+            ha,
+            self.format,
+        )?;
+        let down_proj = self.linear(&p("mlp.down_proj.weight"), ha, i)?;
+        let post_feedforward_layernorm =
+            self.vector(&p("post_feedforward_layernorm.weight"), ha)?;
+        let layer_scalar = if self.source.has(&p("layer_scalar")) {
+            self.source.f32(&p("layer_scalar"), &[1])?[0]
+        } else {
+            1.0
+        };
+        let gate_up_rows = a.gate_up.prefix_view(&[1, 2 * i])?;
+        let act = a.act.prefix_view(&[1, i])?;
+        self.ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.h,
+            Some(&pre_feedforward_layernorm),
+            &a.x,
+            eps,
+        )?));
+        self.ops
+            .push(Op::Linear(gate_up_proj.linear(ctx, &a.x, &gate_up_rows)?));
+        self.ops
+            .push(Op::Kernel(geglu_fused(ctx, &gate_up_rows, &act)?));
+        self.ops
+            .push(Op::Linear(down_proj.linear(ctx, &act, &a.o)?));
+        // layer_scalar multiplies the whole layer output: fused into the last residual add.
+        self.ops.push(Op::Kernel(rmsnorm_add(
+            ctx,
+            &a.o,
+            Some(&post_feedforward_layernorm),
+            &a.h,
+            &a.h,
+            layer_scalar,
+            eps,
+        )?));
+        Ok(())
+    }
+
+    /// `hn = norm(h)`; `h_out = post_projection(hn)` (the next step's h_prev).
+    pub fn output(&mut self) -> Result<()> {
+        let (ctx, a) = (self.ctx, self.a);
+        let norm = self.vector("model.norm.weight", self.ha)?;
+        self.ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.h,
+            Some(&norm),
+            &a.hn,
+            self.eps,
+        )?));
+        let post = self.linear("post_projection.weight", self.ht, self.ha)?;
+        self.ops
+            .push(Op::Linear(post.linear(ctx, &a.hn, &a.h_out)?));
+        Ok(())
+    }
+
+    /// `logits = lm_head(hn)` over the whole vocabulary (no softcap: HF's assistant has
+    /// none).
+    pub fn dense_head(&mut self, lm_head: &str) -> Result<HeadRoutes> {
+        let w = self.linear(lm_head, self.vocab, self.ha)?;
+        self.ops.push(Op::Linear(w.linear(
+            self.ctx,
+            &self.a.hn,
+            &self.a.logits,
+        )?));
+        Ok(HeadRoutes {
+            topk: None,
+            scatter: None,
+        })
+    }
+
+    /// HF `Gemma4AssistantMaskedEmbedder`: centroid logits -> TopK clusters -> their
+    /// `token_ordering` rows (token ids, certified distinct by the permutation) -> those
+    /// lm_head rows . hn -> a vocab row filled with min(selected) - 1 -> scatter.
+    pub fn centroid_head(
+        &mut self,
+        op_set: &OpSet,
+        lm_head: &str,
+        num_centroids: usize,
+        top_k: usize,
+    ) -> Result<HeadRoutes> {
+        let (ctx, a, ha, vocab) = (self.ctx, self.a, self.ha, self.vocab);
+        let per = vocab / num_centroids;
+        let selected = top_k * per;
+        let f32s = |label: &str, shape: &[usize]| Tensor::zeros(ctx, label, shape, DType::F32);
+
+        let centroids = self.linear("masked_embedding.centroids.weight", num_centroids, ha)?;
+        let centroid_logits = f32s("assistant.centroid_logits", &[1, num_centroids])?;
+        self.ops.push(Op::Linear(centroids.linear(
+            ctx,
+            &a.hn,
+            &centroid_logits,
+        )?));
+        let top_values = f32s("assistant.top_values", &[1, top_k])?;
+        let top_indices = Tensor::zeros(ctx, "assistant.top_indices", &[1, top_k], DType::U32)?;
+        let top = topk(ctx, op_set, &centroid_logits, &top_values, &top_indices)?;
+        let topk_route = top.route;
+        self.ops.push(Op::Kernel(top.kernel));
+
+        let ordering = token_ordering(self.source, vocab)?;
+        let certificate = PermutationCertificate::verify_and_upload(
+            ctx,
+            "masked_embedding.token_ordering",
+            &ordering,
+            num_centroids,
+            per,
+        )?;
+        let ids = Tensor::zeros(ctx, "assistant.selected_ids", &[1, selected], DType::U32)?;
+        let (select, unique) = certificate.select_rows(ctx, &top.distinct, &ids)?;
+        self.ops.push(Op::Kernels(select));
+
+        // The selected lm_head rows: a row table (f32 weights stay f32, else f16), gathered
+        // and dotted with hn.
+        let table = self.lm_head_table(lm_head)?;
+        let rows_dtype = if table.dtype() == DType::F16 && ha % 2 != 0 {
+            DType::F32
+        } else {
+            table.dtype()
+        };
+        let rows = Tensor::zeros(ctx, "assistant.selected_rows", &[selected, ha], rows_dtype)?;
+        self.ops
+            .push(Op::Kernels(gather_rows(ctx, &table, &ids, &rows)?.kernels));
+        let selected_logits = f32s("assistant.selected_logits", &[1, selected])?;
+        self.ops.push(Op::Linear(dense_linear(
+            ctx,
+            &a.hn,
+            &rows,
+            &selected_logits,
+        )?));
+        self.ops
+            .push(Op::Kernel(min_fill(ctx, &selected_logits, &a.logits)?));
+        let scattered = scatter(
+            ctx,
+            op_set,
+            &a.logits,
+            &ids,
+            &selected_logits,
+            Some(&unique),
+        )?;
+        let scatter_route = scattered.route;
+        self.ops.push(Op::Kernels(scattered.kernels));
+        Ok(HeadRoutes {
+            topk: Some(topk_route),
+            scatter: Some(scatter_route),
+        })
+    }
+
+    fn lm_head_table(&self, name: &str) -> Result<RowTable> {
+        let (vocab, ha) = (self.vocab, self.ha);
+        let w = self.source.f32(name, &[vocab, ha])?;
+        let (dtype, bytes): (DType, Vec<u8>) = match self.format {
+            WeightFormat::F32 => (DType::F32, bytemuck::cast_slice(&w).to_vec()),
+            _ => (
+                DType::F16,
+                w.iter()
+                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                    .collect(),
+            ),
+        };
+        drop(w);
+        RowTable::upload(
+            self.ctx,
+            "assistant.lm_head",
+            [vocab, ha],
+            dtype,
+            &bytes,
+            None,
+        )
+    }
+
+    /// The greedy draft, written over the token the step embedded.
+    pub fn argmax(&mut self) -> Result<()> {
+        self.ops.push(Op::Kernels(argmax(
+            self.ctx,
+            &self.a.logits,
+            &self.a.token,
+        )?));
+        Ok(())
+    }
+}
+
+/// `masked_embedding.token_ordering` as u32, every entry checked to be in `0..vocab` (the
+/// permutation check itself is [`PermutationCertificate::verify_and_upload`]'s).
+fn token_ordering(source: &dyn AssistantSource, vocab: usize) -> Result<Vec<u32>> {
+    let name = "masked_embedding.token_ordering";
+    source
+        .i64(name, &[vocab])?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            u32::try_from(v)
+                .ok()
+                .filter(|&t| (t as usize) < vocab)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        OP,
+                        format!("`{name}`[{i}] (a permutation of 0..{vocab})"),
+                        format!("0..{vocab}"),
+                        v,
+                    )
+                })
+        })
+        .collect()
+}
