@@ -255,3 +255,29 @@ fn out_of_vocab_ids_and_overlong_prompts_are_refused() {
     // Nothing was appended by the refused forwards.
     assert_eq!(model.len(), 0);
 }
+
+/// A rollback the sliding rings cannot honour is refused and moves no cache.
+#[test]
+fn refused_rollback_moves_nothing() {
+    let fx = Fixture::open("e2b_like");
+    let mut model = fx.model(ModelOptions {
+        prefill_chunk: 4,
+        ..options(WeightFormat::F32)
+    });
+    let (prompt, _) = &fx.prompts()[1];
+    let ctx = test_context();
+    pollster::block_on(model.forward(ctx, prompt, Want::NextToken)).unwrap();
+    let len = model.len();
+    // The rings keep only max_rows (4) positions below the furthest written.
+    assert!(model.rollback(len - 10).is_err());
+    assert_eq!(model.len(), len);
+    // The model still decodes as if nothing happened: same next token as a fresh run.
+    let a = pollster::block_on(model.forward(ctx, &[7], Want::NextToken)).unwrap();
+    model.reset();
+    pollster::block_on(model.forward(ctx, prompt, Want::NextToken)).unwrap();
+    let b = pollster::block_on(model.forward(ctx, &[7], Want::NextToken)).unwrap();
+    assert_eq!(a.next, b.next);
+    // A legal rollback works.
+    model.rollback(model.len() - 1).unwrap();
+    assert_eq!(model.len(), len);
+}

@@ -152,6 +152,10 @@ impl Model {
                 len,
             ));
         }
+        // Validate every cache first: a refusal must leave all of them where they were.
+        for cache in self.caches.iter().flatten() {
+            cache.check_rollback(len)?;
+        }
         for cache in self.caches.iter_mut().flatten() {
             cache.rollback(len)?;
         }

@@ -233,6 +233,14 @@ impl KvCache {
     /// when keys `len` still needs were overwritten (more than max_rows below the furthest
     /// position written).
     pub fn rollback(&mut self, len: usize) -> Result<()> {
+        self.check_rollback(len)?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// The checks of [`KvCache::rollback`] without the change, so a caller holding several
+    /// caches can validate all of them before moving any.
+    pub fn check_rollback(&self, len: usize) -> Result<()> {
         if len > self.len {
             return Err(Error::invalid(
                 "kv_cache",
@@ -255,7 +263,6 @@ impl KvCache {
                 ));
             }
         }
-        self.len = len;
         Ok(())
     }
 
