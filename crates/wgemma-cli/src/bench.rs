@@ -34,8 +34,58 @@ pub struct BenchArgs {
     prefill_chunk: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Drafts per round of the oracle speculative run (0 = skip it).
+    #[arg(long, default_value_t = 2)]
+    draft_tokens: usize,
     #[arg(long)]
     json: bool,
+}
+
+/// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
+/// from the plain run (acceptance ~1.0), so the cost of a verify round is measured
+/// independently of draft quality. The assistant's draft steps are not included.
+struct OracleRun {
+    tokens_per_s: f64,
+    rounds: usize,
+    accepted: usize,
+    drafted: usize,
+}
+
+fn oracle_rounds(
+    ctx: &GpuContext,
+    model: &mut wgemma::model::target::Model,
+    prompt: &[u32],
+    greedy: &[u32],
+    k: usize,
+) -> Result<OracleRun> {
+    model.reset();
+    let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    let t0 = Instant::now();
+    let mut committed = vec![first];
+    let (mut rounds, mut accepted, mut drafted) = (0, 0, 0);
+    while committed.len() < greedy.len() {
+        let seed = *committed.last().expect("at least the first token");
+        let at = committed.len();
+        let drafts: Vec<u32> = greedy[at..(at + k).min(greedy.len())].to_vec();
+        let mut input = vec![seed];
+        input.extend(&drafts);
+        let base = model.len();
+        let next = pollster::block_on(model.forward(ctx, &input, Want::AllNext))?.next;
+        let ok = drafts.iter().zip(&next).take_while(|(d, n)| d == n).count();
+        committed.extend(&drafts[..ok]);
+        committed.push(next[ok]);
+        model.rollback(base + 1 + ok)?;
+        rounds += 1;
+        accepted += ok;
+        drafted += drafts.len();
+    }
+    let generated = committed.len() - 1;
+    Ok(OracleRun {
+        tokens_per_s: generated as f64 / t0.elapsed().as_secs_f64(),
+        rounds,
+        accepted,
+        drafted,
+    })
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -43,10 +93,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bail!("--prompt-len must be >= 1 and --gen >= 2");
     }
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    if args.draft_tokens > 8 {
+        bail!("--draft-tokens must be 0..=8, found {}", args.draft_tokens);
+    }
     let options = ModelOptions {
         format: WeightFormat::parse(&args.quant)?,
-        max_context: args.prompt_len + args.gen + 8,
+        max_context: args.prompt_len + args.gen + 8 + args.draft_tokens,
         prefill_chunk: args.prefill_chunk.min(args.prompt_len),
+        max_verify_rows: args.draft_tokens + 1,
         ..ModelOptions::default()
     };
     let Loaded {
@@ -92,18 +146,40 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let host0 = model.host_encode_seconds();
     let t1 = Instant::now();
     let steps = args.gen - 1;
+    let mut greedy = vec![next];
     for _ in 0..steps {
         next = pollster::block_on(model.forward(&ctx, &[next], Want::NextToken))?.next[0];
+        greedy.push(next);
     }
     let decode_s = t1.elapsed().as_secs_f64();
     let (d1, s1, _) = ctx.counters().snapshot();
     let host_s = model.host_encode_seconds() - host0;
 
+    let oracle = if args.draft_tokens > 0 {
+        // Warm the verify plan, then measure.
+        oracle_rounds(
+            &ctx,
+            &mut model,
+            &prompt,
+            &greedy[..greedy.len().min(8)],
+            args.draft_tokens,
+        )?;
+        Some(oracle_rounds(
+            &ctx,
+            &mut model,
+            &prompt,
+            &greedy,
+            args.draft_tokens,
+        )?)
+    } else {
+        None
+    };
+
     let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words: 64 << 20 }, 50)?;
     let bytes_per_token = model.decode_weight_bytes();
     let decode_tps = steps as f64 / decode_s;
     let roofline_tps = bandwidth.gb_per_s * 1e9 / bytes_per_token as f64;
-    let report = serde_json::json!({
+    let mut report = serde_json::json!({
         "adapter": ctx.describe(),
         "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().unwrap().display().to_string()),
         "quant": args.quant,
@@ -122,6 +198,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "roofline_tokens_per_s": roofline_tps,
         "roofline_fraction": decode_tps / roofline_tps,
     });
+    if let Some(o) = oracle {
+        report["oracle_draft_tokens"] = args.draft_tokens.into();
+        report["oracle_tokens_per_s"] = o.tokens_per_s.into();
+        report["oracle_speedup"] = (o.tokens_per_s / decode_tps).into();
+        report["oracle_rounds"] = o.rounds.into();
+        report["oracle_acceptance_rate"] = (o.accepted as f64 / o.drafted.max(1) as f64).into();
+    }
     if args.json {
         println!("{report}");
     } else {

@@ -43,6 +43,8 @@ pub enum Want {
     LastLogits,
     /// Every row's logits and greedy tokens.
     AllLogits,
+    /// Every row's greedy token only (speculative verification: 4 bytes a row come back).
+    AllNext,
 }
 
 /// The result of a forward.
@@ -314,22 +316,23 @@ impl Model {
         want: Want,
     ) -> Result<ForwardOutput> {
         self.validate_tokens(tokens)?;
-        let chunk = if want == Want::AllLogits {
-            self.options.prefill_chunk.max(1)
-        } else {
-            self.options.prefill_chunk
-        };
+        let chunk = self.options.prefill_chunk;
         let mut out = ForwardOutput::default();
         let pieces: Vec<&[u32]> = tokens.chunks(chunk).collect();
         for (i, piece) in pieces.iter().enumerate() {
             let last = i + 1 == pieces.len();
             let rows = match (want, last) {
-                (Want::AllLogits, _) => LogitRows::All,
+                (Want::AllLogits | Want::AllNext, _) => LogitRows::All,
                 (_, true) => LogitRows::Last,
                 (_, false) => LogitRows::None,
             };
             let piece_out = self
-                .forward_rows(ctx, piece, rows, want != Want::NextToken)
+                .forward_rows(
+                    ctx,
+                    piece,
+                    rows,
+                    matches!(want, Want::LastLogits | Want::AllLogits),
+                )
                 .await?;
             out.next.extend(piece_out.next);
             out.logits.extend(piece_out.logits);
