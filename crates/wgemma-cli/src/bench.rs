@@ -101,7 +101,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         max_context: args.prompt_len + args.gen + 8 + args.draft_tokens,
         prefill_chunk: args.prefill_chunk.min(args.prompt_len),
         max_verify_rows: args.draft_tokens + 1,
-        ..ModelOptions::default()
     };
     let Loaded {
         mut model, load_ms, ..
