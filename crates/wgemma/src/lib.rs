@@ -14,4 +14,4 @@ pub mod registry;
 mod shader_meta;
 
 pub use error::{Error, Result};
-pub use shader_meta::{compute_entries, content_hash, strip_comments, EntryMeta};
+pub use shader_meta::{compute_entries, content_hash, expand_includes, strip_comments, EntryMeta};

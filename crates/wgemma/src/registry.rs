@@ -14,6 +14,7 @@ pub struct ShaderEntry {
     pub name: &'static str,
     /// Path relative to the library crate (e.g. `src/ops/q4_linear/q4_linear_m1.wgsl`).
     pub path: &'static str,
+    /// The WGSL text, `#include` lines expanded.
     pub source: &'static str,
     /// Hex SHA-256 of `source`.
     pub hash: &'static str,
@@ -69,7 +70,7 @@ mod tests {
         for path in files {
             let name = path.file_stem().unwrap().to_str().unwrap();
             let entry = shader(name).unwrap_or_else(|| panic!("{name} missing from registry"));
-            let source = std::fs::read_to_string(&path).unwrap();
+            let source = shader_meta::read_expanded(&path).unwrap();
             assert_eq!(
                 entry.hash,
                 shader_meta::content_hash(&source),

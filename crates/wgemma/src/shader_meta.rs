@@ -35,6 +35,68 @@ pub fn content_hash(source: &str) -> String {
         .collect()
 }
 
+/// Expands `#include "name.wgsli"` lines: each is replaced by the named file's text (itself
+/// expanded), read through `read`. WGSL has no include; this lets a shader and its subgroup
+/// twin share one copy of everything but their reductions. Includes nest at most 8 deep
+/// (a cycle is an error naming the chain).
+pub fn expand_includes(
+    source: &str,
+    read: &mut dyn FnMut(&str) -> Result<String, MetaError>,
+) -> Result<String, MetaError> {
+    expand_at(source, read, &mut Vec::new())
+}
+
+fn expand_at(
+    source: &str,
+    read: &mut dyn FnMut(&str) -> Result<String, MetaError>,
+    chain: &mut Vec<String>,
+) -> Result<String, MetaError> {
+    let mut out = String::with_capacity(source.len());
+    for line in source.split_inclusive('\n') {
+        let Some(rest) = line.trim().strip_prefix("#include") else {
+            out.push_str(line);
+            continue;
+        };
+        let name = rest
+            .trim()
+            .strip_prefix('"')
+            .and_then(|r| r.strip_suffix('"'))
+            .ok_or_else(|| {
+                MetaError(format!(
+                    "malformed include `{}`: expected #include \"file\"",
+                    line.trim()
+                ))
+            })?;
+        if chain.len() >= 8 || chain.iter().any(|c| c == name) {
+            return Err(MetaError(format!(
+                "include cycle or depth > 8: {} -> {name}",
+                chain.join(" -> ")
+            )));
+        }
+        chain.push(name.to_string());
+        let text = read(name)?;
+        out.push_str(&expand_at(&text, read, chain)?);
+        chain.pop();
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the shader at `path` with its includes (paths relative to its folder) expanded.
+/// Used by build.rs and the registry's staleness test; the library itself reads no files.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn read_expanded(path: &std::path::Path) -> Result<String, MetaError> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let source = std::fs::read_to_string(path)
+        .map_err(|e| MetaError(format!("cannot read {}: {e}", path.display())))?;
+    expand_includes(&source, &mut |name| {
+        std::fs::read_to_string(dir.join(name))
+            .map_err(|e| MetaError(format!("include `{name}` of {}: {e}", path.display())))
+    })
+}
+
 /// Removes `//` line comments and (nested) `/* */` block comments. Newlines inside block
 /// comments are kept so that positions stay meaningful for error messages.
 pub fn strip_comments(source: &str) -> Result<String, MetaError> {
@@ -289,6 +351,25 @@ mod tests {
     fn compute_without_size_and_unterminated_comment_are_errors() {
         assert!(compute_entries("@compute fn m() {}").is_err());
         assert!(compute_entries("/* /* */ @compute @workgroup_size(1) fn m() {}").is_err());
+    }
+
+    #[test]
+    fn includes_expand_nest_and_fail_clearly() {
+        let files = |name: &str| -> Result<String, MetaError> {
+            match name {
+                "a.wgsli" => Ok("const A = 1u;\n#include \"b.wgsli\"\n".into()),
+                "b.wgsli" => Ok("const B = 2u;".into()),
+                "loop.wgsli" => Ok("#include \"loop.wgsli\"\n".into()),
+                other => Err(MetaError(format!("no file {other}"))),
+            }
+        };
+        let out = expand_includes("x\n  #include \"a.wgsli\"\ny\n", &mut { files }).unwrap();
+        assert_eq!(out, "x\nconst A = 1u;\nconst B = 2u;\ny\n");
+        let err = expand_includes("#include \"loop.wgsli\"\n", &mut { files }).unwrap_err();
+        assert!(err.0.contains("cycle"), "{err}");
+        let err = expand_includes("#include \"none.wgsli\"\n", &mut { files }).unwrap_err();
+        assert!(err.0.contains("none.wgsli"), "{err}");
+        assert!(expand_includes("#include a.wgsli\n", &mut { files }).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-// q4_matvec_sg: the subgroup twin of q4_matvec.wgsl (same contract and geometry; keep the
-// two in step): each 32-lane unit is one subgroup, reduced with subgroupAdd. Built only
+// q4_matvec_sg: the subgroup twin of q4_matvec.wgsl (same contract and geometry; the
+// declarations come from q4_matvec_common.wgsli, the accumulation loop must be kept in step):
+// each 32-lane unit is one subgroup, reduced with subgroupAdd. Built only
 // when every subgroup of the device has exactly 32 lanes (the host checks).
 //
 // y[m, y_offset + n] = sum_k x[m, k] * W[n, k] for one row chunk of a Q4 weight.
@@ -14,64 +15,7 @@
 // 32 rows; the grid may be folded to 2-D (flat index wid.x + wid.y * nwg.x).
 // Plain variables, no private arrays: dynamically indexed arrays spill to local memory.
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    y_stride: u32,
-    y_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-override MV_M: u32 = 1u;
-override GROUP: u32 = 32u;
-
-const WG: u32 = 256u;
-const LANES: u32 = 32u;
-const ROWS_PER_WG: u32 = 32u;
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> packed: array<vec4<u32>>;
-@group(0) @binding(3) var<storage, read> scales: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-
-fn scale_at(e: u32) -> f32 {
-    let pair = unpack2x16float(scales[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-}
-
-// The scales of the 4 words of the vec4 word at k0 of a row whose scales start at e0.
-fn word_scales(e0: u32, k0: u32) -> vec4<f32> {
-    if (GROUP % 32u == 0u) {
-        return vec4<f32>(scale_at(e0 + k0 / GROUP));
-    }
-    return vec4<f32>(
-        scale_at(e0 + k0 / GROUP),
-        scale_at(e0 + (k0 + 8u) / GROUP),
-        scale_at(e0 + (k0 + 16u) / GROUP),
-        scale_at(e0 + (k0 + 24u) / GROUP),
-    );
-}
-
-// (nibble - 8) of the low 4 nibbles of w, in k order.
-fn lo4(w: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 4u, 8u, 12u)) & vec4<u32>(15u)) - vec4<f32>(8.0);
-}
-
-fn hi4(w: u32) -> vec4<f32> {
-    return lo4(w >> 16u);
-}
-
-// Dot of 32 weights (one vec4<u32> with its 4 word scales) with 32 activations at xo.
-fn dot32(w: vec4<u32>, s: vec4<f32>, xo: u32) -> f32 {
-    return s.x * (dot(lo4(w.x), x[xo]) + dot(hi4(w.x), x[xo + 1u]))
-        + s.y * (dot(lo4(w.y), x[xo + 2u]) + dot(hi4(w.y), x[xo + 3u]))
-        + s.z * (dot(lo4(w.z), x[xo + 4u]) + dot(hi4(w.z), x[xo + 5u]))
-        + s.w * (dot(lo4(w.w), x[xo + 6u]) + dot(hi4(w.w), x[xo + 7u]));
-}
+#include "q4_matvec_common.wgsli"
 
 @compute @workgroup_size(WG)
 fn main(
