@@ -141,15 +141,20 @@ impl GpuContext {
         }
         #[cfg(target_arch = "wasm32")]
         {
+            // The browser picks; without a GPU it may only offer its software (fallback)
+            // adapter, e.g. Chromium's SwiftShader, and only when asked for one.
             let _ = device_type_rank;
-            instance
-                .request_adapter(&wgpu::RequestAdapterOptions {
+            for force_fallback_adapter in [false, true] {
+                let options = wgpu::RequestAdapterOptions {
                     power_preference: wgpu::PowerPreference::HighPerformance,
-                    force_fallback_adapter: false,
-                    compatible_surface: None,
-                })
-                .await
-                .map_err(|_| no_adapter())
+                    force_fallback_adapter,
+                    ..Default::default()
+                };
+                if let Ok(adapter) = instance.request_adapter(&options).await {
+                    return Ok(adapter);
+                }
+            }
+            Err(no_adapter())
         }
     }
 

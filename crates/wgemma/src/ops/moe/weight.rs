@@ -58,7 +58,7 @@ fn check_dims(experts: usize, n: usize, k: usize) -> Result<()> {
     let elems = experts
         .checked_mul(n)
         .and_then(|v| v.checked_mul(k))
-        .filter(|&v| v < 1 << 40);
+        .filter(|&v| (v as u64) < 1 << 40);
     if elems.is_none() {
         return Err(Error::invalid(
             OP,

@@ -1,0 +1,571 @@
+//! The JS API (wasm-bindgen): `Session.create()` on `navigator.gpu`, model and assistant
+//! loading from bytes, Blobs/Files, Responses or URLs, streaming generation, abort and
+//! stats. Every method that does GPU or network work returns a Promise; errors are `Error`
+//! objects whose `name` says what kind they are (`WebGpuUnavailable`, `WgemmaBusy`,
+//! `WgemmaError`).
+//!
+//! The engine is lent to one operation at a time ([`EngineLease`]): wasm-bindgen objects are
+//! borrowed per call, so a long-running generation must not hold a borrow of the `Session`
+//! (that would make `abort()` throw), and two operations must not interleave on one model.
+
+use crate::engine::{
+    CheckpointFiles, DemoOptions, DeviceInfo, Engine, GenerateRequest, LoadOptions, ModelInfo,
+};
+use js_sys::{Function, Promise, Reflect, Uint8Array};
+use serde::de::DeserializeOwned;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &str = r#"
+/** Bytes of one file: text, bytes, a Blob/File, or a fetch Response. */
+export type FileSource = string | Uint8Array | ArrayBuffer | Blob | Response;
+/** A Hugging Face checkpoint: config.json, the safetensors shard(s), optionally tokenizer.json and generation_config.json. */
+export interface ModelFiles {
+  config: FileSource;
+  weights: FileSource | FileSource[];
+  tokenizer?: FileSource;
+  generationConfig?: FileSource;
+}
+/** The same files as URLs (fetched by the library). */
+export interface ModelUrls {
+  config: string;
+  weights: string | string[];
+  tokenizer?: string;
+  generationConfig?: string;
+}
+/** A gemma4_assistant checkpoint (its weights take the target's dtype). */
+export interface AssistantFiles { config: FileSource; weights: FileSource | FileSource[]; }
+export interface AssistantUrls { config: string; weights: string | string[]; }
+export interface LoadOptions {
+  /** "q4" (default, group 32), "q4g64", "q4g128", "f16" or "f32". */
+  dtype?: string;
+  /** KV cache positions (prompt + generated tokens); default 4096. */
+  context?: number;
+  /** Rows per prefill forward; default 64. */
+  prefillChunk?: number;
+}
+export interface DemoOptions { seed?: number; dtype?: string; context?: number; }
+export interface GenerateRequest {
+  /** Prompt text (needs a tokenizer); or give promptIds. */
+  prompt?: string;
+  promptIds?: number[];
+  /** Wrap the text in Gemma 4's chat format (one user turn). */
+  chat?: boolean;
+  /** Default 128. */
+  maxNewTokens?: number;
+  /** 0 (default) = greedy. */
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  seed?: number;
+  /** MTP speculative decoding with the loaded assistant. */
+  speculative?: boolean;
+  /** Drafts per round, 1..=8 (default 2). */
+  draftTokens?: number;
+  adaptiveDraft?: boolean;
+}
+/** One generated token, as it is committed. */
+export interface TokenEvent {
+  index: number;
+  id: number;
+  /** Newly printable text; null without a tokenizer or inside a multi-byte character. */
+  text: string | null;
+}
+export interface Stats {
+  loadMs: number;
+  promptTokens: number;
+  generatedTokens: number;
+  ttftMs: number;
+  prefillTokensPerS: number;
+  decodeTokensPerS: number;
+  speculative: boolean;
+  rounds?: number;
+  drafted?: number;
+  accepted?: number;
+  acceptanceRate?: number;
+  tokensPerRound?: number;
+}
+export interface GenerateResult {
+  promptIds: number[];
+  tokens: number[];
+  text: string | null;
+  /** Stopped by abort() or by the callback returning false. */
+  stoppedEarly: boolean;
+  stats: Stats;
+}
+export interface ModelInfo {
+  description: string;
+  layers: number;
+  hiddenSize: number;
+  vocabSize: number;
+  dtype: string;
+  hasTokenizer: boolean;
+  hasAssistant: boolean;
+  weightBytes: number;
+  loadMs: number;
+}
+export interface DeviceInfo {
+  adapter: string;
+  backend: string;
+  fallbackAdapter: boolean;
+  features: string[];
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+  maxComputeWorkgroupsPerDimension: number;
+  maxComputeInvocationsPerWorkgroup: number;
+  maxComputeWorkgroupStorageSize: number;
+}
+"#;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(message: &str);
+
+    #[wasm_bindgen(js_name = fetch)]
+    fn fetch_url(url: &str) -> Promise;
+
+    type FetchResponse;
+    #[wasm_bindgen(method, getter)]
+    fn ok(this: &FetchResponse) -> bool;
+    #[wasm_bindgen(method, getter)]
+    fn status(this: &FetchResponse) -> u16;
+}
+
+/// Panics reach the console with their message (the wasm module is dead after one).
+#[wasm_bindgen(start)]
+pub fn start() {
+    std::panic::set_hook(Box::new(|info| {
+        console_error(&format!("wgemma panicked: {info}"))
+    }));
+}
+
+/// An `Error` whose `name` is `name`.
+fn js_error(name: &str, message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name(name);
+    e.into()
+}
+
+fn busy_error() -> JsValue {
+    js_error(
+        "WgemmaBusy",
+        "this session is busy with another load or generation: await it (or abort() it) first",
+    )
+}
+
+fn wgemma_error(e: anyhow::Error) -> JsValue {
+    js_error("WgemmaError", &format!("{e:#}"))
+}
+
+/// A JS error message, or the value's string form.
+fn js_message(v: &JsValue) -> String {
+    v.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| v.as_string())
+        .unwrap_or_else(|| format!("{v:?}"))
+}
+
+/// A plain JS options object into a Rust struct (unknown fields are an error: a typo
+/// should not be silently ignored). `undefined`/`null` give the defaults.
+fn parse_options<T: DeserializeOwned + Default>(value: &JsValue, what: &str) -> Result<T, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(T::default());
+    }
+    let json = js_sys::JSON::stringify(value)
+        .map_err(|e| js_error("WgemmaError", &format!("{what}: {}", js_message(&e))))?;
+    serde_json::from_str(&String::from(json))
+        .map_err(|e| js_error("WgemmaError", &format!("{what}: {e}")))
+}
+
+fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> {
+    let json = serde_json::to_string(value).map_err(|e| wgemma_error(e.into()))?;
+    js_sys::JSON::parse(&json)
+}
+
+struct Shared {
+    engine: RefCell<Option<Engine>>,
+    abort: Cell<bool>,
+    device: DeviceInfo,
+    model: RefCell<Option<ModelInfo>>,
+}
+
+/// The engine, taken out of the session for one operation and put back when dropped (also
+/// on errors).
+struct EngineLease {
+    shared: Rc<Shared>,
+    engine: Option<Engine>,
+}
+
+impl EngineLease {
+    fn take(shared: &Rc<Shared>) -> Result<EngineLease, JsValue> {
+        let engine = shared.engine.borrow_mut().take().ok_or_else(busy_error)?;
+        Ok(EngineLease {
+            shared: shared.clone(),
+            engine: Some(engine),
+        })
+    }
+
+    fn get(&mut self) -> &mut Engine {
+        self.engine
+            .as_mut()
+            .expect("the lease holds the engine until dropped")
+    }
+}
+
+impl Drop for EngineLease {
+    fn drop(&mut self) {
+        *self.shared.engine.borrow_mut() = self.engine.take();
+    }
+}
+
+/// A WebGPU device with at most one model (and one assistant) loaded on it.
+#[wasm_bindgen]
+pub struct Session {
+    shared: Rc<Shared>,
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// Opens WebGPU. Rejects with an `Error` named `WebGpuUnavailable` when the browser has
+    /// no `navigator.gpu` or offers no adapter.
+    pub async fn create() -> Result<Session, JsValue> {
+        check_navigator_gpu()?;
+        let engine =
+            match Engine::new(Some(wgpu::Backends::BROWSER_WEBGPU)).await {
+                Ok(engine) => engine,
+                Err(wgemma::Error::NoAdapter { .. }) => return Err(js_error(
+                    "WebGpuUnavailable",
+                    "WebGPU is unavailable: navigator.gpu exists but requestAdapter() offered no \
+                     adapter (WebGPU may be disabled or blocklisted for this GPU; headless \
+                     Chromium without a GPU needs --enable-unsafe-webgpu)",
+                )),
+                Err(e) => return Err(wgemma_error(e.into())),
+            };
+        let device = engine.device_info();
+        Ok(Session {
+            shared: Rc::new(Shared {
+                engine: RefCell::new(Some(engine)),
+                abort: Cell::new(false),
+                device,
+                model: RefCell::new(None),
+            }),
+        })
+    }
+
+    /// The adapter and the limits wgemma plans its kernels and tensor splits with.
+    #[wasm_bindgen(unchecked_return_type = "DeviceInfo")]
+    pub fn info(&self) -> Result<JsValue, JsValue> {
+        to_js(&self.shared.device)
+    }
+
+    /// The loaded model, or null.
+    #[wasm_bindgen(js_name = modelInfo, unchecked_return_type = "ModelInfo | null")]
+    pub fn model_info(&self) -> Result<JsValue, JsValue> {
+        match &*self.shared.model.borrow() {
+            Some(info) => to_js(info),
+            None => Ok(JsValue::NULL),
+        }
+    }
+
+    /// True while a load or generation runs.
+    #[wasm_bindgen(getter)]
+    pub fn busy(&self) -> bool {
+        self.shared.engine.borrow().is_none()
+    }
+
+    /// Stops the running generation after its current step; its Promise resolves with what
+    /// was generated (`stoppedEarly: true`).
+    pub fn abort(&self) {
+        self.shared.abort.set(true);
+    }
+
+    /// Loads a Hugging Face checkpoint from bytes, Blobs/Files or Responses.
+    #[wasm_bindgen(js_name = loadModel, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_model(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ModelFiles")] files: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "LoadOptions | undefined")] options: JsValue,
+    ) -> Promise {
+        self.load_checkpoint(files, options, false)
+    }
+
+    /// Loads a Hugging Face checkpoint from URLs.
+    #[wasm_bindgen(js_name = loadModelFromUrls, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_model_from_urls(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "ModelUrls")] urls: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "LoadOptions | undefined")] options: JsValue,
+    ) -> Promise {
+        self.load_checkpoint(urls, options, true)
+    }
+
+    /// Loads the built-in demo: a small synthetic Gemma 4 with random weights (no tokenizer:
+    /// prompts are token ids) and its MTP assistant; nothing is downloaded.
+    #[wasm_bindgen(js_name = loadDemo, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_demo(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "DemoOptions | undefined")] options: JsValue,
+    ) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let options: DemoOptions = parse_options(&options, "loadDemo options")?;
+            let mut lease = EngineLease::take(&shared)?;
+            *shared.model.borrow_mut() = None;
+            let info = lease.get().load_demo(&options).map_err(wgemma_error)?;
+            *shared.model.borrow_mut() = Some(info.clone());
+            to_js(&info)
+        })
+    }
+
+    /// Loads a `gemma4_assistant` checkpoint for the loaded model.
+    #[wasm_bindgen(js_name = loadAssistant, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_assistant(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AssistantFiles")] files: JsValue,
+    ) -> Promise {
+        self.load_assistant_files(files, false)
+    }
+
+    #[wasm_bindgen(
+        js_name = loadAssistantFromUrls,
+        unchecked_return_type = "Promise<ModelInfo>"
+    )]
+    pub fn load_assistant_from_urls(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "AssistantUrls")] urls: JsValue,
+    ) -> Promise {
+        self.load_assistant_files(urls, true)
+    }
+
+    /// Generates; `onToken` is called with each committed token ([`TokenEvent`]) and may
+    /// return `false` to stop. Greedy output is the native build's, token for token.
+    #[wasm_bindgen(unchecked_return_type = "Promise<GenerateResult>")]
+    pub fn generate(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "GenerateRequest")] request: JsValue,
+        #[wasm_bindgen(
+            unchecked_param_type = "((token: TokenEvent) => boolean | void) | undefined"
+        )]
+        on_token: Option<Function>,
+    ) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let request: GenerateRequest = parse_options(&request, "generate request")?;
+            let mut lease = EngineLease::take(&shared)?;
+            shared.abort.set(false);
+            // A throwing callback stops the generation and rejects with its error.
+            let mut callback_error = None;
+            let mut on_event = |event: &crate::engine::TokenEvent| {
+                if shared.abort.get() {
+                    return false;
+                }
+                let Some(f) = &on_token else { return true };
+                let value = match to_js(event) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        callback_error = Some(e);
+                        return false;
+                    }
+                };
+                match f.call1(&JsValue::NULL, &value) {
+                    Ok(ret) => ret != JsValue::FALSE,
+                    Err(e) => {
+                        callback_error = Some(e);
+                        false
+                    }
+                }
+            };
+            let result = lease.get().generate(&request, &mut on_event).await;
+            if let Some(e) = callback_error {
+                return Err(e);
+            }
+            to_js(&result.map_err(wgemma_error)?)
+        })
+    }
+}
+
+impl Session {
+    fn load_checkpoint(&self, files: JsValue, options: JsValue, urls: bool) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let options: LoadOptions = parse_options(&options, "load options")?;
+            if shared.engine.borrow().is_none() {
+                // Refuse before fetching: the files may be large.
+                return Err(busy_error());
+            }
+            let files = CheckpointFiles {
+                config_json: text(&field(&files, "config")?, "config", urls).await?,
+                shards: shards(&files, urls).await?,
+                tokenizer_json: match optional_field(&files, "tokenizer")? {
+                    Some(v) => Some(bytes(&v, "tokenizer", urls).await?),
+                    None => None,
+                },
+                generation_config_json: match optional_field(&files, "generationConfig")? {
+                    Some(v) => Some(text(&v, "generationConfig", urls).await?),
+                    None => None,
+                },
+            };
+            let mut lease = EngineLease::take(&shared)?;
+            *shared.model.borrow_mut() = None;
+            let info = lease
+                .get()
+                .load_checkpoint(&files, &options)
+                .map_err(wgemma_error)?;
+            *shared.model.borrow_mut() = Some(info.clone());
+            to_js(&info)
+        })
+    }
+
+    fn load_assistant_files(&self, files: JsValue, urls: bool) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let config = text(&field(&files, "config")?, "config", urls).await?;
+            let shards = shards(&files, urls).await?;
+            let mut lease = EngineLease::take(&shared)?;
+            let engine = lease.get();
+            engine
+                .load_assistant(&config, &shards)
+                .map_err(wgemma_error)?;
+            let info = engine.model_info().map_err(wgemma_error)?;
+            *shared.model.borrow_mut() = Some(info.clone());
+            to_js(&info)
+        })
+    }
+}
+
+/// Rejects early with a specific message when the page has no WebGPU at all.
+fn check_navigator_gpu() -> Result<(), JsValue> {
+    let global = js_sys::global();
+    let navigator = Reflect::get(&global, &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
+    let gpu = if navigator.is_undefined() {
+        JsValue::UNDEFINED
+    } else {
+        Reflect::get(&navigator, &"gpu".into()).unwrap_or(JsValue::UNDEFINED)
+    };
+    if gpu.is_undefined() || gpu.is_null() {
+        let secure = Reflect::get(&global, &"isSecureContext".into())
+            .map(|v| v != JsValue::FALSE)
+            .unwrap_or(true);
+        let hint = if secure {
+            "use a browser with WebGPU (Chrome/Edge 113+, Safari 26+, Firefox 141+)"
+        } else {
+            "WebGPU needs a secure context: serve the page over https or from localhost"
+        };
+        return Err(js_error(
+            "WebGpuUnavailable",
+            &format!("WebGPU is unavailable: navigator.gpu is undefined in this browser; {hint}"),
+        ));
+    }
+    Ok(())
+}
+
+fn optional_field(obj: &JsValue, name: &str) -> Result<Option<JsValue>, JsValue> {
+    if !obj.is_object() {
+        return Err(js_error(
+            "WgemmaError",
+            &format!("expected an object with `config` and `weights`, found {obj:?}"),
+        ));
+    }
+    let v = Reflect::get(obj, &name.into())?;
+    Ok((!v.is_undefined() && !v.is_null()).then_some(v))
+}
+
+fn field(obj: &JsValue, name: &str) -> Result<JsValue, JsValue> {
+    optional_field(obj, name)?.ok_or_else(|| js_error("WgemmaError", &format!("missing `{name}`")))
+}
+
+/// Every weight shard, named `weights[i]` in messages.
+async fn shards(files: &JsValue, urls: bool) -> Result<Vec<(String, Vec<u8>)>, JsValue> {
+    let weights = field(files, "weights")?;
+    let items: Vec<JsValue> = if js_sys::Array::is_array(&weights) {
+        js_sys::Array::from(&weights).iter().collect()
+    } else {
+        vec![weights]
+    };
+    if items.is_empty() {
+        return Err(js_error(
+            "WgemmaError",
+            "`weights`: expected at least one safetensors file",
+        ));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let name = match item.as_string().filter(|_| urls) {
+            Some(url) => url,
+            None => Reflect::get(item, &"name".into())
+                .ok()
+                .and_then(|n| n.as_string())
+                .unwrap_or_else(|| format!("weights[{i}]")),
+        };
+        out.push((name, bytes(item, &format!("weights[{i}]"), urls).await?));
+    }
+    Ok(out)
+}
+
+async fn text(value: &JsValue, what: &str, urls: bool) -> Result<String, JsValue> {
+    if !urls {
+        if let Some(s) = value.as_string() {
+            return Ok(s);
+        }
+    }
+    String::from_utf8(bytes(value, what, urls).await?)
+        .map_err(|e| js_error("WgemmaError", &format!("{what}: expected UTF-8 text: {e}")))
+}
+
+/// The bytes of a [`FileSource`]: a URL (when `urls`), a string, a Uint8Array, an
+/// ArrayBuffer, or anything with `arrayBuffer()` (Blob, File, Response).
+async fn bytes(value: &JsValue, what: &str, urls: bool) -> Result<Vec<u8>, JsValue> {
+    if urls {
+        let url = value.as_string().ok_or_else(|| {
+            js_error(
+                "WgemmaError",
+                &format!("{what}: expected a URL string, found {value:?}"),
+            )
+        })?;
+        let response = JsFuture::from(fetch_url(&url)).await.map_err(|e| {
+            js_error(
+                "WgemmaError",
+                &format!("fetching {url}: {}", js_message(&e)),
+            )
+        })?;
+        let status = response.unchecked_ref::<FetchResponse>();
+        if !status.ok() {
+            return Err(js_error(
+                "WgemmaError",
+                &format!("fetching {url}: HTTP {}", status.status()),
+            ));
+        }
+        return Box::pin(bytes(&response, &url, false)).await;
+    }
+    if let Some(s) = value.as_string() {
+        return Ok(s.into_bytes());
+    }
+    if let Some(a) = value.dyn_ref::<Uint8Array>() {
+        return Ok(a.to_vec());
+    }
+    if let Some(b) = value.dyn_ref::<js_sys::ArrayBuffer>() {
+        return Ok(Uint8Array::new(b).to_vec());
+    }
+    let read = Reflect::get(value, &"arrayBuffer".into()).unwrap_or(JsValue::UNDEFINED);
+    if let Some(read) = read.dyn_ref::<Function>() {
+        let promise: Promise = read.call0(value)?.unchecked_into();
+        let buffer = JsFuture::from(promise).await.map_err(|e| {
+            js_error(
+                "WgemmaError",
+                &format!("reading {what}: {}", js_message(&e)),
+            )
+        })?;
+        return Ok(Uint8Array::new(&buffer).to_vec());
+    }
+    Err(js_error(
+        "WgemmaError",
+        &format!(
+            "{what}: expected a string, Uint8Array, ArrayBuffer, Blob/File or Response, found {}",
+            value.js_typeof().as_string().unwrap_or_default()
+        ),
+    ))
+}
