@@ -4,7 +4,10 @@
 //! - [`registry`]: the WGSL shader registry generated at build time.
 //! - [`ops`]: the operator library, one folder per operator, each with a CPU reference.
 //! - [`harness`]: the op test harness (GPU vs CPU reference; perf mode).
+//! - [`artifact`]: the exported model artifact (one safetensors file of GPU-layout weights
+//!   and a manifest): writing, contract check, loading from bytes.
 
+pub mod artifact;
 pub mod error;
 pub mod gpu;
 pub mod harness;

@@ -219,6 +219,16 @@ impl GpuContext {
         Ok(pipeline)
     }
 
+    /// Submits the writes queued so far (no command buffers) and lets the device free the
+    /// staging memory of writes that completed, without waiting. A loader calls it between
+    /// tensors so that staging copies of every weight do not pile up until the first
+    /// forward's submit. Not counted as a submit: it records no work of its own.
+    pub fn flush_uploads(&self) {
+        self.queue.submit([]);
+        // Non-blocking; on the web the browser frees staging memory itself.
+        let _ = self.device.poll(wgpu::PollType::Poll);
+    }
+
     pub(crate) fn count_pass(&self, dispatches: u64) {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
         self.counters

@@ -2,7 +2,9 @@
 //! browser fetches them). One or more shards; tensor names with the multimodal prefix
 //! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
 
+use super::prepared::{prepare_parts, Matrix, MatrixLayout};
 use crate::error::{Error, Result};
+use crate::ops::moe::{ExpertFormat, ExpertHost};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 
@@ -11,14 +13,42 @@ const OP: &str = "checkpoint";
 /// The tensor-name prefixes of the text decoder, tried in order.
 const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
 
-/// Where the model's weights come from: a checkpoint, or synthetic random weights for
-/// benchmarks and the demo. Names are the decoder's HF names without the prefix.
+/// Where the model's weights come from: a checkpoint, synthetic random weights for
+/// benchmarks and the demo, or a model artifact. Names are the decoder's HF names without
+/// the prefix.
 pub trait WeightSource {
     /// The tensor converted to f32, checked against the expected shape.
     fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>>;
     fn has(&self, name: &str) -> bool;
     /// The embedding's storage dtype (HF rounds sqrt(hidden) to it).
     fn embedding_dtype(&self) -> Result<Dtype>;
+
+    /// The matrix the loader uploads as `name`, `[n, k]`: the equal row blocks `parts`
+    /// stacked (`gate_proj` over `up_proj` for `gate_up_proj`), in `layout`. By default
+    /// read as f32 and prepared here; an artifact hands over what it stores under `name`.
+    fn matrix(
+        &self,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<Matrix<'_>> {
+        let _ = name;
+        prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
+    }
+
+    /// Expert weights `[E, N, K]` in `format` (by default read as f32 and converted).
+    fn experts(
+        &self,
+        name: &str,
+        experts: usize,
+        n: usize,
+        k: usize,
+        format: ExpertFormat,
+    ) -> Result<ExpertHost> {
+        ExpertHost::from_f32(&self.f32(name, &[experts, n, k])?, experts, n, k, format)
+    }
 }
 
 impl WeightSource for Checkpoint<'_> {
@@ -147,6 +177,16 @@ impl<'a> Checkpoint<'a> {
         self.f32_full(&self.full_name(name), expected_shape)
     }
 
+    /// Rows of a decoder tensor as f32 ([`Checkpoint::f32_rows_full`]).
+    pub fn f32_rows(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>> {
+        self.f32_rows_full(&self.full_name(name), expected_shape, rows)
+    }
+
     /// An integer tensor (i64, i32 or u32) by its full name, as i64, checked against the
     /// expected shape (the assistant's `masked_embedding.token_ordering`).
     pub fn i64_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
@@ -186,6 +226,21 @@ impl<'a> Checkpoint<'a> {
 
     /// A tensor by its full name converted to f32, checked against the expected shape.
     pub fn f32_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        let rows = expected_shape[..expected_shape.len().saturating_sub(1)]
+            .iter()
+            .product();
+        self.f32_rows_full(full, expected_shape, 0..rows)
+    }
+
+    /// Rows `rows` of a tensor by its full name (rows over all but the last dimension),
+    /// converted to f32, the whole tensor checked against the expected shape: a converter
+    /// streams large tensors through this a block at a time.
+    pub fn f32_rows_full(
+        &self,
+        full: &str,
+        expected_shape: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>> {
         let (file, view) = self.view_full(full)?;
         if view.shape() != expected_shape {
             return Err(Error::invalid(
@@ -195,7 +250,18 @@ impl<'a> Checkpoint<'a> {
                 format!("{:?}", view.shape()),
             ));
         }
-        let data = view.data();
+        let row_len = expected_shape.last().copied().unwrap_or(1);
+        let total_rows = view.shape().iter().product::<usize>() / row_len.max(1);
+        if rows.start > rows.end || rows.end > total_rows {
+            return Err(Error::invalid(
+                OP,
+                format!("rows of `{full}`"),
+                format!("within 0..{total_rows}"),
+                format!("{rows:?}"),
+            ));
+        }
+        let elem = view.dtype().bitsize() / 8;
+        let data = &view.data()[rows.start * row_len * elem..rows.end * row_len * elem];
         Ok(match view.dtype() {
             Dtype::F32 => bytemuck::pod_collect_to_vec(data),
             Dtype::BF16 => data

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod forward;
 pub mod generate;
+pub mod prepared;
 pub mod sampling;
 pub mod speculative;
 pub mod synthetic;

@@ -3,11 +3,12 @@
 
 use super::checkpoint::{embed_scale, WeightSource};
 use super::config::{KvSource, ModelSpec};
+use super::prepared::{Matrix, MatrixData, MatrixLayout};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
-use crate::ops::linear::{dense_linear, q4_linear, quantize_q4, Linear, Q4Weight};
-use crate::ops::moe::{ExpertFormat, ExpertHost, ExpertWeight};
+use crate::ops::linear::{dense_linear, q4_linear, Linear, Q4Weight, Q4Words};
+use crate::ops::moe::{ExpertFormat, ExpertWeight};
 
 /// How weights are stored on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,19 +39,11 @@ impl WeightFormat {
         }
     }
 
-    fn expert_format(self) -> ExpertFormat {
+    pub fn expert_format(self) -> ExpertFormat {
         match self {
             WeightFormat::F32 => ExpertFormat::F32,
             WeightFormat::F16 => ExpertFormat::F16,
             WeightFormat::Q4 { group } => ExpertFormat::Q4 { group },
-        }
-    }
-
-    fn table_format(self) -> TableFormat {
-        match self {
-            WeightFormat::F32 => TableFormat::F32,
-            WeightFormat::F16 => TableFormat::F16,
-            WeightFormat::Q4 { group } => TableFormat::Q4 { group },
         }
     }
 }
@@ -63,9 +56,8 @@ pub enum LinearWeight {
 }
 
 impl LinearWeight {
-    /// Uploads `w` (`[n, k]` row-major f32) in `format`. Q4 needs K to be a multiple of the
-    /// group; a weight that is not falls back to f16 (documented: only tiny test models
-    /// have such shapes).
+    /// Uploads `w` (`[n, k]` row-major f32) in `format` ([`MatrixLayout::of`]: Q4 needs K
+    /// to be a multiple of the group, else f16).
     pub fn upload(
         ctx: &GpuContext,
         name: &str,
@@ -74,26 +66,32 @@ impl LinearWeight {
         k: usize,
         format: WeightFormat,
     ) -> Result<Self> {
-        match format {
-            WeightFormat::Q4 { group } if k % group == 0 && k % 8 == 0 => Ok(LinearWeight::Q4(
-                Q4Weight::upload(ctx, &quantize_q4(w, n, k, group)?)?,
-            )),
-            WeightFormat::F32 => Ok(LinearWeight::Dense(Tensor::from_f32(
+        let matrix = Matrix::prepare(w.to_vec(), n, k, MatrixLayout::of(format, k))?;
+        LinearWeight::from_matrix(ctx, name, &matrix)
+    }
+
+    /// Uploads a prepared matrix as it is (no conversion).
+    pub fn from_matrix(ctx: &GpuContext, name: &str, m: &Matrix<'_>) -> Result<Self> {
+        m.validate(name)?;
+        let (n, k) = (m.n, m.k);
+        Ok(match &m.data {
+            MatrixData::Q4 {
+                group,
+                packed,
+                scales,
+            } => LinearWeight::Q4(Q4Weight::upload_words(
                 ctx,
-                name,
-                &[n, k],
-                w,
-            )?)),
-            _ => {
-                let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
-                Ok(LinearWeight::Dense(Tensor::from_f16(
-                    ctx,
-                    name,
-                    &[n, k],
-                    &h,
-                )?))
-            }
-        }
+                Q4Words {
+                    n,
+                    k,
+                    group: *group,
+                    packed,
+                    scales,
+                },
+            )?),
+            MatrixData::F32(w) => LinearWeight::Dense(Tensor::from_f32(ctx, name, &[n, k], w)?),
+            MatrixData::F16(w) => LinearWeight::Dense(Tensor::from_f16(ctx, name, &[n, k], w)?),
+        })
     }
 
     /// Builds `y = x W^T`.
@@ -112,37 +110,30 @@ impl LinearWeight {
     }
 }
 
-/// Uploads `rows x dim` f32 values as an embedding table in `format`.
-pub fn upload_table(
-    ctx: &GpuContext,
-    label: &str,
-    w: &[f32],
-    rows: usize,
-    dim: usize,
-    format: WeightFormat,
-) -> Result<EmbeddingTable> {
-    let format = match format.table_format() {
-        TableFormat::Q4 { group } if dim % group != 0 => TableFormat::F16,
-        f => f,
-    };
-    match format {
-        TableFormat::F32 => {
-            EmbeddingTable::from_rows(ctx, label, dim, format, TableRows::F32(w), None)
+/// Uploads a prepared `[rows, dim]` matrix as an embedding table in its own layout.
+pub fn table_from_matrix(ctx: &GpuContext, label: &str, m: &Matrix<'_>) -> Result<EmbeddingTable> {
+    m.validate(label)?;
+    let (rows, dim) = (m.n, m.k);
+    match &m.data {
+        MatrixData::F32(w) => {
+            EmbeddingTable::from_rows(ctx, label, dim, TableFormat::F32, TableRows::F32(w), None)
         }
-        TableFormat::F16 => {
-            let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
-            EmbeddingTable::from_rows(ctx, label, dim, format, TableRows::F16(&h), None)
+        MatrixData::F16(h) => {
+            EmbeddingTable::from_rows(ctx, label, dim, TableFormat::F16, TableRows::F16(h), None)
         }
-        TableFormat::Q4 { group } => {
-            let q = quantize_q4(w, rows, dim, group)?;
-            let scales: &[half::f16] = bytemuck::cast_slice(&q.scales);
+        MatrixData::Q4 {
+            group,
+            packed,
+            scales,
+        } => {
+            let scales: &[half::f16] = bytemuck::cast_slice(scales);
             EmbeddingTable::from_rows(
                 ctx,
                 label,
                 dim,
-                format,
+                TableFormat::Q4 { group: *group },
                 TableRows::Q4 {
-                    words: &q.packed,
+                    words: packed,
                     scales: &scales[..rows * dim / group],
                 },
                 None,
@@ -171,7 +162,8 @@ fn linear(
     k: usize,
     format: WeightFormat,
 ) -> Result<LinearWeight> {
-    LinearWeight::upload(ctx, name, &ck.f32(name, &[n, k])?, n, k, format)
+    let matrix = ck.matrix(name, &[name], n, k, MatrixLayout::of(format, k))?;
+    LinearWeight::from_matrix(ctx, name, &matrix)
 }
 
 /// Projections that produce K (and V) for a layer that owns its cache.
@@ -319,10 +311,13 @@ impl Weights {
         let c = &spec.config;
         let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
         let total = spec.layers.len() + 2;
-        let embed = ck.f32("embed_tokens.weight", &[v, h])?;
-        let embed_tokens = upload_table(ctx, "embed_tokens", &embed, v, h, format)?;
-        let lm_head = LinearWeight::upload(ctx, "lm_head", &embed, v, h, format)?;
+        // The tied lm_head and the embedding table are the same prepared matrix.
+        let name = "embed_tokens.weight";
+        let embed = ck.matrix(name, &[name], v, h, MatrixLayout::of(format, h))?;
+        let embed_tokens = table_from_matrix(ctx, "embed_tokens", &embed)?;
+        let lm_head = LinearWeight::from_matrix(ctx, "lm_head", &embed)?;
         drop(embed);
+        ctx.flush_uploads();
         // HF multiplies by `embed_scale.to(weight.dtype)`. wgemma computes in f32, as HF does
         // with the model loaded in float32 (the golden fixtures' reference), so the scale is
         // sqrt(hidden) in f32; HF running a bf16 checkpoint in bf16 would use bf16(sqrt(H))
@@ -330,16 +325,10 @@ impl Weights {
         let dtype = safetensors::Dtype::F32;
         let ple = if spec.ple_dim > 0 {
             let width = spec.layers.len() * spec.ple_dim;
-            let table = ck.f32("embed_tokens_per_layer.weight", &[v, width])?;
+            let name = "embed_tokens_per_layer.weight";
+            let table = ck.matrix(name, &[name], v, width, MatrixLayout::of(format, width))?;
             Some(PleWeights {
-                embed_tokens_per_layer: upload_table(
-                    ctx,
-                    "embed_tokens_per_layer",
-                    &table,
-                    v,
-                    width,
-                    format,
-                )?,
+                embed_tokens_per_layer: table_from_matrix(ctx, "embed_tokens_per_layer", &table)?,
                 per_layer_model_projection: linear(
                     ctx,
                     ck,
@@ -394,8 +383,13 @@ impl Weights {
                 KvSource::Shared { .. } => None,
             };
             let i = l.intermediate_size;
-            let mut gate_up = ck.f32(&p("mlp.gate_proj.weight"), &[i, h])?;
-            gate_up.extend(ck.f32(&p("mlp.up_proj.weight"), &[i, h])?);
+            let gate_up = ck.matrix(
+                &p("mlp.gate_up_proj"),
+                &[&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")],
+                2 * i,
+                h,
+                MatrixLayout::of(format, h),
+            )?;
             let ple = if spec.ple_dim > 0 {
                 Some(PleLayerWeights {
                     per_layer_input_gate: linear(
@@ -427,11 +421,9 @@ impl Weights {
             let moe = match spec.moe {
                 Some(m) => {
                     let experts = |name: &str, n: usize, k: usize| -> Result<ExpertWeight> {
-                        let w = ck.f32(&p(name), &[m.num_experts, n, k])?;
-                        ExpertWeight::upload(
-                            ctx,
-                            &ExpertHost::from_f32(&w, m.num_experts, n, k, format.expert_format())?,
-                        )
+                        let host =
+                            ck.experts(&p(name), m.num_experts, n, k, format.expert_format())?;
+                        ExpertWeight::upload(ctx, &host)
                     };
                     Some(MoeWeights {
                         router_proj: linear(
@@ -496,14 +488,7 @@ impl Weights {
                     &p("pre_feedforward_layernorm.weight"),
                     h,
                 )?,
-                gate_up_proj: LinearWeight::upload(
-                    ctx,
-                    &p("mlp.gate_up_proj"),
-                    &gate_up,
-                    2 * i,
-                    h,
-                    format,
-                )?,
+                gate_up_proj: LinearWeight::from_matrix(ctx, &p("mlp.gate_up_proj"), &gate_up)?,
                 down_proj: linear(ctx, ck, &p("mlp.down_proj.weight"), h, i, format)?,
                 post_feedforward_layernorm: vector(
                     ctx,
@@ -515,6 +500,9 @@ impl Weights {
                 moe,
                 layer_scalar,
             });
+            // Hand each layer's queued writes to the GPU, so their staging memory is freed
+            // as the load goes instead of holding every weight twice until the first submit.
+            ctx.flush_uploads();
             progress(layers.len() + 1, total);
         }
         let norm = vector(ctx, ck, "norm.weight", h)?;

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{ModelSpec, TextConfig};
+use crate::model::prepared::{prepare_parts, Matrix, MatrixLayout};
 use crate::model::weights::WeightFormat;
 
 pub(super) const OP: &str = "assistant";
@@ -169,6 +170,20 @@ pub trait AssistantSource {
     /// An integer tensor as i64 (`token_ordering`).
     fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>>;
     fn has(&self, name: &str) -> bool;
+
+    /// The matrix the loader uploads as `name` (see
+    /// [`WeightSource::matrix`](crate::model::checkpoint::WeightSource::matrix)).
+    fn matrix(
+        &self,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<Matrix<'_>> {
+        let _ = name;
+        prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
+    }
 }
 
 impl AssistantSource for Checkpoint<'_> {

@@ -46,7 +46,7 @@ mod view;
 pub use config::{
     parse_assistant_config, AssistantHead, AssistantOptions, AssistantSource, AssistantSpec,
 };
-pub use step::HeadRoutes;
+pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
 pub use view::DraftView;
 
 use super::config::{KvSource, LayerKind, ModelSpec};

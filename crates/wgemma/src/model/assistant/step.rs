@@ -7,6 +7,7 @@ use super::view::DraftView;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Tensor};
 use crate::model::config::{LayerKind, LayerSpec};
+use crate::model::prepared::{MatrixData, MatrixLayout};
 use crate::model::target::Model;
 use crate::model::weights::{LinearWeight, WeightFormat};
 use crate::ops::argmax::argmax;
@@ -173,8 +174,10 @@ impl StepBuilder<'_> {
     }
 
     fn linear(&self, name: &str, n: usize, k: usize) -> Result<LinearWeight> {
-        let w = self.source.f32(name, &[n, k])?;
-        LinearWeight::upload(self.ctx, name, &w, n, k, self.format)
+        let m = self
+            .source
+            .matrix(name, &[name], n, k, MatrixLayout::of(self.format, k))?;
+        LinearWeight::from_matrix(self.ctx, name, &m)
     }
 
     /// `h = pre_projection(concat(target_embed(token) * scale, h_prev))`: the embedding
@@ -271,16 +274,14 @@ impl StepBuilder<'_> {
 
         // MLP: gate_proj and up_proj stacked [2I, H], GeGLU, down_proj.
         let pre_feedforward_layernorm = self.vector(&p("pre_feedforward_layernorm.weight"), ha)?;
-        let mut gate_up = self.source.f32(&p("mlp.gate_proj.weight"), &[i, ha])?;
-        gate_up.extend(self.source.f32(&p("mlp.up_proj.weight"), &[i, ha])?);
-        let gate_up_proj = LinearWeight::upload(
-            ctx,
+        let gate_up = self.source.matrix(
             &p("mlp.gate_up_proj"),
-            &gate_up,
+            &[&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")],
             2 * i,
             ha,
-            self.format,
+            MatrixLayout::of(self.format, ha),
         )?;
+        let gate_up_proj = LinearWeight::from_matrix(ctx, &p("mlp.gate_up_proj"), &gate_up)?;
         let down_proj = self.linear(&p("mlp.down_proj.weight"), ha, i)?;
         let post_feedforward_layernorm =
             self.vector(&p("post_feedforward_layernorm.weight"), ha)?;
@@ -427,23 +428,29 @@ impl StepBuilder<'_> {
 
     fn lm_head_table(&self, name: &str) -> Result<RowTable> {
         let (vocab, ha) = (self.vocab, self.ha);
-        let w = self.source.f32(name, &[vocab, ha])?;
-        let (dtype, bytes): (DType, Vec<u8>) = match self.format {
-            WeightFormat::F32 => (DType::F32, bytemuck::cast_slice(&w).to_vec()),
-            _ => (
-                DType::F16,
-                w.iter()
-                    .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
-                    .collect(),
-            ),
+        let layout = lm_head_rows_layout(self.format);
+        let m = self
+            .source
+            .matrix(LM_HEAD_ROWS, &[name], vocab, ha, layout)?;
+        m.validate(LM_HEAD_ROWS)?;
+        let (dtype, bytes): (DType, &[u8]) = match &m.data {
+            MatrixData::F32(w) => (DType::F32, bytemuck::cast_slice(w)),
+            MatrixData::F16(w) => (DType::F16, bytemuck::cast_slice(w)),
+            MatrixData::Q4 { .. } => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("layout of `{LM_HEAD_ROWS}`"),
+                    format!("{layout:?}"),
+                    format!("{:?}", m.layout()),
+                ))
+            }
         };
-        drop(w);
         RowTable::upload(
             self.ctx,
             "assistant.lm_head",
             [vocab, ha],
             dtype,
-            &bytes,
+            bytes,
             None,
         )
     }
@@ -456,6 +463,18 @@ impl StepBuilder<'_> {
             &self.a.token,
         )?));
         Ok(())
+    }
+}
+
+/// The name the centroid head's lm_head row table is prepared under (an artifact stores
+/// it apart from a Q4 lm_head: the gather reads dense rows).
+pub const LM_HEAD_ROWS: &str = "lm_head_rows";
+
+/// The centroid head's lm_head rows: f32 for f32 weights, else f16.
+pub fn lm_head_rows_layout(format: WeightFormat) -> MatrixLayout {
+    match format {
+        WeightFormat::F32 => MatrixLayout::F32,
+        _ => MatrixLayout::F16,
     }
 }
 

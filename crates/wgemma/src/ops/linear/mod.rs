@@ -23,7 +23,9 @@ mod routes;
 mod tests;
 
 pub use cases::{bench_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData};
-pub use quant::{dequantize_q4, quantize_q4, Q4Chunk, Q4Host, Q4Weight, CHUNK_ROW_MULTIPLE};
+pub use quant::{
+    dequantize_q4, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words, CHUNK_ROW_MULTIPLE,
+};
 pub use reference::{linear_ref, q4_linear_ref, tolerance};
 pub use routes::{
     check_dense_route, choose_q4_route, q4_failed_guards, DeviceCaps, LinearRoute, Q4Shape,

@@ -259,6 +259,44 @@ pub fn dequantize_q4(q: &Q4Host) -> Vec<f32> {
     out
 }
 
+/// The words of a Q4 weight, borrowed: what [`Q4Weight::upload_words`] uploads.
+#[derive(Debug, Clone, Copy)]
+pub struct Q4Words<'a> {
+    pub n: usize,
+    pub k: usize,
+    pub group: usize,
+    /// `[N, K/8]` words.
+    pub packed: &'a [u32],
+    /// `ceil(N * K/g / 2)` words of f16 pairs.
+    pub scales: &'a [u32],
+}
+
+impl Q4Words<'_> {
+    /// The dimension and length checks of [`Q4Host::from_parts`].
+    fn check(&self) -> Result<()> {
+        let (n, k, group) = (self.n, self.k, self.group);
+        check_dims(n, k, group)?;
+        if self.packed.len() != n * k / 8 {
+            return Err(Error::invalid(
+                OP,
+                "packed words (N * K/8)",
+                n * k / 8,
+                self.packed.len(),
+            ));
+        }
+        let scale_words = (n * (k / group)).div_ceil(2);
+        if self.scales.len() != scale_words {
+            return Err(Error::invalid(
+                OP,
+                "scale words (ceil(N * K/g / 2))",
+                scale_words,
+                self.scales.len(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// One row range of a [`Q4Weight`], in its own buffers.
 #[derive(Debug, Clone)]
 pub struct Q4Chunk {
@@ -296,11 +334,37 @@ impl Q4Weight {
         host: &Q4Host,
         max_binding: u64,
     ) -> Result<Q4Weight> {
+        let words = Q4Words {
+            n: host.n,
+            k: host.k,
+            group: host.group,
+            packed: &host.packed,
+            scales: &host.scales,
+        };
+        Q4Weight::upload_words_with_max_binding(ctx, words, max_binding)
+    }
+
+    /// Uploads borrowed packed and scale words (a model artifact's memory map) without
+    /// copying them into a [`Q4Host`] first.
+    pub fn upload_words(ctx: &GpuContext, words: Q4Words<'_>) -> Result<Q4Weight> {
+        let max = ctx
+            .limits
+            .max_storage_buffer_binding_size
+            .min(ctx.limits.max_buffer_size);
+        Q4Weight::upload_words_with_max_binding(ctx, words, max)
+    }
+
+    fn upload_words_with_max_binding(
+        ctx: &GpuContext,
+        host: Q4Words<'_>,
+        max_binding: u64,
+    ) -> Result<Q4Weight> {
+        host.check()?;
         // Packed bytes per row (K/2) bound the scale bytes per row (2K/g) since g >= 8.
         let row_bytes = host.k as u64 / 2;
         let ranges = plan_row_chunks(host.n, row_bytes, max_binding, CHUNK_ROW_MULTIPLE)?;
         let words_per_row = host.k / 8;
-        let groups = host.groups();
+        let groups = host.k / host.group;
         let mut chunks = Vec::with_capacity(ranges.len());
         for (c, rows) in ranges.into_iter().enumerate() {
             let packed = &host.packed[rows.start * words_per_row..rows.end * words_per_row];

@@ -1,0 +1,471 @@
+//! Model artifacts on the golden fixtures: a model loaded from an artifact gives logits
+//! bit-identical to the checkpoint it was converted from (f32, f16 and Q4; PLE, KV
+//! sharing, MoE), greedy speculative decoding with an assistant from the artifact gives
+//! the same tokens and draft logits; and bad artifacts (truncated, a flipped byte, a
+//! shape lie, an unknown version, a census route this build lacks) are refused with an
+//! error naming what is wrong.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+use std::path::PathBuf;
+use wgemma::artifact::manifest::MANIFEST_KEY;
+use wgemma::artifact::{
+    convert, load_assistant, load_target, Artifact, ConvertInput, LoadHooks, Manifest,
+};
+use wgemma::harness::test_context;
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
+use wgemma::model::checkpoint::Checkpoint;
+use wgemma::model::generate::GenerateOptions;
+use wgemma::model::parse_config;
+use wgemma::model::sampling::SamplingParams;
+use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
+use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::weights::WeightFormat;
+use wgemma::ops::opset::OpSet;
+
+struct Fixture {
+    config: String,
+    model: Vec<u8>,
+}
+
+impl Fixture {
+    fn open(name: &str) -> Fixture {
+        let d = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/golden")
+            .join(name);
+        Fixture {
+            config: std::fs::read_to_string(d.join("config.json")).unwrap(),
+            model: std::fs::read(d.join("model.safetensors")).unwrap(),
+        }
+    }
+
+    fn checkpoint(&self) -> Checkpoint<'_> {
+        Checkpoint::from_shards(vec![("model.safetensors".into(), &self.model)]).unwrap()
+    }
+}
+
+fn options(format: WeightFormat) -> ModelOptions {
+    ModelOptions {
+        format,
+        max_context: 64,
+        prefill_chunk: 8,
+        max_verify_rows: 3,
+    }
+}
+
+fn input<'a>(f: &'a Fixture, ck: &'a Checkpoint<'a>) -> ConvertInput<'a> {
+    ConvertInput {
+        config_json: &f.config,
+        checkpoint: ck,
+        generation_config: None,
+        tokenizer_json: Some(b"{\"fake\": \"tokenizer\"}"),
+        sources: vec![],
+    }
+}
+
+/// Converts the target fixture `name` (and an assistant fixture) to artifact bytes.
+fn convert_fixtures(name: &str, assistant: Option<&str>, format: WeightFormat) -> Vec<u8> {
+    let t = Fixture::open(name);
+    let tck = t.checkpoint();
+    let a = assistant.map(Fixture::open);
+    let ack = a.as_ref().map(|a| a.checkpoint());
+    let target = input(&t, &tck);
+    let assistant = a.as_ref().zip(ack.as_ref()).map(|(a, ck)| input(a, ck));
+    convert(
+        Cursor::new(Vec::new()),
+        &target,
+        assistant.as_ref(),
+        format,
+        &mut |_, _| {},
+    )
+    .unwrap()
+    .into_inner()
+}
+
+fn hooks(verify: bool) -> LoadHooks<'static> {
+    LoadHooks {
+        verify,
+        progress: Box::leak(Box::new(|_, _| {})),
+        release: &|_| {},
+    }
+}
+
+fn all_logits(model: &mut Model, tokens: &[u32]) -> Vec<u32> {
+    model.reset();
+    let out = pollster::block_on(model.forward(test_context(), tokens, Want::AllLogits)).unwrap();
+    out.logits.iter().map(|v| v.to_bits()).collect()
+}
+
+fn check_round_trip(name: &str, format: WeightFormat) {
+    let f = Fixture::open(name);
+    let spec = parse_config(&f.config).unwrap();
+    let vocab = spec.config.vocab_size as u32;
+    let mut from_dir = Model::load(
+        test_context(),
+        &f.checkpoint(),
+        spec,
+        options(format),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let bytes = convert_fixtures(name, None, format);
+    let artifact = Artifact::parse(&bytes).unwrap();
+    let mut from_artifact =
+        load_target(test_context(), &artifact, options(format), hooks(true)).unwrap();
+    let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % vocab).collect();
+    let (a, b) = (
+        all_logits(&mut from_dir, &tokens),
+        all_logits(&mut from_artifact, &tokens),
+    );
+    assert_eq!(a.len(), b.len());
+    assert!(
+        a == b,
+        "{name} {format:?}: logits differ between the directory and its artifact"
+    );
+    assert_eq!(from_dir.weight_bytes(), from_artifact.weight_bytes());
+}
+
+#[test]
+fn artifact_logits_are_identical_to_the_checkpoint_e2b_like() {
+    for format in [
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Q4 { group: 32 },
+    ] {
+        check_round_trip("e2b_like", format);
+    }
+}
+
+#[test]
+fn artifact_logits_are_identical_to_the_checkpoint_dense_kv_and_moe() {
+    for name in ["dense_kv", "moe"] {
+        for format in [WeightFormat::F32, WeightFormat::Q4 { group: 32 }] {
+            check_round_trip(name, format);
+        }
+    }
+}
+
+fn speculative(
+    target: &mut Model,
+    assistant: &mut Assistant,
+    prompt: &[u32],
+) -> (Vec<u32>, Vec<Vec<u32>>) {
+    let options = GenerateOptions {
+        max_new_tokens: 12,
+        sampling: SamplingParams::default(),
+        stop_ids: vec![],
+    };
+    target.reset();
+    let out = pollster::block_on(generate_speculative(
+        target,
+        assistant,
+        test_context(),
+        prompt,
+        &options,
+        &SpeculativeOptions {
+            capture_draft_logits: true,
+            ..SpeculativeOptions::default()
+        },
+        &mut |_| true,
+    ))
+    .unwrap();
+    let drafts = out
+        .draft_logits
+        .iter()
+        .map(|row| row.iter().map(|v| v.to_bits()).collect())
+        .collect();
+    (out.tokens, drafts)
+}
+
+#[test]
+fn speculative_tokens_and_draft_logits_are_identical_from_the_artifact() {
+    for format in [WeightFormat::F32, WeightFormat::Q4 { group: 32 }] {
+        let (t, a) = (
+            Fixture::open("e2b_like"),
+            Fixture::open("e2b_like_assistant"),
+        );
+        let ctx = test_context();
+        let mut target = Model::load(
+            ctx,
+            &t.checkpoint(),
+            parse_config(&t.config).unwrap(),
+            options(format),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let mut assistant = Assistant::load(
+            ctx,
+            &a.checkpoint(),
+            parse_assistant_config(&a.config).unwrap(),
+            &target,
+            &OpSet::with_mtp(),
+            AssistantOptions { format },
+        )
+        .unwrap();
+        let bytes = convert_fixtures("e2b_like", Some("e2b_like_assistant"), format);
+        let artifact = Artifact::parse(&bytes).unwrap();
+        let mut t2 = load_target(ctx, &artifact, options(format), hooks(true)).unwrap();
+        let mut a2 = load_assistant(ctx, &artifact, &t2, true, &|_| {}).unwrap();
+        for prompt in [vec![2u32, 17, 9, 33], vec![5, 5, 5, 5, 5, 5]] {
+            let dir = speculative(&mut target, &mut assistant, &prompt);
+            let art = speculative(&mut t2, &mut a2, &prompt);
+            assert_eq!(dir.0, art.0, "{format:?}: tokens");
+            assert!(!dir.1.is_empty());
+            assert!(dir.1 == art.1, "{format:?}: draft logits differ");
+        }
+    }
+}
+
+#[test]
+fn the_manifest_records_quant_census_tokenizer_and_checksums() {
+    let bytes = convert_fixtures(
+        "e2b_like",
+        Some("e2b_like_assistant"),
+        WeightFormat::Q4 { group: 32 },
+    );
+    let artifact = Artifact::parse(&bytes).unwrap();
+    let m = artifact.manifest();
+    assert_eq!(m.version, wgemma::artifact::FORMAT_VERSION);
+    assert_eq!(artifact.format(), WeightFormat::Q4 { group: 32 });
+    assert!(m
+        .census
+        .iter()
+        .any(|r| r.model == "assistant" && r.op == "topk" && r.mtp));
+    assert!(m
+        .census
+        .iter()
+        .any(|r| r.model == "assistant" && r.op == "scatter" && r.mtp));
+    assert!(m
+        .census
+        .iter()
+        .any(|r| r.model == "target" && r.route == "q4_linear_m3"));
+    assert!(m
+        .census
+        .iter()
+        .filter(|r| r.model == "target")
+        .all(|r| !r.mtp));
+    let tok = artifact
+        .tokenizer_json(wgemma::artifact::Which::Target)
+        .unwrap()
+        .unwrap();
+    assert_eq!(tok, b"{\"fake\": \"tokenizer\"}");
+    let table = artifact.tensor_table();
+    assert_eq!(table.len(), m.checksums.len());
+    assert!(table.iter().all(|t| t.dtype != "U32" || t.offset % 4 == 0));
+    artifact.verify_all(&mut |_, _| {}).unwrap();
+}
+
+// ---- bad artifacts ------------------------------------------------------------------
+
+fn parse_err(bytes: &[u8]) -> String {
+    match Artifact::parse(bytes) {
+        Ok(_) => panic!("a bad artifact was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn q4_artifact() -> Vec<u8> {
+    convert_fixtures(
+        "e2b_like",
+        Some("e2b_like_assistant"),
+        WeightFormat::Q4 { group: 32 },
+    )
+}
+
+/// Rewrites the header of `bytes` through `edit` (padded to 8 bytes, as safetensors
+/// writes it; tensor offsets are relative to the data, so the data moves unchanged).
+fn edit_header(
+    bytes: &[u8],
+    edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
+) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    edit(&mut header);
+    let json = serde_json::Value::Object(header).to_string();
+    let len = json.len().div_ceil(8) * 8;
+    let mut out = (len as u64).to_le_bytes().to_vec();
+    out.extend(format!("{json:len$}").as_bytes());
+    out.extend(&bytes[8 + n..]);
+    out
+}
+
+fn edit_manifest(bytes: &[u8], edit: impl FnOnce(&mut Manifest)) -> Vec<u8> {
+    edit_header(bytes, |h| {
+        let meta = h["__metadata__"].as_object_mut().unwrap();
+        let mut m = Manifest::parse(meta[MANIFEST_KEY].as_str().unwrap()).unwrap();
+        edit(&mut m);
+        meta.insert(
+            MANIFEST_KEY.into(),
+            serde_json::to_string(&m).unwrap().into(),
+        );
+    })
+}
+
+#[test]
+fn a_truncated_artifact_is_refused_as_truncated() {
+    let bytes = q4_artifact();
+    for cut in [bytes.len() - 1, bytes.len() / 2, 100, 4] {
+        let err = parse_err(&bytes[..cut]);
+        assert!(err.contains("truncated"), "cut at {cut}: {err}");
+    }
+}
+
+#[test]
+fn a_flipped_byte_fails_the_checksum_of_its_tensor() {
+    let bytes = q4_artifact();
+    let artifact = Artifact::parse(&bytes).unwrap();
+    let victim = artifact
+        .tensor_table()
+        .into_iter()
+        .find(|t| t.name == "target.layers.1.self_attn.q_proj.weight.q4_packed")
+        .unwrap();
+    let mut bad = bytes.clone();
+    bad[victim.offset + victim.bytes / 2] ^= 0x10;
+    // The contract holds (the header is intact); the checksum catches it at load.
+    let artifact = Artifact::parse(&bad).unwrap();
+    let err = load_target(
+        test_context(),
+        &artifact,
+        options(WeightFormat::Q4 { group: 32 }),
+        hooks(true),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("target.layers.1.self_attn.q_proj.weight.q4_packed") && err.contains("XXH3"),
+        "{err}"
+    );
+    let err = artifact.verify_all(&mut |_, _| {}).unwrap_err().to_string();
+    assert!(err.contains("q_proj"), "{err}");
+    // --no-verify skips the check: the flipped weight loads (its logits would differ).
+    assert!(load_target(
+        test_context(),
+        &artifact,
+        options(WeightFormat::Q4 { group: 32 }),
+        hooks(false)
+    )
+    .is_ok());
+}
+
+#[test]
+fn a_header_that_lies_about_a_shape_is_refused_naming_the_tensor() {
+    let bytes = q4_artifact();
+    // Same byte size, other shape: the framing holds, the contract does not.
+    let name = "target.layers.0.self_attn.q_proj.weight.q4_packed";
+    let bad = edit_header(&bytes, |h| {
+        let shape = h[name]["shape"].as_array().unwrap().clone();
+        h[name]["shape"] = serde_json::json!([shape[1], shape[0]]);
+    });
+    let err = parse_err(&bad);
+    assert!(err.contains(name) && err.contains("shape"), "{err}");
+    // Another byte size: refused by the framing check, naming the tensor.
+    let bad = edit_header(&bytes, |h| {
+        h[name]["shape"] = serde_json::json!([1, 1]);
+    });
+    let err = parse_err(&bad);
+    assert!(err.contains(name) && err.contains("bytes"), "{err}");
+    // A config that lies (MLP size) no longer matches the stored shapes.
+    let bad = edit_manifest(&bytes, |m| {
+        m.target.config["text_config"]["intermediate_size"] = 96.into();
+    });
+    let err = parse_err(&bad);
+    assert!(err.contains("mlp.gate_up_proj"), "{err}");
+}
+
+#[test]
+fn an_unknown_version_is_refused_by_its_version() {
+    let bytes = q4_artifact();
+    let bad = edit_manifest(&bytes, |m| m.version = 2);
+    let err = parse_err(&bad);
+    assert!(
+        err.contains("version") && err.contains('2') && err.contains('1'),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_census_route_this_build_lacks_is_refused_at_load() {
+    let bytes = q4_artifact();
+    let bad = edit_manifest(&bytes, |m| {
+        let r = m.census.iter_mut().find(|r| r.route == "q4_gemv").unwrap();
+        r.route = "q4_gemv_x".into();
+    });
+    let artifact = Artifact::parse(&bad).unwrap();
+    let err = load_target(
+        test_context(),
+        &artifact,
+        options(WeightFormat::Q4 { group: 32 }),
+        hooks(true),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        err.contains("q4_linear/q4_gemv_x") && err.contains("unknown"),
+        "{err}"
+    );
+    // An MTP route claimed by the target is refused too: the plain op set lacks it.
+    let bad = edit_manifest(&bytes, |m| {
+        let mut r = m.census.iter().find(|r| r.op == "topk").unwrap().clone();
+        r.model = "target".into();
+        m.census.push(r);
+    });
+    let artifact = Artifact::parse(&bad).unwrap();
+    let err = load_target(
+        test_context(),
+        &artifact,
+        options(WeightFormat::Q4 { group: 32 }),
+        hooks(true),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("topk") && err.contains("plain"), "{err}");
+}
+
+#[test]
+fn other_contract_breaches_are_named() {
+    let bytes = q4_artifact();
+    // A checksum missing from the manifest.
+    let bad = edit_manifest(&bytes, |m| {
+        m.checksums.remove("target.norm.weight");
+    });
+    assert!(parse_err(&bad).contains("target.norm.weight"));
+    // A plain safetensors file (no manifest).
+    let plain = edit_header(&bytes, |h| {
+        h.insert(
+            "__metadata__".into(),
+            serde_json::to_value(BTreeMap::from([("x", "y")])).unwrap(),
+        );
+    });
+    assert!(parse_err(&plain).contains(MANIFEST_KEY));
+    // The wrong format asked of a q4 artifact.
+    let artifact = Artifact::parse(&bytes).unwrap();
+    let err = load_target(
+        test_context(),
+        &artifact,
+        options(WeightFormat::F16),
+        hooks(true),
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("q4 (group 32)"), "{err}");
+    // A target-only artifact has no assistant.
+    let target_only = convert_fixtures("e2b_like", None, WeightFormat::F32);
+    let artifact = Artifact::parse(&target_only).unwrap();
+    let target = load_target(
+        test_context(),
+        &artifact,
+        options(WeightFormat::F32),
+        hooks(true),
+    )
+    .unwrap();
+    let err = load_assistant(test_context(), &artifact, &target, true, &|_| {})
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("target only"), "{err}");
+}
