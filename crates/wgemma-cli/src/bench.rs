@@ -3,7 +3,7 @@
 //! bandwidth measured in the same run.
 
 use crate::generate::ModelArgs;
-use crate::load::{load_dir, load_synthetic, Loaded};
+use crate::load::{load_model, load_synthetic, Loaded};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -20,8 +20,8 @@ pub struct BenchArgs {
     /// A synthetic model of real shapes: e2b, e4b, 31b (or tiny).
     #[arg(long, conflicts_with = "model")]
     synthetic: Option<String>,
-    /// A Hugging Face checkpoint directory instead.
-    #[arg(long)]
+    /// A Hugging Face checkpoint directory or a model artifact instead.
+    #[arg(long, value_name = "DIR|FILE")]
     model: Option<PathBuf>,
     /// Weight format: q4, q4g64, q4g128, f16, f32.
     #[arg(long, default_value = "q4")]
@@ -108,16 +108,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         (Some(shape), None) => {
             load_synthetic(&ctx, SyntheticShape::parse(shape)?, args.seed, options)?
         }
-        (None, Some(dir)) => load_dir(
+        (None, Some(dir)) => load_model(
             &ctx,
             dir,
             ModelArgs {
                 model: dir.clone(),
-                dtype: args.quant.clone(),
+                dtype: Some(args.quant.clone()),
                 context: options.max_context,
                 prefill_chunk: options.prefill_chunk,
+                no_verify: false,
             }
-            .options()?,
+            .request()?,
         )?,
         _ => bail!("give --synthetic SHAPE or --model DIR"),
     };
@@ -183,6 +184,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().unwrap().display().to_string()),
         "quant": args.quant,
         "load_ms": load_ms,
+        "peak_rss_mb": crate::artifact_file::peak_rss_mb(),
         "prompt_len": args.prompt_len,
         "gen": args.gen,
         "prefill_tokens_per_s": args.prompt_len as f64 / prefill_s,

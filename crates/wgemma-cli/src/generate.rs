@@ -1,46 +1,52 @@
 //! `wgemma logits` and `wgemma generate`.
 
-use crate::load::{load_dir, Loaded};
-use crate::model_dir::ModelDir;
+use crate::artifact_file::peak_rss_mb;
+use crate::load::{load_assistant, load_model, LoadRequest, Loaded};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::generate::{generate, GenerateOptions};
 use wgemma::model::sampling::SamplingParams;
 use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::tokenizer::TextStream;
 use wgemma::model::weights::WeightFormat;
-use wgemma::ops::opset::OpSet;
 
 /// Options shared by the commands that load a model.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json).
-    #[arg(long)]
+    /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) or
+    /// a model artifact file (`wgemma convert`).
+    #[arg(long, value_name = "DIR|FILE")]
     pub model: PathBuf,
-    /// Weights on the GPU: q4 (group 32), q4g64, q4g128, f16 or f32 (parity).
-    #[arg(long, default_value = "q4")]
-    pub dtype: String,
+    /// Weights on the GPU: q4 (group 32, the default for a directory), q4g64, q4g128, f16
+    /// or f32 (parity). An artifact's weights are converted already: its own format is used,
+    /// and asking for another is an error.
+    #[arg(long)]
+    pub dtype: Option<String>,
     /// KV cache positions (prompt + generated tokens).
     #[arg(long, default_value_t = 4096)]
     pub context: usize,
     /// Rows per prefill forward.
     #[arg(long, default_value_t = 64)]
     pub prefill_chunk: usize,
+    /// Skip the per-tensor checksums of an artifact (its structure is still checked).
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 impl ModelArgs {
-    pub fn options(&self) -> Result<ModelOptions> {
-        Ok(ModelOptions {
-            format: WeightFormat::parse(&self.dtype)?,
-            max_context: self.context,
-            prefill_chunk: self.prefill_chunk,
-            ..ModelOptions::default()
+    pub fn request(&self) -> Result<LoadRequest> {
+        Ok(LoadRequest {
+            dtype: self.dtype.as_deref().map(WeightFormat::parse).transpose()?,
+            options: ModelOptions {
+                max_context: self.context,
+                prefill_chunk: self.prefill_chunk,
+                ..ModelOptions::default()
+            },
+            verify: !self.no_verify,
         })
     }
 }
@@ -74,7 +80,7 @@ pub struct LogitsArgs {
 pub fn run_logits(args: LogitsArgs) -> Result<()> {
     let ids = parse_ids(&args.prompt_ids)?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-    let mut loaded = load_dir(&ctx, &args.model.model, args.model.options()?)?;
+    let mut loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
     let want = if args.all_positions {
         Want::AllLogits
     } else {
@@ -119,9 +125,10 @@ pub struct GenerateArgs {
     /// One JSON object with tokens, text and stats instead of streamed text.
     #[arg(long)]
     json: bool,
-    /// MTP speculative decoding with this Gemma 4 assistant checkpoint directory
-    /// (`gemma4_assistant`: config.json + *.safetensors).
-    #[arg(long)]
+    /// MTP speculative decoding with this Gemma 4 assistant: a checkpoint directory
+    /// (`gemma4_assistant`: config.json + *.safetensors) or an artifact holding one (it
+    /// may be the `--model` artifact itself).
+    #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
     /// Drafts per speculative round (1..=8).
     #[arg(long, default_value_t = 2, requires = "assistant")]
@@ -161,7 +168,7 @@ fn prompt_tokens(args: &GenerateArgs, loaded: &Loaded) -> Result<Vec<u32>> {
 
 pub fn run_generate(args: GenerateArgs) -> Result<()> {
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-    let mut loaded = load_dir(&ctx, &args.model.model, args.model.options()?)?;
+    let mut loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
     let prompt = prompt_tokens(&args, &loaded)?;
     let stop_ids = match &loaded.tokenizer {
         Some(t) => t.stop_ids(&loaded.eos_ids),
@@ -183,10 +190,11 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         load_ms,
         ..
     } = &mut loaded;
+    let format = model.options.format;
     let mut assistant = args
         .assistant
         .as_ref()
-        .map(|dir| load_assistant(&ctx, dir, model, args.model.options()?.format))
+        .map(|path| load_assistant(&ctx, path, model, format, !args.model.no_verify))
         .transpose()?;
     let mut stream = tokenizer.as_ref().map(TextStream::new);
     let mut stream_error = None;
@@ -242,6 +250,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
     let text = tokenizer.as_ref().map(|t| t.decode(&tokens)).transpose()?;
     if json {
         stats_json["load_ms"] = (*load_ms).into();
+        stats_json["peak_rss_mb"] = peak_rss_mb().into();
         let out = serde_json::json!({ "tokens": tokens, "text": text, "stats": stats_json });
         println!("{out}");
     } else {
@@ -260,26 +269,4 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         eprintln!("load {:.0} ms | {}", load_ms, summary);
     }
     Ok(())
-}
-
-/// Loads `--assistant DIR` for `target` (its weights in the target's format).
-fn load_assistant(
-    ctx: &GpuContext,
-    dir: &std::path::Path,
-    target: &wgemma::model::target::Model,
-    format: wgemma::model::weights::WeightFormat,
-) -> Result<Assistant> {
-    let files = ModelDir::open(dir)?;
-    let spec = parse_assistant_config(&files.config_json)
-        .with_context(|| format!("{}/config.json", dir.display()))?;
-    let ck = Checkpoint::from_shards(files.shard_bytes())?;
-    Assistant::load(
-        ctx,
-        &ck,
-        spec,
-        target,
-        &OpSet::with_mtp(),
-        AssistantOptions { format },
-    )
-    .with_context(|| format!("loading the assistant in {}", dir.display()))
 }

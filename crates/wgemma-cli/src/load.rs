@@ -1,15 +1,20 @@
-//! Model loading for the CLI: an HF checkpoint directory or a synthetic shape, with a
-//! progress bar, into a ready [`Model`].
+//! Model loading for the CLI: an HF checkpoint directory, a model artifact or a synthetic
+//! shape, with a progress bar, into a ready [`Model`] (and an [`Assistant`]).
 
+use crate::artifact_file::{is_artifact, peak_rss_mb, ArtifactFile};
 use crate::model_dir::ModelDir;
 use anyhow::{Context, Result};
 use std::path::Path;
+use wgemma::artifact::{self, LoadHooks, Which};
 use wgemma::gpu::GpuContext;
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::synthetic::{SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
 use wgemma::model::tokenizer::Tokenizer;
+use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec};
+use wgemma::ops::opset::OpSet;
 
 /// A loaded target with what the CLI needs around it.
 pub struct Loaded {
@@ -18,14 +23,39 @@ pub struct Loaded {
     /// EOS ids from generation_config.json, else config.json.
     pub eos_ids: Vec<u32>,
     pub load_ms: f64,
+    /// The process's peak resident memory right after the load (MiB, Linux).
+    pub peak_rss_mb: Option<f64>,
 }
 
-fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+/// How to load `--model`: the format asked for (`None`: q4 for a checkpoint, the stored
+/// one for an artifact) and whether an artifact's checksums are verified.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadRequest {
+    pub dtype: Option<WeightFormat>,
+    pub options: ModelOptions,
+    pub verify: bool,
+}
+
+pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
             .expect("valid template")
             .progress_chars("=> "),
+    );
+    bar.set_message(what.to_string());
+    bar
+}
+
+/// A progress bar over bytes.
+pub fn bytes_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_message(what.to_string());
     bar
@@ -47,8 +77,20 @@ fn load_with(
     Ok(model)
 }
 
-/// Loads `--model DIR`.
-pub fn load_dir(ctx: &GpuContext, path: &Path, options: ModelOptions) -> Result<Loaded> {
+/// Loads `--model PATH`: a checkpoint directory or an artifact file.
+pub fn load_model(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Loaded> {
+    if is_artifact(path) {
+        load_artifact(ctx, path, req)
+    } else {
+        let options = ModelOptions {
+            format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
+            ..req.options
+        };
+        load_dir(ctx, path, options)
+    }
+}
+
+fn load_dir(ctx: &GpuContext, path: &Path, options: ModelOptions) -> Result<Loaded> {
     let start = std::time::Instant::now();
     let dir = ModelDir::open(path)?;
     let spec = parse_config(&dir.config_json)
@@ -71,7 +113,86 @@ pub fn load_dir(ctx: &GpuContext, path: &Path, options: ModelOptions) -> Result<
         tokenizer,
         eos_ids,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
+        peak_rss_mb: peak_rss_mb(),
     })
+}
+
+fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Loaded> {
+    let start = std::time::Instant::now();
+    let file = ArtifactFile::open(path)?;
+    let artifact = file.parse(path)?;
+    let options = ModelOptions {
+        format: req.dtype.unwrap_or(artifact.format()),
+        ..req.options
+    };
+    let m = artifact.manifest();
+    let tokenizer = artifact
+        .tokenizer_json(Which::Target)?
+        .map(Tokenizer::from_bytes)
+        .transpose()
+        .with_context(|| format!("the tokenizer stored in {}", path.display()))?;
+    let mut eos_ids = m
+        .target
+        .generation_config
+        .as_ref()
+        .map(crate::model_dir::eos_ids_of)
+        .unwrap_or_default();
+    if eos_ids.is_empty() {
+        eos_ids = artifact.target_spec().eos_ids();
+    }
+    let bar = progress_bar(artifact.target_spec().layers.len() as u64 + 2, "loading");
+    let model = artifact::load_target(
+        ctx,
+        &artifact,
+        options,
+        LoadHooks {
+            verify: req.verify,
+            progress: &mut |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            },
+            release: &|range| file.release(range),
+        },
+    )
+    .with_context(|| format!("loading the target of {}", path.display()))?;
+    bar.finish_and_clear();
+    Ok(Loaded {
+        model,
+        tokenizer,
+        eos_ids,
+        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        peak_rss_mb: peak_rss_mb(),
+    })
+}
+
+/// Loads `--assistant PATH` (a checkpoint directory, or an artifact holding an assistant)
+/// for `target`; a directory's weights are converted to `format` (the target's).
+pub fn load_assistant(
+    ctx: &GpuContext,
+    path: &Path,
+    target: &Model,
+    format: WeightFormat,
+    verify: bool,
+) -> Result<Assistant> {
+    if is_artifact(path) {
+        let file = ArtifactFile::open(path)?;
+        let artifact = file.parse(path)?;
+        return artifact::load_assistant(ctx, &artifact, target, verify, &|r| file.release(r))
+            .with_context(|| format!("loading the assistant of {}", path.display()));
+    }
+    let files = ModelDir::open(path)?;
+    let spec = parse_assistant_config(&files.config_json)
+        .with_context(|| format!("{}/config.json", path.display()))?;
+    let ck = Checkpoint::from_shards(files.shard_bytes())?;
+    Assistant::load(
+        ctx,
+        &ck,
+        spec,
+        target,
+        &OpSet::with_mtp(),
+        AssistantOptions { format },
+    )
+    .with_context(|| format!("loading the assistant in {}", path.display()))
 }
 
 /// Builds a synthetic model of `shape` with weights from `seed`.
@@ -90,5 +211,6 @@ pub fn load_synthetic(
         tokenizer: None,
         eos_ids,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
+        peak_rss_mb: peak_rss_mb(),
     })
 }

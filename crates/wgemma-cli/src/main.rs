@@ -1,13 +1,18 @@
 //! `wgemma`: the command-line front end. Thin: parsing, printing, and blocking on the
 //! library's async calls at this edge.
 
+mod artifact_file;
 mod bench;
+mod convert;
 mod demo;
 mod generate;
 mod info;
+mod inspect;
 mod load;
+mod load_cmd;
 mod model_dir;
 mod ops;
+mod synth;
 
 use clap::{Parser, Subcommand};
 
@@ -33,6 +38,16 @@ enum Command {
     /// MTP speculative decoding on a synthetic target + assistant: plain vs speculative
     /// greedy, checked identical (no download).
     Demo(demo::DemoArgs),
+    /// Convert a checkpoint directory (and its assistant) into one artifact file of
+    /// GPU-layout weights with a manifest.
+    Convert(convert::ConvertArgs),
+    /// Print an artifact's manifest, sizes, census and tensors; verify its checksums.
+    Inspect(inspect::InspectArgs),
+    /// Load a model (directory or artifact) and report load time and peak memory.
+    Load(load_cmd::LoadArgs),
+    /// Write a synthetic checkpoint directory of a real shape (bf16, HF layout) for load
+    /// measurements.
+    SynthCheckpoint(synth::SynthArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,5 +64,9 @@ fn main() -> anyhow::Result<()> {
         Command::Generate(args) => generate::run_generate(args),
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Convert(args) => convert::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Load(args) => load_cmd::run(args),
+        Command::SynthCheckpoint(args) => synth::run(args),
     }
 }

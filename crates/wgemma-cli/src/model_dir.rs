@@ -64,21 +64,23 @@ impl ModelDir {
 
     /// EOS ids from generation_config.json, if it names any.
     pub fn generation_eos_ids(&self) -> Vec<u32> {
-        match self
-            .generation_config
+        self.generation_config
             .as_ref()
-            .and_then(|g| g.get("eos_token_id"))
-        {
-            Some(serde_json::Value::Number(n)) => {
-                n.as_u64().map(|v| v as u32).into_iter().collect()
-            }
-            Some(serde_json::Value::Array(a)) => a
-                .iter()
-                .filter_map(|v| v.as_u64())
-                .map(|v| v as u32)
-                .collect(),
-            _ => Vec::new(),
-        }
+            .map(eos_ids_of)
+            .unwrap_or_default()
+    }
+}
+
+/// The `eos_token_id` (one id or a list) of a generation_config.json.
+pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
+    match generation_config.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .map(|v| v as u32)
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

@@ -46,6 +46,7 @@ pub mod convert;
 pub mod manifest;
 pub mod plan;
 pub mod reader;
+pub mod synthetic_checkpoint;
 pub mod writer;
 
 pub use convert::{convert, ConvertInput};

@@ -111,11 +111,13 @@ fn name_seed(name: &str, seed: u64) -> u64 {
     splitmix64(h ^ seed)
 }
 
-impl WeightSource for SyntheticWeights {
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let n: usize = shape.iter().product();
+impl SyntheticWeights {
+    /// Elements `range` of tensor `name` of `shape` (the flat row-major indices): the same
+    /// values [`WeightSource::f32`] gives, a piece at a time (a synthetic checkpoint of
+    /// E2B size is written without holding a 9 GB table).
+    pub fn values(&self, name: &str, shape: &[usize], range: std::ops::Range<usize>) -> Vec<f32> {
         if name.ends_with("layer_scalar") {
-            return Ok(vec![1.0; n]);
+            return vec![1.0; range.len()];
         }
         // Norm weights near 1 (plain w), matrices uniform with variance 1/K so activations
         // keep their scale through the layers, embeddings of moderate size.
@@ -128,13 +130,19 @@ impl WeightSource for SyntheticWeights {
             (0.0, (3.0 / k).sqrt())
         };
         let base = name_seed(name, self.seed);
-        Ok((0..n as u64)
+        (range.start as u64..range.end as u64)
             .map(|i| {
                 let bits = splitmix64(base ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 let unit = (bits >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
                 center + amplitude * (2.0 * unit - 1.0)
             })
-            .collect())
+            .collect()
+    }
+}
+
+impl WeightSource for SyntheticWeights {
+    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        Ok(self.values(name, shape, 0..shape.iter().product()))
     }
 
     fn has(&self, _name: &str) -> bool {

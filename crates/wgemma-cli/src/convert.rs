@@ -1,0 +1,170 @@
+//! `wgemma convert`: a checkpoint directory (and its assistant) into one artifact file,
+//! written to a temporary file beside the output and renamed over it only once complete.
+
+use crate::load::bytes_bar;
+use crate::model_dir::ModelDir;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use wgemma::artifact::{convert, ConvertInput, SourceFile};
+use wgemma::model::checkpoint::Checkpoint;
+use wgemma::model::weights::WeightFormat;
+
+#[derive(Args)]
+pub struct ConvertArgs {
+    /// The target's Hugging Face checkpoint directory.
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Its MTP assistant's checkpoint directory, stored in the same artifact.
+    #[arg(long, value_name = "DIR")]
+    assistant: Option<PathBuf>,
+    /// The artifact file to write.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Weight format: q4, f16 or f32.
+    #[arg(long, default_value = "q4", value_parser = ["q4", "f16", "f32"])]
+    quant: String,
+    /// Q4 group size.
+    #[arg(long, default_value_t = 32, value_parser = parse_group)]
+    group_size: usize,
+}
+
+fn parse_group(s: &str) -> Result<usize, String> {
+    match s {
+        "32" | "64" | "128" => Ok(s.parse().expect("listed values parse")),
+        other => Err(format!("expected 32, 64 or 128, found {other}")),
+    }
+}
+
+/// SHA-256 of every file of a checkpoint directory (shards hashed on parallel threads).
+fn hash_sources(model: &str, dir: &ModelDir, extra: &[(&str, &[u8])]) -> Vec<SourceFile> {
+    let mut files: Vec<(&str, &[u8])> = extra.to_vec();
+    files.extend(dir.shards.iter().map(|(n, m)| (n.as_str(), &m[..])));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = files
+            .iter()
+            .map(|(name, bytes)| s.spawn(move || SourceFile::hash(model, name, bytes)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("hashing thread"))
+            .collect()
+    })
+}
+
+fn input<'a>(o: &'a Opened, ck: &'a Checkpoint<'a>, model: &str) -> ConvertInput<'a> {
+    ConvertInput {
+        config_json: &o.dir.config_json,
+        checkpoint: ck,
+        generation_config: o.generation_config.clone(),
+        tokenizer_json: o.dir.tokenizer_json.as_deref(),
+        sources: sources(model, o),
+    }
+}
+
+struct Opened {
+    dir: ModelDir,
+    generation_config: Option<serde_json::Value>,
+}
+
+fn open(path: &Path) -> Result<Opened> {
+    let dir = ModelDir::open(path)?;
+    Ok(Opened {
+        generation_config: dir.generation_config.clone(),
+        dir,
+    })
+}
+
+fn sources(model: &str, o: &Opened) -> Vec<SourceFile> {
+    let mut extra: Vec<(&str, &[u8])> = vec![("config.json", o.dir.config_json.as_bytes())];
+    if let Some(t) = &o.dir.tokenizer_json {
+        extra.push(("tokenizer.json", t));
+    }
+    hash_sources(model, &o.dir, &extra)
+}
+
+pub fn run(args: ConvertArgs) -> Result<()> {
+    let format = match args.quant.as_str() {
+        "q4" => WeightFormat::Q4 {
+            group: args.group_size,
+        },
+        "f16" => WeightFormat::F16,
+        "f32" => WeightFormat::F32,
+        other => bail!("--quant: expected q4, f16 or f32, found {other}"),
+    };
+    if args.out.is_dir() {
+        bail!(
+            "--out {}: expected a file path, found a directory",
+            args.out.display()
+        );
+    }
+    let start = std::time::Instant::now();
+    let target = open(&args.model)?;
+    let assistant = args.assistant.as_deref().map(open).transpose()?;
+    let tck = Checkpoint::from_shards(target.dir.shard_bytes())
+        .with_context(|| format!("reading {}", args.model.display()))?;
+    let ack = assistant
+        .as_ref()
+        .map(|a| Checkpoint::from_shards(a.dir.shard_bytes()))
+        .transpose()?;
+    let tin = input(&target, &tck, "target");
+    let ain = assistant
+        .as_ref()
+        .zip(ack.as_ref())
+        .map(|(a, ck)| input(a, ck, "assistant"));
+
+    // Written beside the output (same filesystem, so the rename is atomic), removed on any
+    // failure: an interrupted convert leaves no file that looks like an artifact.
+    let name = args
+        .out
+        .file_name()
+        .with_context(|| format!("--out {}: expected a file name", args.out.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let tmp = args
+        .out
+        .with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    let result = (|| -> Result<u64> {
+        let file =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let bar = bytes_bar(0, "converting");
+        let sink = convert(
+            std::io::BufWriter::with_capacity(8 << 20, file),
+            &tin,
+            ain.as_ref(),
+            format,
+            &mut |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            },
+        )?;
+        bar.finish_and_clear();
+        let file = sink.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+            .with_context(|| format!("syncing {}", tmp.display()))?;
+        let bytes = file.metadata()?.len();
+        std::fs::rename(&tmp, &args.out)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), args.out.display()))?;
+        Ok(bytes)
+    })();
+    match result {
+        Ok(bytes) => {
+            eprintln!(
+                "wrote {} ({:.1} MiB, {}{}) in {:.1} s",
+                args.out.display(),
+                bytes as f64 / (1 << 20) as f64,
+                args.quant,
+                match format {
+                    WeightFormat::Q4 { group } => format!(" group {group}"),
+                    _ => String::new(),
+                },
+                start.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! `wgemma load`: loads a model (and an assistant) the way generate does, then reports
+//! what the load cost: wall time, and the process's peak resident memory (Linux VmHWM;
+//! with a software GPU such as lavapipe the GPU buffers are host memory and count too).
+
+use crate::artifact_file::peak_rss_mb;
+use crate::generate::ModelArgs;
+use crate::load::{load_assistant, load_model};
+use anyhow::Result;
+use clap::Args;
+use std::path::PathBuf;
+use wgemma::gpu::{ContextOptions, GpuContext};
+
+#[derive(Args)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Also load this assistant (a directory, or an artifact holding one).
+    #[arg(long, value_name = "DIR|FILE")]
+    assistant: Option<PathBuf>,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: LoadArgs) -> Result<()> {
+    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let rss_before = peak_rss_mb();
+    let start = std::time::Instant::now();
+    let loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
+    let target_ms = start.elapsed().as_secs_f64() * 1e3;
+    let assistant = args
+        .assistant
+        .as_ref()
+        .map(|p| {
+            let format = loaded.model.options.format;
+            load_assistant(&ctx, p, &loaded.model, format, !args.model.no_verify)
+        })
+        .transpose()?;
+    let total_ms = start.elapsed().as_secs_f64() * 1e3;
+    let report = serde_json::json!({
+        "model": args.model.model.display().to_string(),
+        "assistant": args.assistant.as_ref().map(|p| p.display().to_string()),
+        "format": format!("{:?}", loaded.model.options.format),
+        "verified": !args.model.no_verify,
+        "load_ms": total_ms,
+        "target_load_ms": target_ms,
+        "weight_bytes": loaded.model.weight_bytes(),
+        "assistant_loaded": assistant.is_some(),
+        "peak_rss_mb_before_load": rss_before,
+        "peak_rss_mb_after_target": loaded.peak_rss_mb,
+        "peak_rss_mb": peak_rss_mb(),
+        "adapter": ctx.describe(),
+    });
+    if args.json {
+        println!("{report}");
+    } else {
+        for (k, v) in report.as_object().expect("object") {
+            println!("{k:<24} {v}");
+        }
+    }
+    Ok(())
+}
