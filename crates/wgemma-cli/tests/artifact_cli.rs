@@ -1,0 +1,296 @@
+//! The `wgemma` binary on artifacts: convert + inspect + load, outputs identical to the
+//! checkpoint directory, and bad artifacts refused with a specific error and a non-zero
+//! exit (no panic).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn golden(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../wgemma/tests/data/golden")
+        .join(name)
+}
+
+fn wgemma(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wgemma"))
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .expect("running wgemma")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = wgemma(args);
+    assert!(
+        out.status.success(),
+        "wgemma {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a command that must fail; returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = wgemma(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "wgemma {args:?} succeeded");
+    assert!(
+        !stderr.contains("panicked"),
+        "wgemma {args:?} panicked:\n{stderr}"
+    );
+    stderr
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("wgemma-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn convert(out: &Path, quant: &str, assistant: bool) {
+    let (model, asst) = (golden("e2b_like"), golden("e2b_like_assistant"));
+    let mut args = vec![
+        "convert",
+        "--model",
+        s(&model),
+        "--out",
+        s(out),
+        "--quant",
+        quant,
+    ];
+    if assistant {
+        args.extend(["--assistant", s(&asst)]);
+    }
+    ok(&args);
+}
+
+#[test]
+fn convert_inspect_and_logits_identical_to_the_directory() {
+    let d = scratch("roundtrip");
+    for (quant, dtype) in [("q4", "q4"), ("f32", "f32")] {
+        let file = d.join(format!("e2b_like.{quant}.wgemma"));
+        convert(&file, quant, true);
+        // No temporary file is left beside the artifact.
+        let names: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.to_string_lossy().contains("partial")),
+            "{names:?}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(&["inspect", s(&file), "--json"])).unwrap();
+        assert_eq!(json["verified"], true);
+        assert_eq!(json["manifest"]["version"], 1);
+        assert!(json["manifest"]["census"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["op"] == "topk"));
+        let text = ok(&["inspect", s(&file)]);
+        assert!(
+            text.contains("census") && text.contains("checksums    ok"),
+            "{text}"
+        );
+
+        let dir = golden("e2b_like");
+        let ids = "5,17,9,200,3";
+        let from_dir = ok(&[
+            "logits",
+            "--model",
+            s(&dir),
+            "--dtype",
+            dtype,
+            "--prompt-ids",
+            ids,
+            "--all-positions",
+        ]);
+        let from_file = ok(&[
+            "logits",
+            "--model",
+            s(&file),
+            "--prompt-ids",
+            ids,
+            "--all-positions",
+        ]);
+        assert_eq!(from_dir, from_file, "{quant}: logits differ");
+
+        let gen = |model: &Path, assistant: &Path| -> serde_json::Value {
+            let out = ok(&[
+                "generate",
+                "--model",
+                s(model),
+                "--dtype",
+                dtype,
+                "--assistant",
+                s(assistant),
+                "--prompt-ids",
+                ids,
+                "--max-new-tokens",
+                "8",
+                "--json",
+            ]);
+            serde_json::from_str(&out).unwrap()
+        };
+        let a = gen(&dir, &golden("e2b_like_assistant"));
+        let b = gen(&file, &file);
+        assert_eq!(
+            a["tokens"], b["tokens"],
+            "{quant}: speculative tokens differ"
+        );
+        assert!(b["stats"]["peak_rss_mb"].as_f64().unwrap() > 0.0);
+    }
+    // Asking an artifact for another format is refused.
+    let file = d.join("e2b_like.q4.wgemma");
+    let err = fails(&[
+        "logits",
+        "--model",
+        s(&file),
+        "--dtype",
+        "f16",
+        "--prompt-ids",
+        "1",
+    ]);
+    assert!(err.contains("q4 (group 32)"), "{err}");
+    let load: serde_json::Value = serde_json::from_str(&ok(&[
+        "load",
+        "--model",
+        s(&file),
+        "--assistant",
+        s(&file),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(load["assistant_loaded"], true);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
+    let d = scratch("tamper");
+    let good = d.join("good.wgemma");
+    convert(&good, "q4", false);
+    let bytes = std::fs::read(&good).unwrap();
+    let write = |name: &str, b: &[u8]| {
+        let p = d.join(name);
+        std::fs::write(&p, b).unwrap();
+        p
+    };
+    let logits = |p: &Path| fails(&["logits", "--model", s(p), "--prompt-ids", "1,2"]);
+
+    let cut = write("cut.wgemma", &bytes[..bytes.len() - 100]);
+    let err = logits(&cut);
+    assert!(
+        err.contains("truncated") && err.contains("100 bytes are missing"),
+        "{err}"
+    );
+
+    // One flipped byte inside a weight: the checksum names the tensor.
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", s(&good), "--json", "--no-verify"])).unwrap();
+    let victim = json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "target.layers.2.mlp.down_proj.weight.q4_packed")
+        .unwrap();
+    let at = victim["offset"].as_u64().unwrap() as usize + 7;
+    let mut flipped = bytes.clone();
+    flipped[at] ^= 1;
+    let flipped = write("flipped.wgemma", &flipped);
+    let err = logits(&flipped);
+    assert!(
+        err.contains("target.layers.2.mlp.down_proj.weight.q4_packed") && err.contains("XXH3"),
+        "{err}"
+    );
+    let err = fails(&["inspect", s(&flipped)]);
+    assert!(err.contains("down_proj"), "{err}");
+    // --no-verify loads it (the structure is intact).
+    ok(&[
+        "logits",
+        "--model",
+        s(&flipped),
+        "--prompt-ids",
+        "1,2",
+        "--no-verify",
+    ]);
+
+    // Header edits: rewrite the JSON header (padded to 8 bytes).
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let with_header = |name: &str, h: &serde_json::Value| {
+        let json = h.to_string();
+        let len = json.len().div_ceil(8) * 8;
+        let mut b = (len as u64).to_le_bytes().to_vec();
+        b.extend(format!("{json:len$}").as_bytes());
+        b.extend(&bytes[8 + n..]);
+        write(name, &b)
+    };
+    let manifest = |h: &serde_json::Value| -> serde_json::Value {
+        serde_json::from_str(h["__metadata__"]["wgemma.manifest"].as_str().unwrap()).unwrap()
+    };
+    let set_manifest = |h: &mut serde_json::Value, m: &serde_json::Value| {
+        h["__metadata__"]["wgemma.manifest"] = m.to_string().into();
+    };
+
+    let name = "target.layers.0.self_attn.o_proj.weight.q4_packed";
+    let mut lie = header.clone();
+    let shape = lie[name]["shape"].as_array().unwrap().clone();
+    lie[name]["shape"] = serde_json::json!([shape[1], shape[0]]);
+    let err = logits(&with_header("shape.wgemma", &lie));
+    assert!(err.contains(name) && err.contains("shape"), "{err}");
+
+    let mut v2 = header.clone();
+    let mut m = manifest(&v2);
+    m["version"] = 2.into();
+    set_manifest(&mut v2, &m);
+    let err = logits(&with_header("v2.wgemma", &v2));
+    assert!(
+        err.contains("format version") && err.contains("found 2"),
+        "{err}"
+    );
+
+    let mut bogus = header.clone();
+    let mut m = manifest(&bogus);
+    m["census"][0]["route"] = "warp_drive".into();
+    set_manifest(&mut bogus, &m);
+    let bogus = with_header("route.wgemma", &bogus);
+    let err = logits(&bogus);
+    assert!(
+        err.contains("warp_drive") && err.contains("unknown to wgemma"),
+        "{err}"
+    );
+
+    let err = fails(&["inspect", s(&d.join("missing.wgemma"))]);
+    assert!(err.contains("missing.wgemma"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn a_failed_convert_leaves_no_file() {
+    let d = scratch("failed");
+    let out = d.join("x.wgemma");
+    // The assistant was trained for a hidden size of 64, dense_kv has 128: refused.
+    let err = fails(&[
+        "convert",
+        "--model",
+        s(&golden("dense_kv")),
+        "--assistant",
+        s(&golden("e2b_like_assistant")),
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("backbone_hidden_size"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
