@@ -46,7 +46,9 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    var m = bitcast<f32>(0x7f800000u); // +inf
+    // Seeded with an element of src (the host guarantees n_src >= 1), not +inf: WGSL
+    // forbids a constant expression that evaluates to inf (Tint, in browsers, rejects it).
+    var m = src[0];
     for (var i = lid; i < params.n_src; i += WG) {
         m = nan_min(m, src[i]);
     }
