@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
 use web_time::Instant;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
@@ -246,6 +247,11 @@ pub struct Engine {
     ctx: GpuContext,
     target: Option<Target>,
     assistant: Option<Assistant>,
+    /// Validation and out-of-memory errors the device reported. In the browser they arrive
+    /// asynchronously and only as console warnings otherwise, while the failed work is
+    /// silently skipped and readbacks return stale bytes: generation checks this after
+    /// every step.
+    gpu_errors: Arc<Mutex<Vec<String>>>,
 }
 
 impl Engine {
@@ -256,11 +262,32 @@ impl Engine {
             ..ContextOptions::default()
         })
         .await?;
+        let gpu_errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = gpu_errors.clone();
+        ctx.device
+            .on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                sink.lock()
+                    .expect("GPU error list poisoned")
+                    .push(e.to_string());
+            }));
         Ok(Engine {
             ctx,
             target: None,
             assistant: None,
+            gpu_errors,
         })
+    }
+
+    /// Fails with the device's first reported error, if any (and forgets them all).
+    fn check_gpu_errors(&self) -> Result<()> {
+        let errors = std::mem::take(&mut *self.gpu_errors.lock().expect("GPU error list poisoned"));
+        match errors.first() {
+            None => Ok(()),
+            Some(first) => bail!(
+                "the GPU device reported {} error(s); the output cannot be trusted. First: {first}",
+                errors.len()
+            ),
+        }
     }
 
     pub fn device_info(&self) -> DeviceInfo {
@@ -369,6 +396,7 @@ impl Engine {
         );
         let parts = (tokenizer, eos_ids, options.dtype.clone(), description);
         self.install_target(&ck, spec, model_options, parts, start)?;
+        self.check_gpu_errors()?;
         self.model_info()
     }
 
@@ -399,6 +427,7 @@ impl Engine {
         };
         let spec = parse_assistant_config(&source.config_json())?;
         self.install_assistant(&source, spec)?;
+        self.check_gpu_errors()?;
         self.model_info()
     }
 
@@ -450,6 +479,7 @@ impl Engine {
         request: &GenerateRequest,
         on_token: &mut dyn FnMut(&TokenEvent) -> bool,
     ) -> Result<GenerateResult> {
+        self.check_gpu_errors()?;
         let target = self
             .target
             .as_mut()
@@ -465,11 +495,21 @@ impl Engine {
             },
             stop_ids: target.stop_ids.clone(),
         };
+        let gpu_errors = self.gpu_errors.clone();
         let mut stream = target.tokenizer.as_ref().map(TextStream::new);
         let mut stream_error = None;
         let mut stopped_early = false;
         let mut index = 0;
         let mut forward = |id: u32| {
+            // The token came from a readback; errors of the work before it have been
+            // delivered by now.
+            if !gpu_errors
+                .lock()
+                .expect("GPU error list poisoned")
+                .is_empty()
+            {
+                return false;
+            }
             let text = match stream.as_mut().map(|s| s.push(id)).transpose() {
                 Ok(piece) => piece.flatten(),
                 Err(e) => {
@@ -514,9 +554,11 @@ impl Engine {
             .await?;
             (tokens, Stats::plain(target.load_ms, &stats))
         };
+        self.check_gpu_errors()?;
         if let Some(e) = stream_error {
             return Err(e.into());
         }
+        let target = self.target()?;
         let text = target
             .tokenizer
             .as_ref()
