@@ -231,7 +231,8 @@ fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
         let json = h.to_string();
         let len = json.len().div_ceil(8) * 8;
         let mut b = (len as u64).to_le_bytes().to_vec();
-        b.extend(format!("{json:len$}").as_bytes());
+        b.extend(json.as_bytes());
+        b.resize(8 + len, b' ');
         b.extend(&bytes[8 + n..]);
         write(name, &b)
     };

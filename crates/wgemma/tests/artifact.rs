@@ -285,7 +285,8 @@ fn edit_header(
     let json = serde_json::Value::Object(header).to_string();
     let len = json.len().div_ceil(8) * 8;
     let mut out = (len as u64).to_le_bytes().to_vec();
-    out.extend(format!("{json:len$}").as_bytes());
+    out.extend(json.as_bytes());
+    out.resize(8 + len, b' ');
     out.extend(&bytes[8 + n..]);
     out
 }

@@ -66,6 +66,14 @@ fn header_json(tensors: &[StoredTensor], metadata: &BTreeMap<String, String>) ->
     serde_json::Value::Object(header).to_string()
 }
 
+/// `json` padded with spaces to `len` bytes (a format width would be limited to 2^16).
+fn padded(json: &str, len: usize) -> String {
+    let mut s = String::with_capacity(len);
+    s.push_str(json);
+    s.extend(std::iter::repeat_n(' ', len.saturating_sub(json.len())));
+    s
+}
+
 impl<W: Write + Seek> TensorWriter<W> {
     /// Writes the header with `metadata`. The final metadata given to
     /// [`TensorWriter::finish`] must serialise no longer than this one: reserve its
@@ -87,7 +95,7 @@ impl<W: Write + Seek> TensorWriter<W> {
         let json = header_json(&tensors, metadata);
         let reserved = json.len().div_ceil(8) * 8;
         sink.write_all(&(reserved as u64).to_le_bytes())
-            .and_then(|_| sink.write_all(format!("{json:reserved$}").as_bytes()))
+            .and_then(|_| sink.write_all(padded(&json, reserved).as_bytes()))
             .map_err(|e| io("writing the header", e))?;
         let mut w = TensorWriter {
             sink,
@@ -183,7 +191,7 @@ impl<W: Write + Seek> TensorWriter<W> {
         let reserved = self.reserved;
         self.sink
             .seek(SeekFrom::Start(8))
-            .and_then(|_| self.sink.write_all(format!("{json:reserved$}").as_bytes()))
+            .and_then(|_| self.sink.write_all(padded(&json, reserved).as_bytes()))
             .and_then(|_| self.sink.seek(SeekFrom::End(0)))
             .and_then(|_| self.sink.flush())
             .map_err(|e| io("rewriting the header", e))?;
@@ -234,6 +242,29 @@ mod tests {
         assert_eq!(st.tensor("b").unwrap().data(), &[9, 8, 7, 6, 5]);
         let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
         assert_eq!(meta.metadata().as_ref().unwrap()["sum"], checksum(&a));
+    }
+
+    #[test]
+    fn headers_beyond_64_kib_are_written_whole() {
+        let tensors: Vec<StoredTensor> = (0..3000)
+            .map(|i| StoredTensor {
+                name: format!("model.layers.{i}.a_long_enough_tensor_name.weight"),
+                dtype: Dtype::F32,
+                shape: vec![1],
+            })
+            .collect();
+        let mut w = TensorWriter::begin(
+            std::io::Cursor::new(Vec::new()),
+            tensors.clone(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
+        for t in &tensors {
+            w.write(&t.name, &[0; 4]).unwrap();
+        }
+        let bytes = w.finish(|_| BTreeMap::new()).unwrap().into_inner();
+        assert!(u64::from_le_bytes(bytes[..8].try_into().unwrap()) > 1 << 16);
+        assert_eq!(SafeTensors::deserialize(&bytes).unwrap().len(), 3000);
     }
 
     #[test]
