@@ -1,0 +1,195 @@
+// Real-browser tests: headless Chromium (Debian's, WebGPU on SwiftShader) driven by
+// Playwright against the demo page served on 127.0.0.1.
+//
+// 1. Golden fixtures: the page loads a checkpoint (and its MTP assistant) by URL; plain and
+//    speculative greedy generation must give the token ids the native build gives for the
+//    same inputs (`wgemma generate --json`, run here on this machine's Vulkan adapter).
+// 2. The built-in demo model, through the page's own controls (prompt box, speculative
+//    toggle, Generate), must stream the tokens `wgemma demo --json` prints.
+// 3. Without --enable-unsafe-webgpu the page must show a WebGpuUnavailable error.
+//
+//   node tools/browser/test.mjs [--cli PATH]   (default target/release/wgemma; built by test.sh)
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startServer } from './serve.mjs';
+
+const repoRoot = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+const fixtures = join(repoRoot, 'crates/wgemma/tests/data/golden');
+const cliArg = process.argv.indexOf('--cli');
+const cli = cliArg > 0 ? process.argv[cliArg + 1] : join(repoRoot, 'target/release/wgemma');
+const chromiumPath = process.env.WGEMMA_CHROMIUM ?? '/usr/bin/chromium';
+const NEW_TOKENS = 24;
+/** The demo model decodes ~0.5 tok/s on SwiftShader: fewer tokens keep the run short. */
+const DEMO_TOKENS = 12;
+/** SwiftShader compiles every pipeline on first use: the first generation takes a while. */
+const STEP_TIMEOUT_MS = 300_000;
+
+// Flags from BROWSER.md: no network chatter, a fresh profile; WebGPU only with the unsafe flag.
+const BASE_FLAGS = [
+  '--headless=new', '--no-sandbox', '--disable-gpu-sandbox', '--disable-quic',
+  '--no-first-run', '--disable-background-networking', '--disable-component-update',
+  '--disable-sync',
+];
+
+const failures = [];
+function check(ok, what, detail = '') {
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${what}${detail ? `: ${detail}` : ''}`);
+  if (!ok) failures.push(what);
+}
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+/** `wgemma generate --json` on this machine: the native build's tokens and stats. */
+function native(model, assistant, promptIds) {
+  const args = ['generate', '--model', join(fixtures, model), '--prompt-ids', promptIds.join(','),
+    '--max-new-tokens', String(NEW_TOKENS), '--json'];
+  if (assistant) args.push('--assistant', join(fixtures, assistant), '--draft-tokens', '2');
+  const out = execFileSync(cli, args, { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } });
+  return JSON.parse(out.trim().split('\n').pop());
+}
+
+async function launch(webgpu) {
+  const profile = mkdtempSync(join(tmpdir(), 'wgemma-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    headless: true,
+    args: [...(webgpu ? ['--enable-unsafe-webgpu'] : []), ...BASE_FLAGS],
+  });
+  return { context, close: async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); } };
+}
+
+/** Opens the page and waits until it is ready (model loaded) or shows an error. */
+async function openPage(context, url) {
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.log(`  page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().includes('404')) console.log(`  console: ${m.text()}`);
+  });
+  await page.goto(url);
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state),
+    null, { timeout: STEP_TIMEOUT_MS });
+  return page;
+}
+
+/** Greedy generation through the page's session (the JS API the page uses). */
+function generateInPage(page, request) {
+  return page.evaluate(async (request) => {
+    try {
+      return await window.wgemmaPage.session.generate(request);
+    } catch (e) {
+      return { error: `${e.name}: ${e.message}` };
+    }
+  }, request);
+}
+
+const rate = (s) => `decode ${s.decodeTokensPerS.toFixed(1)} tok/s, ttft ${s.ttftMs.toFixed(0)} ms`;
+const nativeRate = (s) => `decode ${s.decode_tokens_per_s.toFixed(1)} tok/s, ttft ${s.ttft_ms.toFixed(0)} ms`;
+
+/** Fixture: load by URL in the page, compare plain and speculative tokens with native. */
+async function fixtureCase(context, base, target, assistant, promptIndex) {
+  const expected = JSON.parse(readFileSync(join(fixtures, target, 'expected.json'), 'utf8'));
+  const prompt = expected.prompts[promptIndex].prompt;
+  const name = `${target}+${assistant} p${promptIndex} (${prompt.length} prompt tokens)`;
+  const page = await openPage(context, `${base}/web/?model=/fixtures/${target}&assistant=/fixtures/${assistant}`);
+  const state = await page.evaluate(() => ({ state: document.body.dataset.state, error: window.wgemmaPage.error }));
+  check(state.state === 'ready', `${name}: page loads the checkpoint and assistant by URL`, JSON.stringify(state.error ?? ''));
+  if (state.state !== 'ready') return;
+  for (const speculative of [false, true]) {
+    const mode = speculative ? 'speculative' : 'plain';
+    const want = native(target, speculative ? assistant : null, prompt);
+    const got = await generateInPage(page, { promptIds: prompt, maxNewTokens: NEW_TOKENS, speculative, draftTokens: 2 });
+    check(!got.error && same(got.tokens, want.tokens), `${name}: ${mode} greedy tokens equal native`,
+      got.error ?? `browser ${JSON.stringify(got.tokens)} vs native ${JSON.stringify(want.tokens)}`);
+    if (got.error) continue;
+    if (speculative) {
+      check(got.stats.drafted === want.stats.drafted && got.stats.accepted === want.stats.accepted,
+        `${name}: same drafts accepted as native`, `${got.stats.accepted}/${got.stats.drafted} vs ${want.stats.accepted}/${want.stats.drafted}`);
+    }
+    console.log(`     ${mode}: browser ${rate(got.stats)} | native ${nativeRate(want.stats)}`);
+  }
+  await page.close();
+}
+
+/** The demo model through the page's controls, against `wgemma demo --json`. */
+async function demoCase(context, base) {
+  const want = JSON.parse(execFileSync(cli, ['demo', '--json', '--max-new-tokens', String(DEMO_TOKENS)],
+    { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } }).trim().split('\n').pop());
+  const page = await openPage(context, `${base}/web/`);
+  const model = await page.evaluate(() => window.wgemmaPage.model);
+  check(model?.description.startsWith('built-in demo'), 'demo page loads the built-in demo model with no model given',
+    JSON.stringify(model));
+  if (!model) return;
+  check(same(await page.evaluate(() => window.wgemmaPage.lastResult), null), 'nothing generated before Generate is clicked');
+  await page.fill('#max-new', String(DEMO_TOKENS));
+  for (const speculative of [false, true]) {
+    const mode = speculative ? 'speculative' : 'plain';
+    await page.setChecked('#speculative', speculative);
+    const before = await page.evaluate(() => window.wgemmaPage.results.length);
+    await page.click('#generate');
+    await page.waitForFunction((n) => window.wgemmaPage.results.length > n || window.wgemmaPage.error,
+      before, { timeout: STEP_TIMEOUT_MS });
+    const { result, output, stats, error } = await page.evaluate(() => ({
+      result: window.wgemmaPage.lastResult,
+      output: document.getElementById('output').textContent,
+      stats: document.getElementById('stats').textContent,
+      error: window.wgemmaPage.error,
+    }));
+    const wantTokens = want[mode].tokens;
+    check(!error && same(result.tokens, wantTokens), `demo page: ${mode} tokens equal \`wgemma demo\``,
+      error ? JSON.stringify(error) : `browser ${JSON.stringify(result.tokens)} vs native ${JSON.stringify(wantTokens)}`);
+    if (error) continue;
+    check(output === wantTokens.join(' '), `demo page: ${mode} output streamed into the page`, output.slice(0, 80));
+    check(stats.includes('tok/s') && (speculative === stats.includes('acceptance')),
+      `demo page: ${mode} stats shown`, stats.slice(0, 120));
+    console.log(`     ${mode}: browser ${rate(result.stats)} | native ${nativeRate(want[mode].stats)}`);
+  }
+  await page.close();
+}
+
+/** Without the flag there is no WebGPU adapter: the page must say so, visibly. */
+async function noWebGpuCase(base) {
+  const browser = await launch(false);
+  try {
+    const page = await openPage(browser.context, `${base}/web/`);
+    const shown = await page.evaluate(() => {
+      const box = document.getElementById('error');
+      return {
+        state: document.body.dataset.state,
+        visible: box.offsetParent !== null && getComputedStyle(box).display !== 'none',
+        text: box.textContent,
+        name: box.dataset.name,
+      };
+    });
+    check(shown.state === 'error' && shown.visible && shown.name === 'WebGpuUnavailable'
+      && shown.text.includes('WebGPU is unavailable'),
+      'without --enable-unsafe-webgpu the page shows a WebGpuUnavailable error', shown.text);
+  } finally {
+    await browser.close();
+  }
+}
+
+const server = await startServer(0);
+const base = `http://127.0.0.1:${server.address().port}`;
+const started = Date.now();
+try {
+  const browser = await launch(true);
+  try {
+    const page = await openPage(browser.context, `${base}/web/?model=/fixtures/none`);
+    const device = await page.evaluate(() => window.wgemmaPage.device);
+    console.log(`adapter: ${JSON.stringify(device)}`);
+    await page.close();
+    await fixtureCase(browser.context, base, 'e2b_like', 'e2b_like_assistant', 1);
+    await fixtureCase(browser.context, base, 'dense_kv', 'dense_kv_assistant', 0);
+    await demoCase(browser.context, base);
+  } finally {
+    await browser.close();
+  }
+  await noWebGpuCase(base);
+} finally {
+  server.close();
+}
+console.log(`browser tests: ${failures.length === 0 ? 'all passed' : `${failures.length} failed`} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+process.exit(failures.length === 0 ? 0 : 1);
