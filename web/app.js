@@ -1,5 +1,6 @@
 // The demo page: opens WebGPU through the wasm package, loads the built-in demo model (or
-// the checkpoint named by ?model=DIR&assistant=DIR, or files the user picks), streams
+// the checkpoint named by ?model=DIR&assistant=DIR, the artifact named by ?artifact=URL,
+// or files the user picks), streams
 // generated tokens into the page and shows the stats. Tests read window.wgemmaPage and
 // document.body.dataset.state (starting | loading | ready | generating | error).
 import init, { Session } from './pkg/wgemma_web.js';
@@ -110,6 +111,11 @@ function checkpointFiles(fileList, what) {
 }
 
 async function loadFiles() {
+  const artifact = $('artifact-file').files[0];
+  if (artifact) {
+    await load(artifact.name, () => page.session.loadArtifact(artifact));
+    return;
+  }
   const modelFiles = $('model-files').files;
   const assistantFiles = $('assistant-files').files;
   await load('the chosen checkpoint', async () => {
@@ -215,7 +221,9 @@ async function main() {
     `${mib(info.maxStorageBufferBindingSize)}, buffers up to ${mib(info.maxBufferSize)}; ` +
     `features: ${info.features.join(', ') || 'none'}`;
   const params = new URLSearchParams(location.search);
-  if (params.get('model')) await load(params.get('model'), () => loadFromParams(params));
+  if (params.get('artifact')) {
+    await load(params.get('artifact'), () => page.session.loadArtifactFromUrl(params.get('artifact')));
+  } else if (params.get('model')) await load(params.get('model'), () => loadFromParams(params));
   else await load('the demo model', () => page.session.loadDemo());
 }
 

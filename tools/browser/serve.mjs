@@ -34,7 +34,9 @@ function resolvePath(urlPath) {
   return null;
 }
 
-export function startServer(port = 8080) {
+/** `extraMounts`: more URL prefix -> directory pairs (the tests serve a temp dir). */
+export function startServer(port = 8080, extraMounts = {}) {
+  Object.assign(mounts, extraMounts);
   const server = createServer((req, res) => {
     const path = new URL(req.url, 'http://127.0.0.1').pathname;
     if (path === '/' || path === '/web') {

@@ -6,7 +6,9 @@
 //    same inputs (`wgemma generate --json`, run here on this machine's Vulkan adapter).
 // 2. The built-in demo model, through the page's own controls (prompt box, speculative
 //    toggle, Generate), must stream the tokens `wgemma demo --json` prints.
-// 3. Without --enable-unsafe-webgpu the page must show a WebGpuUnavailable error.
+// 3. A model artifact (`wgemma convert`, target + assistant in one file) loaded by URL
+//    gives the native build's tokens from the same file, plain and speculative.
+// 4. Without --enable-unsafe-webgpu the page must show a WebGpuUnavailable error.
 //
 //   node tools/browser/test.mjs [--cli PATH]   (default target/release/wgemma; built by test.sh)
 import { execFileSync } from 'node:child_process';
@@ -113,6 +115,30 @@ async function fixtureCase(context, base, target, assistant, promptIndex) {
   await page.close();
 }
 
+/** An artifact (`wgemma convert` of a fixture and its assistant) loaded by URL in the page:
+ * plain and speculative tokens equal native generation from the same artifact file. */
+async function artifactCase(context, base, artifactDir) {
+  const file = join(artifactDir, 'e2b_like.q4.wgemma');
+  execFileSync(cli, ['convert', '--model', join(fixtures, 'e2b_like'), '--assistant',
+    join(fixtures, 'e2b_like_assistant'), '--out', file], { env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } });
+  const prompt = JSON.parse(readFileSync(join(fixtures, 'e2b_like', 'expected.json'), 'utf8')).prompts[0].prompt;
+  const page = await openPage(context, `${base}/web/?artifact=/artifacts/e2b_like.q4.wgemma`);
+  const state = await page.evaluate(() => ({ state: document.body.dataset.state, error: window.wgemmaPage.error, model: window.wgemmaPage.model }));
+  check(state.state === 'ready' && state.model.hasAssistant, 'artifact: page loads target and assistant from one file by URL',
+    JSON.stringify(state.error ?? state.model?.description));
+  if (state.state !== 'ready') return;
+  for (const speculative of [false, true]) {
+    const mode = speculative ? 'speculative' : 'plain';
+    const args = ['generate', '--model', file, '--prompt-ids', prompt.join(','), '--max-new-tokens', String(NEW_TOKENS), '--json'];
+    if (speculative) args.push('--assistant', file, '--draft-tokens', '2');
+    const want = JSON.parse(execFileSync(cli, args, { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } }).trim().split('\n').pop());
+    const got = await generateInPage(page, { promptIds: prompt, maxNewTokens: NEW_TOKENS, speculative, draftTokens: 2 });
+    check(!got.error && same(got.tokens, want.tokens), `artifact: ${mode} greedy tokens equal native`,
+      got.error ?? `browser ${JSON.stringify(got.tokens)} vs native ${JSON.stringify(want.tokens)}`);
+  }
+  await page.close();
+}
+
 /** The demo model through the page's controls, against `wgemma demo --json`. */
 async function demoCase(context, base) {
   const want = JSON.parse(execFileSync(cli, ['demo', '--json', '--max-new-tokens', String(DEMO_TOKENS)],
@@ -171,7 +197,8 @@ async function noWebGpuCase(base) {
   }
 }
 
-const server = await startServer(0);
+const artifactDir = mkdtempSync(join(tmpdir(), 'wgemma-artifacts-'));
+const server = await startServer(0, { '/artifacts/': artifactDir });
 const base = `http://127.0.0.1:${server.address().port}`;
 const started = Date.now();
 try {
@@ -183,6 +210,7 @@ try {
     await page.close();
     await fixtureCase(browser.context, base, 'e2b_like', 'e2b_like_assistant', 1);
     await fixtureCase(browser.context, base, 'dense_kv', 'dense_kv_assistant', 0);
+    await artifactCase(browser.context, base, artifactDir);
     await demoCase(browser.context, base);
   } finally {
     await browser.close();
@@ -190,6 +218,7 @@ try {
   await noWebGpuCase(base);
 } finally {
   server.close();
+  rmSync(artifactDir, { recursive: true, force: true });
 }
 console.log(`browser tests: ${failures.length === 0 ? 'all passed' : `${failures.length} failed`} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
 process.exit(failures.length === 0 ? 0 : 1);

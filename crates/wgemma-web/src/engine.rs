@@ -7,17 +7,18 @@ use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use web_time::Instant;
+use wgemma::artifact::{self, Artifact, LoadHooks, Which};
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::checkpoint::{Checkpoint, WeightSource};
+use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::generate::{generate, GenerateOptions, GenerateStats};
+use wgemma::model::parse_config;
 use wgemma::model::sampling::SamplingParams;
 use wgemma::model::speculative::{generate_speculative, SpeculativeOptions, SpeculativeStats};
 use wgemma::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
 use wgemma::model::tokenizer::{TextStream, Tokenizer};
 use wgemma::model::weights::WeightFormat;
-use wgemma::model::{parse_config, ModelSpec};
 use wgemma::ops::opset::OpSet;
 
 /// The files of a Hugging Face checkpoint, as bytes (the browser fetched or read them).
@@ -61,6 +62,27 @@ impl LoadOptions {
             prefill_chunk: self.prefill_chunk,
             ..ModelOptions::default()
         })
+    }
+}
+
+/// How to load an artifact (its weights are in their stored format already).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ArtifactOptions {
+    pub context: usize,
+    pub prefill_chunk: usize,
+    /// Check every tensor's XXH3 checksum as it is read (default true).
+    pub verify: bool,
+}
+
+impl Default for ArtifactOptions {
+    fn default() -> Self {
+        let d = LoadOptions::default();
+        ArtifactOptions {
+            context: d.context,
+            prefill_chunk: d.prefill_chunk,
+            verify: true,
+        }
     }
 }
 
@@ -335,9 +357,7 @@ impl Engine {
 
     fn install_target(
         &mut self,
-        source: &dyn WeightSource,
-        spec: ModelSpec,
-        options: ModelOptions,
+        load: impl FnOnce(&GpuContext) -> Result<Model>,
         parts: (Option<Tokenizer>, Vec<u32>, String, String),
         start: Instant,
     ) -> Result<()> {
@@ -345,7 +365,7 @@ impl Engine {
         self.assistant = None;
         self.target = None;
         let (tokenizer, eos_ids, dtype, description) = parts;
-        let model = Model::load(&self.ctx, source, spec, options, &mut |_, _| {})?;
+        let model = load(&self.ctx)?;
         let stop_ids = match &tokenizer {
             Some(t) => t.stop_ids(&eos_ids),
             None => eos_ids,
@@ -395,7 +415,70 @@ impl Engine {
             c.num_hidden_layers, c.hidden_size, c.vocab_size, options.dtype
         );
         let parts = (tokenizer, eos_ids, options.dtype.clone(), description);
-        self.install_target(&ck, spec, model_options, parts, start)?;
+        let load =
+            |ctx: &GpuContext| Ok(Model::load(ctx, &ck, spec, model_options, &mut |_, _| {})?);
+        self.install_target(load, parts, start)?;
+        self.check_gpu_errors()?;
+        self.model_info()
+    }
+
+    /// Loads a model artifact (`wgemma convert`): the target, and its assistant when the
+    /// artifact holds one. Weights are stored in their GPU layout already (no dtype choice);
+    /// checksums are verified unless `options.verify` is false.
+    pub fn load_artifact(&mut self, bytes: &[u8], options: &ArtifactOptions) -> Result<ModelInfo> {
+        let start = Instant::now();
+        let art = Artifact::parse(bytes).context("artifact")?;
+        let m = art.manifest();
+        let tokenizer = art
+            .tokenizer_json(Which::Target)?
+            .map(Tokenizer::from_bytes)
+            .transpose()
+            .context("the tokenizer stored in the artifact")?;
+        let mut eos_ids = m
+            .target
+            .generation_config
+            .as_ref()
+            .map(eos_ids_of)
+            .unwrap_or_default();
+        if eos_ids.is_empty() {
+            eos_ids = art.target_spec().eos_ids();
+        }
+        let model_options = ModelOptions {
+            format: art.format(),
+            max_context: options.context,
+            prefill_chunk: options.prefill_chunk,
+            ..ModelOptions::default()
+        };
+        let c = &art.target_spec().config;
+        let dtype = m.quant.describe();
+        let description = format!(
+            "Gemma 4 artifact ({} layers, hidden {}, vocab {}{}), {dtype}",
+            c.num_hidden_layers,
+            c.hidden_size,
+            c.vocab_size,
+            if art.assistant_spec().is_some() {
+                ", with its MTP assistant"
+            } else {
+                ""
+            },
+        );
+        let verify = options.verify;
+        let load = |ctx: &GpuContext| {
+            let hooks = LoadHooks {
+                verify,
+                progress: &mut |_, _| {},
+                release: &|_| {},
+            };
+            Ok(artifact::load_target(ctx, &art, model_options, hooks)?)
+        };
+        self.install_target(load, (tokenizer, eos_ids, dtype, description), start)?;
+        if art.assistant_spec().is_some() {
+            let target = self.target()?;
+            let assistant =
+                artifact::load_assistant(&self.ctx, &art, &target.model, verify, &|_| {})
+                    .context("loading the artifact's assistant")?;
+            self.assistant = Some(assistant);
+        }
         self.check_gpu_errors()?;
         self.model_info()
     }
@@ -420,7 +503,16 @@ impl Engine {
         let eos_ids = spec.eos_ids();
         let weights = SyntheticWeights { seed: options.seed };
         let parts = (None, eos_ids, options.dtype.clone(), description);
-        self.install_target(&weights, spec, model_options, parts, start)?;
+        let load = |ctx: &GpuContext| {
+            Ok(Model::load(
+                ctx,
+                &weights,
+                spec,
+                model_options,
+                &mut |_, _| {},
+            )?)
+        };
+        self.install_target(load, parts, start)?;
         let source = SyntheticAssistant {
             target_seed: options.seed,
             seed: options.seed.wrapping_add(1),
@@ -602,7 +694,11 @@ fn prompt_ids(request: &GenerateRequest, tokenizer: Option<&Tokenizer>) -> Resul
 /// EOS ids named by generation_config.json (a number or an array), as the CLI reads them.
 fn generation_eos_ids(json: &str) -> Result<Vec<u32>> {
     let v: serde_json::Value = serde_json::from_str(json).context("generation_config.json")?;
-    Ok(match v.get("eos_token_id") {
+    Ok(eos_ids_of(&v))
+}
+
+fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
+    match generation_config.get("eos_token_id") {
         Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
         Some(serde_json::Value::Array(a)) => a
             .iter()
@@ -610,5 +706,5 @@ fn generation_eos_ids(json: &str) -> Result<Vec<u32>> {
             .map(|v| v as u32)
             .collect(),
         _ => Vec::new(),
-    })
+    }
 }

@@ -1,5 +1,6 @@
-//! The JS API (wasm-bindgen): `Session.create()` on `navigator.gpu`, model and assistant
-//! loading from bytes, Blobs/Files, Responses or URLs, streaming generation, abort and
+//! The JS API (wasm-bindgen): `Session.create()` on `navigator.gpu`, loading a checkpoint
+//! (config + safetensors + tokenizer), a model artifact or an assistant from bytes,
+//! Blobs/Files, Responses or URLs, streaming generation, abort and
 //! stats. Every method that does GPU or network work returns a Promise; errors are `Error`
 //! objects whose `name` says what kind they are (`WebGpuUnavailable`, `WgemmaBusy`,
 //! `WgemmaError`).
@@ -9,7 +10,8 @@
 //! (that would make `abort()` throw), and two operations must not interleave on one model.
 
 use crate::engine::{
-    CheckpointFiles, DemoOptions, DeviceInfo, Engine, GenerateRequest, LoadOptions, ModelInfo,
+    ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, Engine, GenerateRequest,
+    LoadOptions, ModelInfo,
 };
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use serde::de::DeserializeOwned;
@@ -46,6 +48,13 @@ export interface LoadOptions {
   context?: number;
   /** Rows per prefill forward; default 64. */
   prefillChunk?: number;
+}
+export interface ArtifactOptions {
+  /** KV cache positions; default 4096. */
+  context?: number;
+  prefillChunk?: number;
+  /** Check every tensor's checksum while loading (default true). */
+  verify?: boolean;
 }
 export interface DemoOptions { seed?: number; dtype?: string; context?: number; }
 export interface GenerateRequest {
@@ -303,6 +312,27 @@ impl Session {
         self.load_checkpoint(urls, options, true)
     }
 
+    /// Loads a model artifact (`wgemma convert`: one file, weights in GPU layout, with its
+    /// assistant when converted with one) from bytes, a Blob/File or a Response.
+    #[wasm_bindgen(js_name = loadArtifact, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_artifact(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "FileSource")] file: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "ArtifactOptions | undefined")] options: JsValue,
+    ) -> Promise {
+        self.load_artifact_file(file, options, false)
+    }
+
+    /// Loads a model artifact from a URL.
+    #[wasm_bindgen(js_name = loadArtifactFromUrl, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_artifact_from_url(
+        &self,
+        url: String,
+        #[wasm_bindgen(unchecked_param_type = "ArtifactOptions | undefined")] options: JsValue,
+    ) -> Promise {
+        self.load_artifact_file(url.into(), options, true)
+    }
+
     /// Loads the built-in demo: a small synthetic Gemma 4 with random weights (no tokenizer:
     /// prompts are token ids) and its MTP assistant; nothing is downloaded.
     #[wasm_bindgen(js_name = loadDemo, unchecked_return_type = "Promise<ModelInfo>")]
@@ -414,6 +444,25 @@ impl Session {
             let info = lease
                 .get()
                 .load_checkpoint(&files, &options)
+                .map_err(wgemma_error)?;
+            *shared.model.borrow_mut() = Some(info.clone());
+            to_js(&info)
+        })
+    }
+
+    fn load_artifact_file(&self, file: JsValue, options: JsValue, urls: bool) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let options: ArtifactOptions = parse_options(&options, "artifact options")?;
+            if shared.engine.borrow().is_none() {
+                return Err(busy_error());
+            }
+            let bytes = bytes(&file, "artifact", urls).await?;
+            let mut lease = EngineLease::take(&shared)?;
+            *shared.model.borrow_mut() = None;
+            let info = lease
+                .get()
+                .load_artifact(&bytes, &options)
                 .map_err(wgemma_error)?;
             *shared.model.borrow_mut() = Some(info.clone());
             to_js(&info)
