@@ -36,20 +36,58 @@ fn parse_group(s: &str) -> Result<usize, String> {
     }
 }
 
-/// SHA-256 of every file of a checkpoint directory (shards hashed on parallel threads).
+/// Drops a read-only file map's pages from this process (they stay in the page cache):
+/// converting reads every source byte once, and without this the whole checkpoint would
+/// count as resident by the end.
+fn release(map: &memmap2::Mmap, range: std::ops::Range<usize>) {
+    if range.is_empty() {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards page-table
+    // entries; a later read faults the same file bytes back in.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
+    };
+}
+
+/// Bytes of output between drops of the source pages while converting.
+const RELEASE_EVERY: u64 = 128 << 20;
+
+/// Bytes hashed between page releases.
+const HASH_PIECE: usize = 64 << 20;
+
+/// SHA-256 of every file of a checkpoint directory (shards hashed on parallel threads, a
+/// piece at a time, each piece's pages dropped after it).
 fn hash_sources(model: &str, dir: &ModelDir, extra: &[(&str, &[u8])]) -> Vec<SourceFile> {
-    let mut files: Vec<(&str, &[u8])> = extra.to_vec();
-    files.extend(dir.shards.iter().map(|(n, m)| (n.as_str(), &m[..])));
+    let mut out: Vec<SourceFile> = extra
+        .iter()
+        .map(|(name, bytes)| SourceFile::hash(model, name, bytes))
+        .collect();
     std::thread::scope(|s| {
-        let handles: Vec<_> = files
+        let handles: Vec<_> = dir
+            .shards
             .iter()
-            .map(|(name, bytes)| s.spawn(move || SourceFile::hash(model, name, bytes)))
+            .map(|(name, map)| {
+                s.spawn(move || {
+                    let pieces = (0..map.len()).step_by(HASH_PIECE).map(|start| {
+                        let range = start..(start + HASH_PIECE).min(map.len());
+                        // The previous piece is hashed by now.
+                        release(map, start.saturating_sub(HASH_PIECE)..start);
+                        &map[range]
+                    });
+                    let file = SourceFile::hash_pieces(model, name, pieces);
+                    release(map, 0..map.len());
+                    file
+                })
+            })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("hashing thread"))
-            .collect()
-    })
+        out.extend(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("hashing thread")),
+        );
+    });
+    out
 }
 
 fn input<'a>(o: &'a Opened, ck: &'a Checkpoint<'a>, model: &str) -> ConvertInput<'a> {
@@ -128,6 +166,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         let file =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let bar = bytes_bar(0, "converting");
+        let mut released_at = 0u64;
         let sink = convert(
             std::io::BufWriter::with_capacity(8 << 20, file),
             &tin,
@@ -136,6 +175,17 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             &mut |done, total| {
                 bar.set_length(total);
                 bar.set_position(done);
+                // The converter is done with the source rows it has written: every
+                // RELEASE_EVERY bytes of output, drop the pages of every shard (rows read
+                // again fault back in from the page cache).
+                if done >= released_at + RELEASE_EVERY || done == total {
+                    released_at = done;
+                    for o in [Some(&target), assistant.as_ref()].into_iter().flatten() {
+                        for (_, map) in &o.dir.shards {
+                            release(map, 0..map.len());
+                        }
+                    }
+                }
             },
         )?;
         bar.finish_and_clear();

@@ -87,12 +87,28 @@ pub struct SourceFile {
 
 impl SourceFile {
     pub fn hash(model: &str, file: &str, bytes: &[u8]) -> SourceFile {
+        SourceFile::hash_pieces(model, file, [bytes])
+    }
+
+    /// The hash of a file given as consecutive pieces (the CLI hashes a memory map a
+    /// piece at a time and drops each piece's pages after it).
+    pub fn hash_pieces<'b>(
+        model: &str,
+        file: &str,
+        pieces: impl IntoIterator<Item = &'b [u8]>,
+    ) -> SourceFile {
         use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        let mut bytes = 0u64;
+        for piece in pieces {
+            hasher.update(piece);
+            bytes += piece.len() as u64;
+        }
         SourceFile {
             model: model.into(),
             file: file.into(),
-            bytes: bytes.len() as u64,
-            sha256: hex(&sha2::Sha256::digest(bytes)),
+            bytes,
+            sha256: hex(&hasher.finalize()),
         }
     }
 }
