@@ -37,8 +37,74 @@ pub struct BenchArgs {
     /// Drafts per round of the oracle speculative run (0 = skip it).
     #[arg(long, default_value_t = 2)]
     draft_tokens: usize,
+    /// Also time every dispatch of a few decode steps and one verify forward (GPU
+    /// timestamps) and report where the time goes, by shader.
+    #[arg(long)]
+    profile: bool,
     #[arg(long)]
     json: bool,
+}
+
+/// Per-shader totals of profiled forwards.
+fn profile_forwards(
+    ctx: &GpuContext,
+    model: &mut wgemma::model::target::Model,
+    first: u32,
+    rows: usize,
+    forwards: usize,
+) -> Result<serde_json::Value> {
+    use std::collections::BTreeMap;
+    let mut by_label: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let mut total_ns = 0.0;
+    // Each forward feeds the previous one's token, at the same position.
+    let mut token = first;
+    for _ in 0..forwards {
+        let input = vec![token; rows];
+        let want = if rows == 1 {
+            Want::NextToken
+        } else {
+            Want::AllNext
+        };
+        let base = model.len();
+        token = pollster::block_on(model.forward(ctx, &input, want))?.next[0];
+        // Every profiled forward runs at the same position (the context stays as timed).
+        model.rollback(base)?;
+        for t in pollster::block_on(ctx.read_profile())? {
+            let e = by_label.entry(t.label).or_default();
+            e.0 += 1;
+            e.1 += t.nanos;
+            total_ns += t.nanos;
+        }
+    }
+    let per = forwards as f64;
+    let mut by_shader: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    for (label, (n, ns)) in &by_label {
+        let shader = label.split('[').next().unwrap_or(label).to_string();
+        let e = by_shader.entry(shader).or_default();
+        e.0 += n;
+        e.1 += ns;
+    }
+    let rank = |m: BTreeMap<String, (u64, f64)>, key: &str| {
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        v.into_iter()
+            .map(|(name, (n, ns))| {
+                serde_json::json!({
+                    key: name,
+                    "dispatches_per_forward": n as f64 / per,
+                    "us_per_forward": ns / per / 1e3,
+                    "us_per_dispatch": ns / n as f64 / 1e3,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    Ok(serde_json::json!({
+        "rows": rows,
+        "forwards": forwards,
+        "gpu_us_per_forward": total_ns / per / 1e3,
+        "by_shader": rank(by_shader, "shader"),
+        "by_dispatch": rank(by_label, "dispatch"),
+    }))
 }
 
 /// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
@@ -92,7 +158,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.prompt_len == 0 || args.gen < 2 {
         bail!("--prompt-len must be >= 1 and --gen >= 2");
     }
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let mut ctx = GpuContext::new_blocking(ContextOptions::default())?;
     if args.draft_tokens > 8 {
         bail!("--draft-tokens must be 0..=8, found {}", args.draft_tokens);
     }
@@ -139,7 +205,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .load(std::sync::atomic::Ordering::Relaxed);
 
     let t0 = Instant::now();
-    let mut next = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
+    let next = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
     let prefill_s = t0.elapsed().as_secs_f64();
 
     let (d0, s0, _) = ctx.counters().snapshot();
@@ -147,10 +213,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let t1 = Instant::now();
     let steps = args.gen - 1;
     let mut greedy = vec![next];
-    for _ in 0..steps {
-        next = pollster::block_on(model.forward(&ctx, &[next], Want::NextToken))?.next[0];
-        greedy.push(next);
-    }
+    greedy.extend(pollster::block_on(model.decode_greedy(
+        &ctx,
+        next,
+        steps,
+        &mut |_| true,
+    ))?);
     let decode_s = t1.elapsed().as_secs_f64();
     let (d1, s1, _) = ctx.counters().snapshot();
     let host_s = model.host_encode_seconds() - host0;
@@ -171,6 +239,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
             &greedy,
             args.draft_tokens,
         )?)
+    } else {
+        None
+    };
+
+    let profile = if args.profile {
+        ctx.enable_profiling()?;
+        model.reset();
+        let first = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
+        pollster::block_on(ctx.read_profile())?;
+        let decode = profile_forwards(&ctx, &mut model, first, 1, 16)?;
+        let verify = if args.draft_tokens > 0 {
+            Some(profile_forwards(
+                &ctx,
+                &mut model,
+                first,
+                args.draft_tokens + 1,
+                8,
+            )?)
+        } else {
+            None
+        };
+        Some((decode, verify))
     } else {
         None
     };
@@ -207,11 +297,43 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report["oracle_acceptance_rate"] = (o.accepted as f64 / o.drafted.max(1) as f64).into();
     }
     if args.json {
+        if let Some((decode, verify)) = profile {
+            report["profile_decode"] = decode;
+            report["profile_verify"] = verify.unwrap_or_default();
+        }
         println!("{report}");
     } else {
         for (k, v) in report.as_object().expect("object") {
             println!("{k:<28} {v}");
         }
+        if let Some((decode, verify)) = profile {
+            print_profile("decode", &decode);
+            if let Some(v) = verify {
+                print_profile("verify", &v);
+            }
+        }
     }
     Ok(())
+}
+
+fn print_profile(what: &str, p: &serde_json::Value) {
+    println!(
+        "\nprofile: {what} forward of {} rows, GPU {:.1} us per forward (mean of {})",
+        p["rows"],
+        p["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
+        p["forwards"]
+    );
+    println!(
+        "{:<28} {:>10} {:>12} {:>12}",
+        "shader", "dispatches", "us/forward", "us/dispatch"
+    );
+    for row in p["by_shader"].as_array().into_iter().flatten() {
+        println!(
+            "{:<28} {:>10.1} {:>12.1} {:>12.2}",
+            row["shader"].as_str().unwrap_or(""),
+            row["dispatches_per_forward"].as_f64().unwrap_or(0.0),
+            row["us_per_forward"].as_f64().unwrap_or(0.0),
+            row["us_per_dispatch"].as_f64().unwrap_or(0.0)
+        );
+    }
 }

@@ -150,7 +150,75 @@ fn check_greedy(name: &str, format: WeightFormat, variant: &str) {
             got.push(next);
         }
         assert_eq!(got, want, "{name} {variant} p{p}: greedy continuation");
+
+        // Pipelined decoding (next step submitted before the token is read) is identical.
+        model.reset();
+        let first = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken))
+            .unwrap()
+            .next[0];
+        let mut seen = Vec::new();
+        let rest = pollster::block_on(model.decode_greedy(
+            test_context(),
+            first,
+            want.len() - 1,
+            &mut |t| {
+                seen.push(t);
+                true
+            },
+        ))
+        .unwrap();
+        assert_eq!(rest, seen, "{name} {variant} p{p}: callback order");
+        assert_eq!(
+            [vec![first], rest].concat(),
+            want,
+            "{name} {variant} p{p}: pipelined greedy continuation"
+        );
+        assert_eq!(model.len(), prompt.len() + want.len() - 1);
     }
+}
+
+#[test]
+fn pipelined_decode_stops_where_asked_and_rolls_back_the_step_ahead() {
+    let fx = Fixture::open("e2b_like");
+    let mut model = fx.model(options(WeightFormat::F32));
+    let (prompt, info) = &fx.prompts()[0];
+    let want = ids(&info["f32"]["greedy"]);
+    let first = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken))
+        .unwrap()
+        .next[0];
+    // Stop at the third token: one more step has been submitted and must be undone.
+    let mut count = 0;
+    let got = pollster::block_on(model.decode_greedy(test_context(), first, 20, &mut |_| {
+        count += 1;
+        count < 3
+    }))
+    .unwrap();
+    assert_eq!(got, want[1..4].to_vec());
+    assert_eq!(
+        model.len(),
+        prompt.len() + 3,
+        "fed: first + 2 produced tokens"
+    );
+    // Decoding on from there continues the same greedy sequence.
+    let next = pollster::block_on(model.forward(test_context(), &[got[2]], Want::NextToken))
+        .unwrap()
+        .next[0];
+    assert_eq!(next, want[4]);
+    // A context that ends mid-run: the step that does not fit is an error only when needed.
+    let mut tight = fx.model(ModelOptions {
+        max_context: prompt.len() + 2,
+        ..options(WeightFormat::F32)
+    });
+    let first = pollster::block_on(tight.forward(test_context(), prompt, Want::NextToken))
+        .unwrap()
+        .next[0];
+    let two =
+        pollster::block_on(tight.decode_greedy(test_context(), first, 2, &mut |_| true)).unwrap();
+    assert_eq!(two, want[1..3].to_vec());
+    tight.rollback(prompt.len()).unwrap();
+    let err = pollster::block_on(tight.decode_greedy(test_context(), first, 3, &mut |_| true))
+        .unwrap_err();
+    assert!(err.to_string().contains("context length"), "{err}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The GPU context: adapter choice, device with the adapter's own limits, optional features,
 //! a pipeline cache and counters of dispatches/submits for benchmarks.
 
+use super::profile::{DispatchTime, Profiler};
 use crate::error::{Error, Result};
 use crate::registry;
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ pub struct GpuContext {
     pub features: wgpu::Features,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     counters: Counters,
+    profiler: Option<Profiler>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -123,6 +125,7 @@ impl GpuContext {
             features,
             pipelines: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            profiler: None,
         })
     }
 
@@ -170,6 +173,26 @@ impl GpuContext {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Times every dispatch from now on (benchmarks only: one timestamp per dispatch).
+    /// Needs the timestamp-query features; an error names the missing ones.
+    pub fn enable_profiling(&mut self) -> Result<()> {
+        self.profiler = Some(Profiler::new(self)?);
+        Ok(())
+    }
+
+    pub(crate) fn profiler(&self) -> Option<&Profiler> {
+        self.profiler.as_ref()
+    }
+
+    /// The dispatches submitted since the last call, with their GPU times (waits for them).
+    /// Empty when profiling is off.
+    pub async fn read_profile(&self) -> Result<Vec<DispatchTime>> {
+        match &self.profiler {
+            Some(p) => p.read(self).await,
+            None => Ok(Vec::new()),
+        }
     }
 
     /// A compute pipeline for a registered shader's entry point with override constants,

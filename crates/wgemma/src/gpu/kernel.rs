@@ -154,8 +154,9 @@ impl<'a> KernelBuilder<'a> {
 
 /// One compute pass inside a [`Step`].
 pub struct Pass<'e> {
-    pass: wgpu::ComputePass<'e>,
+    pass: wgpu::ComputePass<'static>,
     dispatches: u64,
+    profiler: Option<&'e super::profile::Profiler>,
 }
 
 impl Pass<'_> {
@@ -172,6 +173,12 @@ impl Pass<'_> {
         self.pass.set_bind_group(0, &kernel.bind_group, &[]);
         self.pass.dispatch_workgroups(grid.x, grid.y, grid.z);
         self.dispatches += 1;
+        if let Some(p) = self.profiler {
+            p.mark(
+                &mut self.pass,
+                Some(format!("{}[{}]", kernel.name, grid.count())),
+            );
+        }
     }
 }
 
@@ -203,7 +210,11 @@ impl<'c> Step<'c> {
         let mut pass = Pass {
             pass,
             dispatches: 0,
+            profiler: self.ctx.profiler(),
         };
+        if let Some(p) = pass.profiler {
+            p.mark(&mut pass.pass, None);
+        }
         record(&mut pass);
         let dispatches = pass.dispatches;
         drop(pass);
@@ -222,7 +233,12 @@ impl<'c> Step<'c> {
     /// Submits the step; returns without waiting.
     pub fn submit(self) -> wgpu::SubmissionIndex {
         self.ctx.count_submit();
-        self.ctx.queue.submit([self.encoder.finish()])
+        let mut step = self;
+        if let Some(p) = step.ctx.profiler() {
+            p.resolve(&mut step.encoder);
+        }
+        let Step { ctx, encoder } = step;
+        ctx.queue.submit([encoder.finish()])
     }
 }
 

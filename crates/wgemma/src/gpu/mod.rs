@@ -3,12 +3,14 @@
 mod context;
 mod dispatch;
 mod kernel;
+mod profile;
 mod readback;
 mod tensor;
 
 pub use context::{ContextOptions, Counters, GpuContext, OPTIONAL_FEATURES};
 pub use dispatch::{workgroups_for, Grid};
 pub use kernel::{run_kernels, Kernel, KernelBuilder, Pass, Step};
+pub use profile::{DispatchTime, MAX_PROFILE_MARKS};
 pub use readback::{
     read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, Readback,
 };

@@ -48,6 +48,17 @@ impl Readback {
 
     /// Waits for the copy recorded last and returns its bytes.
     pub async fn read_bytes(&self, ctx: &GpuContext) -> Result<Vec<u8>> {
+        self.read_bytes_of(ctx, None).await
+    }
+
+    /// Like [`Readback::read_bytes`], waiting only for `submission` (the one holding the
+    /// copy) rather than for everything submitted: work queued after it keeps the GPU busy
+    /// while the host reads.
+    pub async fn read_bytes_of(
+        &self,
+        ctx: &GpuContext,
+        submission: Option<wgpu::SubmissionIndex>,
+    ) -> Result<Vec<u8>> {
         let len = self.len.load(std::sync::atomic::Ordering::Relaxed);
         let slice = self.buffer.slice(0..len.max(4));
         let (tx, rx) = futures_channel::oneshot::channel();
@@ -56,10 +67,13 @@ impl Readback {
         });
         #[cfg(not(target_arch = "wasm32"))]
         ctx.device
-            .poll(wgpu::PollType::wait_indefinitely())
+            .poll(wgpu::PollType::Wait {
+                submission_index: submission,
+                timeout: None,
+            })
             .map_err(|e| Error::Readback(e.to_string()))?;
         #[cfg(target_arch = "wasm32")]
-        let _ = ctx;
+        let _ = (ctx, submission);
         rx.await
             .map_err(|_| Error::Readback("map_async callback dropped".into()))?
             .map_err(|e| Error::Readback(e.to_string()))?;

@@ -102,6 +102,18 @@ pub async fn generate(
         if !keep_going || options.stop_ids.contains(&next) {
             break;
         }
+        if options.sampling.is_greedy() {
+            // Greedy: the rest runs pipelined, the token ids staying on the GPU.
+            let budget = options.max_new_tokens - tokens.len();
+            let stop_ids = &options.stop_ids;
+            let rest = model
+                .decode_greedy(ctx, next, budget, &mut |t| {
+                    on_token(t) && !stop_ids.contains(&t)
+                })
+                .await?;
+            tokens.extend(rest);
+            break;
+        }
         if tokens.len() < options.max_new_tokens {
             input.clear();
             input.push(next);

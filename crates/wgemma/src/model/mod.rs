@@ -3,6 +3,7 @@
 pub mod assistant;
 pub mod checkpoint;
 pub mod config;
+mod decode;
 pub mod forward;
 pub mod generate;
 pub mod prepared;

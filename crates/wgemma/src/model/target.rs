@@ -208,7 +208,7 @@ impl Model {
         recorded
     }
 
-    fn record_rows(
+    pub(super) fn record_rows(
         &mut self,
         ctx: &GpuContext,
         step: &mut Step,
@@ -271,6 +271,10 @@ impl Model {
     /// the model was loaded.
     pub fn host_encode_seconds(&self) -> f64 {
         self.host_encode_seconds
+    }
+
+    pub(super) fn add_host_encode_seconds(&mut self, seconds: f64) {
+        self.host_encode_seconds += seconds;
     }
 
     fn validate_tokens(&self, tokens: &[u32]) -> Result<()> {
