@@ -7,6 +7,7 @@
 //! submits once and reads back what it needs (the argmax ids, or logits).
 
 use super::config::{KvSource, LayerKind, ModelSpec};
+use super::geglu_stage::{fused_geglu, fused_gelu_mul, GegluStage};
 use super::weights::{MoeWeights, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Readback, Tensor};
@@ -16,12 +17,11 @@ use crate::ops::attention::{
 };
 use crate::ops::embedding::embedding;
 use crate::ops::gather::{gather_rows, RowTable};
-use crate::ops::geglu::{geglu_fused, geglu_strided};
 use crate::ops::linear::Linear;
 use crate::ops::moe::{
     moe_expert_linear_combine, moe_expert_linear_with, moe_route, MoeEpilogue, MoeLinearOptions,
 };
-use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_with, RmsNormOptions};
+use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm, rmsnorm_with, RmsNormOptions};
 use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
 use crate::ops::softcap::softcap;
 
@@ -44,6 +44,7 @@ enum Op {
     Rope(RopeKernel),
     Append(KvAppend),
     Attention(Attention),
+    Geglu(GegluStage),
 }
 
 impl Op {
@@ -57,6 +58,7 @@ impl Op {
             Op::Attention(a) => {
                 a.record(pass, m, kv_len)?;
             }
+            Op::Geglu(g) => g.record(pass),
         }
         Ok(())
     }
@@ -94,6 +96,13 @@ struct PleActivations {
     inputs: Tensor,
     gate: Tensor,
     gated: Tensor,
+}
+
+/// The norm a layer's last residual add also computes: the next layer's input norm into
+/// `x`, or the final norm into the head's `hidden`.
+struct NextNorm<'a> {
+    weight: &'a Tensor,
+    out: &'a Tensor,
 }
 
 /// Everything one forward of M rows needs, built once.
@@ -277,16 +286,45 @@ impl ForwardPlan {
             )?));
         }
 
-        for l in &spec.layers {
+        // The final norm's output (the assistant reads it too), written by the last layer's
+        // fused residual add.
+        let hidden = match logit_rows {
+            LogitRows::None => None,
+            LogitRows::Last | LogitRows::All => Some(zeros(ctx, "hidden", &[m, hsz])?),
+        };
+        let Some(first) = spec.layers.first() else {
+            return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
+        };
+        // Each layer's last residual add also computes the next layer's input norm (or
+        // the final norm), so only the first input norm is a dispatch of its own.
+        ops.push(Op::Kernel(rmsnorm(
+            ctx,
+            &a.h,
+            Some(&weights.layers[first.index].input_layernorm),
+            &a.x,
+            eps,
+        )?));
+        for (i, l) in spec.layers.iter().enumerate() {
+            let next_norm = match (spec.layers.get(i + 1), &hidden) {
+                (Some(next), _) => Some(NextNorm {
+                    weight: &weights.layers[next.index].input_layernorm,
+                    out: &a.x,
+                }),
+                (None, Some(hidden)) => Some(NextNorm {
+                    weight: &weights.norm,
+                    out: hidden,
+                }),
+                (None, None) => None,
+            };
             Self::layer(
-                ctx, spec, l, weights, caches, shared, &a, &positions, m, eps, &mut ops,
+                ctx, spec, l, weights, caches, shared, &a, &positions, m, eps, next_norm, &mut ops,
             )?;
         }
 
-        let head = match logit_rows {
-            LogitRows::None => None,
-            LogitRows::Last | LogitRows::All => Some(Self::head(
-                ctx, spec, weights, &a.h, m, logit_rows, eps, &mut ops,
+        let head = match hidden {
+            None => None,
+            Some(hidden) => Some(Self::head(
+                ctx, spec, weights, hidden, m, logit_rows, &mut ops,
             )?),
         };
         Ok(ForwardPlan {
@@ -299,30 +337,20 @@ impl ForwardPlan {
         })
     }
 
-    /// Final norm, tied lm_head (on the last row only when only its logits are wanted),
-    /// softcap and greedy argmax.
-    #[allow(clippy::too_many_arguments)]
+    /// Tied lm_head over the final-norm output `hidden` (on the last row only when only its
+    /// logits are wanted), softcap and greedy argmax.
     fn head(
         ctx: &GpuContext,
         spec: &ModelSpec,
         weights: &Weights,
-        h: &Tensor,
+        hidden: Tensor,
         m: usize,
         logit_rows: LogitRows,
-        eps: f32,
         ops: &mut Vec<Op>,
     ) -> Result<Head> {
         let c = &spec.config;
         let (hsz, vocab) = (c.hidden_size, c.vocab_size);
         let logit_m = if logit_rows == LogitRows::All { m } else { 1 };
-        let hidden = zeros(ctx, "hidden", &[m, hsz])?;
-        ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            h,
-            Some(&weights.norm),
-            &hidden,
-            eps,
-        )?));
         let head_in = if logit_m == m {
             hidden.clone()
         } else {
@@ -362,6 +390,7 @@ impl ForwardPlan {
         positions: &Tensor,
         m: usize,
         eps: f32,
+        next_norm: Option<NextNorm>,
         ops: &mut Vec<Op>,
     ) -> Result<()> {
         let c = &spec.config;
@@ -371,14 +400,8 @@ impl ForwardPlan {
         let q = a.q.prefix_view(&[m, nh, d])?;
         let attn = a.attn.prefix_view(&[m, nh, d])?;
 
-        // Self-attention block.
-        ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            &a.h,
-            Some(&w.input_layernorm),
-            &a.x,
-            eps,
-        )?));
+        // Self-attention block (its input norm, into a.x, was fused into the previous
+        // layer's last residual add).
         ops.push(Op::Linear(w.q_proj.linear(
             ctx,
             &a.x,
@@ -474,13 +497,15 @@ impl ForwardPlan {
             &attn.reshaped(&[m, nh * d])?,
             &a.o,
         )?));
-        ops.push(Op::Kernel(rmsnorm_add(
+        // Residual add, fused with the MLP block's input norm.
+        ops.push(Op::Kernel(rmsnorm_add_norm(
             ctx,
             &a.o,
             Some(&w.post_attention_layernorm),
             &a.h,
-            &a.h,
             1.0,
+            &w.pre_feedforward_layernorm,
+            &a.x,
             eps,
         )?));
 
@@ -488,15 +513,13 @@ impl ForwardPlan {
         let i = l.intermediate_size;
         let gate_up = a.gate_up.prefix_view(&[m, 2 * i])?;
         let act = a.act.prefix_view(&[m, i])?;
-        ops.push(Op::Kernel(rmsnorm(
+        ops.push(Op::Geglu(fused_geglu(
             ctx,
-            &a.h,
-            Some(&w.pre_feedforward_layernorm),
             &a.x,
-            eps,
+            &w.gate_up_proj,
+            &act,
+            &gate_up,
         )?));
-        ops.push(Op::Linear(w.gate_up_proj.linear(ctx, &a.x, &gate_up)?));
-        ops.push(Op::Kernel(geglu_fused(ctx, &gate_up, &act)?));
         ops.push(Op::Linear(w.down_proj.linear(ctx, &act, &a.o)?));
         // With a MoE block, the FFN output is norm_1(mlp) + norm_2(experts(norm(residual))).
         let ffn_out = match (&w.moe, &a.moe) {
@@ -507,42 +530,68 @@ impl ForwardPlan {
             _ => &a.o,
         };
         // layer_scalar multiplies the whole layer output; it is fused into the last residual add.
-        let mlp_scalar = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
+        // The layer's last residual add carries the next norm (see ForwardPlan::new).
+        let last_add = |x: &Tensor, weight: &Tensor, scalar: f32| -> Result<Kernel> {
+            match &next_norm {
+                Some(next) => rmsnorm_add_norm(
+                    ctx,
+                    x,
+                    Some(weight),
+                    &a.h,
+                    scalar,
+                    next.weight,
+                    next.out,
+                    eps,
+                ),
+                None => rmsnorm_add(ctx, x, Some(weight), &a.h, &a.h, scalar, eps),
+            }
+        };
+        let Some(pw) = &w.ple else {
+            ops.push(Op::Kernel(last_add(
+                ffn_out,
+                &w.post_feedforward_layernorm,
+                w.layer_scalar,
+            )?));
+            return Ok(());
+        };
         ops.push(Op::Kernel(rmsnorm_add(
             ctx,
             ffn_out,
             Some(&w.post_feedforward_layernorm),
             &a.h,
             &a.h,
-            mlp_scalar,
+            1.0,
             eps,
         )?));
 
         // Per-layer input block (E2B/E4B).
-        if let (Some(pw), Some(pa)) = (&w.ple, &a.ple) {
-            let p = spec.ple_dim;
-            ops.push(Op::Linear(
-                pw.per_layer_input_gate.linear(ctx, &a.h, &pa.gate)?,
+        let Some(pa) = &a.ple else {
+            return Err(Error::invalid(
+                "model",
+                "per-layer-input activations",
+                "allocated with the PLE weights",
+                "none",
             ));
-            ops.push(Op::Kernel(geglu_strided(
+        };
+        {
+            let p = spec.ple_dim;
+            ops.push(Op::Geglu(fused_gelu_mul(
                 ctx,
-                &pa.gate,
+                &a.h,
+                &pw.per_layer_input_gate,
                 &pa.inputs,
                 spec.layers.len() * p,
                 l.index * p,
                 &pa.gated,
+                &pa.gate,
             )?));
             ops.push(Op::Linear(
                 pw.per_layer_projection.linear(ctx, &pa.gated, &a.o)?,
             ));
-            ops.push(Op::Kernel(rmsnorm_add(
-                ctx,
+            ops.push(Op::Kernel(last_add(
                 &a.o,
-                Some(&pw.post_per_layer_input_norm),
-                &a.h,
-                &a.h,
+                &pw.post_per_layer_input_norm,
                 w.layer_scalar,
-                eps,
             )?));
         }
         Ok(())

@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod config;
 mod decode;
 pub mod forward;
+mod geglu_stage;
 pub mod generate;
 pub mod prepared;
 pub mod sampling;

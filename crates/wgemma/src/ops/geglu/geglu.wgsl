@@ -22,19 +22,7 @@ struct Params {
 
 const WG: u32 = 256u;
 
-// tanh saturates to +-1 in f32 beyond |x| ~ 9.01, so the clamp is exact; it keeps drivers
-// that evaluate tanh as (e^2x - 1) / (e^2x + 1) from producing inf / inf = NaN.
-fn tanh_clamped(x: f32) -> f32 {
-    return tanh(clamp(x, -10.0, 10.0));
-}
-
-// Same operation order as PyTorch's CPU kernel (kBeta * (x + kKappa * x^3)).
-fn gelu_tanh(x: f32) -> f32 {
-    let k_beta = 0.7978845608028654;
-    let k_kappa = 0.044715;
-    let inner = k_beta * (x + k_kappa * (x * x * x));
-    return 0.5 * x * (1.0 + tanh_clamped(inner));
-}
+#include "gelu_tanh.wgsli"
 
 @compute @workgroup_size(WG)
 fn split(

@@ -18,13 +18,7 @@ struct Params {
 
 const WG: u32 = 256u;
 
-fn gelu_tanh(x: f32) -> f32 {
-    let k_beta = 0.7978845608028654;
-    let k_kappa = 0.044715;
-    let inner = k_beta * (x + k_kappa * (x * x * x));
-    // tanh saturates beyond |x| ~ 9; the clamp keeps (e^2x - 1) / (e^2x + 1) finite.
-    return 0.5 * x * (1.0 + tanh(clamp(inner, -10.0, 10.0)));
-}
+#include "gelu_tanh.wgsli"
 
 @compute @workgroup_size(WG)
 fn main(

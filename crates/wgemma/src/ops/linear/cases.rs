@@ -3,10 +3,15 @@
 
 use super::quant::{quantize_q4, Q4Host, Q4Weight};
 use super::reference::{linear_ref, q4_linear_ref, tolerance};
-use super::{dense_linear, q4_linear_with, LinearOptions, LinearRoute, Reduction};
+use super::{
+    dense_linear, q4_linear_fused_with, q4_linear_with, Epilogue, LinearOptions, LinearRoute,
+    Reduction,
+};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Tensor};
+use crate::harness::Check;
 use crate::harness::{Expected, OpCase, Prepared, Rng, Values};
+use crate::ops::geglu::gelu_tanh_ref;
 use rand::Rng as _;
 
 /// How a case makes its Q4 weight.
@@ -16,6 +21,16 @@ pub enum WeightData {
     Quantized,
     /// Random packed words and f16 scales directly: an E2B lm_head never exists in f32.
     RandomPacked,
+}
+
+/// A fused epilogue a case exercises (see [`Epilogue`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaseEpilogue {
+    None,
+    /// N even: y `[M, N/2]` = gelu(first half) * second half.
+    GegluPairs,
+    /// y = gelu(x W^T) * a random `other` of row stride N + 5 at offset 3.
+    GeluMul,
 }
 
 /// One Q4 linear case. The case fails if the op does not build `route` (auto-chosen unless
@@ -35,6 +50,7 @@ pub struct Q4LinearCase {
     /// keeps a benchmarked weight out of L2. `bytes_moved` counts every copy.
     pub copies: usize,
     pub weights: WeightData,
+    pub epilogue: CaseEpilogue,
 }
 
 impl Q4LinearCase {
@@ -50,6 +66,7 @@ impl Q4LinearCase {
             max_binding: None,
             copies: 1,
             weights: WeightData::Quantized,
+            epilogue: CaseEpilogue::None,
         }
     }
 
@@ -104,6 +121,11 @@ impl OpCase for Q4LinearCase {
         if self.copies > 1 {
             s.push_str(&format!(" x{} copies/run", self.copies));
         }
+        match self.epilogue {
+            CaseEpilogue::None => {}
+            CaseEpilogue::GegluPairs => s.push_str(" +geglu"),
+            CaseEpilogue::GeluMul => s.push_str(" +gelu*other"),
+        }
         s
     }
 
@@ -114,7 +136,25 @@ impl OpCase for Q4LinearCase {
             .map(|_| rng.random_range(-1.0..1.0))
             .collect();
         let tx = Tensor::from_f32(ctx, "x", &[self.m, self.k], &x)?;
-        let ty = Tensor::zeros(ctx, "y", &[self.m, self.n], DType::F32)?;
+        let y_cols = match self.epilogue {
+            CaseEpilogue::GegluPairs => self.n / 2,
+            _ => self.n,
+        };
+        let ty = Tensor::zeros(ctx, "y", &[self.m, y_cols], DType::F32)?;
+        let (other_stride, other_offset) = (self.n + 5, 3);
+        let other: Vec<f32> = (0..self.m * other_stride)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let t_other = Tensor::from_f32(ctx, "other", &[self.m, other_stride], &other)?;
+        let epilogue = match self.epilogue {
+            CaseEpilogue::None => Epilogue::None,
+            CaseEpilogue::GegluPairs => Epilogue::GegluPairs,
+            CaseEpilogue::GeluMul => Epilogue::GeluMul {
+                other: &t_other,
+                stride: other_stride,
+                offset: other_offset,
+            },
+        };
         let options = LinearOptions {
             route: self.force.then_some(self.route),
             portable: self.portable,
@@ -134,7 +174,10 @@ impl OpCase for Q4LinearCase {
                     w.chunks().len(),
                 ));
             }
-            let linear = q4_linear_with(ctx, &tx, &w, &ty, &options)?;
+            let linear = match epilogue {
+                Epilogue::None => q4_linear_with(ctx, &tx, &w, &ty, &options)?,
+                e => q4_linear_fused_with(ctx, &tx, &w, &ty, e, &options)?,
+            };
             if linear.route() != self.route {
                 return Err(Error::invalid(OP, "route", self.route, linear.route()));
             }
@@ -144,17 +187,54 @@ impl OpCase for Q4LinearCase {
             bytes_moved += w.bytes() + tx.byte_size() + ty.byte_size();
             kernels.extend(linear.into_kernels());
         }
-        let (reference, bound) = q4_linear_ref(&x, self.m, &host);
+        let (linear, bound) = q4_linear_ref(&x, self.m, &host);
+        let n = self.n;
+        let (reference, check) = match self.epilogue {
+            CaseEpilogue::None => (linear, tolerance(self.k, bound)),
+            CaseEpilogue::GegluPairs => (
+                linear
+                    .chunks(n)
+                    .flat_map(|row| (0..n / 2).map(move |j| gelu_tanh_ref(row[j]) * row[n / 2 + j]))
+                    .collect(),
+                epilogue_tolerance(self.k, bound, bound),
+            ),
+            CaseEpilogue::GeluMul => (
+                linear
+                    .chunks(n)
+                    .enumerate()
+                    .flat_map(|(m, row)| {
+                        let other = &other[m * other_stride + other_offset..];
+                        row.iter().zip(other).map(|(&v, &o)| gelu_tanh_ref(v) * o)
+                    })
+                    .collect(),
+                epilogue_tolerance(self.k, bound, 1.0),
+            ),
+        };
         Ok(Prepared {
             kernels,
             outputs: vec![Expected {
                 name: "y",
                 tensor: ty,
                 reference: Values::F32(reference),
-                check: tolerance(self.k, bound),
+                check,
             }],
             bytes_moved,
         })
+    }
+}
+
+/// gelu(a) * b with `a` off by the linear tolerance e (|a| <= bound, |b| <= b_bound): the
+/// error is at most |gelu'| e |b| + |gelu(a)| e (|gelu'| < 1.13) plus the GPU's tanh
+/// (~1e-6 relative) on values up to bound * b_bound.
+fn epilogue_tolerance(k: usize, bound: f64, b_bound: f64) -> Check {
+    let Check::Close { max_abs, nmse } = tolerance(k, bound) else {
+        unreachable!("tolerance is a Close check")
+    };
+    let e = f64::from(max_abs);
+    Check::Close {
+        max_abs: (e * (1.13 * b_bound + bound + e) + 4e-6 * bound * b_bound) as f32
+            + f32::MIN_POSITIVE,
+        nmse,
     }
 }
 
@@ -283,6 +363,32 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         c.max_binding = Some(64 * k as u64 / 2);
         c.portable = rng.random_bool(0.5);
         cases.push(boxed(c));
+    }
+    // Long rows over few rows: the matvec splits K across 2..8 units per row quad.
+    for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
+        let mut c = Q4LinearCase::new(
+            m,
+            odd(rng, 1, 200),
+            32 * rng.random_range(32..=260),
+            32,
+            route,
+        );
+        c.portable = rng.random_bool(0.5);
+        c.epilogue = [CaseEpilogue::None, CaseEpilogue::GeluMul][rng.random_range(0..2)];
+        cases.push(boxed(c));
+    }
+    // Fused GeGLU epilogues on both matvec routes and reductions.
+    for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
+        for epilogue in [CaseEpilogue::GegluPairs, CaseEpilogue::GeluMul] {
+            let g = group(rng);
+            // Pairs: an even N of any size (halves not a multiple of 16 leave partial
+            // workgroups).
+            let n = 2 * rng.random_range(1..100);
+            let mut c = Q4LinearCase::new(m, n, k_for(rng, g), g, route);
+            c.epilogue = epilogue;
+            c.portable = rng.random_bool(0.5);
+            cases.push(boxed(c));
+        }
     }
     for f16 in [false, true] {
         cases.push(Box::new(DenseLinearCase {

@@ -81,8 +81,36 @@ struct Q4Params {
     groups: u32,
     y_stride: u32,
     y_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
+    aux0: u32,
+    aux1: u32,
+}
+
+/// What a Q4 matvec writes besides the plain product: GeGLU fused into the projection
+/// that feeds it, saving a dispatch and a round trip of the pre-activation.
+#[derive(Debug, Clone, Copy)]
+pub enum Epilogue<'a> {
+    /// `y = x W^T`.
+    None,
+    /// W stacks `[gate; up]` (2I rows, gate first) and `y[m, j] = gelu_tanh(gate_j) * up_j`,
+    /// y `[M, I]` (the MLP's gate_up projection + GeGLU).
+    GegluPairs,
+    /// `y[m, n] = gelu_tanh((x W^T)[m, n]) * other[m * stride + offset + n]` (the per-layer
+    /// input gate times this layer's slice of the per-layer inputs).
+    GeluMul {
+        other: &'a Tensor,
+        stride: usize,
+        offset: usize,
+    },
+}
+
+impl Epilogue<'_> {
+    fn code(&self) -> u64 {
+        match self {
+            Epilogue::None => 0,
+            Epilogue::GegluPairs => 1,
+            Epilogue::GeluMul { .. } => 2,
+        }
+    }
 }
 
 #[repr(C)]
@@ -100,6 +128,18 @@ fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
 
 /// Checks x f32 `[.., K]` and y f32 `[.., N]` with the same leading rows; returns M.
 fn check_io(op: &'static str, x: &Tensor, y: &Tensor, n: usize, k: usize) -> Result<usize> {
+    check_io_cols(op, x, y, n, n, k)
+}
+
+/// [`check_io`] for a y of `y_cols` columns (an epilogue may halve N).
+fn check_io_cols(
+    op: &'static str,
+    x: &Tensor,
+    y: &Tensor,
+    n: usize,
+    y_cols: usize,
+    k: usize,
+) -> Result<usize> {
     for (t, name) in [(x, "x"), (y, "y")] {
         if t.dtype() != DType::F32 {
             return Err(Error::invalid(
@@ -122,11 +162,11 @@ fn check_io(op: &'static str, x: &Tensor, y: &Tensor, n: usize, k: usize) -> Res
     if m == 0 {
         return Err(Error::invalid(op, "rows M of x", ">= 1", 0));
     }
-    if y.shape().last() != Some(&n) || y.numel() != m * n {
+    if y.shape().last() != Some(&y_cols) || y.numel() != m * y_cols {
         return Err(Error::invalid(
             op,
             "shape of y",
-            format!("[{m}, {n}]"),
+            format!("[{m}, {y_cols}]"),
             format!("{:?}", y.shape()),
         ));
     }
@@ -148,15 +188,138 @@ pub fn q4_linear_with(
     y: &Tensor,
     options: &LinearOptions,
 ) -> Result<Linear> {
-    const OP: &str = "q4_linear";
-    let (n, k, group) = (w.n(), w.k(), w.group());
-    let m = check_io(OP, x, y, n, k)?;
+    build_q4(ctx, x, w, y, options, Epilogue::None)
+}
+
+/// Whether [`q4_linear_fused`] can build `epilogue` for `x` on this device: a matvec
+/// route (M = 1 or 3) is chosen, and a GeGLU-pairs weight is one chunk with an even row
+/// count of 16-row halves. Callers fall back to the linear + a separate GeGLU otherwise.
+pub fn q4_fused_available(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, epilogue: Epilogue) -> bool {
+    let m = x.numel() / w.k().max(1);
+    let (subgroup, caps) = matvec_caps(ctx, &LinearOptions::default());
+    let route = choose_q4_route(
+        Q4Shape {
+            m,
+            k: w.k(),
+            group: w.group(),
+        },
+        &caps,
+        subgroup,
+        None,
+        String::new,
+    );
+    let matvec = matches!(route, Ok(LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3));
+    let pairs_ok = match epilogue {
+        Epilogue::GegluPairs => w.chunks().len() == 1 && w.n() % 2 == 0,
+        _ => true,
+    };
+    matvec && pairs_ok
+}
+
+/// `y = epilogue(x W^T)` in the matvec kernel itself (see [`Epilogue`]); fails closed
+/// when [`q4_fused_available`] is false, naming why.
+pub fn q4_linear_fused(
+    ctx: &GpuContext,
+    x: &Tensor,
+    w: &Q4Weight,
+    y: &Tensor,
+    epilogue: Epilogue,
+) -> Result<Linear> {
+    q4_linear_fused_with(ctx, x, w, y, epilogue, &LinearOptions::default())
+}
+
+/// [`q4_linear_fused`] with explicit [`LinearOptions`] (the portable reduction in tests).
+pub fn q4_linear_fused_with(
+    ctx: &GpuContext,
+    x: &Tensor,
+    w: &Q4Weight,
+    y: &Tensor,
+    epilogue: Epilogue,
+    options: &LinearOptions,
+) -> Result<Linear> {
+    if !q4_fused_available(ctx, x, w, epilogue) {
+        return Err(Error::NoRoute {
+            op: "q4_linear",
+            shapes: format!(
+                "x {:?}, W [{}, {}] in {} chunk(s), epilogue {epilogue:?}",
+                x.shape(),
+                w.n(),
+                w.k(),
+                w.chunks().len()
+            ),
+            failed: vec![
+                "fused epilogues: need the q4_gemv or q4_linear_m3 route (M = 1 or 3) and, \
+                 for GeGLU pairs, an unsplit weight with an even row count"
+                    .into(),
+            ],
+        });
+    }
+    build_q4(ctx, x, w, y, options, epilogue)
+}
+
+/// Units of the matvec sharing one 4-row quad over parts of K (the shader's KSPLIT):
+/// doubled while the grid has fewer than 256 workgroups (about 2 per SM on large GPUs, the
+/// rest idle) and each unit keeps at least 16 vec4 words of a row. At E2B this splits
+/// o_proj (K 2048/4096 -> 1536 rows, 4/8 ways), down_proj (K 6144 -> 1536, 8 ways) and
+/// k/v_proj (1536 -> 256, 2 ways) and leaves the wide projections alone. The GeGLU-pairs epilogue maps units to gate/up rows: never split.
+fn matvec_ksplit(rows: usize, k: usize, epilogue: Epilogue) -> u32 {
+    if matches!(epilogue, Epilogue::GegluPairs) {
+        return 1;
+    }
+    let words = k / 32;
+    let mut ksplit = 1u32;
+    while ksplit < 8
+        && workgroups_for(rows as u64, MATVEC_ROWS_PER_WORKGROUP / ksplit) < 256
+        && words >= 16 * 2 * ksplit as usize
+    {
+        ksplit *= 2;
+    }
+    ksplit
+}
+
+/// (subgroup reduction usable, device caps) for the matvec routes.
+fn matvec_caps(ctx: &GpuContext, options: &LinearOptions) -> (bool, DeviceCaps) {
     let caps = DeviceCaps::of(ctx);
     // The subgroup matvec maps one 32-lane unit to one subgroup.
     let subgroup = caps.subgroups
         && caps.min_subgroup_size == 32
         && caps.max_subgroup_size == 32
         && !options.portable;
+    (subgroup, caps)
+}
+
+fn build_q4(
+    ctx: &GpuContext,
+    x: &Tensor,
+    w: &Q4Weight,
+    y: &Tensor,
+    options: &LinearOptions,
+    epilogue: Epilogue,
+) -> Result<Linear> {
+    const OP: &str = "q4_linear";
+    let (n, k, group) = (w.n(), w.k(), w.group());
+    let y_cols = match epilogue {
+        Epilogue::GegluPairs => n / 2,
+        _ => n,
+    };
+    let m = check_io_cols(OP, x, y, n, y_cols, k)?;
+    if let Epilogue::GeluMul {
+        other,
+        stride,
+        offset,
+    } = epilogue
+    {
+        let need = (m - 1) * stride + offset + n;
+        if other.dtype() != DType::F32 || other.numel() < need || stride < n {
+            return Err(Error::invalid(
+                OP,
+                "GeLU-multiply operand",
+                format!("f32 with >= {need} elements, row stride >= {n}"),
+                format!("{:?} {:?}, stride {stride}", other.dtype(), other.shape()),
+            ));
+        }
+    }
+    let (subgroup, caps) = matvec_caps(ctx, options);
     let shape = Q4Shape { m, k, group };
     let route = choose_q4_route(shape, &caps, subgroup, options.route, || {
         format!(
@@ -171,18 +334,28 @@ pub fn q4_linear_with(
         (true, false) => Reduction::Workgroup,
         (false, _) => Reduction::NotApplicable,
     };
+    let (aux0, aux1, other) = match epilogue {
+        Epilogue::None => (0, 0, x),
+        Epilogue::GegluPairs => (n / 2, 0, x),
+        Epilogue::GeluMul {
+            other,
+            stride,
+            offset,
+        } => (stride, offset, other),
+    };
     let mut kernels = Vec::with_capacity(w.chunks().len());
     for chunk in w.chunks() {
         let rows = chunk.rows.len();
+        let ksplit = matvec_ksplit(rows, k, epilogue);
         let params = Q4Params {
             m: m as u32,
             n: to_u32(OP, "rows of a chunk", rows)?,
             k: k as u32,
             groups: (k / group) as u32,
-            y_stride: n as u32,
+            y_stride: y_cols as u32,
             y_offset: chunk.rows.start as u32,
-            _pad0: 0,
-            _pad1: 0,
+            aux0: to_u32(OP, "epilogue stride", aux0)?,
+            aux1: to_u32(OP, "epilogue offset", aux1 + chunk.rows.start)?,
         };
         let builder = |shader| {
             KernelBuilder::new(ctx, shader)
@@ -200,7 +373,16 @@ pub fn q4_linear_with(
                 "q4_matvec"
             })
             .constant("MV_M", m as u64)
-            .build_1d(workgroups_for(rows as u64, MATVEC_ROWS_PER_WORKGROUP))?,
+            .constant("EPILOGUE", epilogue.code())
+            .constant("KSPLIT", u64::from(ksplit))
+            .tensor(other)
+            .build_1d(match epilogue {
+                // 16 gate rows (and their up rows) per workgroup.
+                Epilogue::GegluPairs => {
+                    workgroups_for((rows / 2) as u64, MATVEC_ROWS_PER_WORKGROUP / 2)
+                }
+                _ => workgroups_for(rows as u64, MATVEC_ROWS_PER_WORKGROUP / ksplit),
+            })?,
             LinearRoute::Q4Gemm => {
                 builder("q4_gemm").build_1d(rows.div_ceil(64) as u64 * m.div_ceil(64) as u64)?
             }

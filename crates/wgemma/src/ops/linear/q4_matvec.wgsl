@@ -40,21 +40,26 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row0 = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + (lid / LANES) * 4u;
+    let flat = wid.x + wid.y * nwg.x;
+    let unit = lid / LANES;
+    let quad = unit / KSPLIT;
+    let part = unit % KSPLIT;
+    let rows = unit_rows(flat, quad);
+    let row0 = rows.x;
     let lane = lid % LANES;
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
-    if (row0 < params.n) {
+    if (rows.z == 1u) {
         let v_row = params.k / 32u;
         let k4 = params.k / 4u;
-        // Rows past the chunk repeat the last row; their sums are never written.
-        let last = params.n - 1u;
+        // Rows past the chunk (or half) repeat its last row; their sums are never written.
+        let last = rows.y;
         let r1 = min(row0 + 1u, last);
         let r2 = min(row0 + 2u, last);
         let r3 = min(row0 + 3u, last);
-        for (var v = lane; v < v_row; v += LANES) {
+        for (var v = part * LANES + lane; v < v_row; v += LANES * KSPLIT) {
             let k0 = v * 32u;
             let w0 = packed[row0 * v_row + v];
             let w1 = packed[r1 * v_row + v];
@@ -79,21 +84,37 @@ fn main(
     red3[lid] = a3;
     workgroupBarrier();
     tree_sum(lid, lane);
-    if (lane < 4u) {
-        let n = row0 + lane;
-        if (n < params.n) {
-            let base = lid - lane;
-            var total = red0[base];
-            if (lane == 1u) {
-                total = red1[base];
+    let n = row0 + lane;
+    // The quad's first unit adds the K parts of its units (in order).
+    let keep = lane < 4u && part == 0u && rows.z == 1u && n <= rows.y;
+    var total = vec4<f32>(0.0);
+    if (keep) {
+        for (var j = 0u; j < KSPLIT; j++) {
+            let base = lid - lane + j * LANES;
+            if (lane == 0u) {
+                total += red0[base];
+            } else if (lane == 1u) {
+                total += red1[base];
             } else if (lane == 2u) {
-                total = red2[base];
-            } else if (lane == 3u) {
-                total = red3[base];
-            }
-            for (var m = 0u; m < MV_M; m++) {
-                y[m * params.y_stride + params.y_offset + n] = total[m];
+                total += red2[base];
+            } else {
+                total += red3[base];
             }
         }
+    }
+    if (EPILOGUE == 1u) {
+        // Park the totals in red0 (every read of it above is done after the barrier): no
+        // extra workgroup memory, which the 16 KiB WebGPU minimum leaves no room for.
+        workgroupBarrier();
+        if (keep) {
+            red0[unit * 4u + lane] = total;
+        }
+        workgroupBarrier();
+        let col = pair_column(flat, lid);
+        if (col.y == 1u) {
+            write_pair(col.x, red0[lid], red0[ROWS_PER_WG / 2u + lid]);
+        }
+    } else if (keep) {
+        write_row(n, total);
     }
 }

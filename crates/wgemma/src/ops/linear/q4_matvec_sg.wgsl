@@ -17,27 +17,36 @@
 
 #include "q4_matvec_common.wgsli"
 
+// Each unit's lanes 0-3 park their row totals here: EPILOGUE 1 pairs gate and up rows,
+// KSPLIT > 1 sums the K parts of a quad.
+var<workgroup> pair_totals: array<vec4<f32>, ROWS_PER_WG>;
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row0 = (wid.x + wid.y * nwg.x) * ROWS_PER_WG + (lid / LANES) * 4u;
+    let flat = wid.x + wid.y * nwg.x;
+    let unit = lid / LANES;
+    let quad = unit / KSPLIT;
+    let part = unit % KSPLIT;
+    let rows = unit_rows(flat, quad);
+    let row0 = rows.x;
     let lane = lid % LANES;
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
-    if (row0 < params.n) {
+    if (rows.z == 1u) {
         let v_row = params.k / 32u;
         let k4 = params.k / 4u;
-        // Rows past the chunk repeat the last row; their sums are never written.
-        let last = params.n - 1u;
+        // Rows past the chunk (or half) repeat its last row; their sums are never written.
+        let last = rows.y;
         let r1 = min(row0 + 1u, last);
         let r2 = min(row0 + 2u, last);
         let r3 = min(row0 + 3u, last);
-        for (var v = lane; v < v_row; v += LANES) {
+        for (var v = part * LANES + lane; v < v_row; v += LANES * KSPLIT) {
             let k0 = v * 32u;
             let w0 = packed[row0 * v_row + v];
             let w1 = packed[r1 * v_row + v];
@@ -60,20 +69,37 @@ fn main(
     let t1 = subgroupAdd(a1);
     let t2 = subgroupAdd(a2);
     let t3 = subgroupAdd(a3);
-    if (lane < 4u) {
-        let n = row0 + lane;
-        if (n < params.n) {
-            var total = t0;
-            if (lane == 1u) {
-                total = t1;
-            } else if (lane == 2u) {
-                total = t2;
-            } else if (lane == 3u) {
-                total = t3;
-            }
-            for (var m = 0u; m < MV_M; m++) {
-                y[m * params.y_stride + params.y_offset + n] = total[m];
-            }
+    let n = row0 + lane;
+    let keep = lane < 4u && rows.z == 1u && n <= rows.y;
+    var total = t0;
+    if (lane == 1u) {
+        total = t1;
+    } else if (lane == 2u) {
+        total = t2;
+    } else if (lane == 3u) {
+        total = t3;
+    }
+    if (EPILOGUE == 1u || KSPLIT > 1u) {
+        if (keep) {
+            pair_totals[unit * 4u + lane] = total;
         }
+        workgroupBarrier();
+    }
+    if (EPILOGUE == 1u) {
+        let col = pair_column(flat, lid);
+        if (col.y == 1u) {
+            write_pair(col.x, pair_totals[lid], pair_totals[ROWS_PER_WG / 2u + lid]);
+        }
+    } else if (KSPLIT > 1u) {
+        // The quad's first unit adds the parts in order.
+        if (keep && part == 0u) {
+            var sum = pair_totals[unit * 4u + lane];
+            for (var j = 1u; j < KSPLIT; j++) {
+                sum += pair_totals[(unit + j) * 4u + lane];
+            }
+            write_row(n, sum);
+        }
+    } else if (keep) {
+        write_row(n, total);
     }
 }

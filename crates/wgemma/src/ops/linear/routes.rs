@@ -55,7 +55,8 @@ impl LinearRoute {
     /// needs more than the subgroup one).
     pub(crate) fn workgroup_storage(self, subgroup: bool) -> u32 {
         match self {
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if subgroup => 0,
+            // The GeGLU-pairs epilogue's 32 parked vec4 totals.
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if subgroup => 512,
             LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => 16384,
             LinearRoute::Q4Gemm => 16384,
             LinearRoute::Q4Generic => 0,

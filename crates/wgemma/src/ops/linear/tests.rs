@@ -502,3 +502,18 @@ fn e2b_lm_head_splits_and_matches() {
     c.max_binding = Some(128 << 20);
     assert_cases_pass(&[Box::new(c) as Box<dyn OpCase>], 0..1);
 }
+
+#[test]
+fn k_split_only_where_the_grid_is_small() {
+    use super::{matvec_ksplit, Epilogue};
+    // E2B: down_proj, o_proj and k/v_proj split; the wide projections and K = 256 do not.
+    // 1536 rows: 48 workgroups unsplit; split while < 256 and >= 16 words per unit.
+    assert_eq!(matvec_ksplit(1536, 6144, Epilogue::None), 8);
+    assert_eq!(matvec_ksplit(1536, 2048, Epilogue::None), 4);
+    assert_eq!(matvec_ksplit(1536, 4096, Epilogue::None), 8);
+    assert_eq!(matvec_ksplit(256, 1536, Epilogue::None), 2);
+    assert_eq!(matvec_ksplit(12288, 1536, Epilogue::None), 1);
+    assert_eq!(matvec_ksplit(1536, 256, Epilogue::None), 1);
+    assert_eq!(matvec_ksplit(24576, 1536, Epilogue::GegluPairs), 1);
+    assert_eq!(matvec_ksplit(16, 1536, Epilogue::GegluPairs), 1);
+}

@@ -273,6 +273,78 @@ pub fn rmsnorm_with(
     builder.build_1d(rows as u64)
 }
 
+/// `residual = (residual + rmsnorm(x) * w) * layer_scalar`, then
+/// `out = rmsnorm(residual) * next_weight`, in ONE dispatch (`rmsnorm_add_norm.wgsl`): the
+/// end of one decoder block and the input norm of the next. Bit-identical to
+/// [`rmsnorm_add`] followed by [`rmsnorm`]. `out` must differ from `x` and `residual`.
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_add_norm(
+    ctx: &GpuContext,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    residual: &Tensor,
+    layer_scalar: f32,
+    next_weight: &Tensor,
+    out: &Tensor,
+    eps: f32,
+) -> Result<Kernel> {
+    // Building the add half alone validates x, weight, residual and the scalars exactly as
+    // rmsnorm_add does (plan-time only; the kernel is dropped).
+    let d = *x.shape().last().unwrap_or(&0);
+    rmsnorm_add(ctx, x, weight, residual, residual, layer_scalar, eps)?;
+    check_f32(out, "out")?;
+    check_f32(next_weight, "next_weight")?;
+    if out.numel() != x.numel() {
+        return Err(Error::invalid(
+            SHADER,
+            "element count of out",
+            x.numel(),
+            out.numel(),
+        ));
+    }
+    if next_weight.numel() != d {
+        return Err(Error::invalid(
+            SHADER,
+            "element count of next_weight",
+            d,
+            next_weight.numel(),
+        ));
+    }
+    if out.buffer() == residual.buffer() || out.buffer() == x.buffer() {
+        return Err(Error::invalid(
+            SHADER,
+            "out buffer",
+            "distinct from x and residual",
+            "shared",
+        ));
+    }
+    let dummy;
+    let w = match weight {
+        Some(w) => w,
+        None => {
+            dummy = Tensor::zeros(ctx, "rmsnorm.no_weight", &[1], DType::F32)?;
+            &dummy
+        }
+    };
+    let rows = x.numel() / d;
+    KernelBuilder::new(ctx, "rmsnorm_add_norm")
+        .uniform(&Params {
+            rows: rows as u32,
+            d: d as u32,
+            eps,
+            in_scale: 1.0,
+            out_scale: layer_scalar,
+            has_weight: weight.is_some() as u32,
+            _pad: [0; 2],
+        })
+        .tensor(residual)
+        .tensor(w)
+        .tensor(x)
+        .tensor(out)
+        .tensor(next_weight)
+        .build_1d(rows as u64)
+}
+
 /// Which buffers a harness case shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CaseMode {

@@ -13,16 +13,7 @@
 // The grid may be folded to 2-D: row = wid.x + wid.y * nwg.x, bound-checked (uniformly, so
 // the barriers stay in uniform control flow). Sums of squares in f32, tree-reduced.
 
-struct Params {
-    rows: u32,
-    d: u32,
-    eps: f32,
-    in_scale: f32,
-    out_scale: f32,
-    has_weight: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
+#include "rmsnorm_common.wgsli"
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> dst: array<f32>;
@@ -30,39 +21,11 @@ struct Params {
 @group(0) @binding(3) var<storage, read> src: array<f32>;
 @group(0) @binding(4) var<storage, read> src2: array<f32>;
 
-const WG: u32 = 256u;
-
-var<workgroup> partial: array<f32, WG>;
-
-// Sum of `v` over the workgroup; every thread gets the total.
-fn workgroup_sum(v: f32, lid: u32) -> f32 {
-    partial[lid] = v;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] = partial[lid] + partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let total = partial[0];
-    workgroupBarrier();
-    return total;
-}
-
-// 1 / sqrt(mean(v^2) + eps) for the row's (scaled) sum of squares.
-fn inv_rms(sum_sq: f32) -> f32 {
-    return inverseSqrt(sum_sq / f32(params.d) + params.eps);
-}
-
 fn w_at(k: u32) -> f32 {
     if (params.has_weight != 0u) {
         return weight[k];
     }
     return 1.0;
-}
-
-fn row_of(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wid.x + wid.y * nwg.x;
 }
 
 @compute @workgroup_size(WG)

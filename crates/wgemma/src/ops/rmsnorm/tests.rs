@@ -144,3 +144,61 @@ fn folded_grid_covers_every_row() {
         assert!(report.pass(), "{report}");
     }
 }
+
+#[test]
+fn add_norm_equals_add_then_norm_bit_for_bit() {
+    use rand::SeedableRng;
+    let ctx = test_context();
+    let mut rng = Rng::seed_from_u64(11);
+    for (rows, d, weighted, scalar) in [
+        (1, 1536, true, 1.0),
+        (3, 300, false, 0.7),
+        (2, 5376, true, 1.3),
+    ] {
+        let vals = |rng: &mut Rng, n: usize| -> Vec<f32> {
+            (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
+        };
+        let (xv, hv, w1v, w2v) = (
+            vals(&mut rng, rows * d),
+            vals(&mut rng, rows * d),
+            vals(&mut rng, d),
+            vals(&mut rng, d),
+        );
+        let x = Tensor::from_f32(ctx, "x", &[rows, d], &xv).unwrap();
+        let w1 = Tensor::from_f32(ctx, "w1", &[d], &w1v).unwrap();
+        let w2 = Tensor::from_f32(ctx, "w2", &[d], &w2v).unwrap();
+        let w1 = weighted.then_some(&w1);
+        // Fused.
+        let h_fused = Tensor::from_f32(ctx, "h", &[rows, d], &hv).unwrap();
+        let y_fused = Tensor::zeros(ctx, "y", &[rows, d], DType::F32).unwrap();
+        let fused = rmsnorm_add_norm(ctx, &x, w1, &h_fused, scalar, &w2, &y_fused, EPS).unwrap();
+        run_kernels(ctx, &[fused]);
+        // Two dispatches.
+        let h_two = Tensor::from_f32(ctx, "h", &[rows, d], &hv).unwrap();
+        let y_two = Tensor::zeros(ctx, "y", &[rows, d], DType::F32).unwrap();
+        let add = rmsnorm_add(ctx, &x, w1, &h_two, &h_two, scalar, EPS).unwrap();
+        let norm = rmsnorm(ctx, &h_two, Some(&w2), &y_two, EPS).unwrap();
+        run_kernels(ctx, &[add, norm]);
+        let read = |t: &Tensor| pollster::block_on(read_tensor_f32(ctx, t)).unwrap();
+        assert_eq!(read(&h_fused), read(&h_two), "{rows}x{d}: residual");
+        assert_eq!(read(&y_fused), read(&y_two), "{rows}x{d}: next norm");
+        // And both match the CPU reference.
+        let h_ref = rmsnorm_add_ref(&xv, d, w1.map(|_| w1v.as_slice()), &hv, EPS, 1.0, scalar);
+        let y_ref = rmsnorm_ref(&h_ref, d, Some(&w2v), EPS, 1.0, 1.0);
+        let got = read(&y_fused);
+        let err = got
+            .iter()
+            .zip(&y_ref)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(err < 1e-4, "{rows}x{d}: max err {err} vs reference");
+    }
+    // out aliasing the residual is refused.
+    let t = Tensor::zeros(ctx, "t", &[1, 8], DType::F32).unwrap();
+    let x = Tensor::zeros(ctx, "x", &[1, 8], DType::F32).unwrap();
+    let w = Tensor::zeros(ctx, "w", &[8], DType::F32).unwrap();
+    let err = rmsnorm_add_norm(ctx, &x, None, &t, 1.0, &w, &t, EPS).unwrap_err();
+    assert!(
+        err.to_string().contains("distinct from x and residual"),
+        "{err}"
+    );
+}
