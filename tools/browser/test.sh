@@ -8,6 +8,11 @@ cd "$repo_root"
 ensure_chromium
 ensure_playwright
 tools/browser/build.sh
-# The test profile: `cargo test` has built this binary already (the CLI's own tests use it).
-cargo build --locked --profile test -p wgemma-cli --bin wgemma
-node tools/browser/test.mjs --cli target/debug/wgemma
+# The native build the browser must agree with. `./dev test` passes the binary its
+# `cargo test` has just built (the CLI's own tests use it); alone, build the release one.
+cli="${WGEMMA_CLI:-}"
+if [ -z "$cli" ]; then
+    cargo build --release --locked -p wgemma-cli
+    cli=target/release/wgemma
+fi
+node tools/browser/test.mjs --cli "$cli"
