@@ -34,6 +34,10 @@ pub struct BenchArgs {
     prefill_chunk: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Acceptance rates of the oracle speculative runs (1.0 = the target's own greedy
+    /// tokens; lower = each draft replaced by a rejected token with probability 1 - p).
+    #[arg(long, value_delimiter = ',', default_value = "1.0")]
+    acceptance: Vec<f64>,
     /// Drafts per round of the oracle speculative run (0 = skip it).
     #[arg(long, default_value_t = 2)]
     draft_tokens: usize,
@@ -108,13 +112,36 @@ fn profile_forwards(
 }
 
 /// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
-/// from the plain run (acceptance ~1.0), so the cost of a verify round is measured
-/// independently of draft quality. The assistant's draft steps are not included.
+/// from the plain run, each kept with probability `acceptance` and otherwise replaced by
+/// a token the target will reject (acceptance 1.0 = every draft accepted), so the cost of
+/// a verify round is measured independently of draft quality. The assistant's draft steps
+/// are not included.
 struct OracleRun {
+    target_acceptance: f64,
     tokens_per_s: f64,
     rounds: usize,
     accepted: usize,
     drafted: usize,
+    ms_per_round: f64,
+    host_ms_per_round: f64,
+    /// Inside `Model::forward` (record, submit, wait, read back).
+    forward_ms_per_round: f64,
+}
+
+impl OracleRun {
+    fn json(&self, plain_tps: f64) -> serde_json::Value {
+        serde_json::json!({
+            "target_acceptance": self.target_acceptance,
+            "tokens_per_s": self.tokens_per_s,
+            "speedup": self.tokens_per_s / plain_tps,
+            "rounds": self.rounds,
+            "acceptance_rate": self.accepted as f64 / self.drafted.max(1) as f64,
+            "tokens_per_round": (self.accepted + self.rounds) as f64 / self.rounds.max(1) as f64,
+            "ms_per_round": self.ms_per_round,
+            "host_ms_per_round": self.host_ms_per_round,
+            "forward_ms_per_round": self.forward_ms_per_round,
+        })
+    }
 }
 
 fn oracle_rounds(
@@ -123,20 +150,37 @@ fn oracle_rounds(
     prompt: &[u32],
     greedy: &[u32],
     k: usize,
+    acceptance: f64,
 ) -> Result<OracleRun> {
+    use rand::{Rng, SeedableRng};
+    let vocab = model.spec.config.vocab_size as u32;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     model.reset();
     let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    let host0 = model.host_encode_seconds();
     let t0 = Instant::now();
     let mut committed = vec![first];
     let (mut rounds, mut accepted, mut drafted) = (0, 0, 0);
+    let mut forward_s = 0.0;
     while committed.len() < greedy.len() {
         let seed = *committed.last().expect("at least the first token");
         let at = committed.len();
-        let drafts: Vec<u32> = greedy[at..(at + k).min(greedy.len())].to_vec();
+        let drafts: Vec<u32> = greedy[at..(at + k).min(greedy.len())]
+            .iter()
+            .map(|&t| {
+                if rng.random_bool(acceptance) {
+                    t
+                } else {
+                    (t + 1) % vocab
+                }
+            })
+            .collect();
         let mut input = vec![seed];
         input.extend(&drafts);
         let base = model.len();
+        let tf = Instant::now();
         let next = pollster::block_on(model.forward(ctx, &input, Want::AllNext))?.next;
+        forward_s += tf.elapsed().as_secs_f64();
         let ok = drafts.iter().zip(&next).take_while(|(d, n)| d == n).count();
         committed.extend(&drafts[..ok]);
         committed.push(next[ok]);
@@ -145,18 +189,29 @@ fn oracle_rounds(
         accepted += ok;
         drafted += drafts.len();
     }
+    if committed[..greedy.len()] != *greedy {
+        bail!("speculative rounds diverged from the plain greedy tokens");
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
     let generated = committed.len() - 1;
     Ok(OracleRun {
-        tokens_per_s: generated as f64 / t0.elapsed().as_secs_f64(),
+        target_acceptance: acceptance,
+        tokens_per_s: generated as f64 / elapsed,
         rounds,
         accepted,
         drafted,
+        ms_per_round: elapsed * 1e3 / rounds.max(1) as f64,
+        host_ms_per_round: (model.host_encode_seconds() - host0) * 1e3 / rounds.max(1) as f64,
+        forward_ms_per_round: forward_s * 1e3 / rounds.max(1) as f64,
     })
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
     if args.prompt_len == 0 || args.gen < 2 {
         bail!("--prompt-len must be >= 1 and --gen >= 2");
+    }
+    if let Some(p) = args.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
+        bail!("--acceptance rates must be within 0..=1, found {p}");
     }
     let mut ctx = GpuContext::new_blocking(ContextOptions::default())?;
     if args.draft_tokens > 8 {
@@ -223,25 +278,54 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let (d1, s1, _) = ctx.counters().snapshot();
     let host_s = model.host_encode_seconds() - host0;
 
-    let oracle = if args.draft_tokens > 0 {
-        // Warm the verify plan, then measure.
+    // One forward at a time (submit, wait, read), at the same position: the cost of a
+    // plain step without pipelining, and of a verify forward of k + 1 rows.
+    let mut forward_ms = |rows: usize| -> Result<f64> {
+        let tokens = vec![next; rows];
+        let want = if rows == 1 {
+            Want::NextToken
+        } else {
+            Want::AllNext
+        };
+        let base = model.len();
+        pollster::block_on(model.forward(&ctx, &tokens, want))?;
+        model.rollback(base)?;
+        let t = Instant::now();
+        for _ in 0..32 {
+            pollster::block_on(model.forward(&ctx, &tokens, want))?;
+            model.rollback(base)?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
+    };
+    let unpipelined_step_ms = forward_ms(1)?;
+    let verify_forward_ms = if args.draft_tokens > 0 {
+        Some(forward_ms(args.draft_tokens + 1)?)
+    } else {
+        None
+    };
+
+    let mut oracle = Vec::new();
+    if args.draft_tokens > 0 {
+        // Warm the verify plan, then measure each acceptance rate.
         oracle_rounds(
             &ctx,
             &mut model,
             &prompt,
             &greedy[..greedy.len().min(8)],
             args.draft_tokens,
+            1.0,
         )?;
-        Some(oracle_rounds(
-            &ctx,
-            &mut model,
-            &prompt,
-            &greedy,
-            args.draft_tokens,
-        )?)
-    } else {
-        None
-    };
+        for &p in &args.acceptance {
+            oracle.push(oracle_rounds(
+                &ctx,
+                &mut model,
+                &prompt,
+                &greedy,
+                args.draft_tokens,
+                p,
+            )?);
+        }
+    }
 
     let profile = if args.profile {
         ctx.enable_profiling()?;
@@ -282,6 +366,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "host_ms_per_decode_step": host_s / steps as f64 * 1e3,
         "dispatches_per_token": (d1 - d0) as f64 / steps as f64,
         "submits_per_token": (s1 - s0) as f64 / steps as f64,
+        "unpipelined_decode_ms_per_step": unpipelined_step_ms,
+        "verify_forward_ms": verify_forward_ms,
         "weight_bytes": model.weight_bytes(),
         "weight_bytes_read_per_token": bytes_per_token,
         "gpu_tensor_bytes": memory_bytes,
@@ -289,12 +375,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "roofline_tokens_per_s": roofline_tps,
         "roofline_fraction": decode_tps / roofline_tps,
     });
-    if let Some(o) = oracle {
+    if let Some(o) = oracle.iter().find(|o| o.target_acceptance == 1.0) {
         report["oracle_draft_tokens"] = args.draft_tokens.into();
         report["oracle_tokens_per_s"] = o.tokens_per_s.into();
         report["oracle_speedup"] = (o.tokens_per_s / decode_tps).into();
         report["oracle_rounds"] = o.rounds.into();
         report["oracle_acceptance_rate"] = (o.accepted as f64 / o.drafted.max(1) as f64).into();
+    }
+    if !oracle.is_empty() {
+        report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
     }
     if args.json {
         if let Some((decode, verify)) = profile {

@@ -22,7 +22,7 @@ use crate::ops::moe::{
     moe_expert_linear_combine, moe_expert_linear_with, moe_route, MoeEpilogue, MoeLinearOptions,
 };
 use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm, rmsnorm_with, RmsNormOptions};
-use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
+use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType, VHeads};
 use crate::ops::softcap::softcap;
 
 /// Which logits a plan computes.
@@ -407,7 +407,7 @@ impl ForwardPlan {
             &a.x,
             &q.reshaped(&[m, nh * d])?,
         )?));
-        ops.push(Op::Kernel(rmsnorm(ctx, &q, Some(&w.q_norm), &q, eps)?));
+        // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
         let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
             (KvSource::Own, Some(kv)) => {
                 let cache = caches[l.index].as_ref().ok_or_else(|| {
@@ -432,9 +432,14 @@ impl ForwardPlan {
                             &a.x,
                             &v.reshaped(&[m, kvh * d])?,
                         )?));
-                        ops.push(Op::Kernel(rmsnorm(ctx, &k, Some(&kv.k_norm), &k, eps)?));
-                        ops.push(Op::Kernel(rmsnorm(ctx, &v, None, &v, eps)?));
-                        ops.push(Op::Rope(rope.qk_in_place(ctx, &q, &k, positions)?));
+                        ops.push(Op::Rope(rope.norm_rope(
+                            ctx,
+                            positions,
+                            (&q, &w.q_norm),
+                            Some((&k, &kv.k_norm)),
+                            VHeads::InPlace(&v),
+                            eps,
+                        )?));
                         ops.push(Op::Append(cache.append_kernel(
                             ctx,
                             Some(&k),
@@ -445,15 +450,28 @@ impl ForwardPlan {
                     None => {
                         // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
                         // from V by the attention kernel (k_norm weight, then rope).
-                        ops.push(Op::Kernel(rmsnorm(ctx, &k, None, &v, eps)?));
-                        ops.push(Op::Rope(rope.in_place(ctx, &q, positions)?));
+                        ops.push(Op::Rope(rope.norm_rope(
+                            ctx,
+                            positions,
+                            (&q, &w.q_norm),
+                            None,
+                            VHeads::FromK { k_raw: &k, v: &v },
+                            eps,
+                        )?));
                         ops.push(Op::Append(cache.append_kernel(ctx, None, &v, positions)?));
                     }
                 }
                 (l.index, kv.v_proj.is_none())
             }
             (KvSource::Shared { from_layer }, _) => {
-                ops.push(Op::Rope(rope.in_place(ctx, &q, positions)?));
+                ops.push(Op::Rope(rope.norm_rope(
+                    ctx,
+                    positions,
+                    (&q, &w.q_norm),
+                    None,
+                    VHeads::None,
+                    eps,
+                )?));
                 let source = &spec.layers[*from_layer];
                 (*from_layer, source.k_eq_v)
             }

@@ -10,8 +10,10 @@
 //! |x| <= 1 at positions up to 2^18 - 1 on lavapipe; the cases allow 1e-6 (for any device's
 //! exp/fma rounding), i.e. |gpu - hf| <= 1e-6 * max|x| below [`MAX_POSITION`].
 
+mod norm_rope;
 mod reference;
 
+pub use norm_rope::VHeads;
 pub use reference::{rope_cos_sin_ref, rope_inv_freq, rope_ref};
 
 use crate::error::{Error, Result};

@@ -28,32 +28,7 @@ struct Params {
 
 const WG: u32 = 64u;
 
-// BEGIN rope_sincos (kept identical in attention.wgsl; a test compares the copies)
-// (cos a, sin a) for an f32 angle 0 <= a < 2^18 * pi / 2. a = k * pi/2 + r with pi/2 split
-// into 6-bit pieces, so every k * piece (k < 2^18) is exact in f32 and the reduction loses
-// nothing (fused or not); then Taylor polynomials on |r| <= pi/4 + 0.03 (error < 1e-8).
-fn rope_sincos(a: f32) -> vec2<f32> {
-    let k = floor(a * 0.63661977236758134 + 0.5);
-    var r = a - k * 1.5625;
-    r = r - k * 0.008056640625;
-    r = r - k * 0.00023651123046875;
-    r = r - k * 3.159046173095703e-06;
-    r = r - k * 1.5832483768463135e-08;
-    r = r - k * 6.002665031701326e-11;
-    r = r - k * 7.389644451905042e-13;
-    let r2 = r * r;
-    let s = r + r * r2 * (-0.16666666666666666 + r2 * (0.008333333333333333
-        + r2 * (-0.0001984126984126984 + r2 * 2.7557319223985893e-06)));
-    let c = 1.0 + r2 * (-0.5 + r2 * (0.041666666666666664 + r2 * (-0.001388888888888889
-        + r2 * (2.48015873015873e-05 - r2 * 2.755731922398589e-07))));
-    switch (u32(k) & 3u) {
-        case 0u: { return vec2<f32>(c, s); }
-        case 1u: { return vec2<f32>(-s, c); }
-        case 2u: { return vec2<f32>(-c, -s); }
-        default: { return vec2<f32>(s, -c); }
-    }
-}
-// END rope_sincos
+#include "rope_sincos.wgsli"
 
 @compute @workgroup_size(WG)
 fn rope_inplace(

@@ -129,3 +129,115 @@ fn guards_reject_bad_inputs() {
     bad.partial_rotary_factor = 1.5;
     assert!(matches!(Rope::new(ctx, bad), Err(Error::Invalid { .. })));
 }
+
+/// norm_rope equals q_norm / k_norm / v_norm (rmsnorm) followed by rope, for the three
+/// layer kinds: own K and V, K = V (V from k_proj's output), KV-shared (q only).
+#[test]
+fn norm_rope_equals_the_unfused_ops() {
+    use crate::gpu::run_kernels;
+    use crate::ops::rmsnorm::{rmsnorm, EPS};
+    use rand::Rng as _;
+    let ctx = test_context();
+    let mut r = rng(21);
+    for (config, rows, nq, nkv) in [
+        (RopeConfig::gemma4_sliding(256), 3, 8, 1),
+        (RopeConfig::gemma4_full(512), 2, 4, 2),
+    ] {
+        let d = config.head_dim;
+        let rope = Rope::new(ctx, config).unwrap();
+        let mut vals =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| r.random_range(-3.0f32..3.0)).collect() };
+        let (qv, kv, vv, wq, wk) = (
+            vals(rows * nq * d),
+            vals(rows * nkv * d),
+            vals(rows * nkv * d),
+            vals(d),
+            vals(d),
+        );
+        let positions: Vec<u32> = (0..rows as u32).map(|i| 4000 + 17 * i).collect();
+        let pos = Tensor::from_u32(ctx, "pos", &[rows], &positions).unwrap();
+        let t = |name: &str, v: &[f32], heads: usize| {
+            Tensor::from_f32(ctx, name, &[rows, heads, d], v).unwrap()
+        };
+        let w = |name: &str, v: &[f32]| Tensor::from_f32(ctx, name, &[d], v).unwrap();
+        let (wq_t, wk_t) = (w("wq", &wq), w("wk", &wk));
+        let read = |t: &Tensor| pollster::block_on(read_tensor_f32(ctx, t)).unwrap();
+        let close = |a: &[f32], b: &[f32], what: &str| {
+            let err = a
+                .iter()
+                .zip(b)
+                .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(err <= 2e-6, "{what} d={d}: max |diff| {err}");
+        };
+        for kind in ["own", "k_eq_v", "shared"] {
+            let (q1, k1, v1) = (t("q", &qv, nq), t("k", &kv, nkv), t("v", &vv, nkv));
+            let (q2, k2, v2) = (t("q", &qv, nq), t("k", &kv, nkv), t("v", &vv, nkv));
+            let (fused, unfused) = match kind {
+                "own" => (
+                    rope.norm_rope(
+                        ctx,
+                        &pos,
+                        (&q1, &wq_t),
+                        Some((&k1, &wk_t)),
+                        VHeads::InPlace(&v1),
+                        EPS,
+                    )
+                    .unwrap(),
+                    vec![
+                        rmsnorm(ctx, &q2, Some(&wq_t), &q2, EPS).unwrap(),
+                        rmsnorm(ctx, &k2, Some(&wk_t), &k2, EPS).unwrap(),
+                        rmsnorm(ctx, &v2, None, &v2, EPS).unwrap(),
+                        rope.qk_in_place(ctx, &q2, &k2, &pos)
+                            .unwrap()
+                            .kernel()
+                            .with_grid(Grid::new((nq + nkv) as u32, rows as u32, 1)),
+                    ],
+                ),
+                "k_eq_v" => (
+                    rope.norm_rope(
+                        ctx,
+                        &pos,
+                        (&q1, &wq_t),
+                        None,
+                        VHeads::FromK { k_raw: &k1, v: &v1 },
+                        EPS,
+                    )
+                    .unwrap(),
+                    vec![
+                        rmsnorm(ctx, &q2, Some(&wq_t), &q2, EPS).unwrap(),
+                        rmsnorm(ctx, &k2, None, &v2, EPS).unwrap(),
+                        rope.in_place(ctx, &q2, &pos)
+                            .unwrap()
+                            .kernel_for_rows(rows)
+                            .unwrap(),
+                    ],
+                ),
+                _ => (
+                    rope.norm_rope(ctx, &pos, (&q1, &wq_t), None, VHeads::None, EPS)
+                        .unwrap(),
+                    vec![
+                        rmsnorm(ctx, &q2, Some(&wq_t), &q2, EPS).unwrap(),
+                        rope.in_place(ctx, &q2, &pos)
+                            .unwrap()
+                            .kernel_for_rows(rows)
+                            .unwrap(),
+                    ],
+                ),
+            };
+            run_kernels(ctx, &[fused.kernel_for_rows(rows).unwrap()]);
+            run_kernels(ctx, &unfused);
+            close(&read(&q1), &read(&q2), &format!("{kind} q"));
+            close(&read(&k1), &read(&k2), &format!("{kind} k"));
+            close(&read(&v1), &read(&v2), &format!("{kind} v"));
+        }
+    }
+    // Aliased buffers are refused.
+    let rope = Rope::new(ctx, RopeConfig::gemma4_sliding(256)).unwrap();
+    let q = Tensor::zeros(ctx, "q", &[1, 2, 256], DType::F32).unwrap();
+    let w = Tensor::zeros(ctx, "w", &[256], DType::F32).unwrap();
+    let pos = Tensor::from_u32(ctx, "pos", &[1], &[0]).unwrap();
+    let err = rope
+        .norm_rope(ctx, &pos, (&q, &w), Some((&q, &w)), VHeads::None, 1e-6)
+        .unwrap_err();
+    assert!(err.to_string().contains("distinct buffers"), "{err}");
+}

@@ -1,0 +1,137 @@
+// Per-head RMSNorm then RoPE of one attention layer's q, k and v in ONE dispatch (Gemma 4
+// normalises every head: q_norm and k_norm with weights, v_norm without, then rotates q
+// and k). Replaces up to four dispatches (q_norm, k_norm, v_norm, rope_qk).
+//
+// Head slots, one workgroup each per (slot, row): grid x = nq + nk + nv, y = rows.
+//   slot < nq:            q[row, h]  = rope(N(q[row, h]) * wq)               in place
+//   slot < nq + nk:       k[row, h]  = rope(N(k[row, h]) * wk)               in place
+//   otherwise (v heads):  v[row, h]  = N(src[row, h]), src = k when v_from_k (Gemma 4's
+//                         K = V layers: V is the weightless norm of k_proj's output) else v
+// N(x) = x / sqrt(mean(x^2) + eps). Tensors [rows, heads, D] f32; weights [D] f32; rope as
+// rope.wgsl (rotate_half pairs (i, i + D/2), i < rot_pairs rotated, positions [rows] u32,
+// inv_freq [D/2]). The norm is computed exactly as rmsnorm.wgsl does it (the same 256
+// threads striding over D, the same tree), so the values match the unfused ops.
+// Bindings: 0 params, 1 positions, 2 inv_freq, 3 q, 4 k, 5 v (read_write), 6 wq, 7 wk
+// (unused tensors are bound to 1-element stand-ins and never touched).
+
+struct Params {
+    nq: u32,
+    nk: u32,
+    nv: u32,
+    d: u32,
+    half: u32,
+    rot_pairs: u32,
+    eps: f32,
+    v_from_k: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> positions: array<u32>;
+@group(0) @binding(2) var<storage, read> inv_freq: array<f32>;
+@group(0) @binding(3) var<storage, read_write> q: array<f32>;
+@group(0) @binding(4) var<storage, read_write> k: array<f32>;
+@group(0) @binding(5) var<storage, read_write> v: array<f32>;
+@group(0) @binding(6) var<storage, read> wq: array<f32>;
+@group(0) @binding(7) var<storage, read> wk: array<f32>;
+
+const WG: u32 = 256u;
+
+#include "rope_sincos.wgsli"
+
+var<workgroup> partial: array<f32, WG>;
+
+// As rmsnorm_common.wgsli's workgroup_sum (same tree, same order of additions).
+fn workgroup_sum(v: f32, lid: u32) -> f32 {
+    partial[lid] = v;
+    workgroupBarrier();
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            partial[lid] = partial[lid] + partial[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    let total = partial[0];
+    workgroupBarrier();
+    return total;
+}
+
+// Reads element i of the slot's source head.
+fn src_at(kind: u32, base: u32, i: u32) -> f32 {
+    if (kind == 0u) {
+        return q[base + i];
+    }
+    if (kind == 1u || params.v_from_k == 1u) {
+        return k[base + i];
+    }
+    return v[base + i];
+}
+
+fn weight_at(kind: u32, i: u32) -> f32 {
+    if (kind == 0u) {
+        return wq[i];
+    }
+    if (kind == 1u) {
+        return wk[i];
+    }
+    return 1.0;
+}
+
+fn store(kind: u32, at: u32, value: f32) {
+    if (kind == 0u) {
+        q[at] = value;
+    } else if (kind == 1u) {
+        k[at] = value;
+    } else {
+        v[at] = value;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let slot = wid.x;
+    let row = wid.y;
+    var kind = 2u;
+    var head = slot - params.nq - params.nk;
+    var heads = params.nv;
+    if (slot < params.nq) {
+        kind = 0u;
+        head = slot;
+        heads = params.nq;
+    } else if (slot < params.nq + params.nk) {
+        kind = 1u;
+        head = slot - params.nq;
+        heads = params.nk;
+    }
+    let d = params.d;
+    let base = (row * heads + head) * d;
+    var s = 0.0;
+    for (var i = lid; i < d; i += WG) {
+        let x = src_at(kind, base, i);
+        s += x * x;
+    }
+    let inv = inverseSqrt(workgroup_sum(s, lid) / f32(d) + params.eps);
+    if (kind == 2u) {
+        for (var i = lid; i < d; i += WG) {
+            store(kind, base + i, src_at(kind, base, i) * inv * weight_at(kind, i));
+        }
+        return;
+    }
+    // Every element is read above and written below by the owner of its pair only.
+    let half = params.half;
+    let pos = f32(positions[row]);
+    for (var i = lid; i < half; i += WG) {
+        let a = src_at(kind, base, i) * inv * weight_at(kind, i);
+        let b = src_at(kind, base, i + half) * inv * weight_at(kind, i + half);
+        if (i < params.rot_pairs) {
+            let cs = rope_sincos(pos * inv_freq[i]);
+            store(kind, base + i, a * cs.x - b * cs.y);
+            store(kind, base + i + half, b * cs.x + a * cs.y);
+        } else {
+            store(kind, base + i, a);
+            store(kind, base + i + half, b);
+        }
+    }
+}
