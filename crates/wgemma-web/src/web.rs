@@ -297,7 +297,7 @@ impl Session {
     pub fn load_model(
         &self,
         #[wasm_bindgen(unchecked_param_type = "ModelFiles")] files: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "LoadOptions | undefined")] options: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
     ) -> Promise {
         self.load_checkpoint(files, options, false)
     }
@@ -307,7 +307,7 @@ impl Session {
     pub fn load_model_from_urls(
         &self,
         #[wasm_bindgen(unchecked_param_type = "ModelUrls")] urls: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "LoadOptions | undefined")] options: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
     ) -> Promise {
         self.load_checkpoint(urls, options, true)
     }
@@ -318,7 +318,7 @@ impl Session {
     pub fn load_artifact(
         &self,
         #[wasm_bindgen(unchecked_param_type = "FileSource")] file: JsValue,
-        #[wasm_bindgen(unchecked_param_type = "ArtifactOptions | undefined")] options: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "ArtifactOptions")] options: JsValue,
     ) -> Promise {
         self.load_artifact_file(file, options, false)
     }
@@ -328,7 +328,7 @@ impl Session {
     pub fn load_artifact_from_url(
         &self,
         url: String,
-        #[wasm_bindgen(unchecked_param_type = "ArtifactOptions | undefined")] options: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "ArtifactOptions")] options: JsValue,
     ) -> Promise {
         self.load_artifact_file(url.into(), options, true)
     }
@@ -338,7 +338,7 @@ impl Session {
     #[wasm_bindgen(js_name = loadDemo, unchecked_return_type = "Promise<ModelInfo>")]
     pub fn load_demo(
         &self,
-        #[wasm_bindgen(unchecked_param_type = "DemoOptions | undefined")] options: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "DemoOptions")] options: JsValue,
     ) -> Promise {
         let shared = self.shared.clone();
         future_to_promise(async move {
@@ -377,9 +377,7 @@ impl Session {
     pub fn generate(
         &self,
         #[wasm_bindgen(unchecked_param_type = "GenerateRequest")] request: JsValue,
-        #[wasm_bindgen(
-            unchecked_param_type = "((token: TokenEvent) => boolean | void) | undefined"
-        )]
+        #[wasm_bindgen(unchecked_optional_param_type = "(token: TokenEvent) => boolean | void")]
         on_token: Option<Function>,
     ) -> Promise {
         let shared = self.shared.clone();
