@@ -158,12 +158,13 @@ fn check_framing(bytes: &[u8]) -> Result<usize> {
         }
         data_end = data_end.max(end);
     }
-    let want = 8 + n + data_end;
+    // A header's offsets are untrusted: no overflow on absurd ones.
+    let want = (8 + n).saturating_add(data_end);
     if len != want {
         let what = if len < want {
             format!(
                 "file size (the file is truncated: its last {} bytes are missing)",
-                want - len
+                want.saturating_sub(len)
             )
         } else {
             format!("file size ({} bytes after the last tensor)", len - want)
@@ -275,8 +276,7 @@ impl<'a> Artifact<'a> {
             (ASSISTANT_PREFIX, self.manifest.assistant.as_ref()),
         ];
         for (prefix, entry) in entries {
-            if let Some(e) = entry.filter(|e| e.tokenizer) {
-                let _ = e;
+            if entry.is_some_and(|e| e.tokenizer) {
                 let name = format!("{prefix}{TOKENIZER_TENSOR}");
                 let len = self
                     .tensors
