@@ -90,6 +90,30 @@ function generateInPage(page, request) {
 const rate = (s) => `decode ${s.decodeTokensPerS.toFixed(1)} tok/s, ttft ${s.ttftMs.toFixed(0)} ms`;
 const nativeRate = (s) => `decode ${s.decode_tokens_per_s.toFixed(1)} tok/s, ttft ${s.ttft_ms.toFixed(0)} ms`;
 
+/** abort() from the token callback stops after that token; a second generate while one
+ * runs is refused with WgemmaBusy; the session works again afterwards. */
+async function abortAndBusyCase(page, prompt) {
+  const r = await page.evaluate(async (promptIds) => {
+    const s = window.wgemmaPage.session;
+    let seen = 0;
+    const running = s.generate({ promptIds, maxNewTokens: 16 }, () => {
+      seen += 1;
+      if (seen === 2) s.abort();
+    });
+    let busy = null;
+    try {
+      await s.generate({ promptIds, maxNewTokens: 1 });
+    } catch (e) {
+      busy = e.name;
+    }
+    const first = await running;
+    const after = await s.generate({ promptIds, maxNewTokens: 3 });
+    return { busy, tokens: first.tokens.length, stopped: first.stoppedEarly, after: after.tokens.length, idle: !s.busy };
+  }, prompt);
+  check(r.tokens === 2 && r.stopped, 'abort() stops the generation after the current token', JSON.stringify(r));
+  check(r.busy === 'WgemmaBusy' && r.after === 3 && r.idle, 'a concurrent generate is refused with WgemmaBusy; the session recovers', JSON.stringify(r));
+}
+
 /** Fixture: load by URL in the page, compare plain and speculative tokens with native. */
 async function fixtureCase(context, base, target, assistant, promptIndex) {
   const expected = JSON.parse(readFileSync(join(fixtures, target, 'expected.json'), 'utf8'));
@@ -99,6 +123,7 @@ async function fixtureCase(context, base, target, assistant, promptIndex) {
   const state = await page.evaluate(() => ({ state: document.body.dataset.state, error: window.wgemmaPage.error }));
   check(state.state === 'ready', `${name}: page loads the checkpoint and assistant by URL`, JSON.stringify(state.error ?? ''));
   if (state.state !== 'ready') return;
+  if (promptIndex === 1) await abortAndBusyCase(page, prompt);
   for (const speculative of [false, true]) {
     const mode = speculative ? 'speculative' : 'plain';
     const want = native(target, speculative ? assistant : null, prompt);
@@ -192,6 +217,12 @@ async function noWebGpuCase(base) {
     check(shown.state === 'error' && shown.visible && shown.name === 'WebGpuUnavailable'
       && shown.text.includes('WebGPU is unavailable'),
       'without --enable-unsafe-webgpu the page shows a WebGpuUnavailable error', shown.text);
+    // A browser with no WebGPU API at all (navigator.gpu undefined).
+    await browser.context.addInitScript(() => { delete Navigator.prototype.gpu; });
+    const bare = await openPage(browser.context, `${base}/web/`);
+    const text = await bare.evaluate(() => document.getElementById('error').textContent);
+    check(text.includes('WebGpuUnavailable') && text.includes('navigator.gpu is undefined'),
+      'without navigator.gpu the page says so', text);
   } finally {
     await browser.close();
   }

@@ -400,7 +400,8 @@ impl Session {
                     }
                 };
                 match f.call1(&JsValue::NULL, &value) {
-                    Ok(ret) => ret != JsValue::FALSE,
+                    // abort() called from inside the callback stops right here.
+                    Ok(ret) => ret != JsValue::FALSE && !shared.abort.get(),
                     Err(e) => {
                         callback_error = Some(e);
                         false
