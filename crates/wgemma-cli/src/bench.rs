@@ -57,9 +57,7 @@ fn profile_forwards(
     rows: usize,
     forwards: usize,
 ) -> Result<serde_json::Value> {
-    use std::collections::BTreeMap;
-    let mut by_label: BTreeMap<String, (u64, f64)> = BTreeMap::new();
-    let mut total_ns = 0.0;
+    let mut times = Vec::new();
     // Each forward feeds the previous one's token, at the same position.
     let mut token = first;
     for _ in 0..forwards {
@@ -73,12 +71,25 @@ fn profile_forwards(
         token = pollster::block_on(model.forward(ctx, &input, want))?.next[0];
         // Every profiled forward runs at the same position (the context stays as timed).
         model.rollback(base)?;
-        for t in pollster::block_on(ctx.read_profile())? {
-            let e = by_label.entry(t.label).or_default();
-            e.0 += 1;
-            e.1 += t.nanos;
-            total_ns += t.nanos;
-        }
+        times.extend(pollster::block_on(ctx.read_profile())?);
+    }
+    Ok(summarize_profile(&times, rows, forwards))
+}
+
+/// Per-shader and per-dispatch totals of `forwards` profiled forwards.
+fn summarize_profile(
+    times: &[wgemma::gpu::DispatchTime],
+    rows: usize,
+    forwards: usize,
+) -> serde_json::Value {
+    use std::collections::BTreeMap;
+    let mut by_label: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let mut total_ns = 0.0;
+    for t in times {
+        let e = by_label.entry(t.label.clone()).or_default();
+        e.0 += 1;
+        e.1 += t.nanos;
+        total_ns += t.nanos;
     }
     let per = forwards as f64;
     let mut by_shader: BTreeMap<String, (u64, f64)> = BTreeMap::new();
@@ -102,13 +113,13 @@ fn profile_forwards(
             })
             .collect::<Vec<_>>()
     };
-    Ok(serde_json::json!({
+    serde_json::json!({
         "rows": rows,
         "forwards": forwards,
         "gpu_us_per_forward": total_ns / per / 1e3,
         "by_shader": rank(by_shader, "shader"),
         "by_dispatch": rank(by_label, "dispatch"),
-    }))
+    })
 }
 
 /// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
@@ -126,6 +137,8 @@ struct OracleRun {
     host_ms_per_round: f64,
     /// Inside `Model::forward` (record, submit, wait, read back).
     forward_ms_per_round: f64,
+    /// The verify forwards' dispatch times, when profiling.
+    profile: Option<serde_json::Value>,
 }
 
 impl OracleRun {
@@ -140,6 +153,7 @@ impl OracleRun {
             "ms_per_round": self.ms_per_round,
             "host_ms_per_round": self.host_ms_per_round,
             "forward_ms_per_round": self.forward_ms_per_round,
+            "profile": self.profile,
         })
     }
 }
@@ -151,6 +165,7 @@ fn oracle_rounds(
     greedy: &[u32],
     k: usize,
     acceptance: f64,
+    profiling: bool,
 ) -> Result<OracleRun> {
     use rand::{Rng, SeedableRng};
     let vocab = model.spec.config.vocab_size as u32;
@@ -162,6 +177,8 @@ fn oracle_rounds(
     let mut committed = vec![first];
     let (mut rounds, mut accepted, mut drafted) = (0, 0, 0);
     let mut forward_s = 0.0;
+    let mut times = Vec::new();
+    pollster::block_on(ctx.read_profile())?;
     while committed.len() < greedy.len() {
         let seed = *committed.last().expect("at least the first token");
         let at = committed.len();
@@ -181,6 +198,9 @@ fn oracle_rounds(
         let tf = Instant::now();
         let next = pollster::block_on(model.forward(ctx, &input, Want::AllNext))?.next;
         forward_s += tf.elapsed().as_secs_f64();
+        if profiling {
+            times.extend(pollster::block_on(ctx.read_profile())?);
+        }
         let ok = drafts.iter().zip(&next).take_while(|(d, n)| d == n).count();
         committed.extend(&drafts[..ok]);
         committed.push(next[ok]);
@@ -203,6 +223,7 @@ fn oracle_rounds(
         ms_per_round: elapsed * 1e3 / rounds.max(1) as f64,
         host_ms_per_round: (model.host_encode_seconds() - host0) * 1e3 / rounds.max(1) as f64,
         forward_ms_per_round: forward_s * 1e3 / rounds.max(1) as f64,
+        profile: profiling.then(|| summarize_profile(&times, k + 1, rounds)),
     })
 }
 
@@ -314,6 +335,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             &greedy[..greedy.len().min(8)],
             args.draft_tokens,
             1.0,
+            false,
         )?;
         for &p in &args.acceptance {
             oracle.push(oracle_rounds(
@@ -323,6 +345,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 &greedy,
                 args.draft_tokens,
                 p,
+                false,
             )?);
         }
     }
@@ -344,7 +367,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } else {
             None
         };
-        Some((decode, verify))
+        let rounds = if args.draft_tokens > 0 {
+            let o = oracle_rounds(
+                &ctx,
+                &mut model,
+                &prompt,
+                &greedy,
+                args.draft_tokens,
+                1.0,
+                true,
+            )?;
+            Some(o.json(steps as f64 / decode_s))
+        } else {
+            None
+        };
+        Some((decode, verify, rounds))
     } else {
         None
     };
@@ -386,19 +423,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
     }
     if args.json {
-        if let Some((decode, verify)) = profile {
+        if let Some((decode, verify, rounds)) = profile {
             report["profile_decode"] = decode;
             report["profile_verify"] = verify.unwrap_or_default();
+            report["profile_oracle_rounds"] = rounds.unwrap_or_default();
         }
         println!("{report}");
     } else {
         for (k, v) in report.as_object().expect("object") {
             println!("{k:<28} {v}");
         }
-        if let Some((decode, verify)) = profile {
+        if let Some((decode, verify, rounds)) = profile {
             print_profile("decode", &decode);
             if let Some(v) = verify {
                 print_profile("verify", &v);
+            }
+            if let Some(r) = rounds {
+                println!("\nprofiled oracle rounds: {r}");
             }
         }
     }

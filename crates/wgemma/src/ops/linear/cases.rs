@@ -291,15 +291,15 @@ fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
 }
 
 /// Random shapes for every route: M = 1 and 3 (subgroup and portable reductions, contract
-/// groups and per-word groups of 8/16), GEMM over M in 2, 4..=17, the generic route (auto
-/// with K % 32 != 0, and forced on any shape), GEMM forced on K tails, a forced row-chunk
-/// split per route, and dense f32/f16. N is odd.
+/// groups and per-word groups of 8/16), M = 2 and 4 (small-M matvec), GEMM over M in 5..=17,
+/// the generic route (auto with K % 32 != 0, and forced on any shape), GEMM forced on K
+/// tails, a forced row-chunk split per route, and dense f32/f16. N is odd.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
     let group = |rng: &mut Rng| [32, 64, 128][rng.random_range(0..3)];
     let k_for = |rng: &mut Rng, g: usize| g * rng.random_range(1..=(512 / g));
     let odd = |rng: &mut Rng, lo: usize, hi: usize| rng.random_range(lo..hi) | 1;
-    let gemm_m = |rng: &mut Rng| [2, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17][rng.random_range(0..11)];
+    let gemm_m = |rng: &mut Rng| [5, 6, 7, 8, 9, 11, 13, 16, 17][rng.random_range(0..9)];
     let mut cases = Vec::new();
     for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
         for portable in [false, true] {
@@ -361,6 +361,13 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         let mut c = Q4LinearCase::new(m, odd(rng, 129, 320), k, g, route);
         c.force = route == Q4Generic;
         c.max_binding = Some(64 * k as u64 / 2);
+        c.portable = rng.random_bool(0.5);
+        cases.push(boxed(c));
+    }
+    // M = 2 and 4 take the small-M matvec route.
+    for m in [2, 4] {
+        let g = group(rng);
+        let mut c = Q4LinearCase::new(m, odd(rng, 1, 200), k_for(rng, g), g, Q4LinearSmallM);
         c.portable = rng.random_bool(0.5);
         cases.push(boxed(c));
     }

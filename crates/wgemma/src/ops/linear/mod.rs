@@ -3,7 +3,8 @@
 //! format) or dense f32/f16 weights (parity runs).
 //!
 //! Q4 routes, chosen when the kernels are built (M is fixed then), first eligible wins:
-//! - [`LinearRoute::Q4Gemv`] (M = 1) and [`LinearRoute::Q4LinearM3`] (M = 3): vec4<u32>
+//! - [`LinearRoute::Q4Gemv`] (M = 1), [`LinearRoute::Q4LinearM3`] (M = 3) and
+//!   [`LinearRoute::Q4LinearSmallM`] (M = 2 or 4): vec4<u32>
 //!   loads (32 weights), coalesced across lanes, several rows per lane so each x load is
 //!   reused, each weight word applied to all M rows; reduced with `subgroupAdd` when the
 //!   device has subgroups, else through workgroup memory ([`LinearOptions::portable`]
@@ -192,7 +193,7 @@ pub fn q4_linear_with(
 }
 
 /// Whether [`q4_linear_fused`] can build `epilogue` for `x` on this device: a matvec
-/// route (M = 1 or 3) is chosen, and a GeGLU-pairs weight is one chunk with an even row
+/// route (M <= 4) is chosen, and a GeGLU-pairs weight is one chunk with an even row
 /// count of 16-row halves. Callers fall back to the linear + a separate GeGLU otherwise.
 pub fn q4_fused_available(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, epilogue: Epilogue) -> bool {
     let m = x.numel() / w.k().max(1);
@@ -208,7 +209,7 @@ pub fn q4_fused_available(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, epilogue: 
         None,
         String::new,
     );
-    let matvec = matches!(route, Ok(LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3));
+    let matvec = matches!(route, Ok(r) if r.is_matvec());
     let pairs_ok = match epilogue {
         Epilogue::GegluPairs => w.chunks().len() == 1 && w.n() % 2 == 0,
         _ => true,
@@ -247,11 +248,9 @@ pub fn q4_linear_fused_with(
                 w.k(),
                 w.chunks().len()
             ),
-            failed: vec![
-                "fused epilogues: need the q4_gemv or q4_linear_m3 route (M = 1 or 3) and, \
+            failed: vec!["fused epilogues: need a matvec route (M <= 4) and, \
                  for GeGLU pairs, an unsplit weight with an even row count"
-                    .into(),
-            ],
+                .into()],
         });
     }
     build_q4(ctx, x, w, y, options, epilogue)
@@ -328,7 +327,7 @@ fn build_q4(
             y.shape()
         )
     })?;
-    let is_matvec = matches!(route, LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3);
+    let is_matvec = route.is_matvec();
     let reduction = match (is_matvec, subgroup) {
         (true, true) => Reduction::Subgroup,
         (true, false) => Reduction::Workgroup,
@@ -367,7 +366,7 @@ fn build_q4(
                 .tensor(y)
         };
         let kernel = match route {
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => builder(if subgroup {
+            r if r.is_matvec() => builder(if subgroup {
                 "q4_matvec_sg"
             } else {
                 "q4_matvec"

@@ -13,6 +13,9 @@ pub enum LinearRoute {
     Q4Gemv,
     /// Q4, M = 3 speculative verify: each weight word read once for 3 rows (MV_M = 3).
     Q4LinearM3,
+    /// Q4, M = 2 or 4: the same matvec kernel (MV_M = M) for verify forwards of other draft
+    /// counts (k = 1 or 3, adaptive drafting), where the GEMM tiles would waste 62 of 64 rows.
+    Q4LinearSmallM,
     /// Q4 tiled prefill GEMM (`q4_gemm.wgsl`), M >= 2.
     Q4Gemm,
     /// Q4 fallback, one invocation per output (`q4_linear_generic.wgsl`).
@@ -24,9 +27,10 @@ pub enum LinearRoute {
 }
 
 /// Q4 routes in preference order.
-pub const Q4_ROUTES: [LinearRoute; 4] = [
+pub const Q4_ROUTES: [LinearRoute; 5] = [
     LinearRoute::Q4Gemv,
     LinearRoute::Q4LinearM3,
+    LinearRoute::Q4LinearSmallM,
     LinearRoute::Q4Gemm,
     LinearRoute::Q4Generic,
 ];
@@ -36,6 +40,7 @@ impl LinearRoute {
         match self {
             LinearRoute::Q4Gemv => "q4_gemv",
             LinearRoute::Q4LinearM3 => "q4_linear_m3",
+            LinearRoute::Q4LinearSmallM => "q4_linear_small_m",
             LinearRoute::Q4Gemm => "q4_gemm",
             LinearRoute::Q4Generic => "q4_generic",
             LinearRoute::DenseF32 => "dense_f32",
@@ -43,10 +48,21 @@ impl LinearRoute {
         }
     }
 
+    /// The matvec routes (`q4_matvec[_sg].wgsl`, M <= 4 activation rows).
+    pub fn is_matvec(self) -> bool {
+        matches!(
+            self,
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM
+        )
+    }
+
     /// Invocations per workgroup of the route's shader.
     pub(crate) fn workgroup_invocations(self) -> u32 {
         match self {
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4Gemm => 256,
+            LinearRoute::Q4Gemv
+            | LinearRoute::Q4LinearM3
+            | LinearRoute::Q4LinearSmallM
+            | LinearRoute::Q4Gemm => 256,
             LinearRoute::Q4Generic | LinearRoute::DenseF32 | LinearRoute::DenseF16 => 64,
         }
     }
@@ -55,9 +71,15 @@ impl LinearRoute {
     /// needs more than the subgroup one).
     pub(crate) fn workgroup_storage(self, subgroup: bool) -> u32 {
         match self {
-            // The GeGLU-pairs epilogue's 32 parked vec4 totals.
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if subgroup => 512,
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => 16384,
+            // The subgroup twin parks 32 vec4 totals (GeGLU pairs, K split); the portable
+            // one reduces through four vec4 arrays of 256.
+            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
+                if subgroup {
+                    512
+                } else {
+                    16384
+                }
+            }
             LinearRoute::Q4Gemm => 16384,
             LinearRoute::Q4Generic => 0,
             LinearRoute::DenseF32 | LinearRoute::DenseF16 => 1024,
@@ -155,9 +177,13 @@ pub fn q4_failed_guards(
         format!("group % 8 == 0 (found {group})"),
     );
     match route {
-        LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => {
-            let want = if route == LinearRoute::Q4Gemv { 1 } else { 3 };
-            need(m == want, format!("M == {want} (found {m})"));
+        LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
+            let (ok, want) = match route {
+                LinearRoute::Q4Gemv => (m == 1, "M == 1"),
+                LinearRoute::Q4LinearM3 => (m == 3, "M == 3"),
+                _ => (m == 2 || m == 4, "M == 2 or 4"),
+            };
+            need(ok, format!("{want} (found {m})"));
             need(
                 k % 32 == 0,
                 format!("K % 32 == 0 for vec4<u32> loads (found K = {k})"),

@@ -185,7 +185,14 @@ fn route_choice_by_shape() {
     assert_eq!(choose(1, 1536, 32, &c).unwrap(), LinearRoute::Q4Gemv);
     assert_eq!(choose(1, 64, 16, &c).unwrap(), LinearRoute::Q4Gemv);
     assert_eq!(choose(3, 1536, 128, &c).unwrap(), LinearRoute::Q4LinearM3);
-    for m in [2, 4, 5, 17, 128] {
+    for m in [2, 4] {
+        assert_eq!(
+            choose(m, 1536, 32, &c).unwrap(),
+            LinearRoute::Q4LinearSmallM,
+            "M = {m}"
+        );
+    }
+    for m in [5, 17, 128] {
         assert_eq!(
             choose(m, 1536, 32, &c).unwrap(),
             LinearRoute::Q4Gemm,
@@ -324,7 +331,8 @@ fn device_builds_the_expected_route() {
     for (m, route) in [
         (1, LinearRoute::Q4Gemv),
         (3, LinearRoute::Q4LinearM3),
-        (2, LinearRoute::Q4Gemm),
+        (2, LinearRoute::Q4LinearSmallM),
+        (4, LinearRoute::Q4LinearSmallM),
         (17, LinearRoute::Q4Gemm),
     ] {
         let (x, y) = io(m, 64, 9);
@@ -332,8 +340,8 @@ fn device_builds_the_expected_route() {
         assert_eq!(lin.route(), route, "M = {m}");
         assert_eq!(lin.kernels().len(), 1);
         let expect = match route {
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 if sub => Reduction::Subgroup,
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 => Reduction::Workgroup,
+            r if r.is_matvec() && sub => Reduction::Subgroup,
+            r if r.is_matvec() => Reduction::Workgroup,
             _ => Reduction::NotApplicable,
         };
         assert_eq!(lin.reduction(), expect);
@@ -427,7 +435,10 @@ fn every_route_matches_the_reference() {
             cases.push(Box::new(c));
         }
     }
-    for m in [2, 4, 17, 65] {
+    for m in [2, 4] {
+        cases.push(Box::new(case(m, 71, 160, 32, Q4LinearSmallM)));
+    }
+    for m in [5, 17, 65] {
         cases.push(Box::new(case(m, 71, 160, 32, Q4Gemm)));
     }
     let mut tail = case(3, 67, 40, 8, Q4Gemm);
