@@ -231,14 +231,12 @@ impl<'c> Step<'c> {
     }
 
     /// Submits the step; returns without waiting.
-    pub fn submit(self) -> wgpu::SubmissionIndex {
+    pub fn submit(mut self) -> wgpu::SubmissionIndex {
         self.ctx.count_submit();
-        let mut step = self;
-        if let Some(p) = step.ctx.profiler() {
-            p.resolve(&mut step.encoder);
+        if let Some(p) = self.ctx.profiler() {
+            p.resolve(&mut self.encoder);
         }
-        let Step { ctx, encoder } = step;
-        ctx.queue.submit([encoder.finish()])
+        self.ctx.queue.submit([self.encoder.finish()])
     }
 }
 

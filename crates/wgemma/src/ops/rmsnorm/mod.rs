@@ -158,18 +158,14 @@ pub fn rmsnorm_add(
     rmsnorm_with(ctx, x, weight, Some(residual), out, opts)
 }
 
-/// The general form: `out = rmsnorm(x * input_scale) * w * output_scale`, or with a
-/// residual `out = (residual + rmsnorm(x * input_scale) * w) * output_scale`. Rows are the
-/// leading dimensions of `x`, the norm runs over its last dimension `d`; `weight` is f32
-/// `[d]`, `residual` and `out` have x's element count.
-pub fn rmsnorm_with(
-    ctx: &GpuContext,
+/// The checks shared by every RMSNorm builder; returns `(d, rows)`.
+fn validate(
     x: &Tensor,
     weight: Option<&Tensor>,
     residual: Option<&Tensor>,
     out: &Tensor,
     opts: RmsNormOptions,
-) -> Result<Kernel> {
+) -> Result<(usize, usize)> {
     check_f32(x, "x")?;
     check_f32(out, "out")?;
     let d = *x.shape().last().unwrap_or(&0);
@@ -241,6 +237,22 @@ pub fn rmsnorm_with(
             return Err(Error::invalid(SHADER, what, "a finite value (eps >= 0)", v));
         }
     }
+    Ok((d, rows))
+}
+
+/// The general form: `out = rmsnorm(x * input_scale) * w * output_scale`, or with a
+/// residual `out = (residual + rmsnorm(x * input_scale) * w) * output_scale`. Rows are the
+/// leading dimensions of `x`, the norm runs over its last dimension `d`; `weight` is f32
+/// `[d]`, `residual` and `out` have x's element count.
+pub fn rmsnorm_with(
+    ctx: &GpuContext,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    residual: Option<&Tensor>,
+    out: &Tensor,
+    opts: RmsNormOptions,
+) -> Result<Kernel> {
+    let (d, rows) = validate(x, weight, residual, out, opts)?;
     let route = choose_route(x, residual, out)?;
     // A 1-element stand-in keeps the binding layout fixed for the weightless norm.
     let dummy;
@@ -288,10 +300,12 @@ pub fn rmsnorm_add_norm(
     out: &Tensor,
     eps: f32,
 ) -> Result<Kernel> {
-    // Building the add half alone validates x, weight, residual and the scalars exactly as
-    // rmsnorm_add does (plan-time only; the kernel is dropped).
-    let d = *x.shape().last().unwrap_or(&0);
-    rmsnorm_add(ctx, x, weight, residual, residual, layer_scalar, eps)?;
+    let opts = RmsNormOptions {
+        eps,
+        input_scale: 1.0,
+        output_scale: layer_scalar,
+    };
+    let (d, rows) = validate(x, weight, Some(residual), residual, opts)?;
     check_f32(out, "out")?;
     check_f32(next_weight, "next_weight")?;
     if out.numel() != x.numel() {
@@ -310,6 +324,14 @@ pub fn rmsnorm_add_norm(
             next_weight.numel(),
         ));
     }
+    if x.buffer() == residual.buffer() {
+        return Err(Error::invalid(
+            SHADER,
+            "x buffer",
+            "distinct from residual (updated in place)",
+            "shared",
+        ));
+    }
     if out.buffer() == residual.buffer() || out.buffer() == x.buffer() {
         return Err(Error::invalid(
             SHADER,
@@ -326,7 +348,6 @@ pub fn rmsnorm_add_norm(
             &dummy
         }
     };
-    let rows = x.numel() / d;
     KernelBuilder::new(ctx, "rmsnorm_add_norm")
         .uniform(&Params {
             rows: rows as u32,

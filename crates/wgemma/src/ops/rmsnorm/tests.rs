@@ -201,4 +201,8 @@ fn add_norm_equals_add_then_norm_bit_for_bit() {
         err.to_string().contains("distinct from x and residual"),
         "{err}"
     );
+    // x aliasing the residual (read while it is written) is refused.
+    let out = Tensor::zeros(ctx, "out", &[1, 8], DType::F32).unwrap();
+    let err = rmsnorm_add_norm(ctx, &t, None, &t, 1.0, &w, &out, EPS).unwrap_err();
+    assert!(err.to_string().contains("distinct from residual"), "{err}");
 }

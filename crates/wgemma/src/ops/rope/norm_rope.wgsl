@@ -38,22 +38,7 @@ const WG: u32 = 256u;
 
 #include "rope_sincos.wgsli"
 
-var<workgroup> partial: array<f32, WG>;
-
-// As rmsnorm_common.wgsli's workgroup_sum (same tree, same order of additions).
-fn workgroup_sum(v: f32, lid: u32) -> f32 {
-    partial[lid] = v;
-    workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial[lid] = partial[lid] + partial[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    let total = partial[0];
-    workgroupBarrier();
-    return total;
-}
+#include "../rmsnorm/workgroup_sum.wgsli"
 
 // Reads element i of the slot's source head.
 fn src_at(kind: u32, base: u32, i: u32) -> f32 {
