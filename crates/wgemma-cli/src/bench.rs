@@ -45,6 +45,10 @@ pub struct BenchArgs {
     /// timestamps) and report where the time goes, by shader.
     #[arg(long)]
     profile: bool,
+    /// Run every RMSNorm as its own kernel instead of as the prologue of the matvec that
+    /// consumes it (the plan before that fusion, for before/after comparisons).
+    #[arg(long)]
+    norm_kernels: bool,
     #[arg(long)]
     json: bool,
 }
@@ -264,6 +268,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )?,
         _ => bail!("give --synthetic SHAPE or --model DIR"),
     };
+    model.set_norm_prologues(!args.norm_kernels);
     let vocab = model.spec.config.vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)

@@ -349,3 +349,41 @@ fn refused_rollback_moves_nothing() {
     model.rollback(model.len() - 1).unwrap();
     assert_eq!(model.len(), len);
 }
+
+/// The RMSNorms folded into the matvecs' prologues (decode M = 1, verify M = 3) give the
+/// logits of the plans that run them as kernels, on every Q4 fixture without MoE (the MoE
+/// block keeps its kernels), and the prologue plans are the ones used by default.
+#[test]
+fn norm_prologues_equal_norm_kernels() {
+    for name in ["e2b_like", "dense_kv"] {
+        let fx = Fixture::open(name);
+        let (prompt, _) = &fx.prompts()[1];
+        for rows in [1, 3] {
+            let run = |prologues: bool| {
+                let mut model = fx.model(ModelOptions {
+                    prefill_chunk: rows,
+                    ..options(WeightFormat::Q4 { group: 32 })
+                });
+                model.set_norm_prologues(prologues);
+                let out =
+                    pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits))
+                        .unwrap();
+                let used = model
+                    .built_plan(rows, wgemma::model::forward::LogitRows::All)
+                    .map(|p| p.norm_prologues);
+                (out, used)
+            };
+            let (fused, fused_used) = run(true);
+            let (kernels, kernels_used) = run(false);
+            assert_eq!(fused_used, Some(true), "{name} M={rows}: prologue plan");
+            assert_eq!(kernels_used, Some(false), "{name} M={rows}: kernel plan");
+            let diff = fused
+                .logits
+                .iter()
+                .zip(&kernels.logits)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(diff <= 1e-5, "{name} M={rows}: max |diff| {diff}");
+            assert_eq!(fused.next, kernels.next, "{name} M={rows}");
+        }
+    }
+}

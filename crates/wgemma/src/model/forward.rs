@@ -7,8 +7,11 @@
 //! submits once and reads back what it needs (the argmax ids, or logits).
 
 use super::config::{KvSource, LayerKind, ModelSpec};
-use super::geglu_stage::{fused_geglu, fused_gelu_mul, GegluStage};
-use super::weights::{MoeWeights, Weights};
+use super::geglu_stage::GegluStage;
+use super::residual::{
+    project, project_geglu, project_gelu_mul, prologue_weight, BlockInput, Pending, Residual,
+};
+use super::weights::{LinearWeight, MoeWeights, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Readback, Tensor};
 use crate::ops::argmax::argmax;
@@ -17,11 +20,11 @@ use crate::ops::attention::{
 };
 use crate::ops::embedding::embedding;
 use crate::ops::gather::{gather_rows, RowTable};
-use crate::ops::linear::Linear;
+use crate::ops::linear::{Epilogue, Linear};
 use crate::ops::moe::{
     moe_expert_linear_combine, moe_expert_linear_with, moe_route, MoeEpilogue, MoeLinearOptions,
 };
-use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm, rmsnorm_with, RmsNormOptions};
+use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_with, RmsNormOptions};
 use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType, VHeads};
 use crate::ops::softcap::softcap;
 
@@ -67,6 +70,8 @@ impl Op {
 /// Activations of one plan, allocated once.
 struct Activations {
     h: Tensor,
+    /// The second residual buffer of norm prologues (they write h' while reading h).
+    h_spare: Tensor,
     x: Tensor,
     q: Tensor,
     k: Tensor,
@@ -98,16 +103,11 @@ struct PleActivations {
     gated: Tensor,
 }
 
-/// The norm a layer's last residual add also computes: the next layer's input norm into
-/// `x`, or the final norm into the head's `hidden`.
-struct NextNorm<'a> {
-    weight: &'a Tensor,
-    out: &'a Tensor,
-}
-
 /// Everything one forward of M rows needs, built once.
 pub struct ForwardPlan {
     pub m: usize,
+    /// The RMSNorms run as matvec prologues (see `residual`), not as kernels.
+    pub norm_prologues: bool,
     pub logit_rows: LogitRows,
     /// Token ids `[M]` u32, written per step.
     pub ids: Tensor,
@@ -192,6 +192,7 @@ impl ForwardPlan {
         shared: &Shared,
         m: usize,
         logit_rows: LogitRows,
+        norm_prologues: bool,
     ) -> Result<ForwardPlan> {
         let c = &spec.config;
         let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
@@ -213,6 +214,7 @@ impl ForwardPlan {
         let p = spec.ple_dim;
         let a = Activations {
             h: zeros(ctx, "h", &[m, hsz])?,
+            h_spare: zeros(ctx, "h.spare", &[m, hsz])?,
             x: zeros(ctx, "x", &[m, hsz])?,
             q: zeros(ctx, "q", &[m * nh * max_d])?,
             k: zeros(ctx, "k", &[m * max_kv])?,
@@ -286,39 +288,38 @@ impl ForwardPlan {
             )?));
         }
 
-        // The final norm's output (the assistant reads it too), written by the last layer's
-        // fused residual add.
+        // The final norm's output (the assistant reads it too).
         let hidden = match logit_rows {
             LogitRows::None => None,
             LogitRows::Last | LogitRows::All => Some(zeros(ctx, "hidden", &[m, hsz])?),
         };
-        let Some(first) = spec.layers.first() else {
+        if spec.layers.is_empty() {
             return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
+        }
+        let mut residual = if norm_prologues && Self::prologues_fit(ctx, spec, weights, m) {
+            Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
+        } else {
+            Residual::kernels(ctx, &a.h, &a.x, eps)
         };
-        // Each layer's last residual add also computes the next layer's input norm (or
-        // the final norm), so only the first input norm is a dispatch of its own.
-        ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            &a.h,
-            Some(&weights.layers[first.index].input_layernorm),
-            &a.x,
-            eps,
-        )?));
-        for (i, l) in spec.layers.iter().enumerate() {
-            let next_norm = match (spec.layers.get(i + 1), &hidden) {
-                (Some(next), _) => Some(NextNorm {
-                    weight: &weights.layers[next.index].input_layernorm,
-                    out: &a.x,
-                }),
-                (None, Some(hidden)) => Some(NextNorm {
-                    weight: &weights.norm,
-                    out: hidden,
-                }),
-                (None, None) => None,
-            };
+        for l in &spec.layers {
             Self::layer(
-                ctx, spec, l, weights, caches, shared, &a, &positions, m, eps, next_norm, &mut ops,
+                ctx,
+                spec,
+                l,
+                weights,
+                caches,
+                shared,
+                &a,
+                &positions,
+                m,
+                &mut residual,
+                &mut ops,
             )?;
+        }
+        let norm_prologues = residual.uses_prologues();
+        let final_norm = hidden.as_ref().map(|hd| (&weights.norm, hd));
+        if let Some(k) = residual.finish(final_norm)? {
+            ops.push(Op::Kernel(k));
         }
 
         let head = match hidden {
@@ -329,6 +330,7 @@ impl ForwardPlan {
         };
         Ok(ForwardPlan {
             m,
+            norm_prologues,
             logit_rows,
             ids,
             positions,
@@ -377,35 +379,66 @@ impl ForwardPlan {
         })
     }
 
-    /// One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
+    /// Whether every linear of the decoder layers can take its input norm as a matvec
+    /// prologue at `m` rows (Q4 weights, matvec routes, device limits; no MoE block).
+    fn prologues_fit(ctx: &GpuContext, spec: &ModelSpec, weights: &Weights, m: usize) -> bool {
+        let fits = |w: &LinearWeight, e: Epilogue| prologue_weight(ctx, m, w, e).is_some();
+        spec.moe.is_none()
+            && weights.layers.iter().all(|w| {
+                let kv_fits = w.kv.as_ref().is_none_or(|kv| {
+                    fits(&kv.k_proj, Epilogue::None)
+                        && kv.v_proj.as_ref().is_none_or(|v| fits(v, Epilogue::None))
+                });
+                let ple_fits = w.ple.as_ref().is_none_or(|p| {
+                    // The scratch tensor only sizes the check: any f32 buffer does.
+                    fits(
+                        &p.per_layer_input_gate,
+                        Epilogue::GeluMul {
+                            other: &w.input_layernorm,
+                            stride: 0,
+                            offset: 0,
+                        },
+                    )
+                });
+                fits(&w.q_proj, Epilogue::None)
+                    && kv_fits
+                    && fits(&w.gate_up_proj, Epilogue::GegluPairs)
+                    && ple_fits
+            })
+    }
+
+    /// One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads: each block's
+    /// input norm and residual add go through `residual` (kernels or matvec prologues).
     #[allow(clippy::too_many_arguments)]
-    fn layer(
+    fn layer<'a>(
         ctx: &GpuContext,
         spec: &ModelSpec,
         l: &super::config::LayerSpec,
-        weights: &Weights,
+        weights: &'a Weights,
         caches: &[Option<KvCache>],
         shared: &Shared,
-        a: &Activations,
+        a: &'a Activations,
         positions: &Tensor,
         m: usize,
-        eps: f32,
-        next_norm: Option<NextNorm>,
+        residual: &mut Residual<'a>,
         ops: &mut Vec<Op>,
     ) -> Result<()> {
         let c = &spec.config;
+        let eps = c.rms_norm_eps as f32;
         let w = &weights.layers[l.index];
         let (nh, d, kvh) = (c.num_attention_heads, l.head_dim, l.num_kv_heads);
         let rope = shared.rope(l.kind);
         let q = a.q.prefix_view(&[m, nh, d])?;
         let attn = a.attn.prefix_view(&[m, nh, d])?;
 
-        // Self-attention block (its input norm, into a.x, was fused into the previous
-        // layer's last residual add).
-        ops.push(Op::Linear(w.q_proj.linear(
+        // Self-attention block.
+        let input = Self::block_input(residual, Some(&w.input_layernorm), ops)?;
+        ops.push(Op::Linear(project(
             ctx,
-            &a.x,
+            &input,
+            &w.q_proj,
             &q.reshaped(&[m, nh * d])?,
+            true,
         )?));
         // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
         let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
@@ -420,18 +453,23 @@ impl ForwardPlan {
                 })?;
                 let k = a.k.prefix_view(&[m, kvh, d])?;
                 let v = a.v.prefix_view(&[m, kvh, d])?;
-                ops.push(Op::Linear(kv.k_proj.linear(
+                ops.push(Op::Linear(project(
                     ctx,
-                    &a.x,
+                    &input,
+                    &kv.k_proj,
                     &k.reshaped(&[m, kvh * d])?,
+                    false,
                 )?));
                 match &kv.v_proj {
                     Some(v_proj) => {
-                        ops.push(Op::Linear(v_proj.linear(
+                        ops.push(Op::Linear(project(
                             ctx,
-                            &a.x,
+                            &input,
+                            v_proj,
                             &v.reshaped(&[m, kvh * d])?,
+                            false,
                         )?));
+                        residual.commit();
                         ops.push(Op::Rope(rope.norm_rope(
                             ctx,
                             positions,
@@ -448,6 +486,7 @@ impl ForwardPlan {
                         )?));
                     }
                     None => {
+                        residual.commit();
                         // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
                         // from V by the attention kernel (k_norm weight, then rope).
                         ops.push(Op::Rope(rope.norm_rope(
@@ -464,6 +503,7 @@ impl ForwardPlan {
                 (l.index, kv.v_proj.is_none())
             }
             (KvSource::Shared { from_layer }, _) => {
+                residual.commit();
                 ops.push(Op::Rope(rope.norm_rope(
                     ctx,
                     positions,
@@ -515,74 +555,50 @@ impl ForwardPlan {
             &attn.reshaped(&[m, nh * d])?,
             &a.o,
         )?));
-        // Residual add, fused with the MLP block's input norm.
-        ops.push(Op::Kernel(rmsnorm_add_norm(
-            ctx,
-            &a.o,
-            Some(&w.post_attention_layernorm),
-            &a.h,
-            1.0,
-            &w.pre_feedforward_layernorm,
-            &a.x,
-            eps,
-        )?));
+        residual.add(Pending {
+            branch: &a.o,
+            weight: &w.post_attention_layernorm,
+            scale: 1.0,
+        })?;
 
         // MLP block.
         let i = l.intermediate_size;
         let gate_up = a.gate_up.prefix_view(&[m, 2 * i])?;
         let act = a.act.prefix_view(&[m, i])?;
-        ops.push(Op::Geglu(fused_geglu(
+        let input = Self::block_input(residual, Some(&w.pre_feedforward_layernorm), ops)?;
+        ops.push(Op::Geglu(project_geglu(
             ctx,
-            &a.x,
+            &input,
             &w.gate_up_proj,
             &act,
             &gate_up,
         )?));
+        residual.commit();
         ops.push(Op::Linear(w.down_proj.linear(ctx, &act, &a.o)?));
         // With a MoE block, the FFN output is norm_1(mlp) + norm_2(experts(norm(residual))).
         let ffn_out = match (&w.moe, &a.moe) {
             (Some(mw), Some(ma)) => {
-                Self::moe_block(ctx, spec, mw, ma, &a.h, &a.o, eps, ops)?;
+                Self::moe_block(ctx, spec, mw, ma, residual.h(), &a.o, eps, ops)?;
                 &ma.out
             }
             _ => &a.o,
         };
-        // layer_scalar multiplies the whole layer output; it is fused into the last residual add.
-        // The layer's last residual add carries the next norm (see ForwardPlan::new).
-        let last_add = |x: &Tensor, weight: &Tensor, scalar: f32| -> Result<Kernel> {
-            match &next_norm {
-                Some(next) => rmsnorm_add_norm(
-                    ctx,
-                    x,
-                    Some(weight),
-                    &a.h,
-                    scalar,
-                    next.weight,
-                    next.out,
-                    eps,
-                ),
-                None => rmsnorm_add(ctx, x, Some(weight), &a.h, &a.h, scalar, eps),
-            }
-        };
+        // layer_scalar multiplies the whole layer output: it scales the layer's last add.
         let Some(pw) = &w.ple else {
-            ops.push(Op::Kernel(last_add(
-                ffn_out,
-                &w.post_feedforward_layernorm,
-                w.layer_scalar,
-            )?));
+            residual.add(Pending {
+                branch: ffn_out,
+                weight: &w.post_feedforward_layernorm,
+                scale: w.layer_scalar,
+            })?;
             return Ok(());
         };
-        ops.push(Op::Kernel(rmsnorm_add(
-            ctx,
-            ffn_out,
-            Some(&w.post_feedforward_layernorm),
-            &a.h,
-            &a.h,
-            1.0,
-            eps,
-        )?));
+        residual.add(Pending {
+            branch: ffn_out,
+            weight: &w.post_feedforward_layernorm,
+            scale: 1.0,
+        })?;
 
-        // Per-layer input block (E2B/E4B).
+        // Per-layer input block (E2B/E4B): the gate reads the residual itself.
         let Some(pa) = &a.ple else {
             return Err(Error::invalid(
                 "model",
@@ -591,28 +607,40 @@ impl ForwardPlan {
                 "none",
             ));
         };
-        {
-            let p = spec.ple_dim;
-            ops.push(Op::Geglu(fused_gelu_mul(
-                ctx,
-                &a.h,
-                &pw.per_layer_input_gate,
-                &pa.inputs,
-                spec.layers.len() * p,
-                l.index * p,
-                &pa.gated,
-                &pa.gate,
-            )?));
-            ops.push(Op::Linear(
-                pw.per_layer_projection.linear(ctx, &pa.gated, &a.o)?,
-            ));
-            ops.push(Op::Kernel(last_add(
-                &a.o,
-                &pw.post_per_layer_input_norm,
-                w.layer_scalar,
-            )?));
-        }
-        Ok(())
+        let p = spec.ple_dim;
+        let input = Self::block_input(residual, None, ops)?;
+        ops.push(Op::Geglu(project_gelu_mul(
+            ctx,
+            &input,
+            &pw.per_layer_input_gate,
+            &pa.inputs,
+            spec.layers.len() * p,
+            l.index * p,
+            &pa.gated,
+            &pa.gate,
+        )?));
+        residual.commit();
+        ops.push(Op::Linear(
+            pw.per_layer_projection.linear(ctx, &pa.gated, &a.o)?,
+        ));
+        residual.add(Pending {
+            branch: &a.o,
+            weight: &pw.post_per_layer_input_norm,
+            scale: w.layer_scalar,
+        })
+    }
+
+    /// The next block's input from the residual stream (a norm kernel pushed to `ops` in
+    /// kernel mode).
+    fn block_input<'a>(
+        residual: &mut Residual<'a>,
+        w_in: Option<&'a Tensor>,
+        ops: &mut Vec<Op>,
+    ) -> Result<BlockInput<'a>> {
+        let mut kernels = Vec::new();
+        let input = residual.input(w_in, &mut kernels)?;
+        ops.extend(kernels.into_iter().map(Op::Kernel));
+        Ok(input)
     }
 
     /// The MoE half of the FFN (HF `Gemma4TextDecoderLayer.forward` with

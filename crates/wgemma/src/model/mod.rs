@@ -8,6 +8,7 @@ pub mod forward;
 mod geglu_stage;
 pub mod generate;
 pub mod prepared;
+mod residual;
 pub mod sampling;
 pub mod speculative;
 pub mod synthetic;

@@ -64,6 +64,8 @@ pub struct Model {
     caches: Vec<Option<KvCache>>,
     shared: Shared,
     plans: HashMap<(usize, LogitRows), ForwardPlan>,
+    /// Plans fold the RMSNorms into matvec prologues where they can (default).
+    norm_prologues: bool,
     len: usize,
     host_encode_seconds: f64,
 }
@@ -124,6 +126,7 @@ impl Model {
             caches,
             shared,
             plans: HashMap::new(),
+            norm_prologues: true,
             len: 0,
             host_encode_seconds: 0.0,
         })
@@ -179,10 +182,20 @@ impl Model {
                 &self.shared,
                 m,
                 rows,
+                self.norm_prologues,
             )?;
             self.plans.insert(key, plan);
         }
         Ok(&self.plans[&key])
+    }
+
+    /// Whether forward plans fold the RMSNorms into the matvecs that consume them (the
+    /// default; tests compare both ways). Drops the plans built so far.
+    pub fn set_norm_prologues(&mut self, on: bool) {
+        if self.norm_prologues != on {
+            self.norm_prologues = on;
+            self.plans.clear();
+        }
     }
 
     /// A plan already built (e.g. the last prefill chunk's, whose `head.hidden` still holds

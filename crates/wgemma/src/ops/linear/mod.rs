@@ -84,6 +84,10 @@ struct Q4Params {
     y_offset: u32,
     aux0: u32,
     aux1: u32,
+    eps: f32,
+    out_scale: f32,
+    write_resid: u32,
+    _pad: u32,
 }
 
 /// What a Q4 matvec writes besides the plain product: GeGLU fused into the projection
@@ -189,14 +193,17 @@ pub fn q4_linear_with(
     y: &Tensor,
     options: &LinearOptions,
 ) -> Result<Linear> {
-    build_q4(ctx, x, w, y, options, Epilogue::None)
+    build_q4(ctx, x, w, y, options, Epilogue::None, None)
 }
 
 /// Whether [`q4_linear_fused`] can build `epilogue` for `x` on this device: a matvec
 /// route (M <= 4) is chosen, and a GeGLU-pairs weight is one chunk with an even row
 /// count of 16-row halves. Callers fall back to the linear + a separate GeGLU otherwise.
 pub fn q4_fused_available(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, epilogue: Epilogue) -> bool {
-    let m = x.numel() / w.k().max(1);
+    q4_fused_available_for(ctx, x.numel() / w.k().max(1), w, epilogue)
+}
+
+fn q4_fused_available_for(ctx: &GpuContext, m: usize, w: &Q4Weight, epilogue: Epilogue) -> bool {
     let (subgroup, caps) = matvec_caps(ctx, &LinearOptions::default());
     let route = choose_q4_route(
         Q4Shape {
@@ -253,7 +260,193 @@ pub fn q4_linear_fused_with(
                 .into()],
         });
     }
-    build_q4(ctx, x, w, y, options, epilogue)
+    build_q4(ctx, x, w, y, options, epilogue, None)
+}
+
+/// What the norm prologue of [`q4_linear_norm`] computes into x (each row m of `[M, K]`),
+/// with `N(v; w) = v / sqrt(mean(v^2) + eps) * w`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormPrologueMode {
+    /// `x = N(resid; w_in)` (a block's input norm on the residual stream).
+    Norm,
+    /// `r = (resid + N(branch; w_branch)) * out_scale`, `x = N(r; w_in)`: a block's
+    /// post-norm and residual add, then the next block's input norm.
+    AddNorm,
+    /// `r = (resid + N(branch; w_branch)) * out_scale`, `x = r` (the per-layer input gate
+    /// reads the residual itself).
+    Add,
+}
+
+impl NormPrologueMode {
+    fn code(self) -> u64 {
+        match self {
+            NormPrologueMode::Norm => 1,
+            NormPrologueMode::AddNorm => 2,
+            NormPrologueMode::Add => 3,
+        }
+    }
+}
+
+/// The RMSNorm prologue of a fused matvec: x is built by every workgroup from the
+/// residual stream instead of being read, so the norm needs no dispatch of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct NormPrologue<'a> {
+    pub mode: NormPrologueMode,
+    /// The residual stream `[M, K]` (read only).
+    pub resid: &'a Tensor,
+    /// The branch output and its post-norm weight `[K]` (`AddNorm`, `Add`).
+    pub branch: Option<(&'a Tensor, &'a Tensor)>,
+    /// The input norm's weight `[K]` (`Norm`, `AddNorm`).
+    pub w_in: Option<&'a Tensor>,
+    pub eps: f32,
+    /// Scale of the updated residual (the layer scalar at a layer's end; else 1).
+    pub out_scale: f32,
+    /// Where the updated residual r goes (`AddNorm`, `Add`): a buffer other than `resid`
+    /// and `branch`, written by one workgroup. `None`: r is not kept (another matvec
+    /// with the same prologue keeps it).
+    pub resid_out: Option<&'a Tensor>,
+}
+
+/// Storage bindings of the norm-prologue matvec (packed, scales, y, other, resid, branch,
+/// w_branch, w_in, resid_out).
+const NORM_PROLOGUE_STORAGE_BINDINGS: u32 = 9;
+
+/// Whether [`q4_linear_norm`] can build for `m` activation rows of `w` with `epilogue` on
+/// this device: the fused epilogue's conditions, 9 storage bindings per stage, and x of
+/// `M * K` floats in workgroup memory beside the reduction's. Callers use a separate norm
+/// kernel and [`q4_linear_fused`] otherwise.
+pub fn q4_norm_prologue_available(
+    ctx: &GpuContext,
+    m: usize,
+    w: &Q4Weight,
+    epilogue: Epilogue,
+) -> bool {
+    let limits = &ctx.limits;
+    let (subgroup, _) = matvec_caps(ctx, &LinearOptions::default());
+    // x, the norm's tree (256 f32) and the reduction's own arrays.
+    let reduction_bytes = if subgroup { 32 * 16 } else { 4 * 256 * 16 };
+    let bytes = m * w.k() * 4 + 256 * 4 + reduction_bytes;
+    m >= 1
+        && w.k() % 4 == 0
+        && limits.max_storage_buffers_per_shader_stage >= NORM_PROLOGUE_STORAGE_BINDINGS
+        && bytes <= limits.max_compute_workgroup_storage_size as usize
+        && q4_fused_available_for(ctx, m, w, epilogue)
+}
+
+/// `y = epilogue(prologue(resid) W^T)`: the matvec with a norm prologue (see
+/// [`NormPrologue`]); fails closed when [`q4_norm_prologue_available`] is false.
+pub fn q4_linear_norm(
+    ctx: &GpuContext,
+    prologue: &NormPrologue,
+    w: &Q4Weight,
+    y: &Tensor,
+    epilogue: Epilogue,
+) -> Result<Linear> {
+    q4_linear_norm_with(ctx, prologue, w, y, epilogue, &LinearOptions::default())
+}
+
+/// [`q4_linear_norm`] with explicit [`LinearOptions`] (the portable reduction in tests).
+pub fn q4_linear_norm_with(
+    ctx: &GpuContext,
+    prologue: &NormPrologue,
+    w: &Q4Weight,
+    y: &Tensor,
+    epilogue: Epilogue,
+    options: &LinearOptions,
+) -> Result<Linear> {
+    const OP: &str = "q4_linear_norm";
+    let k = w.k();
+    let resid = prologue.resid;
+    let m = resid.numel() / k.max(1);
+    if !q4_norm_prologue_available(ctx, m, w, epilogue) {
+        return Err(Error::NoRoute {
+            op: OP,
+            shapes: format!(
+                "resid {:?}, W [{}, {k}] in {} chunk(s), epilogue {epilogue:?}",
+                resid.shape(),
+                w.n(),
+                w.chunks().len()
+            ),
+            failed: vec![format!(
+                "norm prologue: a matvec route (M <= 4), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
+                 bindings per stage (device: {}), {} bytes of workgroup memory (device: {})",
+                ctx.limits.max_storage_buffers_per_shader_stage,
+                m * k * 4 + 256 * 4 + 4 * 256 * 16,
+                ctx.limits.max_compute_workgroup_storage_size
+            )],
+        });
+    }
+    let (needs_branch, needs_w_in) = match prologue.mode {
+        NormPrologueMode::Norm => (false, true),
+        NormPrologueMode::AddNorm => (true, true),
+        NormPrologueMode::Add => (true, false),
+    };
+    if prologue.branch.is_some() != needs_branch || prologue.w_in.is_some() != needs_w_in {
+        return Err(Error::invalid(
+            OP,
+            format!("inputs of the {:?} prologue", prologue.mode),
+            format!("branch {needs_branch}, w_in {needs_w_in}"),
+            format!(
+                "branch {}, w_in {}",
+                prologue.branch.is_some(),
+                prologue.w_in.is_some()
+            ),
+        ));
+    }
+    let mut rows = vec![(resid, "resid")];
+    let mut vectors = vec![];
+    if let Some((branch, w_branch)) = prologue.branch {
+        rows.push((branch, "branch"));
+        vectors.push((w_branch, "w_branch"));
+    }
+    if let Some(w_in) = prologue.w_in {
+        vectors.push((w_in, "w_in"));
+    }
+    if let Some(out) = prologue.resid_out {
+        if !needs_branch {
+            return Err(Error::invalid(
+                OP,
+                "resid_out of the Norm prologue",
+                "none (the residual is not updated)",
+                "a tensor",
+            ));
+        }
+        rows.push((out, "resid_out"));
+    }
+    for (t, name) in rows {
+        if t.dtype() != DType::F32 || t.numel() != m * k {
+            return Err(Error::invalid(
+                OP,
+                name,
+                format!("f32 [{m}, {k}]"),
+                format!("{:?} {:?}", t.dtype(), t.shape()),
+            ));
+        }
+    }
+    for (t, name) in vectors {
+        if t.dtype() != DType::F32 || t.numel() != k {
+            return Err(Error::invalid(
+                OP,
+                name,
+                format!("f32 [{k}]"),
+                format!("{:?} {:?}", t.dtype(), t.shape()),
+            ));
+        }
+    }
+    // The residual output is written while every workgroup still reads the old stream.
+    let written = [Some(y), prologue.resid_out];
+    let read = [Some(resid), prologue.branch.map(|b| b.0)];
+    for out in written.iter().flatten() {
+        if read.iter().flatten().any(|r| r.buffer() == out.buffer()) {
+            return Err(Error::invalid(
+                OP,
+                "output buffers (y, resid_out)",
+                "distinct from resid and branch",
+                "shared",
+            ));
+        }
+    }
+    build_q4(ctx, resid, w, y, options, epilogue, Some(prologue))
 }
 
 /// Units of the matvec sharing one 4-row quad over parts of K (the shader's KSPLIT):
@@ -294,8 +487,19 @@ fn build_q4(
     y: &Tensor,
     options: &LinearOptions,
     epilogue: Epilogue,
+    prologue: Option<&NormPrologue>,
 ) -> Result<Linear> {
     const OP: &str = "q4_linear";
+    // A prologue without a residual output still binds one (read_write): a scratch word.
+    let resid_out_dummy = match prologue {
+        Some(p) if p.resid_out.is_none() => Some(Tensor::zeros(
+            ctx,
+            "q4_linear.no_resid_out",
+            &[1],
+            DType::F32,
+        )?),
+        _ => None,
+    };
     let (n, k, group) = (w.n(), w.k(), w.group());
     let y_cols = match epilogue {
         Epilogue::GegluPairs => n / 2,
@@ -355,26 +559,50 @@ fn build_q4(
             y_offset: chunk.rows.start as u32,
             aux0: to_u32(OP, "epilogue stride", aux0)?,
             aux1: to_u32(OP, "epilogue offset", aux1 + chunk.rows.start)?,
+            eps: prologue.map_or(0.0, |p| p.eps),
+            out_scale: prologue.map_or(1.0, |p| p.out_scale),
+            // Only the first chunk's workgroup 0 writes the updated residual.
+            write_resid: u32::from(
+                chunk.rows.start == 0 && prologue.is_some_and(|p| p.resid_out.is_some()),
+            ),
+            _pad: 0,
         };
         let builder = |shader| {
             KernelBuilder::new(ctx, shader)
                 .constant("GROUP", group as u64)
                 .uniform(&params)
-                .tensor(x)
+                .tensor(prologue.map_or(x, |p| p.resid))
                 .tensor(&chunk.packed)
                 .tensor(&chunk.scales)
                 .tensor(y)
         };
+        let shader = match (prologue.is_some(), subgroup) {
+            (false, true) => "q4_matvec_sg",
+            (false, false) => "q4_matvec",
+            (true, true) => "q4_matvec_norm_sg",
+            (true, false) => "q4_matvec_norm",
+        };
         let kernel = match route {
-            r if r.is_matvec() => builder(if subgroup {
-                "q4_matvec_sg"
-            } else {
-                "q4_matvec"
-            })
-            .constant("MV_M", m as u64)
-            .constant("EPILOGUE", epilogue.code())
-            .constant("KSPLIT", u64::from(ksplit))
-            .tensor(other)
+            r if r.is_matvec() => {
+                let mut b = builder(shader)
+                    .constant("MV_M", m as u64)
+                    .constant("EPILOGUE", epilogue.code())
+                    .constant("KSPLIT", u64::from(ksplit))
+                    .tensor(other);
+                if let Some(p) = prologue {
+                    b = b
+                        .constant("PROLOGUE", p.mode.code())
+                        .constant("X_VEC4", (m * k / 4) as u64)
+                        .tensor(p.branch.map_or(p.resid, |(t, _)| t))
+                        .tensor(p.branch.map_or(p.resid, |(_, w)| w))
+                        .tensor(p.w_in.unwrap_or(p.resid))
+                        .tensor(match (p.resid_out, &resid_out_dummy) {
+                            (Some(t), _) | (None, Some(t)) => t,
+                            (None, None) => unreachable!("a dummy exists without resid_out"),
+                        });
+                }
+                b
+            }
             .build_1d(match epilogue {
                 // 16 gate rows (and their up rows) per workgroup.
                 Epilogue::GegluPairs => {
