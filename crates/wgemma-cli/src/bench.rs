@@ -45,10 +45,15 @@ pub struct BenchArgs {
     /// timestamps) and report where the time goes, by shader.
     #[arg(long)]
     profile: bool,
-    /// Run every RMSNorm as its own kernel instead of as the prologue of the matvec that
-    /// consumes it (the plan before that fusion, for before/after comparisons).
+    /// Forwards of at most N rows run their RMSNorms as the prologue of the matvec that
+    /// consumes them; larger ones (and N = 0: all) as kernels of their own.
+    #[arg(long, value_name = "N", default_value_t = wgemma::model::target::DEFAULT_NORM_PROLOGUE_ROWS)]
+    norm_prologue_rows: usize,
+    /// Also measure, in this run, decode and a verify forward with every norm a kernel
+    /// (`norm_kernels_*` fields) and a verify forward with norm prologues
+    /// (`norm_prologue_verify_forward_ms`): the fusion's before/after on one load.
     #[arg(long)]
-    norm_kernels: bool,
+    compare_norm_kernels: bool,
     #[arg(long)]
     json: bool,
 }
@@ -268,7 +273,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )?,
         _ => bail!("give --synthetic SHAPE or --model DIR"),
     };
-    model.set_norm_prologues(!args.norm_kernels);
+    model.set_norm_prologue_rows(args.norm_prologue_rows);
     let vocab = model.spec.config.vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
@@ -391,6 +396,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None
     };
 
+    let comparison = if args.compare_norm_kernels {
+        Some(compare_norm_kernels(
+            &ctx,
+            &mut model,
+            &prompt,
+            steps,
+            args.draft_tokens,
+        )?)
+    } else {
+        None
+    };
+
     let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words: 64 << 20 }, 50)?;
     let bytes_per_token = model.decode_weight_bytes();
     let decode_tps = steps as f64 / decode_s;
@@ -424,6 +441,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report["oracle_rounds"] = o.rounds.into();
         report["oracle_acceptance_rate"] = (o.accepted as f64 / o.drafted.max(1) as f64).into();
     }
+    if let Some(c) = comparison {
+        for (k, v) in c.as_object().expect("object") {
+            report[k] = v.clone();
+        }
+    }
     if !oracle.is_empty() {
         report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
     }
@@ -449,6 +471,53 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Decode tokens/s, dispatches per token and a verify forward with every RMSNorm a kernel,
+/// and a verify forward with norm prologues, on the loaded model (then back to the default).
+fn compare_norm_kernels(
+    ctx: &GpuContext,
+    model: &mut wgemma::model::target::Model,
+    prompt: &[u32],
+    steps: usize,
+    draft_tokens: usize,
+) -> Result<serde_json::Value> {
+    let time_forward = |model: &mut wgemma::model::target::Model, rows: usize| -> Result<f64> {
+        let tokens = vec![1u32; rows];
+        let base = model.len();
+        pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;
+        model.rollback(base)?;
+        let t = Instant::now();
+        for _ in 0..32 {
+            pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;
+            model.rollback(base)?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
+    };
+    let default_rows = model.norm_prologue_rows();
+    model.set_norm_prologue_rows(0);
+    model.reset();
+    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    pollster::block_on(model.decode_greedy(ctx, next, 2, &mut |_| true))?;
+    model.reset();
+    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    let (d0, _, _) = ctx.counters().snapshot();
+    let t = Instant::now();
+    pollster::block_on(model.decode_greedy(ctx, next, steps, &mut |_| true))?;
+    let decode_s = t.elapsed().as_secs_f64();
+    let (d1, _, _) = ctx.counters().snapshot();
+    let mut out = serde_json::json!({
+        "norm_kernels_decode_tokens_per_s": steps as f64 / decode_s,
+        "norm_kernels_dispatches_per_token": (d1 - d0) as f64 / steps as f64,
+    });
+    if draft_tokens > 0 {
+        out["norm_kernels_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
+        model.set_norm_prologue_rows(draft_tokens + 1);
+        out["norm_prologue_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
+    }
+    model.set_norm_prologue_rows(default_rows);
+    model.reset();
+    Ok(out)
 }
 
 fn print_profile(what: &str, p: &serde_json::Value) {

@@ -364,7 +364,7 @@ fn norm_prologues_equal_norm_kernels() {
                     prefill_chunk: rows,
                     ..options(WeightFormat::Q4 { group: 32 })
                 });
-                model.set_norm_prologues(prologues);
+                model.set_norm_prologue_rows(if prologues { 4 } else { 0 });
                 let out =
                     pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits))
                         .unwrap();

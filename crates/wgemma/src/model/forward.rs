@@ -103,6 +103,16 @@ struct PleActivations {
     gated: Tensor,
 }
 
+/// What a [`ForwardPlan`] is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PlanShape {
+    /// Rows of the forward.
+    pub m: usize,
+    pub logit_rows: LogitRows,
+    /// Fold the RMSNorms into matvec prologues where every linear can take one.
+    pub norm_prologues: bool,
+}
+
 /// Everything one forward of M rows needs, built once.
 pub struct ForwardPlan {
     pub m: usize,
@@ -190,10 +200,13 @@ impl ForwardPlan {
         weights: &Weights,
         caches: &[Option<KvCache>],
         shared: &Shared,
-        m: usize,
-        logit_rows: LogitRows,
-        norm_prologues: bool,
+        shape: PlanShape,
     ) -> Result<ForwardPlan> {
+        let PlanShape {
+            m,
+            logit_rows,
+            norm_prologues,
+        } = shape;
         let c = &spec.config;
         let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
         let eps = c.rms_norm_eps as f32;

@@ -3,13 +3,18 @@
 
 use super::checkpoint::WeightSource;
 use super::config::{KvSource, LayerKind, ModelSpec};
-use super::forward::{ForwardPlan, LogitRows, Shared};
+use super::forward::{ForwardPlan, LogitRows, PlanShape, Shared};
 use super::weights::{WeightFormat, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Step};
 use crate::ops::attention::{KvCache, KvCacheConfig, KvLayout};
 use crate::ops::embedding::write_token_ids;
 use std::collections::HashMap;
+
+/// Forwards of up to this many rows run their RMSNorms as matvec prologues by default:
+/// decode steps. Measured on the H200 (BENCHMARKS.md), a verify forward of 3 rows was
+/// slower with them (each workgroup normalises every row), so verify keeps the kernels.
+pub const DEFAULT_NORM_PROLOGUE_ROWS: usize = 1;
 
 /// How to build a model.
 #[derive(Debug, Clone, Copy)]
@@ -64,8 +69,9 @@ pub struct Model {
     caches: Vec<Option<KvCache>>,
     shared: Shared,
     plans: HashMap<(usize, LogitRows), ForwardPlan>,
-    /// Plans fold the RMSNorms into matvec prologues where they can (default).
-    norm_prologues: bool,
+    /// Plans of at most this many rows fold the RMSNorms into matvec prologues where they
+    /// can (0: never).
+    norm_prologue_rows: usize,
     len: usize,
     host_encode_seconds: f64,
 }
@@ -126,7 +132,7 @@ impl Model {
             caches,
             shared,
             plans: HashMap::new(),
-            norm_prologues: true,
+            norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             len: 0,
             host_encode_seconds: 0.0,
         })
@@ -180,20 +186,28 @@ impl Model {
                 &self.weights,
                 &self.caches,
                 &self.shared,
-                m,
-                rows,
-                self.norm_prologues,
+                PlanShape {
+                    m,
+                    logit_rows: rows,
+                    norm_prologues: m <= self.norm_prologue_rows,
+                },
             )?;
             self.plans.insert(key, plan);
         }
         Ok(&self.plans[&key])
     }
 
-    /// Whether forward plans fold the RMSNorms into the matvecs that consume them (the
-    /// default; tests compare both ways). Drops the plans built so far.
-    pub fn set_norm_prologues(&mut self, on: bool) {
-        if self.norm_prologues != on {
-            self.norm_prologues = on;
+    /// Rows up to which forwards run their RMSNorms as matvec prologues.
+    pub fn norm_prologue_rows(&self) -> usize {
+        self.norm_prologue_rows
+    }
+
+    /// Forwards of at most `max_rows` rows fold the RMSNorms into the matvecs that consume
+    /// them (0: every norm is a kernel; default [`DEFAULT_NORM_PROLOGUE_ROWS`]). Tests and
+    /// `wgemma bench` compare the ways. Drops the plans built so far.
+    pub fn set_norm_prologue_rows(&mut self, max_rows: usize) {
+        if self.norm_prologue_rows != max_rows {
+            self.norm_prologue_rows = max_rows;
             self.plans.clear();
         }
     }

@@ -593,6 +593,7 @@ fn build_q4(
                     b = b
                         .constant("PROLOGUE", p.mode.code())
                         .constant("X_VEC4", (m * k / 4) as u64)
+                        .constant("K_DIM", k as u64)
                         .tensor(p.branch.map_or(p.resid, |(t, _)| t))
                         .tensor(p.branch.map_or(p.resid, |(_, w)| w))
                         .tensor(p.w_in.unwrap_or(p.resid))

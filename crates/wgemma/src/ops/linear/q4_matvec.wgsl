@@ -27,5 +27,7 @@ fn main(
 ) {
     let flat = wid.x + wid.y * nwg.x;
     let rows = unit_rows(flat, lid / LANES / KSPLIT);
-    finish(flat, lid, rows, accumulate(rows, (lid / LANES) % KSPLIT, lid % LANES));
+    let part = (lid / LANES) % KSPLIT;
+    let first = first_words(rows, part, lid % LANES);
+    finish(flat, lid, rows, accumulate(rows, part, lid % LANES, first));
 }

@@ -14,7 +14,10 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let flat = wid.x + wid.y * nwg.x;
-    norm_prologue(flat, lid);
+    // The first weights are requested before the prologue: they arrive while it runs.
     let rows = unit_rows(flat, lid / LANES / KSPLIT);
-    finish(flat, lid, rows, accumulate(rows, (lid / LANES) % KSPLIT, lid % LANES));
+    let part = (lid / LANES) % KSPLIT;
+    let first = first_words(rows, part, lid % LANES);
+    norm_prologue(flat, lid);
+    finish(flat, lid, rows, accumulate(rows, part, lid % LANES, first));
 }
