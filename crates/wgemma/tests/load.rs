@@ -77,7 +77,9 @@ fn gpu_quantiser_builds_the_same_model_as_the_cpu() {
         let (config, f32_bytes) = fixture(name);
         for dtype in [Dtype::F32, Dtype::BF16, Dtype::F16] {
             let bytes = stored_as(&f32_bytes, dtype);
-            for group in [32, 64] {
+            // The MoE fixture's experts (K 32) need group 32: experts have no f16 fallback.
+            let groups: &[usize] = if name == "moe" { &[32] } else { &[32, 64] };
+            for &group in groups {
                 let format = WeightFormat::Q4 { group };
                 let load = |quantiser: Quantiser, block_bytes: usize| {
                     let ck = Checkpoint::from_shards(vec![("m".into(), &bytes[..])])

@@ -144,7 +144,8 @@ fn host_check_names_non_finite_weights_and_oversized_scales() {
 #[test]
 fn rejects_bad_plans() {
     let ctx = test_context();
-    let src = Tensor::zeros(ctx, "src", &[64], DType::U32).unwrap();
+    // 256 bf16 weights: 8 groups of 32; the destinations hold 4 groups.
+    let src = Tensor::zeros(ctx, "src", &[128], DType::U32).unwrap();
     let packed = Tensor::zeros(ctx, "packed", &[16], DType::U32).unwrap();
     let scales = Tensor::zeros(ctx, "scales", &[2], DType::U32).unwrap();
     let dst = Q4Dest {
@@ -163,7 +164,7 @@ fn rejects_bad_plans() {
     q(4, 32, 0, dst).unwrap();
     invalid(q(4, 12, 0, dst), "group size");
     invalid(q(0, 32, 0, dst), "groups");
-    invalid(q(4, 32, 2, dst), "source read");
+    invalid(q(4, 32, 129, dst), "source read");
     invalid(q(5, 32, 0, dst), "packed words");
     invalid(
         q(
@@ -187,7 +188,7 @@ fn rejects_bad_plans() {
                 ..dst
             },
         ),
-        "distinct",
+        "buffers of src",
     );
     let f = Tensor::zeros(ctx, "f", &[64], DType::F32).unwrap();
     invalid(
