@@ -360,7 +360,7 @@ pub fn upload_raw_parts(
         }
         return Ok(dest);
     }
-    let on_gpu = matches!(layout, MatrixLayout::Q4 { .. }) && options.quantiser.on_gpu(up.ctx);
+    let on_gpu = options.quantiser.on_gpu(up.ctx);
     for (p, part) in parts.iter().enumerate() {
         let row_bytes = k * part.dtype.bytes();
         // Whole multiples of 64 rows per block (every chunk boundary is one), at least 64.
@@ -372,29 +372,21 @@ pub fn upload_raw_parts(
             let range = r0 * row_bytes..r1 * row_bytes;
             let bytes = &part.data[range.clone()];
             let first = p * part_rows + r0;
+            let rows = first..first + r1 - r0;
             match layout {
-                MatrixLayout::Q4 { group } => {
-                    check_q4_source(bytes, part.dtype, k, group, first, name)?
+                MatrixLayout::Q4 { group } if on_gpu => {
+                    check_q4_source(bytes, part.dtype, k, group, first, name)?;
+                    quantise_block_on_gpu(up, &dest, bytes, part.dtype, rows, k, group)?;
                 }
-                _ => {}
-            }
-            if on_gpu {
-                let MatrixLayout::Q4 { group } = layout else {
-                    unreachable!("on_gpu implies Q4")
-                };
-                quantise_block_on_gpu(
-                    up,
-                    &dest,
-                    bytes,
-                    part.dtype,
-                    first..first + r1 - r0,
-                    k,
-                    group,
-                )?;
-            } else {
-                let block = Matrix::prepare(source_to_f32(bytes, part.dtype), r1 - r0, k, layout)?;
-                dest.write_rows(up.ctx, first, &block)?;
-                up.flush();
+                _ => {
+                    if let MatrixLayout::Q4 { group } = layout {
+                        check_q4_source(bytes, part.dtype, k, group, first, name)?;
+                    }
+                    let values = source_to_f32(bytes, part.dtype);
+                    let block = Matrix::prepare(values, rows.len(), k, layout)?;
+                    dest.write_rows(up.ctx, first, &block)?;
+                    up.flush();
+                }
             }
             (part.release)(range);
             r0 = r1;
