@@ -29,22 +29,30 @@ impl ArtifactFile {
         Artifact::parse(&self.map).with_context(|| format!("artifact {}", path.display()))
     }
 
+    /// The file's length in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.map.len()
+    }
+
     /// Drops the pages of `range` from this process's memory (they stay in the page cache
     /// and fault back in if read again).
     pub fn release(&self, range: Range<usize>) {
-        if range.is_empty() {
-            return;
-        }
-        // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards this
-        // process's page-table entries: a later read faults the same file bytes back in.
-        let _ = unsafe {
-            self.map.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                range.start,
-                range.len(),
-            )
-        };
+        release_pages(&self.map, range);
     }
+}
+
+/// Drops the pages of `range` of a read-only file map from this process's memory (they
+/// stay in the page cache and fault back in if read again).
+pub fn release_pages(map: &memmap2::Mmap, range: Range<usize>) {
+    let range = range.start.min(map.len())..range.end.min(map.len());
+    if range.is_empty() {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards this
+    // process's page-table entries: a later read faults the same file bytes back in.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
+    };
 }
 
 /// Whether `path` is an artifact file (else it must be a checkpoint directory).

@@ -1,10 +1,13 @@
 //! Model loading for the CLI: an HF checkpoint directory, a model artifact or a synthetic
-//! shape, with a progress bar, into a ready [`Model`] (and an [`Assistant`]).
+//! shape, into a ready [`Model`] (and an [`Assistant`]). Progress: a bar with bytes and
+//! ETA on a terminal, a plain line per phase otherwise.
 
 use crate::artifact_file::{is_artifact, peak_rss_mb, ArtifactFile};
 use crate::model_dir::ModelDir;
 use anyhow::{Context, Result};
+use std::io::IsTerminal;
 use std::path::Path;
+use std::time::Instant;
 use wgemma::artifact::{self, LoadHooks, Which};
 use wgemma::gpu::GpuContext;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
@@ -12,6 +15,7 @@ use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::synthetic::{SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
 use wgemma::model::tokenizer::Tokenizer;
+use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec};
 use wgemma::ops::opset::OpSet;
@@ -61,6 +65,56 @@ pub fn bytes_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     bar
 }
 
+/// Progress of one load, in bytes of its source: a bar on a terminal, else one line per
+/// phase on stderr.
+pub struct LoadProgress {
+    bar: Option<indicatif::ProgressBar>,
+    what: String,
+    start: Instant,
+}
+
+impl LoadProgress {
+    pub fn new(what: &str, total_bytes: u64) -> LoadProgress {
+        let bar = std::io::stderr()
+            .is_terminal()
+            .then(|| bytes_bar(total_bytes, what));
+        LoadProgress {
+            bar,
+            what: what.to_string(),
+            start: Instant::now(),
+        }
+    }
+
+    /// `bytes` more of the source are done.
+    pub fn add(&self, bytes: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(bytes);
+        }
+    }
+
+    /// A phase finished: a line when no bar is drawn.
+    pub fn phase(&self, line: &str) {
+        if self.bar.is_none() {
+            eprintln!(
+                "{}: {line} ({:.1} s)",
+                self.what,
+                self.start.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    pub fn finish(&self, line: &str) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+        self.phase(line);
+    }
+}
+
+fn gb(bytes: u64) -> f64 {
+    bytes as f64 / 1e9
+}
+
 fn load_with(
     ctx: &GpuContext,
     source: &dyn wgemma::model::checkpoint::WeightSource,
@@ -79,6 +133,16 @@ fn load_with(
 
 /// Loads `--model PATH`: a checkpoint directory or an artifact file.
 pub fn load_model(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Loaded> {
+    load_model_with(ctx, path, req, Quantiser::Auto)
+}
+
+/// [`load_model`], with a checkpoint's Q4 quantisation run where `quantiser` says.
+pub fn load_model_with(
+    ctx: &GpuContext,
+    path: &Path,
+    req: LoadRequest,
+    quantiser: Quantiser,
+) -> Result<Loaded> {
     if is_artifact(path) {
         load_artifact(ctx, path, req)
     } else {
@@ -86,17 +150,36 @@ pub fn load_model(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Loa
             format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
             ..req.options
         };
-        load_dir(ctx, path, options)
+        load_dir(ctx, path, options, quantiser)
     }
 }
 
-fn load_dir(ctx: &GpuContext, path: &Path, options: ModelOptions) -> Result<Loaded> {
+fn load_dir(
+    ctx: &GpuContext,
+    path: &Path,
+    options: ModelOptions,
+    quantiser: Quantiser,
+) -> Result<Loaded> {
     let start = std::time::Instant::now();
     let dir = ModelDir::open(path)?;
     let spec = parse_config(&dir.config_json)
         .with_context(|| format!("{}/config.json", path.display()))?;
-    let shards = dir.shard_bytes();
-    let ck = Checkpoint::from_shards(shards)?;
+    let total: u64 = dir.shards.iter().map(|(_, m)| m.len() as u64).sum();
+    let progress = LoadProgress::new("loading", total);
+    progress.phase(&format!(
+        "opened {} ({} shard(s), {:.2} GB)",
+        path.display(),
+        dir.shards.len(),
+        gb(total)
+    ));
+    // Each block of rows uploaded: its pages leave this process, and the bar moves.
+    let release = |shard: usize, range: std::ops::Range<usize>| {
+        progress.add(range.len() as u64);
+        dir.release(shard, range);
+    };
+    let ck = Checkpoint::from_shards(dir.shard_bytes())?
+        .with_release(&release)
+        .with_quantiser(quantiser);
     let tokenizer = dir
         .tokenizer_json
         .as_ref()
@@ -107,7 +190,13 @@ fn load_dir(ctx: &GpuContext, path: &Path, options: ModelOptions) -> Result<Load
     if eos_ids.is_empty() {
         eos_ids = spec.eos_ids();
     }
-    let model = load_with(ctx, &ck, spec, options, "loading")?;
+    let model = Model::load(ctx, &ck, spec, options, &mut |_, _| {})?;
+    progress.finish(&format!(
+        "{:.2} GB of weights on the GPU ({:?}, quantised on the {})",
+        gb(model.weight_bytes()),
+        options.format,
+        if quantiser.on_gpu(ctx) { "GPU" } else { "CPU" }
+    ));
     Ok(Loaded {
         model,
         tokenizer,
@@ -140,22 +229,36 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
     if eos_ids.is_empty() {
         eos_ids = artifact.target_spec().eos_ids();
     }
-    let bar = progress_bar(artifact.target_spec().layers.len() as u64 + 2, "loading");
+    let progress = LoadProgress::new("loading", file.byte_len() as u64);
+    progress.phase(&format!(
+        "opened {} ({:.2} GB, {})",
+        path.display(),
+        gb(file.byte_len() as u64),
+        m.quant.describe()
+    ));
     let model = artifact::load_target(
         ctx,
         &artifact,
         options,
         LoadHooks {
             verify: req.verify,
-            progress: &mut |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
+            progress: &mut |_, _| {},
+            release: &|range| {
+                progress.add(range.len() as u64);
+                file.release(range)
             },
-            release: &|range| file.release(range),
         },
     )
     .with_context(|| format!("loading the target of {}", path.display()))?;
-    bar.finish_and_clear();
+    progress.finish(&format!(
+        "{:.2} GB of weights on the GPU{}",
+        gb(model.weight_bytes()),
+        if req.verify {
+            ", checksums verified"
+        } else {
+            ""
+        }
+    ));
     Ok(Loaded {
         model,
         tokenizer,

@@ -4,11 +4,12 @@
 
 use crate::artifact_file::peak_rss_mb;
 use crate::generate::ModelArgs;
-use crate::load::{load_assistant, load_model};
+use crate::load::{load_assistant, load_model_with};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::model::upload::Quantiser;
 
 #[derive(Args)]
 pub struct LoadArgs {
@@ -17,6 +18,10 @@ pub struct LoadArgs {
     /// Also load this assistant (a directory, or an artifact holding one).
     #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
+    /// Where a checkpoint directory's Q4 quantisation runs: auto (the GPU, or the CPU on
+    /// a software adapter such as lavapipe), gpu or cpu (the reference).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "gpu", "cpu"])]
+    quantise_on: String,
     /// One JSON object.
     #[arg(long)]
     json: bool,
@@ -26,7 +31,12 @@ pub fn run(args: LoadArgs) -> Result<()> {
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let rss_before = peak_rss_mb();
     let start = std::time::Instant::now();
-    let loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
+    let quantiser = match args.quantise_on.as_str() {
+        "gpu" => Quantiser::Gpu,
+        "cpu" => Quantiser::Cpu,
+        _ => Quantiser::Auto,
+    };
+    let loaded = load_model_with(&ctx, &args.model.model, args.model.request()?, quantiser)?;
     let target_ms = start.elapsed().as_secs_f64() * 1e3;
     let assistant = args
         .assistant
@@ -42,6 +52,11 @@ pub fn run(args: LoadArgs) -> Result<()> {
         "assistant": args.assistant.as_ref().map(|p| p.display().to_string()),
         "format": format!("{:?}", loaded.model.options.format),
         "verified": !args.model.no_verify,
+        "quantised_on": if args.model.model.is_dir() {
+            if quantiser.on_gpu(&ctx) { "gpu" } else { "cpu" }
+        } else {
+            "stored"
+        },
         "load_ms": total_ms,
         "target_load_ms": target_ms,
         "weight_bytes": loaded.model.weight_bytes(),

@@ -62,6 +62,14 @@ impl ModelDir {
             .collect()
     }
 
+    /// Drops the pages of `range` of shard `shard` from this process (a load is done with
+    /// them; they stay in the page cache).
+    pub fn release(&self, shard: usize, range: std::ops::Range<usize>) {
+        if let Some((_, map)) = self.shards.get(shard) {
+            crate::artifact_file::release_pages(map, range);
+        }
+    }
+
     /// EOS ids from generation_config.json, if it names any.
     pub fn generation_eos_ids(&self) -> Vec<u32> {
         self.generation_config

@@ -3,10 +3,14 @@
 //! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
 
 use super::prepared::{prepare_parts, Matrix, MatrixLayout};
+use super::upload::{upload_raw_parts, Quantiser, RawTensor, StreamOptions, Uploaded, Uploader};
+use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::ops::moe::{ExpertFormat, ExpertHost};
+use crate::ops::quantize::SourceDtype;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
+use std::ops::Range;
 
 const OP: &str = "checkpoint";
 
@@ -38,6 +42,23 @@ pub trait WeightSource {
         prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
     }
 
+    /// The matrix of [`WeightSource::matrix`] uploaded for `use_`. By default prepared whole
+    /// on the host and uploaded; a checkpoint streams it a block of rows at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn upload_matrix(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+        use_: MatrixUse,
+    ) -> Result<Uploaded> {
+        let m = self.matrix(name, parts, n, k, layout)?;
+        Uploaded::from_matrix(up.ctx, name, &m, use_)
+    }
+
     /// Expert weights `[E, N, K]` in `format` (by default read as f32 and converted).
     fn experts(
         &self,
@@ -61,14 +82,68 @@ impl WeightSource for Checkpoint<'_> {
     fn embedding_dtype(&self) -> Result<Dtype> {
         Checkpoint::embedding_dtype(self)
     }
+
+    fn upload_matrix(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+        use_: MatrixUse,
+    ) -> Result<Uploaded> {
+        let rows = n / parts.len().max(1);
+        let raw = parts
+            .iter()
+            .map(|part| self.raw(part, &[rows, k]))
+            .collect::<Result<Vec<_>>>()?;
+        let releases: Vec<_> = raw
+            .iter()
+            .map(|r| {
+                let (shard, offset) = (r.shard, r.offset);
+                move |range: Range<usize>| {
+                    if let Some(release) = self.release {
+                        release(shard, offset + range.start..offset + range.end);
+                    }
+                }
+            })
+            .collect();
+        let tensors: Vec<RawTensor<'_>> = raw
+            .iter()
+            .zip(&releases)
+            .map(|(r, release)| RawTensor {
+                data: r.data,
+                dtype: r.dtype,
+                release,
+            })
+            .collect();
+        upload_raw_parts(up, self.stream, name, &tensors, n, k, layout, use_)
+    }
 }
+
+/// A decoder tensor's stored bytes and where they sit in their shard.
+struct RawView<'a> {
+    shard: usize,
+    /// Byte offset of `data` in the shard.
+    offset: usize,
+    dtype: SourceDtype,
+    data: &'a [u8],
+}
+
+/// Called with (shard index, byte range) for shard bytes a load is done with.
+pub type ReleaseFn<'a> = dyn Fn(usize, Range<usize>) + 'a;
 
 /// All shards of one checkpoint, indexed by tensor name.
 pub struct Checkpoint<'a> {
     shards: Vec<(String, SafeTensors<'a>)>,
+    /// Each shard's bytes, in the order given.
+    bytes: Vec<&'a [u8]>,
     /// Full tensor name -> shard index.
     index: HashMap<String, usize>,
     prefix: &'static str,
+    release: Option<&'a ReleaseFn<'a>>,
+    stream: StreamOptions,
 }
 
 impl<'a> Checkpoint<'a> {
@@ -77,6 +152,7 @@ impl<'a> Checkpoint<'a> {
     pub fn from_shards(shards: Vec<(String, &'a [u8])>) -> Result<Checkpoint<'a>> {
         let mut parsed = Vec::with_capacity(shards.len());
         let mut index = HashMap::new();
+        let all_bytes = shards.iter().map(|(_, b)| *b).collect();
         for (i, (file, bytes)) in shards.into_iter().enumerate() {
             let st = SafeTensors::deserialize(bytes).map_err(|e| {
                 Error::invalid(
@@ -114,8 +190,68 @@ impl<'a> Checkpoint<'a> {
             })?;
         Ok(Checkpoint {
             shards: parsed,
+            bytes: all_bytes,
             index,
             prefix,
+            release: None,
+            stream: StreamOptions::default(),
+        })
+    }
+
+    /// Calls `release(shard, byte range)` for the shard bytes of each block of rows a load
+    /// has uploaded: the CLI drops those pages of its memory maps, so a load does not end
+    /// up holding the whole checkpoint (a browser passes nothing).
+    pub fn with_release(mut self, release: &'a ReleaseFn<'a>) -> Self {
+        self.release = Some(release);
+        self
+    }
+
+    /// Where Q4 quantisation runs while loading (default [`Quantiser::Auto`]).
+    pub fn with_quantiser(mut self, quantiser: Quantiser) -> Self {
+        self.stream.quantiser = quantiser;
+        self
+    }
+
+    /// Source bytes uploaded per block of rows (default
+    /// [`BLOCK_BYTES`](super::upload::BLOCK_BYTES); at least 64 rows a block).
+    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+        self.stream.block_bytes = bytes;
+        self
+    }
+
+    /// The stored bytes of a decoder tensor, checked against the expected shape.
+    fn raw(&self, name: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
+        let full = self.full_name(name);
+        let (file, view) = self.view_full(&full)?;
+        if view.shape() != expected_shape {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{full}` in `{file}`"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", view.shape()),
+            ));
+        }
+        let dtype = match view.dtype() {
+            Dtype::F32 => SourceDtype::F32,
+            Dtype::F16 => SourceDtype::F16,
+            Dtype::BF16 => SourceDtype::BF16,
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of `{full}` in `{file}`"),
+                    "bf16, f16 or f32",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        let shard = self.index[&full];
+        let data = view.data();
+        let offset = data.as_ptr() as usize - self.bytes[shard].as_ptr() as usize;
+        Ok(RawView {
+            shard,
+            offset,
+            dtype,
+            data,
         })
     }
 

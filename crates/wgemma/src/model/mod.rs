@@ -14,6 +14,7 @@ pub mod speculative;
 pub mod synthetic;
 pub mod target;
 pub mod tokenizer;
+pub mod upload;
 pub mod weights;
 
 pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};

@@ -4,6 +4,8 @@
 use super::checkpoint::{embed_scale, WeightSource};
 use super::config::{KvSource, ModelSpec};
 use super::prepared::{Matrix, MatrixData, MatrixLayout};
+use super::upload::Uploader;
+use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
@@ -155,15 +157,34 @@ fn vector(ctx: &GpuContext, ck: &dyn WeightSource, name: &str, len: usize) -> Re
 }
 
 fn linear(
-    ctx: &GpuContext,
+    up: &mut Uploader<'_>,
     ck: &dyn WeightSource,
     name: &str,
     n: usize,
     k: usize,
     format: WeightFormat,
 ) -> Result<LinearWeight> {
-    let matrix = ck.matrix(name, &[name], n, k, MatrixLayout::of(format, k))?;
-    LinearWeight::from_matrix(ctx, name, &matrix)
+    stacked_linear(up, ck, name, &[name], n, k, format)
+}
+
+/// A linear weight stacked from the row blocks `parts` (one part: the tensor itself).
+fn stacked_linear(
+    up: &mut Uploader<'_>,
+    ck: &dyn WeightSource,
+    name: &str,
+    parts: &[&str],
+    n: usize,
+    k: usize,
+    format: WeightFormat,
+) -> Result<LinearWeight> {
+    let layout = MatrixLayout::of(format, k);
+    ck.upload_matrix(up, name, parts, n, k, layout, MatrixUse::Linear)?
+        .linear
+        .ok_or_else(|| missing(name, "linear weight"))
+}
+
+fn missing(name: &str, what: &str) -> Error {
+    Error::invalid("weights", format!("upload of `{name}`"), what, "nothing")
 }
 
 /// Projections that produce K (and V) for a layer that owns its cache.
@@ -311,13 +332,16 @@ impl Weights {
         let c = &spec.config;
         let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
         let total = spec.layers.len() + 2;
+        let up = &mut Uploader::new(ctx);
         // The tied lm_head and the embedding table are the same prepared matrix.
         let name = "embed_tokens.weight";
-        let embed = ck.matrix(name, &[name], v, h, MatrixLayout::of(format, h))?;
-        let embed_tokens = table_from_matrix(ctx, "embed_tokens", &embed)?;
-        let lm_head = LinearWeight::from_matrix(ctx, "lm_head", &embed)?;
-        drop(embed);
-        ctx.flush_uploads();
+        let layout = MatrixLayout::of(format, h);
+        let embed = ck.upload_matrix(up, name, &[name], v, h, layout, MatrixUse::TableAndLinear)?;
+        let embed_tokens = embed
+            .table
+            .ok_or_else(|| missing(name, "embedding table"))?;
+        let lm_head = embed.linear.ok_or_else(|| missing(name, "lm_head"))?;
+        up.flush();
         // HF multiplies by `embed_scale.to(weight.dtype)`. wgemma computes in f32, as HF does
         // with the model loaded in float32 (the golden fixtures' reference), so the scale is
         // sqrt(hidden) in f32; HF running a bf16 checkpoint in bf16 would use bf16(sqrt(H))
@@ -326,11 +350,12 @@ impl Weights {
         let ple = if spec.ple_dim > 0 {
             let width = spec.layers.len() * spec.ple_dim;
             let name = "embed_tokens_per_layer.weight";
-            let table = ck.matrix(name, &[name], v, width, MatrixLayout::of(format, width))?;
+            let layout = MatrixLayout::of(format, width);
+            let table = ck.upload_matrix(up, name, &[name], v, width, layout, MatrixUse::Table)?;
             Some(PleWeights {
-                embed_tokens_per_layer: table_from_matrix(ctx, "embed_tokens_per_layer", &table)?,
+                embed_tokens_per_layer: table.table.ok_or_else(|| missing(name, "table"))?,
                 per_layer_model_projection: linear(
-                    ctx,
+                    up,
                     ck,
                     "per_layer_model_projection.weight",
                     width,
@@ -357,7 +382,7 @@ impl Weights {
                     let k_norm_host = ck.f32(&p("self_attn.k_norm.weight"), &[d])?;
                     KvWeights {
                         k_proj: linear(
-                            ctx,
+                            up,
                             ck,
                             &p("self_attn.k_proj.weight"),
                             l.num_kv_heads * d,
@@ -368,7 +393,7 @@ impl Weights {
                             None
                         } else {
                             Some(linear(
-                                ctx,
+                                up,
                                 ck,
                                 &p("self_attn.v_proj.weight"),
                                 l.num_kv_heads * d,
@@ -383,17 +408,19 @@ impl Weights {
                 KvSource::Shared { .. } => None,
             };
             let i = l.intermediate_size;
-            let gate_up = ck.matrix(
+            let gate_up_proj = stacked_linear(
+                up,
+                ck,
                 &p("mlp.gate_up_proj"),
                 &[&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")],
                 2 * i,
                 h,
-                MatrixLayout::of(format, h),
+                format,
             )?;
             let ple = if spec.ple_dim > 0 {
                 Some(PleLayerWeights {
                     per_layer_input_gate: linear(
-                        ctx,
+                        up,
                         ck,
                         &p("per_layer_input_gate.weight"),
                         spec.ple_dim,
@@ -401,7 +428,7 @@ impl Weights {
                         format,
                     )?,
                     per_layer_projection: linear(
-                        ctx,
+                        up,
                         ck,
                         &p("per_layer_projection.weight"),
                         h,
@@ -427,7 +454,7 @@ impl Weights {
                     };
                     Some(MoeWeights {
                         router_proj: linear(
-                            ctx,
+                            up,
                             ck,
                             &p("router.proj.weight"),
                             m.num_experts,
@@ -472,10 +499,10 @@ impl Weights {
             };
             layers.push(LayerWeights {
                 input_layernorm: vector(ctx, ck, &p("input_layernorm.weight"), h)?,
-                q_proj: linear(ctx, ck, &p("self_attn.q_proj.weight"), nh * d, h, format)?,
+                q_proj: linear(up, ck, &p("self_attn.q_proj.weight"), nh * d, h, format)?,
                 q_norm: vector(ctx, ck, &p("self_attn.q_norm.weight"), d)?,
                 kv,
-                o_proj: linear(ctx, ck, &p("self_attn.o_proj.weight"), h, nh * d, format)?,
+                o_proj: linear(up, ck, &p("self_attn.o_proj.weight"), h, nh * d, format)?,
                 post_attention_layernorm: vector(
                     ctx,
                     ck,
@@ -488,8 +515,8 @@ impl Weights {
                     &p("pre_feedforward_layernorm.weight"),
                     h,
                 )?,
-                gate_up_proj: LinearWeight::from_matrix(ctx, &p("mlp.gate_up_proj"), &gate_up)?,
-                down_proj: linear(ctx, ck, &p("mlp.down_proj.weight"), h, i, format)?,
+                gate_up_proj,
+                down_proj: linear(up, ck, &p("mlp.down_proj.weight"), h, i, format)?,
                 post_feedforward_layernorm: vector(
                     ctx,
                     ck,
@@ -502,7 +529,7 @@ impl Weights {
             });
             // Hand each layer's queued writes to the GPU, so their staging memory is freed
             // as the load goes instead of holding every weight twice until the first submit.
-            ctx.flush_uploads();
+            up.flush();
             progress(layers.len() + 1, total);
         }
         let norm = vector(ctx, ck, "norm.weight", h)?;

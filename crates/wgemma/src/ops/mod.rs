@@ -12,6 +12,7 @@ pub mod linear;
 pub mod min_fill;
 pub mod moe;
 pub mod opset;
+pub mod quantize;
 pub mod read_bandwidth;
 pub mod rmsnorm;
 pub mod rope;
@@ -32,6 +33,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(scatter::random_cases(rng));
     cases.extend(min_fill::random_cases(rng));
     cases.extend(linear::random_cases(rng));
+    cases.extend(quantize::random_cases(rng));
     cases.extend(read_bandwidth::random_cases(rng));
     cases.extend(rmsnorm::random_cases(rng));
     cases.extend(geglu::random_cases(rng));
@@ -59,6 +61,7 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(scatter::bench_cases());
     cases.extend(min_fill::bench_cases());
     cases.extend(linear::bench_cases());
+    cases.extend(quantize::bench_cases());
     cases.extend(rmsnorm::bench_cases());
     cases.extend(geglu::bench_cases());
     cases.extend(softcap::bench_cases());

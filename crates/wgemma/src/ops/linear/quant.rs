@@ -396,6 +396,103 @@ impl Q4Weight {
         })
     }
 
+    /// A zeroed `[n, k]` weight in the row chunks [`Q4Weight::upload_words`] would use, for a
+    /// loader that writes it a block of rows at a time ([`Q4Weight::write_rows`], or the GPU
+    /// quantiser straight into [`Q4Weight::chunks`]).
+    pub fn zeros(ctx: &GpuContext, n: usize, k: usize, group: usize) -> Result<Q4Weight> {
+        let max = ctx
+            .limits
+            .max_storage_buffer_binding_size
+            .min(ctx.limits.max_buffer_size);
+        Q4Weight::zeros_with_max_binding(ctx, n, k, group, max)
+    }
+
+    /// [`Q4Weight::zeros`] with chunks of at most `max_binding` bytes (tests force splits).
+    pub fn zeros_with_max_binding(
+        ctx: &GpuContext,
+        n: usize,
+        k: usize,
+        group: usize,
+        max: u64,
+    ) -> Result<Q4Weight> {
+        check_dims(n, k, group)?;
+        let ranges = plan_row_chunks(n, k as u64 / 2, max, CHUNK_ROW_MULTIPLE)?;
+        let groups = k / group;
+        let chunks = ranges
+            .into_iter()
+            .enumerate()
+            .map(|(c, rows)| {
+                let scale_words = (rows.end * groups).div_ceil(2) - rows.start * groups / 2;
+                Ok(Q4Chunk {
+                    packed: Tensor::zeros(
+                        ctx,
+                        &format!("q4 packed chunk {c}"),
+                        &[rows.len(), k / 8],
+                        crate::gpu::DType::U32,
+                    )?,
+                    scales: Tensor::zeros(
+                        ctx,
+                        &format!("q4 scales chunk {c}"),
+                        &[scale_words],
+                        crate::gpu::DType::U32,
+                    )?,
+                    rows,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Q4Weight {
+            n,
+            k,
+            group,
+            chunks,
+        })
+    }
+
+    /// Writes the Q4 words of rows `first_row..` (`packed` `[rows, K/8]`, `scales` the
+    /// rows' scale words) through the queue. The rows' first scale must start a word
+    /// (`first_row * K/g` even), and their scale count must be even unless they end the
+    /// weight (two rows can share a word).
+    pub fn write_rows(
+        &self,
+        ctx: &GpuContext,
+        first_row: usize,
+        packed: &[u32],
+        scales: &[u32],
+    ) -> Result<()> {
+        let (wpr, groups) = (self.k / 8, self.k / self.group);
+        let rows = packed.len() / wpr;
+        let end = first_row + rows;
+        let whole = packed.len() % wpr == 0 && end <= self.n;
+        let aligned = (first_row * groups) % 2 == 0 && ((rows * groups) % 2 == 0 || end == self.n);
+        if !whole || !aligned || scales.len() != (rows * groups).div_ceil(2) {
+            return Err(Error::invalid(
+                OP,
+                format!("rows written to a [{}, {}] weight", self.n, self.k),
+                "whole rows inside it, starting and ending on whole scale words",
+                format!(
+                    "rows {first_row}..{end} with {} packed and {} scale words",
+                    packed.len(),
+                    scales.len()
+                ),
+            ));
+        }
+        for c in &self.chunks {
+            let (lo, hi) = (first_row.max(c.rows.start), end.min(c.rows.end));
+            if lo >= hi {
+                continue;
+            }
+            let src = (lo - first_row) * wpr..(hi - first_row) * wpr;
+            let dst = ((lo - c.rows.start) * wpr * 4) as u64;
+            ctx.queue
+                .write_buffer(c.packed.buffer(), dst, bytemuck::cast_slice(&packed[src]));
+            let s = (lo - first_row) * groups / 2..((hi - first_row) * groups).div_ceil(2);
+            let dst = ((lo - c.rows.start) * groups / 2 * 4) as u64;
+            ctx.queue
+                .write_buffer(c.scales.buffer(), dst, bytemuck::cast_slice(&scales[s]));
+        }
+        Ok(())
+    }
+
     pub fn n(&self) -> usize {
         self.n
     }
