@@ -23,10 +23,11 @@ pub struct LoadArgs {
 }
 
 pub fn run(args: LoadArgs) -> Result<()> {
+    let request = args.model.request()?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let rss_before = peak_rss_mb();
     let start = std::time::Instant::now();
-    let loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
+    let loaded = load_model(&ctx, &args.model.model, request)?;
     let target_ms = start.elapsed().as_secs_f64() * 1e3;
     let assistant = args
         .assistant

@@ -15,4 +15,6 @@ pub mod target;
 pub mod tokenizer;
 pub mod weights;
 
-pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};
+pub use config::{
+    parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, SizeEstimate, SizeLimits, TextConfig,
+};
