@@ -15,14 +15,16 @@ fi
 export RUSTFLAGS="${RUSTFLAGS:-} -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
  -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
  -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
-cargo +nightly build --release --bins
+# An explicit --target keeps the flags off build scripts and proc macros (as cargo-fuzz does).
+triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
+cargo +nightly build --release --bins --target "$triple"
 for t in "${targets[@]}"; do
     mkdir -p "corpus/$t" "artifacts/$t"
     # Interesting new inputs go to a scratch folder: the committed corpus stays small
     # (minimise with `-merge=1` before committing additions).
     scratch=$(mktemp -d)
     echo "== $t: $runs runs"
-    ./target/release/"$t" -runs="$runs" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
+    ./target/"$triple"/release/"$t" -runs="$runs" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
         -artifact_prefix="artifacts/$t/" -print_final_stats=1 "$scratch" "corpus/$t" 2>&1 |
         grep -E "^(#[0-9]+ *DONE|Done|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb|==[0-9]+== ERROR|SUMMARY)" || true
     rm -rf "$scratch"

@@ -40,7 +40,7 @@ pub fn checkpoint_config(data: &[u8]) {
     if let Ok(ck) = Checkpoint::from_shards(vec![("model.safetensors".into(), shard)]) {
         let prefix = ck.prefix().to_string();
         let names: Vec<String> = safetensors::SafeTensors::deserialize(shard)
-            .map(|st| st.names().into_iter().cloned().collect())
+            .map(|st| st.names().into_iter().map(String::from).collect())
             .unwrap_or_default();
         for full in names {
             if let Some(name) = full.strip_prefix(&prefix) {

@@ -192,13 +192,13 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         seed: args.seed,
     };
     sampling.validate()?;
+    if args.prompt.is_none() && args.prompt_ids.is_none() {
+        bail!("expected one of --prompt TEXT or --prompt-ids IDS, found neither");
+    }
     if args.chat && args.prompt.is_none() {
         bail!(
             "--chat: expected --prompt TEXT (it wraps text in the chat format), found --prompt-ids"
         );
-    }
-    if args.prompt.is_none() && args.prompt_ids.is_none() {
-        bail!("expected one of --prompt TEXT or --prompt-ids IDS, found neither");
     }
     if args.trace_drafts && !args.json {
         bail!("--trace-drafts: expected --json as well (the drafts are reported in its stats), found text output");

@@ -390,12 +390,15 @@ mod tests {
     #[test]
     fn nan_and_inf_weights_name_the_tensor() {
         for (bad, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf")] {
-            let a = shard(&[(
-                "model.norm.weight",
-                Dtype::F32,
-                vec![3],
-                bytemuck::cast_slice(&[1.0f32, bad, 2.0]).to_vec(),
-            )]);
+            let a = shard(&[
+                ("model.embed_tokens.weight", Dtype::F32, vec![1], vec![0; 4]),
+                (
+                    "model.norm.weight",
+                    Dtype::F32,
+                    vec![3],
+                    bytemuck::cast_slice(&[1.0f32, bad, 2.0]).to_vec(),
+                ),
+            ]);
             let ck = Checkpoint::from_shards(vec![("w.safetensors".into(), &a)]).unwrap();
             let err = ck.f32("norm.weight", &[3]).unwrap_err().to_string();
             assert!(
