@@ -14,6 +14,7 @@ pub struct ArtifactFile {
 
 impl ArtifactFile {
     pub fn open(path: &Path) -> Result<ArtifactFile> {
+        crate::model_dir::check_regular_file(path, "artifact")?;
         let file = std::fs::File::open(path)
             .with_context(|| format!("opening artifact {}", path.display()))?;
         // SAFETY: the map is read-only and lives as long as the ArtifactFile; a file changed
@@ -55,9 +56,19 @@ pub fn release_pages(map: &memmap2::Mmap, range: Range<usize>) {
     };
 }
 
-/// Whether `path` is an artifact file (else it must be a checkpoint directory).
+/// Whether `path` is an artifact file (else it must be a checkpoint directory; anything
+/// else, a FIFO or a symlink loop, is refused by name when the directory is opened).
 pub fn is_artifact(path: &Path) -> bool {
     path.is_file()
+}
+
+/// The host's memory in bytes (Linux `MemTotal`; None elsewhere), for the size checks
+/// that run before a load allocates.
+pub fn host_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Peak resident set size of this process so far, in MiB (Linux `VmHWM`; None elsewhere).

@@ -266,7 +266,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 model: dir.clone(),
                 dtype: Some(args.quant.clone()),
                 context: options.max_context,
-                prefill_chunk: options.prefill_chunk,
+                prefill_chunk: Some(options.prefill_chunk),
                 no_verify: false,
             }
             .request()?,

@@ -24,9 +24,9 @@ pub struct ConvertArgs {
     /// Weight format: q4, f16 or f32.
     #[arg(long, default_value = "q4", value_parser = ["q4", "f16", "f32"])]
     quant: String,
-    /// Q4 group size.
-    #[arg(long, default_value_t = 32, value_parser = parse_group)]
-    group_size: usize,
+    /// Q4 group size (default 32; only with --quant q4).
+    #[arg(long, value_parser = parse_group)]
+    group_size: Option<usize>,
 }
 
 fn parse_group(s: &str) -> Result<usize, String> {
@@ -121,24 +121,91 @@ fn sources(model: &str, o: &Opened) -> Vec<SourceFile> {
     hash_sources(model, &o.dir, &extra)
 }
 
-pub fn run(args: ConvertArgs) -> Result<()> {
-    let format = match args.quant.as_str() {
-        "q4" => WeightFormat::Q4 {
-            group: args.group_size,
-        },
-        "f16" => WeightFormat::F16,
-        "f32" => WeightFormat::F32,
-        other => bail!("--quant: expected q4, f16 or f32, found {other}"),
-    };
-    if args.out.is_dir() {
-        bail!(
-            "--out {}: expected a file path, found a directory",
-            args.out.display()
-        );
+/// (device, inode) of a file, to recognise one file under two names.
+#[cfg(unix)]
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn file_id(path: &Path) -> Option<std::path::PathBuf> {
+    std::fs::canonicalize(path).ok()
+}
+
+/// Refuses an `--out` that would destroy an input or something that is not a file: an
+/// existing path must be a regular file that is none of the checkpoints' files (renaming
+/// over `d/model.safetensors` destroyed the input; over `/dev/full`, the device node),
+/// and a new `*.safetensors` inside a checkpoint directory would become one of its shards.
+fn check_out(out: &Path, inputs: &[&Path]) -> Result<()> {
+    if out.symlink_metadata().is_ok() {
+        let kind = crate::model_dir::describe_path(out);
+        if kind != "a regular file" {
+            bail!(
+                "--out {}: expected a new or regular file to write the artifact to, found {kind}",
+                out.display()
+            );
+        }
     }
+    let out_id = file_id(out);
+    let out_dir = out
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .and_then(|p| std::fs::canonicalize(p).ok());
+    for dir in inputs {
+        let canonical_dir = std::fs::canonicalize(dir).ok();
+        if out_id.is_some() {
+            for entry in std::fs::read_dir(dir)?.filter_map(|e| e.ok()) {
+                if file_id(&entry.path()) == out_id {
+                    bail!(
+                        "--out {}: expected a path that is not an input, found the checkpoint's \
+                         own file {} (converting would destroy it)",
+                        out.display(),
+                        entry.path().display()
+                    );
+                }
+            }
+        }
+        let is_shard_name = out
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+        if is_shard_name && out_dir.is_some() && out_dir == canonical_dir {
+            bail!(
+                "--out {}: expected a path outside the checkpoint directory {} or a name not \
+                 ending in .safetensors, found a *.safetensors path inside it (it would be read \
+                 as one of the checkpoint's shards)",
+                out.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: ConvertArgs) -> Result<()> {
+    let format = match (args.quant.as_str(), args.group_size) {
+        ("q4", group) => WeightFormat::Q4 {
+            group: group.unwrap_or(32),
+        },
+        (other, Some(group)) => bail!(
+            "--group-size {group}: expected only with --quant q4 (Q4's group), found --quant {other}"
+        ),
+        ("f16", None) => WeightFormat::F16,
+        ("f32", None) => WeightFormat::F32,
+        (other, None) => bail!("--quant: expected q4, f16 or f32, found {other}"),
+    };
     let start = std::time::Instant::now();
     let target = open(&args.model)?;
     let assistant = args.assistant.as_deref().map(open).transpose()?;
+    let mut inputs = vec![args.model.as_path()];
+    inputs.extend(args.assistant.as_deref());
+    check_out(&args.out, &inputs)?;
     let tck = Checkpoint::from_shards(target.dir.shard_bytes())
         .with_context(|| format!("reading {}", args.model.display()))?;
     let ack = assistant
@@ -162,6 +229,8 @@ pub fn run(args: ConvertArgs) -> Result<()> {
     let tmp = args
         .out
         .with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    // Ctrl-C (or SIGTERM) while writing removes the temporary file before exiting.
+    let interrupt_guard = crate::signals::RemoveOnInterrupt::new(&tmp);
     let result = (|| -> Result<u64> {
         let file =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
@@ -197,6 +266,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             .with_context(|| format!("renaming {} to {}", tmp.display(), args.out.display()))?;
         Ok(bytes)
     })();
+    drop(interrupt_guard);
     match result {
         Ok(bytes) => {
             eprintln!(

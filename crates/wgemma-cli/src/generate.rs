@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::generate::{generate, GenerateOptions};
 use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
+use wgemma::model::speculative::{generate_speculative, SpeculativeOptions, MAX_DRAFT_TOKENS};
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::tokenizer::TextStream;
 use wgemma::model::weights::WeightFormat;
@@ -29,21 +29,32 @@ pub struct ModelArgs {
     /// KV cache positions (prompt + generated tokens).
     #[arg(long, default_value_t = 4096)]
     pub context: usize,
-    /// Rows per prefill forward.
-    #[arg(long, default_value_t = 64)]
-    pub prefill_chunk: usize,
+    /// Rows per prefill forward (default 64, or --context when that is smaller).
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
     /// Skip the per-tensor checksums of an artifact (its structure is still checked).
     #[arg(long)]
     pub no_verify: bool,
 }
 
 impl ModelArgs {
+    /// The load request, its sizes checked before anything is read or allocated.
     pub fn request(&self) -> Result<LoadRequest> {
+        if self.context == 0 {
+            bail!("--context: expected at least 1 position, found 0");
+        }
+        let prefill_chunk = self.prefill_chunk.unwrap_or(64.min(self.context));
+        if prefill_chunk == 0 || prefill_chunk > self.context {
+            bail!(
+                "--prefill-chunk: expected 1..={} rows (at most --context), found {prefill_chunk}",
+                self.context,
+            );
+        }
         Ok(LoadRequest {
             dtype: self.dtype.as_deref().map(WeightFormat::parse).transpose()?,
             options: ModelOptions {
                 max_context: self.context,
-                prefill_chunk: self.prefill_chunk,
+                prefill_chunk,
                 ..ModelOptions::default()
             },
             verify: !self.no_verify,
@@ -51,15 +62,22 @@ impl ModelArgs {
     }
 }
 
-/// Parses `5,17,9`.
+/// Parses `5,17,9`: at least one id, each a u32.
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
-    s.split(',')
-        .map(|t| {
-            t.trim().parse::<u32>().with_context(|| {
-                format!("--prompt-ids: expected comma-separated token ids, found {t:?}")
-            })
-        })
-        .collect()
+    wgemma::model::tokenizer::parse_prompt_ids(s).context("--prompt-ids")
+}
+
+/// Refuses a prompt plus `max_new_tokens` that cannot fit the KV cache, before any token
+/// is generated (a limit found at the end would throw the generated tokens away).
+fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Result<()> {
+    match prompt.checked_add(max_new_tokens) {
+        Some(total) if total <= context => Ok(()),
+        total => bail!(
+            "prompt + --max-new-tokens: expected at most --context = {context} positions, \
+             found {prompt} prompt tokens + {max_new_tokens} = {}",
+            total.map_or("more than 2^64".to_string(), |t| t.to_string())
+        ),
+    }
 }
 
 #[derive(Args)]
@@ -79,8 +97,10 @@ pub struct LogitsArgs {
 
 pub fn run_logits(args: LogitsArgs) -> Result<()> {
     let ids = parse_ids(&args.prompt_ids)?;
+    let request = args.model.request()?;
+    check_budget(ids.len(), 0, args.model.context)?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-    let mut loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
+    let mut loaded = load_model(&ctx, &args.model.model, request)?;
     let want = if args.all_positions {
         Want::AllLogits
     } else {
@@ -146,7 +166,8 @@ fn prompt_tokens(args: &GenerateArgs, loaded: &Loaded) -> Result<Vec<u32>> {
         (Some(text), None) => {
             let tok = loaded.tokenizer.as_ref().with_context(|| {
                 format!(
-                    "--prompt needs tokenizer.json in {}",
+                    "--prompt: expected a tokenizer.json with {} to encode the text, found \
+                     none (give --prompt-ids instead)",
                     args.model.model.display()
                 )
             })?;
@@ -156,32 +177,59 @@ fn prompt_tokens(args: &GenerateArgs, loaded: &Loaded) -> Result<Vec<u32>> {
                 tok.encode_prompt(text)?
             })
         }
-        (None, Some(ids)) => {
-            if args.chat {
-                bail!("--chat applies to --prompt text, not to --prompt-ids");
-            }
-            parse_ids(ids)
-        }
-        _ => bail!("give exactly one of --prompt TEXT or --prompt-ids IDS"),
+        (None, Some(ids)) => parse_ids(ids),
+        _ => bail!("expected exactly one of --prompt TEXT or --prompt-ids IDS, found neither"),
     }
 }
 
 pub fn run_generate(args: GenerateArgs) -> Result<()> {
+    // Everything the flags alone decide is checked before the GPU or the model is touched.
+    let request = args.model.request()?;
+    let sampling = SamplingParams {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        seed: args.seed,
+    };
+    sampling.validate()?;
+    if args.prompt.is_none() && args.prompt_ids.is_none() {
+        bail!("expected one of --prompt TEXT or --prompt-ids IDS, found neither");
+    }
+    if args.chat && args.prompt.is_none() {
+        bail!(
+            "--chat: expected --prompt TEXT (it wraps text in the chat format), found --prompt-ids"
+        );
+    }
+    if args.trace_drafts && !args.json {
+        bail!("--trace-drafts: expected --json as well (the drafts are reported in its stats), found text output");
+    }
+    if args.assistant.is_some() && !(1..=MAX_DRAFT_TOKENS).contains(&args.draft_tokens) {
+        bail!(
+            "--draft-tokens: expected 1..={MAX_DRAFT_TOKENS}, found {}",
+            args.draft_tokens
+        );
+    }
+    if let Some(ids) = &args.prompt_ids {
+        check_budget(
+            parse_ids(ids)?.len(),
+            args.max_new_tokens,
+            args.model.context,
+        )?;
+    } else {
+        // A text prompt is at least one token (BOS).
+        check_budget(1, args.max_new_tokens, args.model.context)?;
+    }
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-    let mut loaded = load_model(&ctx, &args.model.model, args.model.request()?)?;
+    let mut loaded = load_model(&ctx, &args.model.model, request)?;
     let prompt = prompt_tokens(&args, &loaded)?;
+    check_budget(prompt.len(), args.max_new_tokens, args.model.context)?;
     let stop_ids = match &loaded.tokenizer {
         Some(t) => t.stop_ids(&loaded.eos_ids),
         None => loaded.eos_ids.clone(),
     };
     let options = GenerateOptions {
         max_new_tokens: args.max_new_tokens,
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            seed: args.seed,
-        },
+        sampling,
         stop_ids,
     };
     let Loaded {

@@ -2,7 +2,7 @@
 //! shape, into a ready [`Model`] (and an [`Assistant`]). Progress: a bar with bytes and
 //! ETA on a terminal, a plain line per phase otherwise.
 
-use crate::artifact_file::{is_artifact, peak_rss_mb, ArtifactFile};
+use crate::artifact_file::{host_memory_bytes, is_artifact, peak_rss_mb, ArtifactFile};
 use crate::model_dir::ModelDir;
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
@@ -17,7 +17,7 @@ use wgemma::model::target::{Model, ModelOptions};
 use wgemma::model::tokenizer::Tokenizer;
 use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
-use wgemma::model::{parse_config, ModelSpec};
+use wgemma::model::{parse_config, ModelSpec, SizeLimits};
 use wgemma::ops::opset::OpSet;
 
 /// A loaded target with what the CLI needs around it.
@@ -115,6 +115,23 @@ fn gb(bytes: u64) -> f64 {
     bytes as f64 / 1e9
 }
 
+/// What a load of `options` may use on `ctx` and this host.
+pub fn size_limits(ctx: &GpuContext, options: &ModelOptions) -> SizeLimits {
+    SizeLimits {
+        bytes_per_weight: match options.format {
+            WeightFormat::F32 => 4.0,
+            WeightFormat::F16 => 2.0,
+            // 4-bit values plus one f16 scale per group.
+            WeightFormat::Q4 { group } => 0.5 + 2.0 / group.max(1) as f64,
+        },
+        max_context: options.max_context,
+        max_rows: options.prefill_chunk.max(options.max_verify_rows),
+        max_buffer_bytes: ctx.limits.max_buffer_size,
+        host_memory_bytes: host_memory_bytes(),
+        device_is_host: ctx.info.device_type == wgpu::DeviceType::Cpu,
+    }
+}
+
 fn load_with(
     ctx: &GpuContext,
     source: &dyn wgemma::model::checkpoint::WeightSource,
@@ -163,6 +180,8 @@ fn load_dir(
     let start = std::time::Instant::now();
     let dir = ModelDir::open(path)?;
     let spec = parse_config(&dir.config_json)
+        .with_context(|| format!("{}/config.json", path.display()))?;
+    spec.check_sizes(&size_limits(ctx, &options))
         .with_context(|| format!("{}/config.json", path.display()))?;
     let total: u64 = dir.shards.iter().map(|(_, m)| m.len() as u64).sum();
     let progress = LoadProgress::new("loading", total);
@@ -214,6 +233,10 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
         format: req.dtype.unwrap_or(artifact.format()),
         ..req.options
     };
+    artifact
+        .target_spec()
+        .check_sizes(&size_limits(ctx, &options))
+        .with_context(|| format!("the target config stored in {}", path.display()))?;
     let m = artifact.manifest();
     let tokenizer = artifact
         .tokenizer_json(Which::Target)?

@@ -28,6 +28,7 @@ pub struct LoadArgs {
 }
 
 pub fn run(args: LoadArgs) -> Result<()> {
+    let request = args.model.request()?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let rss_before = peak_rss_mb();
     let start = std::time::Instant::now();
@@ -36,7 +37,7 @@ pub fn run(args: LoadArgs) -> Result<()> {
         "cpu" => Quantiser::Cpu,
         _ => Quantiser::Auto,
     };
-    let loaded = load_model_with(&ctx, &args.model.model, args.model.request()?, quantiser)?;
+    let loaded = load_model_with(&ctx, &args.model.model, request, quantiser)?;
     let target_ms = start.elapsed().as_secs_f64() * 1e3;
     let assistant = args
         .assistant

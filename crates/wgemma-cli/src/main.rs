@@ -12,6 +12,7 @@ mod load;
 mod load_cmd;
 mod model_dir;
 mod ops;
+mod signals;
 mod synth;
 
 use clap::{Parser, Subcommand};
@@ -50,7 +51,29 @@ enum Command {
     SynthCheckpoint(synth::SynthArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // A closed stdout (`wgemma info | head -1`) ends the program quietly, as it does for
+    // every Unix filter: `print!` would panic and `write!` would report an error instead.
+    signals::default_sigpipe();
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // Where SIGPIPE cannot be restored (not Unix), a broken pipe still ends quietly.
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // The Vulkan loader prints an error for every instance when this is unset (headless
     // machines, CI); it is harmless, so give it a value rather than alarm the user.

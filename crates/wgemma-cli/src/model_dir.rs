@@ -14,22 +14,78 @@ pub struct ModelDir {
     pub generation_config: Option<serde_json::Value>,
 }
 
+/// What is at `path` (symlinks followed), in words: "a directory", "a FIFO", "nothing",
+/// "a symlink loop", ...
+pub fn describe_path(path: &Path) -> String {
+    match std::fs::metadata(path) {
+        Ok(m) => describe_type(m.file_type()).to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if path.symlink_metadata().is_ok() {
+                "a dangling symlink".into()
+            } else {
+                "nothing".into()
+            }
+        }
+        // ELOOP: a symlink that points (eventually) at itself.
+        Err(e) if e.raw_os_error() == Some(40) => "a symlink loop".into(),
+        Err(e) => format!("an unreadable path ({e})"),
+    }
+}
+
+fn describe_type(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return "a device node";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "neither a file nor a directory"
+    }
+}
+
+/// Errors unless `path` is a regular file (symlinks followed): opening a FIFO blocks
+/// forever and mapping a directory fails with "No such device", so check first.
+pub fn check_regular_file(path: &Path, what: &str) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        _ => bail!(
+            "{what} {}: expected a regular file, found {}",
+            path.display(),
+            describe_path(path)
+        ),
+    }
+}
+
 impl ModelDir {
     pub fn open(path: &Path) -> Result<ModelDir> {
         if !path.is_dir() {
             bail!(
                 "--model {}: expected a Hugging Face checkpoint directory (config.json + *.safetensors), found {}",
                 path.display(),
-                if path.exists() { "a file" } else { "nothing" }
+                describe_path(path)
             );
         }
         let config_path = path.join("config.json");
+        check_regular_file(&config_path, "config")?;
         let config_json = std::fs::read_to_string(&config_path)
             .with_context(|| format!("reading {}", config_path.display()))?;
         let shard_names = shard_names(path)?;
         let mut shards = Vec::with_capacity(shard_names.len());
         for name in shard_names {
             let file_path = path.join(&name);
+            check_regular_file(&file_path, "shard")?;
             let file = std::fs::File::open(&file_path)
                 .with_context(|| format!("opening shard {}", file_path.display()))?;
             // SAFETY: the map is read-only and lives as long as the ModelDir; a file changed
@@ -93,6 +149,9 @@ pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
 }
 
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
+    if path.symlink_metadata().is_ok() {
+        check_regular_file(path, "optional file")?;
+    }
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -105,6 +164,7 @@ fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
 fn shard_names(dir: &Path) -> Result<Vec<String>> {
     let index_path = dir.join("model.safetensors.index.json");
     if index_path.exists() {
+        check_regular_file(&index_path, "shard index")?;
         let index: serde_json::Value = serde_json::from_slice(&std::fs::read(&index_path)?)
             .with_context(|| format!("parsing {}", index_path.display()))?;
         let map = index

@@ -30,6 +30,9 @@ enum Mode {
 }
 
 pub fn run(args: OpsArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        anyhow::bail!("--runs: expected at least 1 repetition per timing, found 0");
+    }
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     eprintln!("adapter: {}", ctx.describe());
     let cases: Vec<_> = match args.mode {

@@ -90,7 +90,7 @@ fn convert_inspect_and_logits_identical_to_the_directory() {
         let json: serde_json::Value =
             serde_json::from_str(&ok(&["inspect", s(&file), "--json"])).unwrap();
         assert_eq!(json["verified"], true);
-        assert_eq!(json["manifest"]["version"], 1);
+        assert_eq!(json["manifest"]["version"], 2);
         assert!(json["manifest"]["census"]
             .as_array()
             .unwrap()
@@ -227,8 +227,10 @@ fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
     // Header edits: rewrite the JSON header (padded to 8 bytes).
     let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    // Edited headers are resealed (their checksum recomputed) so the checks behind the
+    // header checksum are reached; an unsealed edit is refused by the checksum itself.
     let with_header = |name: &str, h: &serde_json::Value| {
-        let json = h.to_string();
+        let json = wgemma::artifact::writer::reseal_header(&h.to_string());
         let len = json.len().div_ceil(8) * 8;
         let mut b = (len as u64).to_le_bytes().to_vec();
         b.extend(json.as_bytes());
@@ -250,15 +252,35 @@ fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
     let err = logits(&with_header("shape.wgemma", &lie));
     assert!(err.contains(name) && err.contains("shape"), "{err}");
 
-    let mut v2 = header.clone();
-    let mut m = manifest(&v2);
-    m["version"] = 2.into();
-    set_manifest(&mut v2, &m);
-    let err = logits(&with_header("v2.wgemma", &v2));
+    let mut v3 = header.clone();
+    let mut m = manifest(&v3);
+    m["version"] = 3.into();
+    set_manifest(&mut v3, &m);
+    let err = logits(&with_header("v3.wgemma", &v3));
     assert!(
-        err.contains("format version") && err.contains("found 2"),
+        err.contains("format version") && err.contains("found 3"),
         "{err}"
     );
+
+    // A config edited in place (item 7 of issue 17: the softcap changed the logits while
+    // `inspect` said "checksums ok"): the header checksum refuses it, at load and inspect.
+    let mut edited = header.clone();
+    let mut m = manifest(&edited);
+    m["target"]["config"]["text_config"]["final_logit_softcapping"] = 10.0.into();
+    set_manifest(&mut edited, &m);
+    let json = edited.to_string();
+    let len = json.len().div_ceil(8) * 8;
+    let mut b = (len as u64).to_le_bytes().to_vec();
+    b.extend(json.as_bytes());
+    b.resize(8 + len, b' ');
+    b.extend(&bytes[8 + n..]);
+    let edited = write("softcap.wgemma", &b);
+    for err in [
+        logits(&edited),
+        fails(&["inspect", s(&edited), "--no-verify"]),
+    ] {
+        assert!(err.contains("XXH3-128 of the header"), "{err}");
+    }
 
     let mut bogus = header.clone();
     let mut m = manifest(&bogus);

@@ -58,9 +58,16 @@ fn input<'a>(f: &'a Fixture, ck: &'a Checkpoint<'a>) -> ConvertInput<'a> {
         config_json: &f.config,
         checkpoint: ck,
         generation_config: None,
-        tokenizer_json: Some(b"{\"fake\": \"tokenizer\"}"),
+        tokenizer_json: Some(tokenizer_json()),
         sources: vec![],
     }
+}
+
+/// A small real tokenizer.json: convert checks the tokenizer before storing it.
+fn tokenizer_json() -> &'static [u8] {
+    static JSON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    JSON.get_or_init(|| wgemma::model::tokenizer::tiny_tokenizer_json(&["hello", "world"]))
+        .as_bytes()
 }
 
 /// Converts the target fixture `name` (and an assistant fixture) to artifact bytes.
@@ -248,7 +255,7 @@ fn the_manifest_records_quant_census_tokenizer_and_checksums() {
         .tokenizer_json(wgemma::artifact::Which::Target)
         .unwrap()
         .unwrap();
-    assert_eq!(tok, b"{\"fake\": \"tokenizer\"}");
+    assert_eq!(tok, tokenizer_json());
     let table = artifact.tensor_table();
     assert_eq!(table.len(), m.checksums.len());
     assert!(table.iter().all(|t| t.dtype != "U32" || t.offset % 4 == 0));
@@ -273,7 +280,9 @@ fn q4_artifact() -> Vec<u8> {
 }
 
 /// Rewrites the header of `bytes` through `edit` (padded to 8 bytes, as safetensors
-/// writes it; tensor offsets are relative to the data, so the data moves unchanged).
+/// writes it; tensor offsets are relative to the data, so the data moves unchanged), and
+/// reseals it (its checksum recomputed) so the checks behind the header checksum are
+/// reached.
 fn edit_header(
     bytes: &[u8],
     edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>),
@@ -282,7 +291,8 @@ fn edit_header(
     let mut header: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&bytes[8..8 + n]).unwrap();
     edit(&mut header);
-    let json = serde_json::Value::Object(header).to_string();
+    let json =
+        wgemma::artifact::writer::reseal_header(&serde_json::Value::Object(header).to_string());
     let len = json.len().div_ceil(8) * 8;
     let mut out = (len as u64).to_le_bytes().to_vec();
     out.extend(json.as_bytes());
@@ -378,12 +388,35 @@ fn a_header_that_lies_about_a_shape_is_refused_naming_the_tensor() {
 #[test]
 fn an_unknown_version_is_refused_by_its_version() {
     let bytes = q4_artifact();
-    let bad = edit_manifest(&bytes, |m| m.version = 2);
+    let bad = edit_manifest(&bytes, |m| m.version = 3);
     let err = parse_err(&bad);
     assert!(
-        err.contains("version") && err.contains('2') && err.contains('1'),
+        err.contains("version") && err.contains('3') && err.contains('2'),
         "{err}"
     );
+}
+
+#[test]
+fn an_edited_header_fails_the_header_checksum() {
+    // Issue 17, item 7: a config edited in the manifest changed the logits while every
+    // tensor checksum still held. The same bytes edited in place, not resealed:
+    let bytes = q4_artifact();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    for (from, to) in [
+        (
+            "\\\"final_logit_softcapping\\\":30.0",
+            "\\\"final_logit_softcapping\\\":10.0",
+        ),
+        // The tensor table too: a dtype of the same width passes the framing checks.
+        ("\"dtype\":\"U32\"", "\"dtype\":\"I32\""),
+    ] {
+        assert!(header.contains(from), "{from}");
+        let mut bad = bytes.clone();
+        bad[8..8 + n].copy_from_slice(header.replacen(from, to, 1).as_bytes());
+        let err = parse_err(&bad);
+        assert!(err.contains("XXH3-128 of the header"), "{from}: {err}");
+    }
 }
 
 #[test]

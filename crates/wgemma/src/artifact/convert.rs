@@ -17,6 +17,7 @@ use crate::model::assistant::parse_assistant_config;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::parse_config;
 use crate::model::prepared::{Matrix, MatrixData};
+use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::WeightFormat;
 use safetensors::Dtype;
 use std::collections::BTreeMap;
@@ -67,6 +68,19 @@ pub fn convert<W: Write + Seek>(
         }
     }
     let spec = parse_config(target.config_json)?;
+    // A tokenizer stored unchecked would fail every later load of the artifact.
+    for (which, input) in [("target", Some(target)), ("assistant", assistant)] {
+        if let Some(json) = input.and_then(|i| i.tokenizer_json) {
+            Tokenizer::from_bytes(json).map_err(|e| {
+                Error::invalid(
+                    OP,
+                    format!("the {which}'s tokenizer.json"),
+                    "a readable tokenizer",
+                    e,
+                )
+            })?;
+        }
+    }
     let ck = target.checkpoint;
     let mut models = vec![Model {
         prefix: TARGET_PREFIX,

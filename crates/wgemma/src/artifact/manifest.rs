@@ -14,7 +14,8 @@ pub const MANIFEST_KEY: &str = "wgemma.manifest";
 pub const FORMAT_NAME: &str = "wgemma-artifact";
 /// The manifest/layout version this build writes and reads. Bump it whenever the meaning
 /// of a stored tensor or manifest field changes: a reader refuses every other version.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2: the header carries its own checksum ([`super::writer::HEADER_CHECKSUM_KEY`]).
+pub const FORMAT_VERSION: u32 = 2;
 /// Name of the U8 tensor holding a model's tokenizer.json (`target.` / `assistant.`).
 pub const TOKENIZER_TENSOR: &str = "tokenizer.json";
 pub const TARGET_PREFIX: &str = "target.";

@@ -4,7 +4,7 @@
 
 use super::manifest::{Manifest, ASSISTANT_PREFIX, MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR};
 use super::plan::{assistant_plan, expert_layout, target_plan, StoredTensor, Q4_PACKED, Q4_SCALES};
-use super::writer::checksum;
+use super::writer::{checksum, header_checksum_prefix, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
 use crate::model::assistant::{parse_assistant_config, AssistantSource, AssistantSpec};
 use crate::model::checkpoint::WeightSource;
@@ -179,6 +179,32 @@ fn check_framing(bytes: &[u8]) -> Result<usize> {
     Ok(n)
 }
 
+/// Checks the header's own checksum: the manifest (configs included) and the tensor table
+/// are covered, so an edited config is refused rather than silently used. Found only after
+/// the format version is known to be one that writes it.
+fn check_header_checksum(header: &[u8]) -> Result<()> {
+    let json = header.trim_ascii_end();
+    let prefix = header_checksum_prefix();
+    let what = "XXH3-128 of the header (manifest, configs and tensor table; the file is \
+                corrupt or its header was edited after conversion)";
+    let at = std::str::from_utf8(json)
+        .ok()
+        .and_then(|j| j.find(&prefix))
+        .map(|i| i + prefix.len());
+    let stored = at.and_then(|i| json.get(i..i + CHECKSUM_PLACEHOLDER.len()));
+    let (Some(at), Some(stored)) = (at, stored) else {
+        return Err(Error::invalid(OP, what, "stored in the header", "none"));
+    };
+    let stored = String::from_utf8_lossy(stored).into_owned();
+    let mut unsealed = json.to_vec();
+    unsealed[at..at + CHECKSUM_PLACEHOLDER.len()].copy_from_slice(CHECKSUM_PLACEHOLDER.as_bytes());
+    let found = checksum(&unsealed);
+    if found != stored {
+        return Err(Error::invalid(OP, what, stored, found));
+    }
+    Ok(())
+}
+
 impl<'a> Artifact<'a> {
     /// Parses and checks an artifact: framing, format version, configs, and the tensor
     /// contract. Checksums are verified as tensors are read ([`ArtifactWeights`]) or all
@@ -208,6 +234,7 @@ impl<'a> Artifact<'a> {
                 )
             })?;
         let manifest = Manifest::parse(json)?;
+        check_header_checksum(&bytes[8..8 + header_len])?;
         let config = |entry: &super::manifest::ModelEntry| entry.config.to_string();
         let target = parse_config(&config(&manifest.target))?;
         let assistant = manifest

@@ -30,6 +30,54 @@ pub fn checksum(bytes: &[u8]) -> String {
 /// The placeholder a checksum is reserved with (same width as a real one).
 pub const CHECKSUM_PLACEHOLDER: &str = "00000000000000000000000000000000";
 
+/// `__metadata__` key of the header's own XXH3-128: over the header JSON exactly as
+/// written (manifest, configs, tensor table and offsets), with this value set to
+/// [`CHECKSUM_PLACEHOLDER`]. A reader puts the placeholder back and hashes again.
+pub const HEADER_CHECKSUM_KEY: &str = "wgemma.header_xxh3";
+
+/// The text `"<HEADER_CHECKSUM_KEY>":"` that precedes the header checksum in the JSON.
+pub fn header_checksum_prefix() -> String {
+    format!("\"{HEADER_CHECKSUM_KEY}\":\"")
+}
+
+/// The header JSON with its checksum filled in: `json` must hold the key with the
+/// placeholder value.
+fn seal_header(json: &str) -> String {
+    let needle = format!("{}{CHECKSUM_PLACEHOLDER}\"", header_checksum_prefix());
+    let sum = checksum(json.as_bytes());
+    json.replacen(&needle, &format!("{}{sum}\"", header_checksum_prefix()), 1)
+}
+
+/// `json` (a header holding [`HEADER_CHECKSUM_KEY`]) with its checksum computed again: for
+/// tools and tests that edit a header on purpose. Unchanged when the key is absent.
+pub fn reseal_header(json: &str) -> String {
+    let prefix = header_checksum_prefix();
+    let Some(at) = json.find(&prefix).map(|i| i + prefix.len()) else {
+        return json.to_string();
+    };
+    let Some(end) = at
+        .checked_add(CHECKSUM_PLACEHOLDER.len())
+        .filter(|&e| json.is_char_boundary(e) && e <= json.len())
+    else {
+        return json.to_string();
+    };
+    seal_header(&format!(
+        "{}{CHECKSUM_PLACEHOLDER}{}",
+        &json[..at],
+        &json[end..]
+    ))
+}
+
+/// `metadata` with the header checksum's placeholder.
+fn with_header_placeholder(metadata: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut m = metadata.clone();
+    m.insert(
+        HEADER_CHECKSUM_KEY.to_string(),
+        CHECKSUM_PLACEHOLDER.to_string(),
+    );
+    m
+}
+
 /// Writes a safetensors file whose tensor table is known before any data.
 pub struct TensorWriter<W: Write + Seek> {
     sink: W,
@@ -92,7 +140,7 @@ impl<W: Write + Seek> TensorWriter<W> {
                 format!("`{}` twice", dup.name),
             ));
         }
-        let json = header_json(&tensors, metadata);
+        let json = header_json(&tensors, &with_header_placeholder(metadata));
         let reserved = json.len().div_ceil(8) * 8;
         sink.write_all(&(reserved as u64).to_le_bytes())
             .and_then(|_| sink.write_all(padded(&json, reserved).as_bytes()))
@@ -179,7 +227,10 @@ impl<W: Write + Seek> TensorWriter<W> {
                 self.written,
             ));
         }
-        let json = header_json(&self.tensors, &metadata(&self.checksums));
+        let json = seal_header(&header_json(
+            &self.tensors,
+            &with_header_placeholder(&metadata(&self.checksums)),
+        ));
         if json.len() > self.reserved {
             return Err(Error::invalid(
                 OP,

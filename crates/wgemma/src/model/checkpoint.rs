@@ -398,7 +398,7 @@ impl<'a> Checkpoint<'a> {
         }
         let elem = view.dtype().bitsize() / 8;
         let data = &view.data()[rows.start * row_len * elem..rows.end * row_len * elem];
-        Ok(match view.dtype() {
+        let values = match view.dtype() {
             Dtype::F32 => bytemuck::pod_collect_to_vec(data),
             Dtype::BF16 => data
                 .chunks_exact(2)
@@ -416,7 +416,9 @@ impl<'a> Checkpoint<'a> {
                     format!("{other:?}"),
                 ))
             }
-        })
+        };
+        check_finite(full, file, rows.start * row_len, &values)?;
+        Ok(values)
     }
 
     /// The storage dtype of the embedding (HF casts `sqrt(hidden)` to it).
@@ -433,6 +435,22 @@ pub fn embed_scale(hidden: usize, dtype: Dtype) -> f32 {
         Dtype::BF16 => half::bf16::from_f32(s).to_f32(),
         Dtype::F16 => half::f16::from_f32(s).to_f32(),
         _ => s,
+    }
+}
+
+/// Refuses a NaN or infinite weight, naming the tensor, its file and the element: such a
+/// weight turns every logit into NaN, and the model would silently emit token 0. Every
+/// checkpoint value reaches the loaders and the converter through
+/// [`Checkpoint::f32_rows_full`], so this is the one place to look.
+fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::invalid(
+            OP,
+            format!("weights of `{full}` in `{file}`"),
+            "finite numbers",
+            format!("{} at element {}", values[i], first + i),
+        )),
     }
 }
 
@@ -503,6 +521,29 @@ mod tests {
         assert!(err.contains("bf16, f16 or f32"), "{err}");
         let none = shard(&[("other", Dtype::F32, vec![1], vec![0; 4])]);
         assert!(Checkpoint::from_shards(vec![("n".into(), &none)]).is_err());
+    }
+
+    #[test]
+    fn nan_and_inf_weights_name_the_tensor() {
+        for (bad, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf")] {
+            let a = shard(&[
+                ("model.embed_tokens.weight", Dtype::F32, vec![1], vec![0; 4]),
+                (
+                    "model.norm.weight",
+                    Dtype::F32,
+                    vec![3],
+                    bytemuck::cast_slice(&[1.0f32, bad, 2.0]).to_vec(),
+                ),
+            ]);
+            let ck = Checkpoint::from_shards(vec![("w.safetensors".into(), &a)]).unwrap();
+            let err = ck.f32("norm.weight", &[3]).unwrap_err().to_string();
+            assert!(
+                err.contains("model.norm.weight")
+                    && err.contains("w.safetensors")
+                    && err.contains(&format!("{shown} at element 1")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

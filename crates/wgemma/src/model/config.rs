@@ -249,8 +249,186 @@ pub fn parse_config(json: &str) -> Result<ModelSpec> {
     ModelSpec::new(config)
 }
 
+/// Checks the fields that size or divide something: a zero there would be a division by
+/// zero, an empty buffer or a NaN far from the config that caused it.
+fn check_fields(c: &TextConfig) -> Result<()> {
+    for (name, value) in [
+        ("vocab_size", c.vocab_size),
+        ("hidden_size", c.hidden_size),
+        ("intermediate_size", c.intermediate_size),
+        ("num_hidden_layers", c.num_hidden_layers),
+        ("num_attention_heads", c.num_attention_heads),
+        ("head_dim", c.head_dim),
+        ("sliding_window", c.sliding_window),
+    ] {
+        if value == 0 {
+            return Err(Error::invalid(OP, name, "a positive integer", 0));
+        }
+    }
+    if let Some(cap) = c.final_logit_softcapping {
+        // HF divides the logits by it: 0 gives NaN; null (no capping) is the way to disable.
+        if !(cap > 0.0 && cap.is_finite()) {
+            return Err(Error::invalid(
+                OP,
+                "final_logit_softcapping",
+                "a finite value > 0, or null for no capping",
+                cap,
+            ));
+        }
+    }
+    if !(c.rms_norm_eps >= 0.0 && c.rms_norm_eps.is_finite()) {
+        return Err(Error::invalid(
+            OP,
+            "rms_norm_eps",
+            "a finite value >= 0",
+            c.rms_norm_eps,
+        ));
+    }
+    for (kind, p) in c.rope_parameters.iter().flatten() {
+        if !(p.rope_theta > 0.0 && p.rope_theta.is_finite()) {
+            return Err(Error::invalid(
+                OP,
+                format!("rope_parameters.{kind}.rope_theta"),
+                "a finite value > 0",
+                p.rope_theta,
+            ));
+        }
+        if let Some(f) = p.partial_rotary_factor {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(Error::invalid(
+                    OP,
+                    format!("rope_parameters.{kind}.partial_rotary_factor"),
+                    "a value in (0, 1]",
+                    f,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a load may use, for [`ModelSpec::check_sizes`]: the device's largest buffer and
+/// the host's memory (the library reads no files: the caller measures it).
+#[derive(Debug, Clone, Copy)]
+pub struct SizeLimits {
+    /// Weight bytes per parameter in the load format (Q4 group g: 0.5 + 2 / g).
+    pub bytes_per_weight: f64,
+    /// `--context`: positions each own KV cache holds (a sliding layer: its window).
+    pub max_context: usize,
+    /// Rows of the largest forward (`--prefill-chunk`, verify rows).
+    pub max_rows: usize,
+    /// The device's `max_buffer_size`.
+    pub max_buffer_bytes: u64,
+    /// Host memory in bytes, when known.
+    pub host_memory_bytes: Option<u64>,
+    /// The adapter is a CPU (lavapipe): its buffers are host memory too.
+    pub device_is_host: bool,
+}
+
+/// Sizes a config asks for, in bytes (u128: absurd configs must not overflow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeEstimate {
+    /// Every weight in the load format.
+    pub weights: u128,
+    /// Every own layer's K and V caches (f32 rows; a sliding layer holds its window).
+    pub kv_cache: u128,
+    /// The largest tensor as f32 on the host (the loaders convert one tensor at a time).
+    pub largest_host_tensor: u128,
+    /// Logits of the largest forward, f32.
+    pub logits: u128,
+}
+
+fn gib(bytes: u128) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
 impl ModelSpec {
+    /// Lower bounds on what loading this config allocates: enough to refuse an absurd
+    /// config (a 2^28 vocabulary, 100000 layers) before any of it is allocated.
+    pub fn estimate_sizes(&self, limits: &SizeLimits) -> SizeEstimate {
+        let c = &self.config;
+        let m = |a: usize, b: usize| a as u128 * b as u128;
+        let embed = m(c.vocab_size, c.hidden_size);
+        let ple_table = m(c.vocab_size, self.ple_dim) * self.layers.len() as u128;
+        let mut params = embed + ple_table;
+        let mut kv_cache = 0u128;
+        let mut largest = embed.max(ple_table);
+        for l in &self.layers {
+            let q = m(c.num_attention_heads, l.head_dim) * c.hidden_size as u128;
+            let kv = m(l.num_kv_heads, l.head_dim) * c.hidden_size as u128;
+            let mlp = m(c.hidden_size, l.intermediate_size);
+            let moe = self.moe.map_or(0, |e| {
+                m(e.num_experts, e.intermediate_size) * c.hidden_size as u128 * 3
+            });
+            params += 2 * q + 2 * kv + 3 * mlp + moe + m(2, c.hidden_size) * self.ple_dim as u128;
+            largest = largest.max(q).max(2 * mlp).max(moe);
+            if l.kv == KvSource::Own {
+                let positions = l
+                    .window
+                    .map_or(limits.max_context, |w| w.min(limits.max_context));
+                let k_and_v = if l.k_eq_v { 1 } else { 2 };
+                kv_cache += m(positions, l.num_kv_heads) * l.head_dim as u128 * 4 * k_and_v;
+            }
+        }
+        SizeEstimate {
+            weights: (params as f64 * limits.bytes_per_weight) as u128,
+            kv_cache,
+            largest_host_tensor: largest * 4,
+            logits: m(limits.max_rows, c.vocab_size) * 4,
+        }
+    }
+
+    /// Refuses a config whose sizes cannot fit this device or this host, stating them.
+    /// Called at the top of every load, before anything is read or allocated.
+    pub fn check_sizes(&self, limits: &SizeLimits) -> Result<SizeEstimate> {
+        let e = self.estimate_sizes(limits);
+        let c = &self.config;
+        let max_buffer = limits.max_buffer_bytes as u128;
+        if e.logits > max_buffer {
+            return Err(Error::invalid(
+                OP,
+                format!(
+                    "logits of one forward ({} rows (--prefill-chunk) x vocab_size {}, f32)",
+                    limits.max_rows, c.vocab_size
+                ),
+                format!("<= the device's max_buffer_size = {}", gib(max_buffer)),
+                gib(e.logits),
+            ));
+        }
+        if let Some(host) = limits.host_memory_bytes.map(u128::from) {
+            if e.largest_host_tensor > host {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "the largest tensor as f32 on the host (vocab_size {} x hidden_size \
+                         {}, or a layer's matrices)",
+                        c.vocab_size, c.hidden_size
+                    ),
+                    format!("<= host memory = {}", gib(host)),
+                    gib(e.largest_host_tensor),
+                ));
+            }
+            let device = e.weights + e.kv_cache;
+            if limits.device_is_host && device > host {
+                return Err(Error::invalid(
+                    OP,
+                    format!(
+                        "weights ({}) + KV caches ({}) of {} layers on a CPU adapter, whose \
+                         buffers are host memory",
+                        gib(e.weights),
+                        gib(e.kv_cache),
+                        self.layers.len()
+                    ),
+                    format!("<= host memory = {}", gib(host)),
+                    gib(device),
+                ));
+            }
+        }
+        Ok(e)
+    }
+
     pub fn new(config: TextConfig) -> Result<ModelSpec> {
+        check_fields(&config)?;
         let c = &config;
         if c.hidden_activation != "gelu_pytorch_tanh" {
             return Err(Error::invalid(
@@ -404,6 +582,14 @@ impl ModelSpec {
                     },
                 ),
             };
+            if head_dim == 0 {
+                return Err(Error::invalid(
+                    OP,
+                    format!("head_dim of layer {i}"),
+                    "a positive integer",
+                    0,
+                ));
+            }
             if num_kv_heads == 0 || c.num_attention_heads % num_kv_heads != 0 {
                 return Err(Error::invalid(
                     OP,

@@ -77,7 +77,9 @@ pub async fn generate(
         Want::LastLogits
     };
     let start = Instant::now();
-    let mut tokens = Vec::with_capacity(options.max_new_tokens);
+    // Never more than the KV cache holds: max_new_tokens is caller input (u64::MAX
+    // overflowed the capacity).
+    let mut tokens = Vec::with_capacity(options.max_new_tokens.min(model.options.max_context));
     let mut stats = GenerateStats {
         prompt_tokens: prompt.len(),
         ..Default::default()

@@ -17,4 +17,6 @@ pub mod tokenizer;
 pub mod upload;
 pub mod weights;
 
-pub use config::{parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, TextConfig};
+pub use config::{
+    parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, SizeEstimate, SizeLimits, TextConfig,
+};

@@ -94,10 +94,14 @@ impl Sampler {
         if self.params.is_greedy() {
             return vec![(argmax(logits), 1.0)];
         }
-        let t = self.params.temperature;
+        // Ranked on the raw logits and divided by T only after the maximum is subtracted:
+        // `l / T` overflows to inf for a tiny T (1e-38), and inf - inf is NaN, which made
+        // every draw token 0. `(l - max) / T` is <= 0, so a tiny T gives -inf (weight 0)
+        // to every token below the maximum: greedy, as the limit T -> 0 should be.
+        let t = self.params.temperature as f64;
         self.candidates.clear();
         self.candidates
-            .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l / t)));
+            .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
         // Most likely first; ties by lower index, for determinism.
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = match self.params.top_k {
@@ -113,7 +117,7 @@ impl Sampler {
         let mut probs: Vec<(u32, f32)> = self
             .candidates
             .iter()
-            .map(|&(i, l)| (i, ((l - max) as f64).exp() as f32))
+            .map(|&(i, l)| (i, (((l - max) as f64) / t).exp() as f32))
             .collect();
         let total: f64 = probs.iter().map(|p| p.1 as f64).sum();
         for p in &mut probs {
@@ -226,6 +230,18 @@ mod tests {
         // top_p 0.65: 0.4 + 0.3 reaches it; 0.2 and 0.1 are cut.
         let d = sampler(1.0, 0, 0.65, 0).distribution(&logits);
         assert_eq!(d.iter().map(|p| p.0).collect::<Vec<_>>(), vec![3, 2]);
+    }
+
+    #[test]
+    fn tiny_temperatures_sample_the_maximum() {
+        // logits / 1e-38 overflowed to inf and the draws became token 0 (issue 17, item 5).
+        let logits = [0.5f32, -2.0, 3.25, 3.0, -1e4];
+        for t in [1e-38f32, 1e-40, 1e-45, f32::MIN_POSITIVE] {
+            let mut s = sampler(t, 0, 1.0, 3);
+            let dist = s.distribution(&logits);
+            assert_eq!(dist, vec![(2, 1.0)], "T = {t:e}");
+            assert!((0..20).all(|_| s.sample(&logits) == 2), "T = {t:e}");
+        }
     }
 
     #[test]

@@ -17,16 +17,29 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    /// Parses `tokenizer.json` bytes.
+    /// Parses `tokenizer.json` bytes. The JSON and its top-level shape are checked here
+    /// before the `tokenizers` crate sees them: that crate panics on some malformed files
+    /// (a truncated `{"decoder": {` did), and a panic is no error message. Any panic left
+    /// inside it is caught at this boundary as a last resort ([`quietly_catch`]).
     pub fn from_bytes(json: &[u8]) -> Result<Tokenizer> {
-        let inner = tokenizers::Tokenizer::from_bytes(json).map_err(|e| {
-            Error::invalid(
-                OP,
-                "tokenizer.json",
-                "a Hugging Face tokenizer file",
-                e.to_string(),
-            )
-        })?;
+        check_tokenizer_json(json)?;
+        let inner = quietly_catch(|| tokenizers::Tokenizer::from_bytes(json))
+            .map_err(|panic| {
+                Error::invalid(
+                    OP,
+                    "tokenizer.json",
+                    "a Hugging Face tokenizer file",
+                    format!("one the tokenizers crate cannot read ({panic})"),
+                )
+            })?
+            .map_err(|e| {
+                Error::invalid(
+                    OP,
+                    "tokenizer.json",
+                    "a Hugging Face tokenizer file",
+                    e.to_string(),
+                )
+            })?;
         let bos_id = inner.token_to_id(BOS);
         Ok(Tokenizer { inner, bos_id })
     }
@@ -95,6 +108,98 @@ impl Tokenizer {
         ids.dedup();
         ids
     }
+}
+
+/// Checks that `json` is a JSON object with a `model` object (what every Hugging Face
+/// tokenizer.json has), naming what was found otherwise.
+fn check_tokenizer_json(json: &[u8]) -> Result<()> {
+    let value: serde_json::Value = serde_json::from_slice(json)
+        .map_err(|e| Error::invalid(OP, "tokenizer.json", "valid JSON", e.to_string()))?;
+    let Some(object) = value.as_object() else {
+        return Err(Error::invalid(
+            OP,
+            "tokenizer.json",
+            "a JSON object",
+            json_kind(&value),
+        ));
+    };
+    match object.get("model") {
+        Some(m) if m.is_object() => Ok(()),
+        other => Err(Error::invalid(
+            OP,
+            "tokenizer.json field `model`",
+            "an object (the tokenizer model: BPE, Unigram, WordLevel, WordPiece)",
+            other.map_or("none".to_string(), json_kind),
+        )),
+    }
+}
+
+fn json_kind(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+    .to_string()
+}
+
+thread_local! {
+    /// Set while [`quietly_catch`] runs on this thread: its panics are reported as errors.
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into `Err(message)` without the panic hook printing it (the
+/// caller reports it as an error). The hook stays the previous one for every other panic
+/// and thread. On wasm32 (panic = abort) a panic still aborts.
+pub fn quietly_catch<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CATCHING.with(|c| c.get()) {
+                previous(info);
+            }
+        }));
+    });
+    let was = CATCHING.with(|c| c.replace(true));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCHING.with(|c| c.set(was));
+    out.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string())
+    })
+}
+
+/// Parses prompt token ids written `5,17,9` (spaces allowed around each): at least one id,
+/// each a u32. Errors name the offending item and its position.
+pub fn parse_prompt_ids(s: &str) -> Result<Vec<u32>> {
+    if s.trim().is_empty() {
+        return Err(Error::invalid(
+            OP,
+            "prompt ids",
+            "at least one comma-separated token id",
+            "an empty list",
+        ));
+    }
+    s.split(',')
+        .enumerate()
+        .map(|(i, t)| {
+            t.trim().parse::<u32>().map_err(|_| {
+                Error::invalid(
+                    OP,
+                    format!("prompt id #{} of {s:?}", i + 1),
+                    "a token id (an integer 0..=4294967295)",
+                    format!("{t:?}"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Turns a growing token sequence into text pieces as they become printable: a piece is
@@ -217,6 +322,37 @@ mod tests {
         assert_eq!(s.push(space).unwrap().as_deref(), Some(" "));
         assert_eq!(s.push(t.token_id(TURN_END).unwrap()).unwrap(), None);
         assert_eq!(s.text().unwrap(), "hello ");
+    }
+
+    #[test]
+    fn malformed_tokenizer_json_is_an_error_not_a_panic() {
+        // A truncated file made the tokenizers crate panic (issue 17, item 2).
+        for (bad, needle) in [
+            (&b"{\"decoder\": {"[..], "valid JSON"),
+            (b"[1, 2]", "a JSON object"),
+            (b"{\"model\": 3}", "`model`"),
+            (b"{}", "`model`"),
+            (b"\xff\xfe", "valid JSON"),
+        ] {
+            let err = Tokenizer::from_bytes(bad).err().unwrap().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        let caught = quietly_catch(|| -> u32 { panic!("inside") });
+        assert_eq!(caught, Err("inside".to_string()));
+        assert_eq!(quietly_catch(|| 7), Ok(7));
+    }
+
+    #[test]
+    fn prompt_ids_parse_or_name_the_bad_item() {
+        assert_eq!(parse_prompt_ids("5, 17,9").unwrap(), vec![5, 17, 9]);
+        assert!(parse_prompt_ids("")
+            .unwrap_err()
+            .to_string()
+            .contains("at least one"));
+        let err = parse_prompt_ids("1,x,3").unwrap_err().to_string();
+        assert!(err.contains("#2") && err.contains("\"x\""), "{err}");
+        let err = parse_prompt_ids("4294967296").unwrap_err().to_string();
+        assert!(err.contains("4294967295"), "{err}");
     }
 
     #[test]

@@ -274,6 +274,11 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     chunked.chunk_bytes = Some((chunked.kv_heads * chunked.head_dim * 4 * 128) as u64);
     chunked.splits = Some(rng.random_range(1..6));
     cases.push(chunked);
+    // A head_dim that is not a power of two: the generic route.
+    let m = [1, 3, 17][rng.random_range(0..3)];
+    let mut generic = pick(rng, m, 600);
+    generic.head_dim = [24, 48, 40, 200][rng.random_range(0..4)];
+    cases.push(generic);
     cases
         .into_iter()
         .map(|c| Box::new(c) as Box<dyn OpCase>)

@@ -15,8 +15,12 @@
 //! - `decode` (steps of <= 9 rows when its guards pass, see [`decode`]): coalesced key-row
 //!   reads, q in registers, its own combine; split_k stays the fallback.
 //!
+//! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
+//!   powers of two (a multiple of 4 in 4..=512, of 8 for K = V): HF runs Gemma 4 configs with
+//!   head dims such as 24 or 48. Chosen at build time by head_dim; planned like split_k.
+//!
 //! Guards (build time, fail closed with [`Error::NoRoute`]): head_dim a power of two in
-//! 8..=512; heads a multiple of kv_heads; rows, heads and kv_heads * head tiles within the
+//! 8..=512 (or the generic route's); heads a multiple of kv_heads; rows, heads and kv_heads * head tiles within the
 //! device's workgroups per dimension. Step contract: the rows of a step are the first `m`
 //! rows of q, their positions are in `positions[..m]` and already appended to the cache
 //! (so a prefill chunk attends to itself), and `kv_len` is the cache length after the append.
@@ -32,6 +36,8 @@ mod cases;
 pub mod decode;
 #[cfg(test)]
 mod decode_tests;
+#[cfg(test)]
+mod generic_tests;
 
 pub use cases::{bench_cases, random_cases, AttentionCase};
 pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
@@ -44,6 +50,7 @@ use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
 use crate::ops::rope::{rope_inv_freq, RopeConfig};
 
 const SHADER: &str = "attention";
+const GENERIC_SHADER: &str = "attention_generic";
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -135,11 +142,29 @@ pub struct Attention {
     decode: std::result::Result<Box<DecodeKernels>, Vec<String>>,
 }
 
-fn route_guards(geo: &Geometry) -> Vec<String> {
+/// The split-K shader for `head_dim`: `attention` for a power of two in 8..=512, else the
+/// generic route (`attention_generic`: any multiple of 4 in 4..=512, of 8 for K = V caches),
+/// else None.
+fn split_k_shader(head_dim: usize, k_eq_v: bool) -> Option<&'static str> {
+    let d = head_dim;
+    if d.is_power_of_two() && (8..=512).contains(&d) {
+        Some(SHADER)
+    } else if (4..=512).contains(&d) && d % if k_eq_v { 8 } else { 4 } == 0 {
+        Some(GENERIC_SHADER)
+    } else {
+        None
+    }
+}
+
+fn route_guards(geo: &Geometry, k_eq_v: bool) -> Vec<String> {
     let mut failed = Vec::new();
     let d = geo.head_dim;
-    if !(d.is_power_of_two() && (8..=512).contains(&d)) {
-        failed.push(format!("head_dim {d} is not a power of two in 8..=512"));
+    if split_k_shader(d, k_eq_v).is_none() {
+        failed.push(format!(
+            "head_dim {d} is neither a power of two in 8..=512 (attention) nor a multiple of \
+             {} in 4..=512 (attention_generic)",
+            if k_eq_v { "8 (K = V)" } else { "4" }
+        ));
     }
     if geo.kv_heads == 0 || geo.heads % geo.kv_heads != 0 {
         failed.push(format!(
@@ -252,7 +277,7 @@ impl Attention {
             geo.window = window;
         }
         geo.max_query_splits = scratch.max_query_splits.min(scratch.acc_floats / d);
-        let failed = route_guards(&geo);
+        let failed = route_guards(&geo, cfg.k_eq_v);
         if !failed.is_empty() {
             return Err(Error::NoRoute {
                 op: "attention",
@@ -292,6 +317,7 @@ impl Attention {
                 ))
             }
         };
+        let shader = split_k_shader(d, cfg.k_eq_v).expect("the route guards passed");
         let (gt, head_tiles) = geo.tiles();
         let params = |chunk_index: usize| {
             let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
@@ -315,7 +341,7 @@ impl Attention {
         let one = crate::gpu::Grid::new(1, 1, 1);
         let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
             let chunk = &cache.chunks()[chunk_index];
-            KernelBuilder::new(ctx, SHADER)
+            KernelBuilder::new(ctx, shader)
                 .entry("partial")
                 .constant("DIRECT", direct as u64)
                 .constant("KEY_FROM_V", cfg.k_eq_v as u64)
@@ -338,7 +364,7 @@ impl Attention {
         } else {
             None
         };
-        let combine = KernelBuilder::new(ctx, SHADER)
+        let combine = KernelBuilder::new(ctx, shader)
             .entry("combine")
             .uniform(&params(0))
             .tensor(out)

@@ -349,13 +349,14 @@ fn guards_fail_closed() {
             &scratch,
         )
     };
-    // head_dim 96 is not a power of two; 6 heads over 4 kv heads: no route, both named.
-    let c96 = cache_for(96, 4, false);
-    let q96 = t(&[2, 6, 96], DType::F32);
-    match build(&q96, &t(&[2, 6, 96], DType::F32), &pos, &c96) {
+    // head_dim 600 is past both split-K routes (512); 6 heads over 4 kv heads: no route,
+    // both named.
+    let c600 = cache_for(600, 4, false);
+    let q600 = t(&[2, 6, 600], DType::F32);
+    match build(&q600, &t(&[2, 6, 600], DType::F32), &pos, &c600) {
         Err(Error::NoRoute { failed, .. }) => {
             assert!(
-                failed.iter().any(|f| f.contains("head_dim 96")),
+                failed.iter().any(|f| f.contains("head_dim 600")),
                 "{failed:?}"
             );
             assert!(

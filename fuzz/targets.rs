@@ -1,0 +1,96 @@
+//! The bodies of the fuzz targets, shared by `fuzz/fuzz_targets/*.rs` (libFuzzer) and by
+//! `crates/wgemma/tests/fuzz_corpus.rs`, which runs every committed corpus input through
+//! them in a normal `cargo test`. Each must return (Ok or a clean error) on ANY input:
+//! a panic, an abort, a hang or an allocation the input's size does not justify is a bug.
+
+use wgemma::artifact::Artifact;
+use wgemma::model::checkpoint::Checkpoint;
+use wgemma::model::tokenizer::{parse_prompt_ids, tiny_tokenizer_json, Tokenizer};
+use wgemma::model::{parse_config, SizeLimits};
+
+/// The artifact reader: framing, header checksum, manifest, configs, tensor contract;
+/// then what `inspect` and a load read of a parsed one.
+pub fn artifact_reader(data: &[u8]) {
+    if let Ok(a) = Artifact::parse(data) {
+        let _ = a.tensor_table();
+        let _ = a.verify_all(&mut |_, _| {});
+        let _ = a.tokenizer_json(wgemma::artifact::Which::Target);
+    }
+}
+
+/// A checkpoint directory's config.json + one safetensors shard: the input is split at
+/// its first NUL byte (config text before, shard bytes after). The config's sizes are
+/// checked as a load checks them, and every tensor of the shard is read as f32.
+pub fn checkpoint_config(data: &[u8]) {
+    let split = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    let (config, shard) = (&data[..split], data.get(split + 1..).unwrap_or(&[]));
+    if let Ok(text) = std::str::from_utf8(config) {
+        if let Ok(spec) = parse_config(text) {
+            let limits = SizeLimits {
+                bytes_per_weight: 0.5625,
+                max_context: 4096,
+                max_rows: 64,
+                max_buffer_bytes: 1 << 31,
+                host_memory_bytes: Some(1 << 33),
+                device_is_host: true,
+            };
+            let _ = spec.check_sizes(&limits);
+        }
+    }
+    if let Ok(ck) = Checkpoint::from_shards(vec![("model.safetensors".into(), shard)]) {
+        let prefix = ck.prefix().to_string();
+        let names: Vec<String> = safetensors::SafeTensors::deserialize(shard)
+            .map(|st| st.names().into_iter().map(String::from).collect())
+            .unwrap_or_default();
+        for full in names {
+            if let Some(name) = full.strip_prefix(&prefix) {
+                if let Ok(shape) = ck.shape(name) {
+                    // Bounded: a shape may claim more elements than the shard holds.
+                    if shape
+                        .iter()
+                        .try_fold(1usize, |a, &d| a.checked_mul(d))
+                        .is_some_and(|n| n <= 1 << 20)
+                    {
+                        let _ = ck.f32(name, &shape);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// tokenizer.json loading, then a round trip through the loaded tokenizer.
+pub fn tokenizer_json(data: &[u8]) {
+    if let Ok(t) = Tokenizer::from_bytes(data) {
+        if let Ok(ids) = t.encode_prompt("hello world") {
+            let _ = t.decode(&ids);
+        }
+    }
+}
+
+/// `--prompt-ids` parsing.
+pub fn prompt_ids(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(ids) = parse_prompt_ids(text) {
+            assert!(!ids.is_empty());
+        }
+    }
+}
+
+/// Gemma 4's chat format (`--chat`) rendered around arbitrary user text, encoded and
+/// decoded with a small tokenizer holding the turn markers.
+pub fn chat_prompt(data: &[u8]) {
+    thread_local! {
+        static TOKENIZER: Tokenizer = Tokenizer::from_bytes(
+            tiny_tokenizer_json(&["hello", "world", "user", "model", " "]).as_bytes(),
+        )
+        .expect("the tiny tokenizer loads");
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        TOKENIZER.with(|t| {
+            if let Ok(ids) = t.encode_chat(text) {
+                let _ = t.decode(&ids);
+            }
+        });
+    }
+}
