@@ -217,9 +217,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
         prompt,
         ..
     } = &mut pair;
-    // A warm-up of each builds every plan and pipeline, so the timed runs compare decoding.
+    // A warm-up of each builds every plan and pipeline, so the timed runs compare decoding:
+    // long enough for a full round of k drafts (a verify of k + 1 rows) and the shorter
+    // rounds at the end of the token budget.
     let warm = GenerateOptions {
-        max_new_tokens: 4.min(args.max_new_tokens),
+        max_new_tokens: (2 * args.draft_tokens + 4).min(args.max_new_tokens),
         ..generate_options.clone()
     };
     pollster::block_on(generate(target, &ctx, prompt, &warm, &mut |_| true))?;
