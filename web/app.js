@@ -1,23 +1,123 @@
-// The demo page: opens WebGPU through the wasm package, loads the built-in demo model (or
-// the checkpoint named by ?model=DIR&assistant=DIR, the artifact named by ?artifact=URL,
-// or files the user picks), streams
-// generated tokens into the page and shows the stats. Tests read window.wgemmaPage and
+// The demo page: starts the engine in a Web Worker (worker.js: the wasm package and WebGPU
+// run there, so loading and generating never freeze the page), loads the trained pair shipped
+// in models/ (or the checkpoint named by ?model=DIR&assistant=DIR, the artifact named by
+// ?artifact=URL, the synthetic model with ?demo=synthetic, or files the user picks), streams
+// generated text into the page and shows the stats. Tests read window.wgemmaPage and
 // document.body.dataset.state (starting | loading | ready | generating | error).
-import init, { Session } from './pkg/wgemma_web.js';
 
 const $ = (id) => document.getElementById(id);
-/** `wgemma demo`'s prompt (token ids of the demo model's 4096-token vocabulary). */
-const DEMO_PROMPT = [2, 818, 5, 1207, 3301, 77, 2900, 1024];
+/** The trained pair shipped in the repository (models/README.md), beside web/. */
+const SHIPPED_PAIR = new URL('../models/kjv-pair.wgemma', location.href).href;
+/** `wgemma demo`'s prompt for it. */
+const PAIR_PROMPT = 'And Jesus said unto them,';
+/** `wgemma demo --synthetic`'s prompt (token ids of the synthetic model's 4096-token vocabulary). */
+const SYNTHETIC_PROMPT = [2, 818, 5, 1207, 3301, 77, 2900, 1024];
 
-const page = { session: null, model: null, lastResult: null, results: [], error: null };
+/** The wasm Session's API, run in the worker: every method returns a Promise; generate's
+ * onToken sees each token as the worker posts it (returning false stops the generation);
+ * errors keep their names (WebGpuUnavailable, WgemmaBusy, WgemmaError). abort() is
+ * asynchronous: the generation stops at the first step after the worker receives it. */
+class WorkerSession {
+  constructor(worker) {
+    this.worker = worker;
+    this.next = 0;
+    this.calls = new Map();
+    this.running = 0;
+    worker.onmessage = (event) => this.receive(event.data);
+    worker.onerror = (event) => {
+      const e = Object.assign(new Error(`the engine's worker failed: ${event.message}`), { name: 'WgemmaError' });
+      for (const call of this.calls.values()) call.reject(e);
+      this.calls.clear();
+    };
+  }
+
+  static async create() {
+    // The worker would see the same: say it here, as the wasm Session words it.
+    if (!navigator.gpu) {
+      const hint = isSecureContext
+        ? 'use a browser with WebGPU (Chrome/Edge 113+, Safari 26+, Firefox 141+)'
+        : 'WebGPU needs a secure context: serve the page over https or from localhost';
+      throw Object.assign(new Error(`WebGPU is unavailable: navigator.gpu is undefined in this browser; ${hint}`),
+        { name: 'WebGpuUnavailable' });
+    }
+    const session = new WorkerSession(new Worker(new URL('worker.js', import.meta.url), { type: 'module' }));
+    session.device = await session.call('create', []);
+    return session;
+  }
+
+  receive({ id, ok, error, token }) {
+    const call = this.calls.get(id);
+    if (!call) return;
+    if (token !== undefined) {
+      if (call.onToken?.(token) === false) this.abort();
+      return;
+    }
+    this.calls.delete(id);
+    if (call.counts) this.running -= 1;
+    if (error) call.reject(Object.assign(new Error(error.message), { name: error.name }));
+    else call.resolve(ok);
+  }
+
+  call(op, args, onToken = null) {
+    const id = this.next++;
+    const counts = op !== 'create' && op !== 'modelInfo';
+    if (counts) this.running += 1;
+    return new Promise((resolve, reject) => {
+      this.calls.set(id, { resolve, reject, onToken, counts });
+      this.worker.postMessage({ id, op, args });
+    });
+  }
+
+  info() { return this.device; }
+  /** True while a load or generation runs. */
+  get busy() { return this.running > 0; }
+  abort() { this.worker.postMessage({ op: 'abort' }); }
+  modelInfo() { return this.call('modelInfo', []); }
+  loadModel(files, options) { return this.call('loadModel', [files, options]); }
+  loadModelFromUrls(urls, options) { return this.call('loadModelFromUrls', [absoluteUrls(urls), options]); }
+  loadArtifact(file, options) { return this.call('loadArtifact', [file, options]); }
+  loadArtifactFromUrl(url, options) { return this.call('loadArtifactFromUrl', [absolute(url), options]); }
+  loadDemo(options) { return this.call('loadDemo', [options]); }
+  loadAssistant(files) { return this.call('loadAssistant', [files]); }
+  loadAssistantFromUrls(urls) { return this.call('loadAssistantFromUrls', [absoluteUrls(urls)]); }
+  generate(request, onToken) { return this.call('generate', [request], onToken); }
+}
+
+/** The worker resolves URLs against its own script: send it absolute ones. */
+const absolute = (url) => new URL(url, location.href).href;
+function absoluteUrls(urls) {
+  const out = {};
+  for (const [k, v] of Object.entries(urls)) out[k] = Array.isArray(v) ? v.map(absolute) : absolute(v);
+  return out;
+}
+
+const page = {
+  session: null, model: null, lastResult: null, results: [], error: null,
+  // The main thread's heartbeat: a 20 ms timer; the longest wait between its ticks while a
+  // model loads and while one generates (the page must stay responsive).
+  ticks: 0, maxTickGapMs: { loading: 0, generating: 0 },
+  // The last plain run's decode rate per model, for the speculative run's speedup.
+  plainRate: null,
+};
 window.wgemmaPage = page;
+
+function heartbeat() {
+  let last = performance.now();
+  setInterval(() => {
+    const now = performance.now();
+    const state = document.body.dataset.state;
+    if (state in page.maxTickGapMs) page.maxTickGapMs[state] = Math.max(page.maxTickGapMs[state], now - last);
+    page.ticks += 1;
+    last = now;
+  }, 20);
+}
 
 function setState(state) {
   document.body.dataset.state = state;
   const busy = state === 'loading' || state === 'generating';
   $('generate').disabled = busy || !page.model;
   $('abort').disabled = state !== 'generating';
-  for (const id of ['load-files', 'load-demo']) $(id).disabled = busy || !page.session;
+  for (const id of ['load-files', 'load-pair', 'load-synthetic']) $(id).disabled = busy || !page.session;
 }
 
 function showError(e) {
@@ -35,30 +135,32 @@ function clearError() {
 
 const mib = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MiB`;
 
-function showModel(model) {
+/** `textPrompt`: the prompt box's text for a model with a tokenizer. */
+function showModel(model, textPrompt) {
   page.model = model;
+  page.plainRate = null;
   $('model').textContent = `${model.description}; ${mib(model.weightBytes)} of weights on the GPU, ` +
     `loaded in ${model.loadMs.toFixed(0)} ms${model.hasAssistant ? '; assistant loaded' : ''}`;
   $('speculative').disabled = !model.hasAssistant;
   if (!model.hasAssistant) $('speculative').checked = false;
   $('chat').disabled = !model.hasTokenizer;
   if (model.hasTokenizer) {
-    $('prompt').value = 'Why is the sky blue?';
+    $('prompt').value = textPrompt ?? 'Why is the sky blue?';
     $('prompt-help').textContent = 'Prompt text.';
   } else {
-    $('prompt').value = DEMO_PROMPT.join(', ');
+    $('prompt').value = SYNTHETIC_PROMPT.join(', ');
     $('prompt-help').textContent =
       'This model has no tokenizer: the prompt is comma-separated token ids, the output shows ids.';
   }
 }
 
 /** Runs one load; errors go to the page. */
-async function load(what, run) {
+async function load(what, run, textPrompt = null) {
   clearError();
   setState('loading');
   $('model').textContent = `Loading ${what}…`;
   try {
-    showModel(await run());
+    showModel(await run(), textPrompt);
     setState('ready');
   } catch (e) {
     $('model').textContent = `Loading ${what} failed.`;
@@ -159,6 +261,11 @@ function finalStats(s) {
   if (s.speculative) {
     rows.push(['acceptance', `${(s.acceptanceRate * 100).toFixed(1)}% (${s.accepted}/${s.drafted} drafts)`]);
     rows.push(['rounds', `${s.rounds}, ${s.tokensPerRound.toFixed(2)} tokens/round`]);
+    rows.push(['speedup', page.plainRate
+      ? `x${(s.decodeTokensPerS / page.plainRate).toFixed(2)} decode tok/s over the last plain run`
+      : 'run once without speculative decoding to compare']);
+  } else {
+    page.plainRate = s.decodeTokensPerS;
   }
   return rows;
 }
@@ -200,15 +307,22 @@ async function generate() {
   }
 }
 
+/** The shipped pair: target, MTP assistant and tokenizer in one artifact. */
+function loadPair() {
+  return load('the trained pair (models/kjv-pair.wgemma, 11 MB)',
+    () => page.session.loadArtifactFromUrl(SHIPPED_PAIR), PAIR_PROMPT);
+}
+
 async function main() {
   setState('starting');
   $('generate').addEventListener('click', generate);
   $('abort').addEventListener('click', () => page.session?.abort());
-  $('load-demo').addEventListener('click', () => load('the demo model', () => page.session.loadDemo()));
+  $('load-pair').addEventListener('click', loadPair);
+  $('load-synthetic').addEventListener('click', () => load('the synthetic model', () => page.session.loadDemo()));
   $('load-files').addEventListener('click', loadFiles);
+  heartbeat();
   try {
-    await init();
-    page.session = await Session.create();
+    page.session = await WorkerSession.create();
   } catch (e) {
     $('device').textContent = 'WebGPU unavailable: nothing can run on this page.';
     showError(e);
@@ -224,7 +338,8 @@ async function main() {
   if (params.get('artifact')) {
     await load(params.get('artifact'), () => page.session.loadArtifactFromUrl(params.get('artifact')));
   } else if (params.get('model')) await load(params.get('model'), () => loadFromParams(params));
-  else await load('the demo model', () => page.session.loadDemo());
+  else if (params.get('demo') === 'synthetic') await load('the synthetic model', () => page.session.loadDemo());
+  else await loadPair();
 }
 
 main();

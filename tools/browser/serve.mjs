@@ -1,6 +1,7 @@
 // A small static server for the demo page and the browser tests, on 127.0.0.1 only.
-// Serves web/ at /web/ (the page and its wasm package) and the golden fixtures at
-// /fixtures/ (crates/wgemma/tests/data/golden); nothing else of the repository.
+// Serves web/ at /web/ (the page, its worker and its wasm package), the shipped models at
+// /models/ and the golden fixtures at /fixtures/ (crates/wgemma/tests/data/golden); nothing
+// else of the repository.
 //   node tools/browser/serve.mjs [--port N]   (default 8080; 0 picks a free port)
 import { createServer } from 'node:http';
 import { createReadStream, statSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 const repoRoot = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const mounts = {
   '/web/': join(repoRoot, 'web'),
+  '/models/': join(repoRoot, 'models'),
   '/fixtures/': join(repoRoot, 'crates/wgemma/tests/data/golden'),
 };
 const types = {

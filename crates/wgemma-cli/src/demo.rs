@@ -1,63 +1,148 @@
-//! `wgemma demo`: MTP speculative decoding end to end with nothing to download. Synthesises
-//! a small deterministic random Gemma 4 target (the `tiny` synthetic shape) and a
-//! centroid-head assistant for it in memory, decodes the same prompt plainly and
-//! speculatively (greedy) on whatever adapter is present, checks that the two outputs are
-//! identical (exit status 1 if not) and prints both stats lines.
+//! `wgemma demo`: MTP speculative decoding end to end with nothing to download. Loads the
+//! trained pair shipped in the repository (`models/kjv-pair.wgemma`: a small Gemma 4 target
+//! and its MTP drafter trained on the King James Bible, Q4, with its tokenizer; model card in
+//! `models/README.md`), decodes a text prompt plainly and speculatively on whatever adapter
+//! is present, prints both texts, their stats and the speedup, and checks that the greedy
+//! outputs are identical (exit status 1 if not). `--synthetic` runs the random-weight
+//! synthetic pair instead (token ids, no tokenizer).
 
-use anyhow::{bail, Result};
+use crate::load::{load_assistant, load_model, LoadRequest};
+use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::generate::{generate, GenerateOptions};
+use wgemma::model::generate::{generate, GenerateOptions, GenerateStats};
 use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
+use wgemma::model::speculative::{generate_speculative, SpeculativeOptions, SpeculativeStats};
 use wgemma::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
+use wgemma::model::tokenizer::Tokenizer;
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
 
+/// The shipped pair, found from the source tree (`./dev run`, `cargo run`).
+pub const SHIPPED_PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kjv-pair.wgemma");
+
+/// The demo's prompt for the shipped pair (its text is in the training corpus' style).
+const PROMPT_TEXT: &str = "And Jesus said unto them,";
+
+/// The synthetic pair's prompt (token ids of its 4096-token vocabulary).
+const SYNTHETIC_PROMPT: [u32; 8] = [2, 818, 5, 1207, 3301, 77, 2900, 1024];
+
 #[derive(Args)]
 pub struct DemoArgs {
+    /// An artifact holding a target, its assistant and a tokenizer (`wgemma convert
+    /// --assistant`); default: the pair shipped in models/.
+    #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
+    model: Option<PathBuf>,
+    /// Prompt text (the shipped pair was trained on the King James Bible).
+    #[arg(long, default_value = PROMPT_TEXT, conflicts_with = "synthetic")]
+    prompt: String,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
     /// Drafts per speculative round (1..=8).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 3)]
     draft_tokens: usize,
     /// HF's heuristic schedule: +2 drafts after a fully accepted round, -1 otherwise.
     #[arg(long)]
     adaptive_draft: bool,
-    /// Weights: q4 (group 32), q4g64, q4g128, f16 or f32.
-    #[arg(long, default_value = "q4")]
-    dtype: String,
-    /// Seed of the synthetic weights.
+    /// 0 = greedy (outputs checked identical); above 0 both runs sample with --seed, and
+    /// speculative sampling keeps the distribution, not the exact tokens.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Sampling seed; with --synthetic also the seed of the synthetic weights.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// One JSON object (both outputs' stats and the comparison) instead of text.
+    /// The random-weight synthetic pair (tiny shape; token ids) instead of the shipped one.
+    #[arg(long)]
+    synthetic: bool,
+    /// Weights of the synthetic pair: q4 (group 32), q4g64, q4g128, f16 or f32.
+    #[arg(long, default_value = "q4", requires = "synthetic")]
+    dtype: String,
+    /// One JSON object (both outputs, their stats, the speedup and the comparison).
     #[arg(long)]
     json: bool,
 }
 
-/// The demo's prompt (token ids of the 4096-token synthetic vocabulary).
-const PROMPT: [u32; 8] = [2, 818, 5, 1207, 3301, 77, 2900, 1024];
+struct Pair {
+    target: Model,
+    assistant: Assistant,
+    tokenizer: Option<Tokenizer>,
+    stop_ids: Vec<u32>,
+    prompt: Vec<u32>,
+    describe: String,
+}
 
-pub fn run(args: DemoArgs) -> Result<()> {
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(SHIPPED_PAIR));
+    if !path.exists() {
+        bail!(
+            "{}: expected the model artifact (the shipped pair is models/kjv-pair.wgemma in the \
+             source tree; elsewhere pass --model FILE)",
+            path.display()
+        );
+    }
+    let request = LoadRequest {
+        dtype: None,
+        options: ModelOptions {
+            max_context: 4096,
+            ..ModelOptions::default()
+        },
+        verify: true,
+    };
+    let loaded = load_model(ctx, &path, request)?;
+    let tokenizer = loaded.tokenizer.with_context(|| {
+        format!(
+            "{}: expected an artifact with a tokenizer, found none",
+            path.display()
+        )
+    })?;
+    let format = loaded.model.options.format;
+    let assistant = load_assistant(ctx, &path, &loaded.model, format, true)?;
+    let prompt = tokenizer.encode_prompt(&args.prompt)?;
+    let c = &loaded.model.spec.config;
+    let describe = format!(
+        "{}: Gemma 4 target ({} layers, hidden {}, vocab {}) + MTP assistant, trained on the \
+         King James Bible, {}",
+        path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned()
+        ),
+        c.num_hidden_layers,
+        c.hidden_size,
+        c.vocab_size,
+        format_name(format)
+    );
+    Ok(Pair {
+        stop_ids: tokenizer.stop_ids(&loaded.eos_ids),
+        target: loaded.model,
+        assistant,
+        tokenizer: Some(tokenizer),
+        prompt,
+        describe,
+    })
+}
+
+fn synthetic(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
     let format = WeightFormat::parse(&args.dtype)?;
-    let shape = SyntheticShape::Tiny;
-    let spec = shape.spec();
+    let spec = SyntheticShape::Tiny.spec();
     let c = &spec.config;
     let describe = format!(
-        "synthetic Gemma 4 target ({} layers, hidden {}, vocab {}) + MTP assistant (4 layers, \
-         centroid head 2048 -> 32), {}, seed {}",
+        "synthetic Gemma 4 target ({} layers, hidden {}, vocab {}, random weights) + MTP \
+         assistant (4 layers, centroid head 2048 -> 32), {}, seed {}",
         c.num_hidden_layers, c.hidden_size, c.vocab_size, args.dtype, args.seed
     );
     let options = ModelOptions {
         format,
-        max_context: PROMPT.len() + args.max_new_tokens + 16,
+        max_context: SYNTHETIC_PROMPT.len() + args.max_new_tokens + 16,
         ..ModelOptions::default()
     };
-    let mut target = Model::load(
-        &ctx,
+    let target = Model::load(
+        ctx,
         &SyntheticWeights { seed: args.seed },
         spec,
         options,
@@ -67,18 +152,58 @@ pub fn run(args: DemoArgs) -> Result<()> {
         target_seed: args.seed,
         seed: args.seed.wrapping_add(1),
     };
-    let mut assistant = Assistant::load(
-        &ctx,
+    let assistant = Assistant::load(
+        ctx,
         &source,
         parse_assistant_config(&source.config_json())?,
         &target,
         &OpSet::with_mtp(),
         AssistantOptions { format },
     )?;
+    Ok(Pair {
+        target,
+        assistant,
+        tokenizer: None,
+        // Random weights emit any token: never stop early.
+        stop_ids: Vec::new(),
+        prompt: SYNTHETIC_PROMPT.to_vec(),
+        describe,
+    })
+}
+
+fn format_name(format: WeightFormat) -> String {
+    match format {
+        WeightFormat::F32 => "f32".into(),
+        WeightFormat::F16 => "f16".into(),
+        WeightFormat::Q4 { group } => format!("q4 (group {group})"),
+    }
+}
+
+/// Decode tok/s of the speculative run over the plain run's.
+fn speedup(plain: &GenerateStats, speculative: &SpeculativeStats) -> f64 {
+    if plain.decode_tokens_per_s > 0.0 {
+        speculative.base.decode_tokens_per_s / plain.decode_tokens_per_s
+    } else {
+        0.0
+    }
+}
+
+pub fn run(args: DemoArgs) -> Result<()> {
+    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let mut pair = if args.synthetic {
+        synthetic(&ctx, &args)?
+    } else {
+        shipped(&ctx, &args)?
+    };
+    let greedy = args.temperature <= 0.0;
     let generate_options = GenerateOptions {
         max_new_tokens: args.max_new_tokens,
-        sampling: SamplingParams::default(),
-        stop_ids: Vec::new(),
+        sampling: SamplingParams {
+            temperature: args.temperature.max(0.0),
+            seed: args.seed,
+            ..SamplingParams::default()
+        },
+        stop_ids: pair.stop_ids.clone(),
     };
     let spec_options = SpeculativeOptions {
         draft_tokens: args.draft_tokens,
@@ -86,62 +211,109 @@ pub fn run(args: DemoArgs) -> Result<()> {
         trace: false,
         capture_draft_logits: false,
     };
-    // A warm-up of each builds every plan and pipeline, so the timed runs compare decoding.
+    let Pair {
+        target,
+        assistant,
+        prompt,
+        ..
+    } = &mut pair;
+    // A warm-up of each builds every plan and pipeline, so the timed runs compare decoding:
+    // long enough for a full round of k drafts (a verify of k + 1 rows) and the shorter
+    // rounds at the end of the token budget.
     let warm = GenerateOptions {
-        max_new_tokens: 4.min(args.max_new_tokens),
+        max_new_tokens: (2 * args.draft_tokens + 4).min(args.max_new_tokens),
         ..generate_options.clone()
     };
-    pollster::block_on(generate(&mut target, &ctx, &PROMPT, &warm, &mut |_| true))?;
+    pollster::block_on(generate(target, &ctx, prompt, &warm, &mut |_| true))?;
     pollster::block_on(generate_speculative(
-        &mut target,
-        &mut assistant,
+        target,
+        assistant,
         &ctx,
-        &PROMPT,
+        prompt,
         &warm,
         &spec_options,
         &mut |_| true,
     ))?;
 
     let (plain_tokens, plain) = pollster::block_on(generate(
-        &mut target,
+        target,
         &ctx,
-        &PROMPT,
+        prompt,
         &generate_options,
         &mut |_| true,
     ))?;
     let speculative = pollster::block_on(generate_speculative(
-        &mut target,
-        &mut assistant,
+        target,
+        assistant,
         &ctx,
-        &PROMPT,
+        prompt,
         &generate_options,
         &spec_options,
         &mut |_| true,
     ))?;
     let identical = plain_tokens == speculative.tokens;
+    let text = |ids: &[u32]| -> Result<Option<String>> {
+        Ok(pair.tokenizer.as_ref().map(|t| t.decode(ids)).transpose()?)
+    };
+    let (prompt_text, plain_text, spec_text) = (
+        text(&pair.prompt)?,
+        text(&plain_tokens)?,
+        text(&speculative.tokens)?,
+    );
+    let gain = speedup(&plain, &speculative.stats);
     if args.json {
         let out = serde_json::json!({
             "adapter": ctx.describe(),
-            "model": describe,
-            "prompt": PROMPT,
+            "model": pair.describe,
+            "prompt": pair.prompt,
+            "prompt_text": prompt_text,
+            "temperature": args.temperature,
+            "draft_tokens": args.draft_tokens,
             "identical": identical,
-            "plain": { "tokens": plain_tokens, "stats": plain },
-            "speculative": { "tokens": speculative.tokens, "stats": speculative.stats },
+            "speedup": gain,
+            "plain": { "tokens": plain_tokens, "text": plain_text, "stats": plain },
+            "speculative": {
+                "tokens": speculative.tokens, "text": spec_text, "stats": speculative.stats
+            },
         });
         println!("{out}");
     } else {
         println!("wgemma demo on {}", ctx.describe());
-        println!("{describe}");
+        println!("{}", pair.describe);
+        let show = |label: &str, text: &Option<String>, ids: &[u32]| {
+            let body = text.clone().unwrap_or_else(|| {
+                ids.iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            });
+            println!("--- {label}\n{}", body.trim_end());
+        };
+        show("prompt", &prompt_text, &pair.prompt);
+        show("plain", &plain_text, &plain_tokens);
+        if !(greedy && identical) {
+            show("speculative", &spec_text, &speculative.tokens);
+        }
+        println!("---");
         println!("plain       | {}", plain.summary());
         println!("speculative | {}", speculative.stats.summary());
-        if identical {
+        println!(
+            "speedup     | x{gain:.2} decode tok/s with {} drafts per round{}",
+            args.draft_tokens,
+            if args.adaptive_draft {
+                " (adaptive)"
+            } else {
+                ""
+            }
+        );
+        if greedy && identical {
             println!(
                 "outputs identical: {} tokens (greedy speculative == plain greedy)",
                 plain_tokens.len()
             );
         }
     }
-    if !identical {
+    if greedy && !identical {
         let first = plain_tokens
             .iter()
             .zip(&speculative.tokens)
