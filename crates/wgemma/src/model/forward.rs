@@ -6,27 +6,18 @@
 //! (queue writes, no wait), records the pass (attention grids follow the context length),
 //! submits once and reads back what it needs (the argmax ids, or logits).
 
-use super::config::{KvSource, LayerKind, ModelSpec};
+use super::blocks::{self, BlockCx};
+use super::config::{LayerKind, ModelSpec};
 use super::geglu_stage::GegluStage;
-use super::residual::{
-    project, project_geglu, project_gelu_mul, prologue_weight, BlockInput, Pending, Residual,
-};
-use super::weights::{LinearWeight, MoeWeights, Weights};
+use super::residual::{prologue_weight, Residual};
+use super::weights::{LinearWeight, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Readback, Tensor};
-use crate::ops::argmax::argmax;
-use crate::ops::attention::{
-    Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvAppend, KvCache,
-};
+use crate::ops::attention::{Attention, AttentionScratch, KvAppend, KvCache};
 use crate::ops::embedding::embedding;
-use crate::ops::gather::{gather_rows, RowTable};
 use crate::ops::linear::{Epilogue, Linear};
-use crate::ops::moe::{
-    moe_expert_linear_combine, moe_expert_linear_with, moe_route, MoeEpilogue, MoeLinearOptions,
-};
-use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_with, RmsNormOptions};
-use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType, VHeads};
-use crate::ops::softcap::softcap;
+use crate::ops::rmsnorm::{rmsnorm_with, RmsNormOptions};
+use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
 
 /// Which logits a plan computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +31,7 @@ pub enum LogitRows {
 }
 
 /// One recorded operation of a forward.
-enum Op {
+pub(super) enum Op {
     Kernel(Kernel),
     Kernels(Vec<Kernel>),
     Linear(Linear),
@@ -68,39 +59,39 @@ impl Op {
 }
 
 /// Activations of one plan, allocated once.
-struct Activations {
-    h: Tensor,
+pub(super) struct Activations {
+    pub(super) h: Tensor,
     /// The second residual buffer of norm prologues (they write h' while reading h).
-    h_spare: Tensor,
-    x: Tensor,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    attn: Tensor,
-    o: Tensor,
-    gate_up: Tensor,
-    act: Tensor,
-    ple: Option<PleActivations>,
-    moe: Option<MoeActivations>,
+    pub(super) h_spare: Tensor,
+    pub(super) x: Tensor,
+    pub(super) q: Tensor,
+    pub(super) k: Tensor,
+    pub(super) v: Tensor,
+    pub(super) attn: Tensor,
+    pub(super) o: Tensor,
+    pub(super) gate_up: Tensor,
+    pub(super) act: Tensor,
+    pub(super) ple: Option<PleActivations>,
+    pub(super) moe: Option<MoeActivations>,
 }
 
-struct MoeActivations {
-    router_x: Tensor,
-    scores: Tensor,
-    ids: Tensor,
-    weights: Tensor,
-    x2: Tensor,
-    act: Tensor,
-    out: Tensor,
+pub(super) struct MoeActivations {
+    pub(super) router_x: Tensor,
+    pub(super) scores: Tensor,
+    pub(super) ids: Tensor,
+    pub(super) weights: Tensor,
+    pub(super) x2: Tensor,
+    pub(super) act: Tensor,
+    pub(super) out: Tensor,
 }
 
-struct PleActivations {
+pub(super) struct PleActivations {
     /// Token part, then the combined per-layer inputs `[M, layers * P]`.
-    tokens: Tensor,
-    projection: Tensor,
-    inputs: Tensor,
-    gate: Tensor,
-    gated: Tensor,
+    pub(super) tokens: Tensor,
+    pub(super) projection: Tensor,
+    pub(super) inputs: Tensor,
+    pub(super) gate: Tensor,
+    pub(super) gated: Tensor,
 }
 
 /// What a [`ForwardPlan`] is built for.
@@ -141,11 +132,11 @@ pub struct Head {
     pub hidden_readback: Readback,
 }
 
-fn zeros(ctx: &GpuContext, label: &str, shape: &[usize]) -> Result<Tensor> {
+pub(super) fn zeros(ctx: &GpuContext, label: &str, shape: &[usize]) -> Result<Tensor> {
     Tensor::zeros(ctx, label, shape, DType::F32)
 }
 
-fn rope_config(layer: &super::config::LayerSpec) -> RopeConfig {
+pub(super) fn rope_config(layer: &super::config::LayerSpec) -> RopeConfig {
     RopeConfig {
         head_dim: layer.head_dim,
         theta: layer.rope.theta,
@@ -182,7 +173,7 @@ impl Shared {
         })
     }
 
-    fn rope(&self, kind: LayerKind) -> &Rope {
+    pub(super) fn rope(&self, kind: LayerKind) -> &Rope {
         match kind {
             LayerKind::Sliding => self.sliding_rope.as_ref(),
             LayerKind::Full => self.full_rope.as_ref(),
@@ -314,20 +305,24 @@ impl ForwardPlan {
         } else {
             Residual::kernels(ctx, &a.h, &a.x, eps)
         };
+        let cx = BlockCx {
+            ctx,
+            spec,
+            weights,
+            caches,
+            shared,
+            a: &a,
+            positions: &positions,
+            m,
+            eps,
+        };
+        // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
         for l in &spec.layers {
-            Self::layer(
-                ctx,
-                spec,
-                l,
-                weights,
-                caches,
-                shared,
-                &a,
-                &positions,
-                m,
-                &mut residual,
-                &mut ops,
-            )?;
+            blocks::attention::plan(&cx, l, &mut residual, &mut ops)?;
+            blocks::mlp::plan(&cx, l, &mut residual, &mut ops)?;
+            if let Some(pw) = &weights.layers[l.index].ple {
+                blocks::per_layer_input::plan(&cx, l, pw, &mut residual, &mut ops)?;
+            }
         }
         let norm_prologues = residual.uses_prologues();
         let final_norm = hidden.as_ref().map(|hd| (&weights.norm, hd));
@@ -337,7 +332,7 @@ impl ForwardPlan {
 
         let head = match hidden {
             None => None,
-            Some(hidden) => Some(Self::head(
+            Some(hidden) => Some(blocks::head::plan(
                 ctx, spec, weights, hidden, m, logit_rows, &mut ops,
             )?),
         };
@@ -349,46 +344,6 @@ impl ForwardPlan {
             positions,
             head,
             ops,
-        })
-    }
-
-    /// Tied lm_head over the final-norm output `hidden` (on the last row only when only its
-    /// logits are wanted), softcap and greedy argmax.
-    fn head(
-        ctx: &GpuContext,
-        spec: &ModelSpec,
-        weights: &Weights,
-        hidden: Tensor,
-        m: usize,
-        logit_rows: LogitRows,
-        ops: &mut Vec<Op>,
-    ) -> Result<Head> {
-        let c = &spec.config;
-        let (hsz, vocab) = (c.hidden_size, c.vocab_size);
-        let logit_m = if logit_rows == LogitRows::All { m } else { 1 };
-        let head_in = if logit_m == m {
-            hidden.clone()
-        } else {
-            let last = Tensor::from_u32(ctx, "last_row", &[1], &[(m - 1) as u32])?;
-            let out = zeros(ctx, "hidden.last", &[1, hsz])?;
-            let table = RowTable::from_tensor(hidden.clone())?;
-            ops.push(Op::Kernels(gather_rows(ctx, &table, &last, &out)?.kernels));
-            out
-        };
-        let logits = zeros(ctx, "logits", &[logit_m, vocab])?;
-        ops.push(Op::Linear(weights.lm_head.linear(ctx, &head_in, &logits)?));
-        if let Some(cap) = c.final_logit_softcapping {
-            ops.push(Op::Kernel(softcap(ctx, &logits, &logits, cap as f32)?));
-        }
-        let next = Tensor::zeros(ctx, "next", &[logit_m], DType::U32)?;
-        ops.push(Op::Kernels(argmax(ctx, &logits, &next)?));
-        Ok(Head {
-            next_readback: Readback::new(ctx, "next", next.byte_size()),
-            logits_readback: Readback::new(ctx, "logits", logits.byte_size()),
-            hidden_readback: Readback::new(ctx, "hidden", hidden.byte_size()),
-            hidden,
-            logits,
-            next,
         })
     }
 
@@ -418,320 +373,6 @@ impl ForwardPlan {
                     && fits(&w.gate_up_proj, Epilogue::GegluPairs)
                     && ple_fits
             })
-    }
-
-    /// One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads: each block's
-    /// input norm and residual add go through `residual` (kernels or matvec prologues).
-    #[allow(clippy::too_many_arguments)]
-    fn layer<'a>(
-        ctx: &GpuContext,
-        spec: &ModelSpec,
-        l: &super::config::LayerSpec,
-        weights: &'a Weights,
-        caches: &[Option<KvCache>],
-        shared: &Shared,
-        a: &'a Activations,
-        positions: &Tensor,
-        m: usize,
-        residual: &mut Residual<'a>,
-        ops: &mut Vec<Op>,
-    ) -> Result<()> {
-        let c = &spec.config;
-        let eps = c.rms_norm_eps as f32;
-        let w = &weights.layers[l.index];
-        let (nh, d, kvh) = (c.num_attention_heads, l.head_dim, l.num_kv_heads);
-        let rope = shared.rope(l.kind);
-        let q = a.q.prefix_view(&[m, nh, d])?;
-        let attn = a.attn.prefix_view(&[m, nh, d])?;
-
-        // Self-attention block.
-        let input = Self::block_input(residual, Some(&w.input_layernorm), ops)?;
-        ops.push(Op::Linear(project(
-            ctx,
-            &input,
-            &w.q_proj,
-            &q.reshaped(&[m, nh * d])?,
-            true,
-        )?));
-        // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
-        let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
-            (KvSource::Own, Some(kv)) => {
-                let cache = caches[l.index].as_ref().ok_or_else(|| {
-                    Error::invalid(
-                        "model",
-                        format!("KV cache of layer {}", l.index),
-                        "allocated",
-                        "none",
-                    )
-                })?;
-                let k = a.k.prefix_view(&[m, kvh, d])?;
-                let v = a.v.prefix_view(&[m, kvh, d])?;
-                ops.push(Op::Linear(project(
-                    ctx,
-                    &input,
-                    &kv.k_proj,
-                    &k.reshaped(&[m, kvh * d])?,
-                    false,
-                )?));
-                match &kv.v_proj {
-                    Some(v_proj) => {
-                        ops.push(Op::Linear(project(
-                            ctx,
-                            &input,
-                            v_proj,
-                            &v.reshaped(&[m, kvh * d])?,
-                            false,
-                        )?));
-                        residual.commit();
-                        ops.push(Op::Rope(rope.norm_rope(
-                            ctx,
-                            positions,
-                            (&q, &w.q_norm),
-                            Some((&k, &kv.k_norm)),
-                            VHeads::InPlace(&v),
-                            eps,
-                        )?));
-                        ops.push(Op::Append(cache.append_kernel(
-                            ctx,
-                            Some(&k),
-                            &v,
-                            positions,
-                        )?));
-                    }
-                    None => {
-                        residual.commit();
-                        // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
-                        // from V by the attention kernel (k_norm weight, then rope).
-                        ops.push(Op::Rope(rope.norm_rope(
-                            ctx,
-                            positions,
-                            (&q, &w.q_norm),
-                            None,
-                            VHeads::FromK { k_raw: &k, v: &v },
-                            eps,
-                        )?));
-                        ops.push(Op::Append(cache.append_kernel(ctx, None, &v, positions)?));
-                    }
-                }
-                (l.index, kv.v_proj.is_none())
-            }
-            (KvSource::Shared { from_layer }, _) => {
-                residual.commit();
-                ops.push(Op::Rope(rope.norm_rope(
-                    ctx,
-                    positions,
-                    (&q, &w.q_norm),
-                    None,
-                    VHeads::None,
-                    eps,
-                )?));
-                let source = &spec.layers[*from_layer];
-                (*from_layer, source.k_eq_v)
-            }
-            (KvSource::Own, None) => {
-                return Err(Error::invalid(
-                    "model",
-                    format!("K/V weights of layer {}", l.index),
-                    "present",
-                    "none",
-                ))
-            }
-        };
-        let cache = caches[cache_layer].as_ref().ok_or_else(|| {
-            Error::invalid(
-                "model",
-                format!("KV cache of layer {cache_layer}"),
-                "allocated",
-                "none",
-            )
-        })?;
-        let key_from_v = match (key_from_v, &weights.layers[cache_layer].kv) {
-            (true, Some(source)) => Some(KeyFromValue {
-                k_norm_weight: &source.k_norm_host,
-                rope: rope_config(&spec.layers[cache_layer]),
-            }),
-            _ => None,
-        };
-        ops.push(Op::Attention(Attention::new(
-            ctx,
-            AttentionInputs {
-                q: &q,
-                positions,
-                cache,
-                out: &attn,
-                key_from_v,
-            },
-            &shared.scratch,
-        )?));
-        ops.push(Op::Linear(w.o_proj.linear(
-            ctx,
-            &attn.reshaped(&[m, nh * d])?,
-            &a.o,
-        )?));
-        residual.add(Pending {
-            branch: &a.o,
-            weight: &w.post_attention_layernorm,
-            scale: 1.0,
-        })?;
-
-        // MLP block.
-        let i = l.intermediate_size;
-        let gate_up = a.gate_up.prefix_view(&[m, 2 * i])?;
-        let act = a.act.prefix_view(&[m, i])?;
-        let input = Self::block_input(residual, Some(&w.pre_feedforward_layernorm), ops)?;
-        ops.push(Op::Geglu(project_geglu(
-            ctx,
-            &input,
-            &w.gate_up_proj,
-            &act,
-            &gate_up,
-        )?));
-        residual.commit();
-        ops.push(Op::Linear(w.down_proj.linear(ctx, &act, &a.o)?));
-        // With a MoE block, the FFN output is norm_1(mlp) + norm_2(experts(norm(residual))).
-        let ffn_out = match (&w.moe, &a.moe) {
-            (Some(mw), Some(ma)) => {
-                Self::moe_block(ctx, spec, mw, ma, residual.h(), &a.o, eps, ops)?;
-                &ma.out
-            }
-            _ => &a.o,
-        };
-        // layer_scalar multiplies the whole layer output: it scales the layer's last add.
-        let Some(pw) = &w.ple else {
-            residual.add(Pending {
-                branch: ffn_out,
-                weight: &w.post_feedforward_layernorm,
-                scale: w.layer_scalar,
-            })?;
-            return Ok(());
-        };
-        residual.add(Pending {
-            branch: ffn_out,
-            weight: &w.post_feedforward_layernorm,
-            scale: 1.0,
-        })?;
-
-        // Per-layer input block (E2B/E4B): the gate reads the residual itself.
-        let Some(pa) = &a.ple else {
-            return Err(Error::invalid(
-                "model",
-                "per-layer-input activations",
-                "allocated with the PLE weights",
-                "none",
-            ));
-        };
-        let p = spec.ple_dim;
-        let input = Self::block_input(residual, None, ops)?;
-        ops.push(Op::Geglu(project_gelu_mul(
-            ctx,
-            &input,
-            &pw.per_layer_input_gate,
-            &pa.inputs,
-            spec.layers.len() * p,
-            l.index * p,
-            &pa.gated,
-            &pa.gate,
-        )?));
-        residual.commit();
-        ops.push(Op::Linear(
-            pw.per_layer_projection.linear(ctx, &pa.gated, &a.o)?,
-        ));
-        residual.add(Pending {
-            branch: &a.o,
-            weight: &pw.post_per_layer_input_norm,
-            scale: w.layer_scalar,
-        })
-    }
-
-    /// The next block's input from the residual stream (a norm kernel pushed to `ops` in
-    /// kernel mode).
-    fn block_input<'a>(
-        residual: &mut Residual<'a>,
-        w_in: Option<&'a Tensor>,
-        ops: &mut Vec<Op>,
-    ) -> Result<BlockInput<'a>> {
-        let mut kernels = Vec::new();
-        let input = residual.input(w_in, &mut kernels)?;
-        ops.extend(kernels.into_iter().map(Op::Kernel));
-        Ok(input)
-    }
-
-    /// The MoE half of the FFN (HF `Gemma4TextDecoderLayer.forward` with
-    /// `enable_moe_block`): router on the residual `h`, top-k experts on
-    /// `pre_feedforward_layernorm_2(h)`, then `out = norm_1(mlp) + norm_2(experts)`.
-    #[allow(clippy::too_many_arguments)]
-    fn moe_block(
-        ctx: &GpuContext,
-        spec: &ModelSpec,
-        w: &MoeWeights,
-        a: &MoeActivations,
-        h: &Tensor,
-        mlp: &Tensor,
-        eps: f32,
-        ops: &mut Vec<Op>,
-    ) -> Result<()> {
-        let hsz = spec.config.hidden_size;
-        // Router: rmsnorm without weight, times router.scale and H^-0.5, then proj.
-        ops.push(Op::Kernel(rmsnorm_with(
-            ctx,
-            h,
-            Some(&w.router_scale),
-            None,
-            &a.router_x,
-            RmsNormOptions {
-                eps,
-                input_scale: 1.0,
-                output_scale: (hsz as f32).powf(-0.5),
-            },
-        )?));
-        ops.push(Op::Linear(w.router_proj.linear(
-            ctx,
-            &a.router_x,
-            &a.scores,
-        )?));
-        ops.push(Op::Kernel(moe_route(
-            ctx,
-            &a.scores,
-            &w.per_expert_scale,
-            &a.ids,
-            &a.weights,
-        )?));
-        ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            h,
-            Some(&w.pre_feedforward_layernorm_2),
-            &a.x2,
-            eps,
-        )?));
-        let geglu = MoeLinearOptions {
-            epilogue: MoeEpilogue::Geglu,
-            ..Default::default()
-        };
-        ops.push(Op::Kernels(
-            moe_expert_linear_with(ctx, &a.x2, &a.ids, &w.gate_up_proj, &a.act, &geglu)?
-                .into_kernels(),
-        ));
-        ops.push(Op::Kernels(
-            moe_expert_linear_combine(ctx, &a.act, &a.ids, &a.weights, &w.down_proj, &a.out, None)?
-                .into_kernels(),
-        ));
-        ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            &a.out,
-            Some(&w.post_feedforward_layernorm_2),
-            &a.out,
-            eps,
-        )?));
-        ops.push(Op::Kernel(rmsnorm_add(
-            ctx,
-            mlp,
-            Some(&w.post_feedforward_layernorm_1),
-            &a.out,
-            &a.out,
-            1.0,
-            eps,
-        )?));
-        Ok(())
     }
 
     /// Dispatches this plan's ops into `pass` for a step whose caches hold `kv_len`

@@ -1,6 +1,7 @@
 //! The Gemma 4 text decoder (HF `modeling_gemma4.py`).
 
 pub mod assistant;
+mod blocks;
 pub mod checkpoint;
 pub mod config;
 mod decode;

@@ -1,0 +1,170 @@
+//! The self-attention block (HF `Gemma4TextAttention` with the layer's input norm and
+//! the post-attention norm + residual add): q/k/v projections of the normed residual,
+//! q/k/v norms + RoPE in one dispatch (`norm_rope`), the KV append (layers that own their
+//! K/V; KV-shared layers read their source layer's cache), attention over the cache and
+//! o_proj, whose output is queued on the residual stream under
+//! `post_attention_layernorm`.
+
+use super::{block_input, BlockCx};
+use crate::error::{Error, Result};
+use crate::model::config::{KvSource, LayerSpec};
+use crate::model::forward::{rope_config, Op};
+use crate::model::residual::{project, Pending, Residual};
+use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue};
+use crate::ops::rope::VHeads;
+
+/// Plans layer `l`'s attention block.
+pub(in crate::model) fn plan<'a>(
+    cx: &BlockCx<'a>,
+    l: &LayerSpec,
+    residual: &mut Residual<'a>,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    let BlockCx {
+        ctx,
+        spec,
+        weights,
+        caches,
+        shared,
+        a,
+        positions,
+        m,
+        eps,
+    } = *cx;
+    let c = &spec.config;
+    let w = &weights.layers[l.index];
+    let (nh, d, kvh) = (c.num_attention_heads, l.head_dim, l.num_kv_heads);
+    let rope = shared.rope(l.kind);
+    let q = a.q.prefix_view(&[m, nh, d])?;
+    let attn = a.attn.prefix_view(&[m, nh, d])?;
+
+    // Self-attention block.
+    let input = block_input(residual, Some(&w.input_layernorm), ops)?;
+    ops.push(Op::Linear(project(
+        ctx,
+        &input,
+        &w.q_proj,
+        &q.reshaped(&[m, nh * d])?,
+        true,
+    )?));
+    // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
+    let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
+        (KvSource::Own, Some(kv)) => {
+            let cache = caches[l.index].as_ref().ok_or_else(|| {
+                Error::invalid(
+                    "model",
+                    format!("KV cache of layer {}", l.index),
+                    "allocated",
+                    "none",
+                )
+            })?;
+            let k = a.k.prefix_view(&[m, kvh, d])?;
+            let v = a.v.prefix_view(&[m, kvh, d])?;
+            ops.push(Op::Linear(project(
+                ctx,
+                &input,
+                &kv.k_proj,
+                &k.reshaped(&[m, kvh * d])?,
+                false,
+            )?));
+            match &kv.v_proj {
+                Some(v_proj) => {
+                    ops.push(Op::Linear(project(
+                        ctx,
+                        &input,
+                        v_proj,
+                        &v.reshaped(&[m, kvh * d])?,
+                        false,
+                    )?));
+                    residual.commit();
+                    ops.push(Op::Rope(rope.norm_rope(
+                        ctx,
+                        positions,
+                        (&q, &w.q_norm),
+                        Some((&k, &kv.k_norm)),
+                        VHeads::InPlace(&v),
+                        eps,
+                    )?));
+                    ops.push(Op::Append(cache.append_kernel(
+                        ctx,
+                        Some(&k),
+                        &v,
+                        positions,
+                    )?));
+                }
+                None => {
+                    residual.commit();
+                    // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
+                    // from V by the attention kernel (k_norm weight, then rope).
+                    ops.push(Op::Rope(rope.norm_rope(
+                        ctx,
+                        positions,
+                        (&q, &w.q_norm),
+                        None,
+                        VHeads::FromK { k_raw: &k, v: &v },
+                        eps,
+                    )?));
+                    ops.push(Op::Append(cache.append_kernel(ctx, None, &v, positions)?));
+                }
+            }
+            (l.index, kv.v_proj.is_none())
+        }
+        (KvSource::Shared { from_layer }, _) => {
+            residual.commit();
+            ops.push(Op::Rope(rope.norm_rope(
+                ctx,
+                positions,
+                (&q, &w.q_norm),
+                None,
+                VHeads::None,
+                eps,
+            )?));
+            let source = &spec.layers[*from_layer];
+            (*from_layer, source.k_eq_v)
+        }
+        (KvSource::Own, None) => {
+            return Err(Error::invalid(
+                "model",
+                format!("K/V weights of layer {}", l.index),
+                "present",
+                "none",
+            ))
+        }
+    };
+    let cache = caches[cache_layer].as_ref().ok_or_else(|| {
+        Error::invalid(
+            "model",
+            format!("KV cache of layer {cache_layer}"),
+            "allocated",
+            "none",
+        )
+    })?;
+    let key_from_v = match (key_from_v, &weights.layers[cache_layer].kv) {
+        (true, Some(source)) => Some(KeyFromValue {
+            k_norm_weight: &source.k_norm_host,
+            rope: rope_config(&spec.layers[cache_layer]),
+        }),
+        _ => None,
+    };
+    ops.push(Op::Attention(Attention::new(
+        ctx,
+        AttentionInputs {
+            q: &q,
+            positions,
+            cache,
+            out: &attn,
+            key_from_v,
+        },
+        &shared.scratch,
+    )?));
+    ops.push(Op::Linear(w.o_proj.linear(
+        ctx,
+        &attn.reshaped(&[m, nh * d])?,
+        &a.o,
+    )?));
+    residual.add(Pending {
+        branch: &a.o,
+        weight: &w.post_attention_layernorm,
+        scale: 1.0,
+    })
+}
