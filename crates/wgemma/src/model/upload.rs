@@ -23,7 +23,9 @@ use crate::ops::quantize::{check_q4_source, q4_quantize, source_to_f32, Q4Dest, 
 use std::collections::VecDeque;
 use std::ops::Range;
 
-/// Bytes of source rows per block (and the size of the GPU path's staging buffer).
+/// Bytes of source rows per block (and the size of the GPU path's staging buffer): large
+/// enough that per-block costs (a submit, a few dispatches) vanish against the copy, small
+/// enough to fit any binding (lavapipe's is 128 MiB) and to keep a load's host memory low.
 pub const BLOCK_BYTES: usize = 32 << 20;
 
 /// Blocks whose GPU work may be queued before the loader waits for the oldest: enough to
@@ -99,7 +101,11 @@ impl<'c> Uploader<'c> {
     fn submitted(&mut self, index: wgpu::SubmissionIndex) {
         self.in_flight.push_back(index);
         while self.in_flight.len() > MAX_IN_FLIGHT {
-            let oldest = self.in_flight.pop_front().expect("non-empty");
+            let Some(oldest) = self.in_flight.pop_front() else {
+                break;
+            };
+            // A lost device surfaces at the model's first forward with its own error; here
+            // the wait only paces the upload.
             let _ = self.ctx.device.poll(wgpu::PollType::Wait {
                 submission_index: Some(oldest),
                 timeout: None,
@@ -113,22 +119,18 @@ impl<'c> Uploader<'c> {
         self.submitted(index);
     }
 
-    /// The staging buffer, made on first use: [`BLOCK_BYTES`] or the binding limit.
+    /// The staging buffer of the GPU path, made on first use.
     fn staging(&mut self) -> Result<Tensor> {
-        if self.staging.is_none() {
-            let max = self
-                .ctx
-                .limits
-                .max_storage_buffer_binding_size
-                .min(self.ctx.limits.max_buffer_size) as usize;
-            let words = BLOCK_BYTES.min(max) / 4;
-            // staging_bytes() states the same capacity.
-            self.staging = Some(Tensor::zeros(self.ctx, "q4 staging", &[words], DType::U32)?);
+        if let Some(t) = &self.staging {
+            return Ok(t.clone());
         }
-        Ok(self.staging.clone().expect("made above"))
+        let words = self.staging_bytes() / 4;
+        let t = Tensor::zeros(self.ctx, "q4 staging", &[words], DType::U32)?;
+        self.staging = Some(t.clone());
+        Ok(t)
     }
 
-    /// Staging capacity in bytes.
+    /// Staging capacity in bytes: [`BLOCK_BYTES`], or less where one binding holds less.
     fn staging_bytes(&self) -> usize {
         let max = self
             .ctx
@@ -521,8 +523,9 @@ mod tests {
             ];
             for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
                 released.set(0);
-                // 64 rows of packed words per buffer: blocks and chunks cross.
-                let mut up = Uploader::new(ctx).with_max_chunk_bytes(64 * k as u64 / 2);
+                // 96 rows of packed words per buffer: the table's chunks start mid block
+                // (the linear weight's round down to 64 rows).
+                let mut up = Uploader::new(ctx).with_max_chunk_bytes(96 * k as u64 / 2);
                 let options = StreamOptions {
                     quantiser,
                     block_bytes: 1,
