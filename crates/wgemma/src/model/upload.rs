@@ -13,11 +13,11 @@
 //! bounds wgpu's staging copies, and the source's pages are released after each block.
 
 use super::prepared::{Matrix, MatrixData, MatrixLayout};
-use super::weights::{table_from_matrix, LinearWeight};
+use super::weights::{table_from_matrix, table_rows, LinearWeight};
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Step, Tensor};
-use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
+use crate::ops::embedding::{EmbeddingTable, TableFormat};
 use crate::ops::linear::Q4Weight;
 use crate::ops::quantize::{check_q4_source, q4_quantize, source_to_f32, Q4Dest, SourceDtype};
 use std::collections::VecDeque;
@@ -220,21 +220,7 @@ impl Uploaded {
             (Some(_), data) => return Err(layout_mismatch(data)),
         }
         if let Some(table) = &self.table {
-            let rows = match &block.data {
-                MatrixData::F32(v) => TableRows::F32(v),
-                MatrixData::F16(v) => TableRows::F16(v),
-                MatrixData::Q4 {
-                    group,
-                    packed,
-                    scales,
-                } => {
-                    let scales: &[half::f16] = bytemuck::cast_slice(scales);
-                    TableRows::Q4 {
-                        words: packed,
-                        scales: &scales[..block.n * k / group],
-                    }
-                }
-            };
+            let (_, rows) = table_rows(block);
             table.write_rows(ctx, first_row, rows)?;
         }
         Ok(())

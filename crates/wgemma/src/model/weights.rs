@@ -115,31 +115,27 @@ impl LinearWeight {
 /// Uploads a prepared `[rows, dim]` matrix as an embedding table in its own layout.
 pub fn table_from_matrix(ctx: &GpuContext, label: &str, m: &Matrix<'_>) -> Result<EmbeddingTable> {
     m.validate(label)?;
-    let (rows, dim) = (m.n, m.k);
+    let (format, rows) = table_rows(m);
+    EmbeddingTable::from_rows(ctx, label, m.k, format, rows, None)
+}
+
+/// A prepared matrix's rows as an embedding table takes them, and that table's format.
+pub fn table_rows<'m>(m: &'m Matrix<'_>) -> (TableFormat, TableRows<'m>) {
     match &m.data {
-        MatrixData::F32(w) => {
-            EmbeddingTable::from_rows(ctx, label, dim, TableFormat::F32, TableRows::F32(w), None)
-        }
-        MatrixData::F16(h) => {
-            EmbeddingTable::from_rows(ctx, label, dim, TableFormat::F16, TableRows::F16(h), None)
-        }
+        MatrixData::F32(w) => (TableFormat::F32, TableRows::F32(w)),
+        MatrixData::F16(h) => (TableFormat::F16, TableRows::F16(h)),
         MatrixData::Q4 {
             group,
             packed,
             scales,
         } => {
+            // f16 scales two per word; the last word's high half is padding when odd.
             let scales: &[half::f16] = bytemuck::cast_slice(scales);
-            EmbeddingTable::from_rows(
-                ctx,
-                label,
-                dim,
-                TableFormat::Q4 { group: *group },
-                TableRows::Q4 {
-                    words: packed,
-                    scales: &scales[..rows * dim / group],
-                },
-                None,
-            )
+            let rows = TableRows::Q4 {
+                words: packed,
+                scales: &scales[..m.n * m.k / group],
+            };
+            (TableFormat::Q4 { group: *group }, rows)
         }
     }
 }
