@@ -115,6 +115,7 @@ impl WeightSource for Checkpoint<'_> {
             .map(|(r, release)| RawTensor {
                 data: r.data,
                 dtype: r.dtype,
+                what: &r.what,
                 release,
             })
             .collect();
@@ -129,6 +130,8 @@ struct RawView<'a> {
     offset: usize,
     dtype: SourceDtype,
     data: &'a [u8],
+    /// "`full name` in `file`", for errors.
+    what: String,
 }
 
 /// Called with (shard index, byte range) for shard bytes a load is done with.
@@ -252,6 +255,7 @@ impl<'a> Checkpoint<'a> {
             offset,
             dtype,
             data,
+            what: format!("`{full}` in `{file}`"),
         })
     }
 

@@ -19,7 +19,9 @@ use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Step, Tensor};
 use crate::ops::embedding::{EmbeddingTable, TableFormat};
 use crate::ops::linear::Q4Weight;
-use crate::ops::quantize::{check_q4_source, q4_quantize, source_to_f32, Q4Dest, SourceDtype};
+use crate::ops::quantize::{
+    check_finite_source, check_q4_source, q4_quantize, source_to_f32, Q4Dest, SourceDtype,
+};
 use std::collections::VecDeque;
 use std::ops::Range;
 
@@ -285,6 +287,8 @@ pub struct RawTensor<'a> {
     /// `[rows, k]` row-major.
     pub data: &'a [u8],
     pub dtype: SourceDtype,
+    /// The tensor, for errors: e.g. "`model.norm.weight` in `model.safetensors`".
+    pub what: &'a str,
     /// Called with each byte range of `data` once it is uploaded (a memory map drops its
     /// pages).
     pub release: &'a dyn Fn(Range<usize>),
@@ -332,10 +336,8 @@ pub fn upload_raw_parts(
         MatrixLayout::F32 => 0,
     };
     if parts.len() > 1 && part_elems % 2 == 1 {
-        if let MatrixLayout::Q4 { group } = layout {
-            for (p, part) in parts.iter().enumerate() {
-                check_q4_source(part.data, part.dtype, k, group, p * part_rows, name)?;
-            }
+        for part in parts {
+            check_block(part, part.data, k, layout, 0)?;
         }
         let values: Vec<f32> = parts
             .iter()
@@ -361,15 +363,12 @@ pub fn upload_raw_parts(
             let bytes = &part.data[range.clone()];
             let first = p * part_rows + r0;
             let rows = first..first + r1 - r0;
+            check_block(part, bytes, k, layout, r0)?;
             match layout {
                 MatrixLayout::Q4 { group } if on_gpu => {
-                    check_q4_source(bytes, part.dtype, k, group, first, name)?;
                     quantise_block_on_gpu(up, &dest, bytes, part.dtype, rows, k, group)?;
                 }
                 _ => {
-                    if let MatrixLayout::Q4 { group } = layout {
-                        check_q4_source(bytes, part.dtype, k, group, first, name)?;
-                    }
                     let values = source_to_f32(bytes, part.dtype);
                     let block = Matrix::prepare(values, rows.len(), k, layout)?;
                     dest.write_rows(up.ctx, first, &block)?;
@@ -381,6 +380,23 @@ pub fn upload_raw_parts(
         }
     }
     Ok(dest)
+}
+
+/// Checks a block of `part` (rows from `first_row` of it) before anything is uploaded:
+/// finite weights, and for Q4 scales within f16's range.
+fn check_block(
+    part: &RawTensor<'_>,
+    bytes: &[u8],
+    k: usize,
+    layout: MatrixLayout,
+    first_row: usize,
+) -> Result<()> {
+    match layout {
+        MatrixLayout::Q4 { group } => {
+            check_q4_source(bytes, part.dtype, k, group, first_row, part.what)
+        }
+        _ => check_finite_source(bytes, part.dtype, first_row * k, part.what),
+    }
 }
 
 /// Stages one block's raw bytes and quantises them into every destination chunk it
@@ -499,11 +515,13 @@ mod tests {
                 RawTensor {
                     data: &bf[..half_bytes],
                     dtype: SourceDtype::BF16,
+                    what: "`w`",
                     release: &release,
                 },
                 RawTensor {
                     data: &bf[half_bytes..],
                     dtype: SourceDtype::BF16,
+                    what: "`w`",
                     release: &release,
                 },
             ];
@@ -547,6 +565,7 @@ mod tests {
         let part = RawTensor {
             data: bytemuck::cast_slice(&values),
             dtype: SourceDtype::F32,
+            what: "`layers.0.mlp.down_proj.weight` in `m`",
             release: &release,
         };
         for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
@@ -568,7 +587,7 @@ mod tests {
             .expect("an error")
             .to_string();
             assert!(
-                err.contains("[70, 3]") && err.contains("down_proj") && err.contains("finite"),
+                err.contains("element 2243") && err.contains("down_proj") && err.contains("finite"),
                 "{err}"
             );
         }

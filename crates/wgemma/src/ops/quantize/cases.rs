@@ -121,7 +121,7 @@ impl OpCase for QuantizeCase {
             .flat_map(|_| group_values(rng, group, dtype))
             .collect();
         let weight = encode(&values, dtype);
-        check_q4_source(&weight, dtype, k, group, 0, "case")?;
+        check_q4_source(&weight, dtype, k, group, 0, "the case's weight")?;
         let expected = q4_quantize_ref(&weight, dtype, rows, k, group)?;
         // The weight sits after `src_off` garbage elements in the source buffer.
         let mut src_bytes = encode(&vec![1.0e3; src_off], dtype);

@@ -8,7 +8,7 @@
 //! is not correctly rounded and drivers may flush subnormals.
 //!
 //! What the shader cannot report, the host checks first ([`check_q4_source`]): every weight
-//! finite, and every scale within f16's range; the errors are the CPU quantiser's.
+//! finite, and every scale within f16's range, each error naming the tensor and element.
 
 mod cases;
 mod reference;
@@ -179,9 +179,12 @@ pub fn q4_quantize(
         .build_1d(workgroups_for((groups as u64).div_ceil(2), WORKGROUP))
 }
 
+/// Largest finite f32, as bits: `|w|` bits above it are infinities and NaNs.
+const FINITE_MAX: u32 = 0x7f7f_ffff;
+
 /// Checks what the shader takes for granted about a `[rows, k]` block of raw weights whose
-/// first row is `first_row` of `what`: every weight finite and every group's scale within
-/// f16's range. The errors are those of the CPU quantiser, naming the weight.
+/// first row is `first_row` of the tensor `what` names (e.g. "`model.norm.weight` in
+/// `model.safetensors`"): every weight finite, and every group's scale within f16's range.
 pub fn check_q4_source(
     bytes: &[u8],
     dtype: SourceDtype,
@@ -190,39 +193,64 @@ pub fn check_q4_source(
     first_row: usize,
     what: &str,
 ) -> Result<()> {
-    let n = bytes.len() / dtype.bytes();
     // |w| as f32 bits orders like |w| for finite values, and every non-finite value is
     // above every finite one: one max over the block decides both checks.
     let max_abs = max_abs_bits(bytes, dtype);
-    let finite_max = 0x7f7f_ffff;
-    if max_abs <= finite_max && !f16::from_f32(f32::from_bits(max_abs) / 7.0).is_infinite() {
+    if max_abs > FINITE_MAX {
+        return Err(non_finite(bytes, dtype, first_row * k, what));
+    }
+    if !f16::from_f32(f32::from_bits(max_abs) / 7.0).is_infinite() {
         return Ok(());
     }
-    // Something is wrong: find the first offending weight (rare, so a plain scan).
+    // A scale overflows: name the first group whose does (rare, so a plain scan).
+    let n = bytes.len() / dtype.bytes();
+    let k = k.max(1);
     for i in 0..n {
-        let bits = dtype.f32_bits(bytes, i) & 0x7fff_ffff;
-        let (row, col) = (first_row + i / k.max(1), i % k.max(1));
-        if bits > finite_max {
-            return Err(Error::invalid(
-                "q4",
-                format!("weight [{row}, {col}] of `{what}`"),
-                "a finite value",
-                f32::from_bits(bits),
-            ));
-        }
-        if f16::from_f32(f32::from_bits(bits) / 7.0).is_infinite() {
+        let w = f32::from_bits(dtype.f32_bits(bytes, i) & 0x7fff_ffff);
+        if f16::from_f32(w / 7.0).is_infinite() {
             return Err(Error::invalid(
                 "q4",
                 format!(
-                    "max |w| of row {row} group {} of `{what}` (its scale must fit f16)",
-                    col / group.max(1)
+                    "max |w| of row {} group {} of {what} (its scale must fit f16)",
+                    first_row + i / k,
+                    (i % k) / group.max(1)
                 ),
                 "<= 7 * 65504",
-                f32::from_bits(bits),
+                w,
             ));
         }
     }
     Ok(())
+}
+
+/// Checks that every weight of a block of raw weights is finite (a NaN or an infinity
+/// turns every logit into NaN); `first` is the block's first element in the tensor `what`
+/// names. The error is the checkpoint reader's.
+pub fn check_finite_source(
+    bytes: &[u8],
+    dtype: SourceDtype,
+    first: usize,
+    what: &str,
+) -> Result<()> {
+    if max_abs_bits(bytes, dtype) > FINITE_MAX {
+        return Err(non_finite(bytes, dtype, first, what));
+    }
+    Ok(())
+}
+
+/// The error for the first non-finite weight of a block known to hold one.
+fn non_finite(bytes: &[u8], dtype: SourceDtype, first: usize, what: &str) -> Error {
+    let n = bytes.len() / dtype.bytes();
+    let (i, bits) = (0..n)
+        .map(|i| (i, dtype.f32_bits(bytes, i)))
+        .find(|(_, bits)| bits & 0x7fff_ffff > FINITE_MAX)
+        .unwrap_or((0, 0));
+    Error::invalid(
+        "checkpoint",
+        format!("weights of {what}"),
+        "finite numbers",
+        format!("{} at element {}", f32::from_bits(bits), first + i),
+    )
 }
 
 /// The largest `|w|` of the block as f32 bits, on all cores natively (this scan is also

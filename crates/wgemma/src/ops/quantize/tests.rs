@@ -90,28 +90,28 @@ fn every_bf16_value_against_many_scales() {
 fn host_check_names_non_finite_weights_and_oversized_scales() {
     let mut v = vec![0.5f32; 64];
     v[37] = f32::NAN;
-    let err = check_q4_source(
-        &encode(&v, SourceDtype::BF16),
-        SourceDtype::BF16,
-        32,
-        32,
-        10,
-        "w",
-    )
-    .unwrap_err()
-    .to_string();
+    let bf = encode(&v, SourceDtype::BF16);
+    let err = check_q4_source(&bf, SourceDtype::BF16, 32, 32, 10, "`w`")
+        .unwrap_err()
+        .to_string();
+    // Element 10 * 32 + 37 of the tensor.
     assert!(
-        err.contains("[11, 5]") && err.contains("`w`") && err.contains("finite"),
+        err.contains("element 357") && err.contains("`w`") && err.contains("finite"),
         "{err}"
     );
+    let err = check_finite_source(&bf, SourceDtype::BF16, 5, "`w`")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("element 42"), "{err}");
     v[37] = 1.0e6;
+    check_finite_source(&encode(&v, SourceDtype::F32), SourceDtype::F32, 0, "`w`").unwrap();
     let err = check_q4_source(
         &encode(&v, SourceDtype::F32),
         SourceDtype::F32,
         32,
         32,
         0,
-        "w",
+        "`w`",
     )
     .unwrap_err()
     .to_string();
@@ -120,15 +120,8 @@ fn host_check_names_non_finite_weights_and_oversized_scales() {
         "{err}"
     );
     v[37] = f32::INFINITY;
-    assert!(check_q4_source(
-        &encode(&v, SourceDtype::F16),
-        SourceDtype::F16,
-        32,
-        32,
-        0,
-        "w"
-    )
-    .is_err());
+    let h = encode(&v, SourceDtype::F16);
+    assert!(check_q4_source(&h, SourceDtype::F16, 32, 32, 0, "`w`").is_err());
     v[37] = -65504.0;
     check_q4_source(
         &encode(&v, SourceDtype::F16),
@@ -136,7 +129,7 @@ fn host_check_names_non_finite_weights_and_oversized_scales() {
         32,
         32,
         0,
-        "w",
+        "`w`",
     )
     .unwrap();
 }
