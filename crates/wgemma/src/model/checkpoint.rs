@@ -439,9 +439,10 @@ pub fn embed_scale(hidden: usize, dtype: Dtype) -> f32 {
 }
 
 /// Refuses a NaN or infinite weight, naming the tensor, its file and the element: such a
-/// weight turns every logit into NaN, and the model would silently emit token 0. Every
-/// checkpoint value reaches the loaders and the converter through
-/// [`Checkpoint::f32_rows_full`], so this is the one place to look.
+/// weight turns every logit into NaN, and the model would silently emit token 0. Values
+/// read as f32 (norms, the converter) pass here; matrices the directory loader streams raw
+/// are checked block by block as they are uploaded (`upload.rs`, and the Q4 quantiser's
+/// source check).
 fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<()> {
     match values.iter().position(|v| !v.is_finite()) {
         None => Ok(()),

@@ -353,6 +353,7 @@ pub fn upload_raw_parts(
             .iter()
             .flat_map(|p| source_to_f32(p.data, p.dtype))
             .collect();
+        check_finite(&values, k, 0, name)?;
         dest.write_rows(up.ctx, 0, &Matrix::prepare(values, n, k, layout)?)?;
         up.flush();
         for part in parts {
@@ -383,6 +384,7 @@ pub fn upload_raw_parts(
                         check_q4_source(bytes, part.dtype, k, group, first, name)?;
                     }
                     let values = source_to_f32(bytes, part.dtype);
+                    check_finite(&values, k, first, name)?;
                     let block = Matrix::prepare(values, rows.len(), k, layout)?;
                     dest.write_rows(up.ctx, first, &block)?;
                     up.flush();
@@ -393,6 +395,25 @@ pub fn upload_raw_parts(
         }
     }
     Ok(dest)
+}
+
+/// Refuses a NaN or infinite weight in a block of `[rows, k]` values whose first row is
+/// `first_row` of `what` (f16/f32 layouts; Q4 has [`check_q4_source`]): such a weight turns
+/// every logit into NaN and the model would silently emit token 0.
+fn check_finite(values: &[f32], k: usize, first_row: usize, what: &str) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::invalid(
+            "upload",
+            format!(
+                "weight [{}, {}] of `{what}`",
+                first_row + i / k.max(1),
+                i % k.max(1)
+            ),
+            "a finite value",
+            values[i],
+        )),
+    }
 }
 
 /// Stages one block's raw bytes and quantises them into every destination chunk it
