@@ -322,15 +322,20 @@ pub fn q4_norm_prologue_available(
     epilogue: Epilogue,
 ) -> bool {
     let limits = &ctx.limits;
-    let (subgroup, _) = matvec_caps(ctx, &LinearOptions::default());
-    // x, the norm's tree (256 f32) and the reduction's own arrays.
-    let reduction_bytes = if subgroup { 32 * 16 } else { 4 * 256 * 16 };
-    let bytes = m * w.k() * 4 + 256 * 4 + reduction_bytes;
+    let bytes = norm_prologue_workgroup_bytes(ctx, m, w.k());
     m >= 1
         && w.k() % 4 == 0
         && limits.max_storage_buffers_per_shader_stage >= NORM_PROLOGUE_STORAGE_BINDINGS
         && bytes <= limits.max_compute_workgroup_storage_size as usize
         && q4_fused_available_for(ctx, m, w, epilogue)
+}
+
+/// Workgroup memory of the norm-prologue matvec on this device: x (`m * k` f32), the norm's
+/// tree (256 f32) and the reduction's own arrays (subgroup or portable).
+fn norm_prologue_workgroup_bytes(ctx: &GpuContext, m: usize, k: usize) -> usize {
+    let (subgroup, _) = matvec_caps(ctx, &LinearOptions::default());
+    let reduction_bytes = if subgroup { 32 * 16 } else { 4 * 256 * 16 };
+    m * k * 4 + 256 * 4 + reduction_bytes
 }
 
 /// `y = epilogue(prologue(resid) W^T)`: the matvec with a norm prologue (see
@@ -371,7 +376,7 @@ pub fn q4_linear_norm_with(
                 "norm prologue: a matvec route (M <= 4), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
                  bindings per stage (device: {}), {} bytes of workgroup memory (device: {})",
                 ctx.limits.max_storage_buffers_per_shader_stage,
-                m * k * 4 + 256 * 4 + 4 * 256 * 16,
+                norm_prologue_workgroup_bytes(ctx, m, k),
                 ctx.limits.max_compute_workgroup_storage_size
             )],
         });
