@@ -252,6 +252,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         max_context: args.prompt_len + args.gen + 8 + args.draft_tokens,
         prefill_chunk: args.prefill_chunk.min(args.prompt_len),
         max_verify_rows: args.draft_tokens + 1,
+        sequences: 1,
     };
     let Loaded {
         mut model, load_ms, ..

@@ -50,6 +50,7 @@ fn options(format: WeightFormat) -> ModelOptions {
         max_context: 64,
         prefill_chunk: 8,
         max_verify_rows: 3,
+        sequences: 1,
     }
 }
 

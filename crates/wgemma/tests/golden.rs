@@ -71,6 +71,7 @@ fn options(format: WeightFormat) -> ModelOptions {
         max_context: 128,
         prefill_chunk: 16,
         max_verify_rows: 3,
+        sequences: 1,
     }
 }
 
@@ -219,6 +220,137 @@ fn pipelined_decode_stops_where_asked_and_rolls_back_the_step_ahead() {
     let err = pollster::block_on(tight.decode_greedy(test_context(), first, 3, &mut |_| true))
         .unwrap_err();
     assert!(err.to_string().contains("context length"), "{err}");
+}
+
+/// Continuous batching: each prompt prefilled in its own sequence (KV slot), then all of them
+/// decoded together, one `forward_batch` row per unfinished sequence (rows leave the batch as
+/// their continuations end), reproduce HF's greedy continuation of every prompt; the model's
+/// own sequence is untouched.
+fn check_batched_greedy(name: &str) {
+    let fx = Fixture::open(name);
+    let prompts = fx.prompts();
+    let mut model = fx.model(ModelOptions {
+        sequences: prompts.len() + 1,
+        ..options(WeightFormat::F32)
+    });
+    let ctx = test_context();
+    let mut seqs = Vec::new();
+    let mut got: Vec<Vec<u32>> = Vec::new();
+    let mut wants = Vec::new();
+    for (prompt, info) in &prompts {
+        let mut seq = model.new_sequence().unwrap();
+        model.swap_sequence(&mut seq).unwrap();
+        let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))
+            .unwrap()
+            .next[0];
+        model.swap_sequence(&mut seq).unwrap();
+        assert_eq!(seq.len(), prompt.len());
+        seqs.push(seq);
+        got.push(vec![first]);
+        wants.push(ids(&info["f32"]["greedy"]));
+    }
+    assert_eq!(
+        model.len(),
+        0,
+        "{name}: the model's own sequence stays empty"
+    );
+    loop {
+        let mut rows: Vec<(&mut wgemma::model::target::Sequence, u32)> = Vec::new();
+        let mut which = Vec::new();
+        for (i, seq) in seqs.iter_mut().enumerate() {
+            if got[i].len() < wants[i].len() {
+                rows.push((seq, *got[i].last().unwrap()));
+                which.push(i);
+            }
+        }
+        if rows.is_empty() {
+            break;
+        }
+        let want = if which.len() % 2 == 0 {
+            Want::AllNext
+        } else {
+            Want::AllLogits
+        };
+        let out = pollster::block_on(model.forward_batch(ctx, &mut rows, want)).unwrap();
+        assert_eq!(out.next.len(), which.len());
+        if want == Want::AllLogits {
+            let vocab = model.spec.config.vocab_size;
+            for (row, next) in out.logits.chunks(vocab).zip(&out.next) {
+                assert_eq!(argmax(row), *next, "{name}: logits and greedy ids agree");
+            }
+        }
+        for (i, next) in which.into_iter().zip(out.next) {
+            got[i].push(next);
+        }
+    }
+    for (p, (got, want)) in got.iter().zip(&wants).enumerate() {
+        assert_eq!(got, want, "{name} p{p}: batched greedy continuation");
+        assert_eq!(seqs[p].len(), prompts[p].0.len() + want.len() - 1);
+    }
+}
+
+#[test]
+fn e2b_like_batched_sequences_match_hf() {
+    check_batched_greedy("e2b_like");
+}
+
+#[test]
+fn dense_kv_batched_sequences_match_hf() {
+    check_batched_greedy("dense_kv");
+}
+
+#[test]
+fn sequences_hold_their_slots_until_dropped() {
+    let fx = Fixture::open("e2b_like");
+    let ctx = test_context();
+    let mut model = fx.model(ModelOptions {
+        sequences: 2,
+        ..options(WeightFormat::F32)
+    });
+    let (prompt, info) = &fx.prompts()[0];
+    let want = ids(&info["f32"]["greedy"]);
+    let mut a = model.new_sequence().unwrap();
+    assert_eq!(a.slot(), 1);
+    let err = model.new_sequence().unwrap_err().to_string();
+    assert!(err.contains("all held"), "{err}");
+    // A sequence of another model is refused, and nothing moves.
+    let other = fx.model(ModelOptions {
+        sequences: 2,
+        ..options(WeightFormat::F32)
+    });
+    let mut foreign = other.new_sequence().unwrap();
+    assert!(model.swap_sequence(&mut foreign).is_err());
+    let err = pollster::block_on(model.forward_batch(ctx, &mut [(&mut foreign, 1)], Want::AllNext))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("another model"), "{err}");
+    assert!(foreign.is_empty());
+    // The active sequence and `a` are independent: a prompt in `a`, then the model's own
+    // sequence gets the same prompt and the same first token.
+    model.swap_sequence(&mut a).unwrap();
+    let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))
+        .unwrap()
+        .next[0];
+    assert_eq!(first, want[0]);
+    model.swap_sequence(&mut a).unwrap();
+    assert_eq!((model.len(), a.len()), (0, prompt.len()));
+    let again = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))
+        .unwrap()
+        .next[0];
+    assert_eq!(again, first);
+    // Rolling `a` back and re-feeding its last token gives the same next token.
+    a.rollback(prompt.len() - 1).unwrap();
+    let out = pollster::block_on(model.forward_batch(
+        ctx,
+        &mut [(&mut a, *prompt.last().unwrap())],
+        Want::AllNext,
+    ))
+    .unwrap();
+    assert_eq!(out.next, vec![first]);
+    // Dropping `a` gives its slot back.
+    drop(a);
+    assert_eq!(model.new_sequence().unwrap().slot(), 1);
+    drop(other.new_sequence());
 }
 
 #[test]

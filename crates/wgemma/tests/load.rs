@@ -63,6 +63,7 @@ fn logits(config: &str, ck: &Checkpoint<'_>, format: WeightFormat) -> Vec<f32> {
         max_context: 64,
         prefill_chunk: 16,
         max_verify_rows: 3,
+        sequences: 1,
     };
     let mut model = Model::load(test_context(), ck, spec, options, &mut |_, _| {}).unwrap();
     let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 500).collect();

@@ -73,6 +73,7 @@ fn options(format: WeightFormat, verify_rows: usize) -> ModelOptions {
         max_context: 128,
         prefill_chunk: 16,
         max_verify_rows: verify_rows,
+        sequences: 1,
     }
 }
 
@@ -85,6 +86,10 @@ struct Pair {
 }
 
 fn load_pair(assistant_fixture: &str, format: WeightFormat, verify_rows: usize) -> Pair {
+    load_pair_with(assistant_fixture, format, options(format, verify_rows))
+}
+
+fn load_pair_with(assistant_fixture: &str, format: WeightFormat, model: ModelOptions) -> Pair {
     let af = Files::open(assistant_fixture);
     let tf = Files::open(af.expected["target_fixture"].as_str().unwrap());
     let ctx = test_context();
@@ -92,7 +97,7 @@ fn load_pair(assistant_fixture: &str, format: WeightFormat, verify_rows: usize) 
         ctx,
         &tf.checkpoint(),
         parse_config(&tf.config).unwrap(),
-        options(format, verify_rows),
+        model,
         &mut |_, _| {},
     )
     .unwrap();
@@ -283,6 +288,44 @@ fn dense_kv_dense_assistant_matches_hf() {
     check_hf("dense_kv_assistant", 1e-3);
 }
 
+/// Speculative decoding in a sequence other than the model's own (KV slot 2 of 3, while slot
+/// 0 holds another prompt) reproduces HF's rounds: the verify forwards and the assistant's
+/// attention read the active sequence's slot.
+#[test]
+fn speculative_rounds_in_another_sequence_match_hf() {
+    let mut pair = load_pair_with(
+        "e2b_like_assistant",
+        WeightFormat::F32,
+        ModelOptions {
+            sequences: 3,
+            ..options(WeightFormat::F32, 3)
+        },
+    );
+    let prompts = pair.hf["prompts"].as_array().unwrap().clone();
+    let (first, second) = (&prompts[0], &prompts[prompts.len() - 1]);
+    // The model's own sequence (slot 0) holds the other prompt.
+    pollster::block_on(pair.target.forward(
+        test_context(),
+        &ids(&second["prompt"]),
+        Want::NextToken,
+    ))
+    .unwrap();
+    let _slot1 = pair.target.new_sequence().unwrap();
+    let mut seq = pair.target.new_sequence().unwrap();
+    assert_eq!(seq.slot(), 2);
+    pair.target.swap_sequence(&mut seq).unwrap();
+    let prompt = ids(&first["prompt"]);
+    let options = greedy_options(ids(&first["plain_greedy"]).len());
+    let trace = SpeculativeOptions {
+        trace: true,
+        ..Default::default()
+    };
+    let out = run(&mut pair, &prompt, &options, trace);
+    check_rounds("e2b_like_assistant p0 in slot 2", &out, &prompt, first);
+    pair.target.swap_sequence(&mut seq).unwrap();
+    assert_eq!(pair.target.len(), ids(&second["prompt"]).len());
+}
+
 /// The demo's pair: the Tiny synthetic target and the synthetic centroid-head assistant at
 /// the E2B head shape (2048 centroids -> top 32: the fast TopK route, certified scatter).
 fn synthetic_pair(format: WeightFormat) -> (Model, Assistant) {
@@ -297,6 +340,7 @@ fn synthetic_pair(format: WeightFormat) -> (Model, Assistant) {
             max_context: 256,
             prefill_chunk: 16,
             max_verify_rows: 9,
+            sequences: 1,
         },
         &mut |_, _| {},
     )

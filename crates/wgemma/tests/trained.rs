@@ -51,6 +51,7 @@ fn load_pair() -> (Model, Assistant) {
         prefill_chunk: 64,
         // k = 4 drafts: verify forwards of 5 rows.
         max_verify_rows: 5,
+        sequences: 1,
     };
     let hooks = LoadHooks {
         verify: true,

@@ -13,7 +13,7 @@ use super::residual::{prologue_weight, Residual};
 use super::weights::{LinearWeight, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Readback, Tensor};
-use crate::ops::attention::{Attention, AttentionScratch, KvAppend, KvCache};
+use crate::ops::attention::{positions_len, Attention, AttentionScratch, KvAppend, KvCache};
 use crate::ops::embedding::embedding;
 use crate::ops::linear::{Epilogue, Linear};
 use crate::ops::rmsnorm::{rmsnorm_with, RmsNormOptions};
@@ -252,7 +252,15 @@ impl ForwardPlan {
             },
         };
         let ids = Tensor::zeros(ctx, "ids", &[m], DType::U32)?;
-        let positions = Tensor::zeros(ctx, "positions", &[m], DType::U32)?;
+        // Each row's position, then (several sequences) each row's KV slot.
+        let sequences = caches
+            .iter()
+            .flatten()
+            .map(|c| c.config().sequences)
+            .max()
+            .unwrap_or(1);
+        let positions =
+            Tensor::zeros(ctx, "positions", &[positions_len(m, sequences)], DType::U32)?;
         let mut ops = Vec::new();
 
         // Embedding (scaled by sqrt(hidden) in the weight dtype) and per-layer inputs.

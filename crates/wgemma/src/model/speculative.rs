@@ -368,7 +368,11 @@ pub async fn generate_speculative(
         let mut q_rows = Vec::new();
         let mut step = Step::new(ctx);
         if kk > 0 {
-            assistant.begin_round(ctx, DraftView::hf(p, last.r, last.m, w_t, w_a)?);
+            assistant.begin_round(
+                ctx,
+                DraftView::hf(p, last.r, last.m, w_t, w_a)?,
+                target.sequence_slot(),
+            );
             assistant.write_token(ctx, seed)?;
             assistant.record_seed_hidden(&mut step, &seed_hidden, last.row)?;
             if host_drafts {

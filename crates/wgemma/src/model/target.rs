@@ -1,5 +1,13 @@
 //! The target model: weights, KV caches and forward plans, and the forward entry point that
 //! prefills in chunks, decodes, verifies and rolls back.
+//!
+//! `Model` holds what every conversation shares: the weights, the plans and the KV cache
+//! buffers, which hold `ModelOptions::sequences` slots side by side. A [`Sequence`] is one
+//! conversation: its slot (returned when the handle drops) and the positions it holds. The
+//! model always has one active sequence, which `forward`, `len`, `rollback`, the pipelined
+//! decoder and speculative decoding use; [`Model::swap_sequence`] makes another one active,
+//! and [`Model::forward_batch`] advances several sequences by one token each in ONE forward
+//! (continuous batching: the attention reads each row's own slot).
 
 use super::checkpoint::WeightSource;
 use super::config::{KvSource, LayerKind, ModelSpec};
@@ -7,9 +15,10 @@ use super::forward::{ForwardPlan, LogitRows, PlanShape, Shared};
 use super::weights::{WeightFormat, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Step};
-use crate::ops::attention::{KvCache, KvCacheConfig, KvLayout};
+use crate::ops::attention::{KvCache, KvCacheConfig, KvCursor, KvLayout, MAX_SEQUENCES};
 use crate::ops::embedding::write_token_ids;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// Forwards of up to this many rows run their RMSNorms as matvec prologues by default:
 /// decode steps. Measured on the H200 (BENCHMARKS.md), a verify forward of 3 rows was
@@ -26,6 +35,9 @@ pub struct ModelOptions {
     pub prefill_chunk: usize,
     /// Rows of the largest verify forward (speculative decoding: k + 1).
     pub max_verify_rows: usize,
+    /// Sequences the KV caches hold side by side (each `max_context` positions): how many
+    /// conversations a server keeps at once.
+    pub sequences: usize,
 }
 
 impl Default for ModelOptions {
@@ -35,7 +47,67 @@ impl Default for ModelOptions {
             max_context: 4096,
             prefill_chunk: 64,
             max_verify_rows: 9,
+            sequences: 1,
         }
+    }
+}
+
+/// The KV slots of one model that no sequence holds.
+#[derive(Debug)]
+struct FreeSlots(Mutex<Vec<usize>>);
+
+impl FreeSlots {
+    fn take(&self) -> Option<usize> {
+        // A poisoned lock only means another thread panicked mid-push/pop of a plain Vec.
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        free.pop()
+    }
+
+    fn give_back(&self, slot: usize) {
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        free.push(slot);
+    }
+}
+
+/// One conversation in a [`Model`]: a slot of every KV cache (given back when this handle
+/// drops) and the positions it holds. Made by [`Model::new_sequence`]; used through
+/// [`Model::swap_sequence`] and [`Model::forward_batch`].
+#[derive(Debug)]
+pub struct Sequence {
+    slot: usize,
+    cursor: KvCursor,
+    free: Arc<FreeSlots>,
+}
+
+impl Sequence {
+    /// Positions in the KV caches.
+    pub fn len(&self) -> usize {
+        self.cursor.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cursor.is_empty()
+    }
+
+    /// The KV slot this sequence holds.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// Forgets positions `>= len` (see [`Model::rollback`]).
+    pub fn rollback(&mut self, len: usize) -> Result<()> {
+        self.cursor.rollback(len)
+    }
+
+    /// Empties the sequence (its slot stays held).
+    pub fn reset(&mut self) {
+        self.cursor.reset();
+    }
+}
+
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        self.free.give_back(self.slot);
     }
 }
 
@@ -67,12 +139,14 @@ pub struct Model {
     pub options: ModelOptions,
     weights: Weights,
     caches: Vec<Option<KvCache>>,
+    /// The sequence forwards run on.
+    sequence: Sequence,
+    free: Arc<FreeSlots>,
     shared: Shared,
     plans: HashMap<(usize, LogitRows), ForwardPlan>,
     /// Plans of at most this many rows fold the RMSNorms into matvec prologues where they
     /// can (0: never).
     norm_prologue_rows: usize,
-    len: usize,
     host_encode_seconds: f64,
 }
 
@@ -91,6 +165,14 @@ impl Model {
                 "context, prefill chunk and verify rows",
                 ">= 1 each",
                 format!("{:?}", options),
+            ));
+        }
+        if options.sequences == 0 || options.sequences > MAX_SEQUENCES {
+            return Err(Error::invalid(
+                "model",
+                "sequences (KV slots)",
+                format!("1..={MAX_SEQUENCES}"),
+                options.sequences,
             ));
         }
         let weights = Weights::load(ctx, ck, &spec, options.format, progress)?;
@@ -118,6 +200,7 @@ impl Model {
                             layout,
                             k_eq_v: l.k_eq_v,
                             max_binding_bytes: None,
+                            sequences: options.sequences,
                         },
                     )
                     .map(Some)
@@ -125,53 +208,121 @@ impl Model {
             })
             .collect::<Result<Vec<_>>>()?;
         let shared = Shared::new(ctx, &spec)?;
+        // One cursor stands for every cache: all advance together. Rings bound rollbacks by
+        // the most rows one forward appends.
+        let ring_rows = caches
+            .iter()
+            .flatten()
+            .find_map(|c| match c.config().layout {
+                KvLayout::Sliding { max_rows, .. } => Some(max_rows),
+                KvLayout::Full { .. } => None,
+            });
+        let cursor = KvCursor::new(options.max_context, ring_rows);
+        // Slot 0 is the model's own sequence; the others wait in the free list (popped from
+        // the end: lowest slot first).
+        let free = Arc::new(FreeSlots(Mutex::new(
+            (1..options.sequences).rev().collect(),
+        )));
         Ok(Model {
             spec,
             options,
             weights,
             caches,
+            sequence: Sequence {
+                slot: 0,
+                cursor,
+                free: free.clone(),
+            },
+            free,
             shared,
             plans: HashMap::new(),
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
-            len: 0,
             host_encode_seconds: 0.0,
         })
     }
 
-    /// Positions in the KV caches.
+    /// Positions the active sequence holds in the KV caches.
     pub fn len(&self) -> usize {
-        self.len
+        self.sequence.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.sequence.is_empty()
     }
 
-    /// Starts a new sequence.
+    /// Empties the active sequence (a new conversation in its slot).
     pub fn reset(&mut self) {
-        self.caches.iter_mut().flatten().for_each(KvCache::reset);
-        self.len = 0;
+        self.sequence.reset();
     }
 
-    /// Forgets positions `>= len` (rejected draft rows).
+    /// Forgets positions `>= len` of the active sequence (rejected draft rows). On a sliding
+    /// ring only the rows of the last forward can be taken back.
     pub fn rollback(&mut self, len: usize) -> Result<()> {
-        if len > self.len {
-            return Err(Error::invalid(
+        self.sequence.rollback(len)
+    }
+
+    /// A new, empty sequence in a free KV slot, or an error when all
+    /// `ModelOptions::sequences` slots are held (the slot comes back when it drops).
+    pub fn new_sequence(&self) -> Result<Sequence> {
+        let slot = self.free.take().ok_or_else(|| {
+            Error::invalid(
                 "model",
-                "rollback length",
-                format!("<= {}", self.len),
-                len,
-            ));
-        }
-        // Validate every cache first: a refusal must leave all of them where they were.
-        for cache in self.caches.iter().flatten() {
-            cache.check_rollback(len)?;
-        }
-        for cache in self.caches.iter_mut().flatten() {
-            cache.rollback(len)?;
-        }
-        self.len = len;
+                "a free sequence slot",
+                format!(
+                    "one of {} (ModelOptions::sequences) not held by a Sequence",
+                    self.options.sequences
+                ),
+                "all held",
+            )
+        })?;
+        let mut cursor = self.sequence.cursor;
+        cursor.reset();
+        Ok(Sequence {
+            slot,
+            cursor,
+            free: self.free.clone(),
+        })
+    }
+
+    /// Makes `seq` the active sequence and leaves the one that was active in `seq`: plain
+    /// and speculative generation then continue `seq`'s conversation. Refuses a sequence of
+    /// another model.
+    pub fn swap_sequence(&mut self, seq: &mut Sequence) -> Result<()> {
+        self.check_own(seq)?;
+        std::mem::swap(&mut self.sequence, seq);
         Ok(())
+    }
+
+    /// The KV slot of the active sequence.
+    pub fn sequence_slot(&self) -> usize {
+        self.sequence.slot
+    }
+
+    fn check_own(&self, seq: &Sequence) -> Result<()> {
+        if Arc::ptr_eq(&seq.free, &self.free) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "model",
+                "sequence",
+                "one made by this model's new_sequence",
+                format!("slot {} of another model", seq.slot),
+            ))
+        }
+    }
+
+    /// Writes the positions buffer of `plan` for rows at `(position, slot)`.
+    fn write_positions(
+        ctx: &GpuContext,
+        plan: &ForwardPlan,
+        rows: &[(usize, usize)],
+        sequences: usize,
+    ) {
+        let mut data: Vec<u32> = rows.iter().map(|&(p, _)| p as u32).collect();
+        if sequences > 1 {
+            data.extend(rows.iter().map(|&(_, s)| s as u32));
+        }
+        plan.positions.write_bytes(ctx, bytemuck::cast_slice(&data));
     }
 
     /// The plan of `m` rows with `rows` logits, built on first use. Speculative decoding
@@ -250,23 +401,21 @@ impl Model {
                 "none",
             )
         })?;
-        if self.len + m > self.options.max_context {
+        let start = self.len();
+        if start + m > self.options.max_context {
             return Err(Error::invalid(
                 "model",
                 "context length (positions held + new tokens)",
                 format!("<= {} (--context)", self.options.max_context),
-                self.len + m,
+                start + m,
             ));
         }
-        let start = self.len;
-        let positions: Vec<u32> = (start..start + m).map(|p| p as u32).collect();
-        plan.positions
-            .write_bytes(ctx, bytemuck::cast_slice(&positions));
-        for cache in self.caches.iter_mut().flatten() {
-            cache.advance(m)?;
-        }
-        self.len += m;
-        let kv_len = self.len;
+        self.sequence.cursor.check_advance(m)?;
+        let slot = self.sequence.slot;
+        let rows: Vec<(usize, usize)> = (start..start + m).map(|p| (p, slot)).collect();
+        Self::write_positions(ctx, plan, &rows, self.options.sequences);
+        self.sequence.cursor.advance(m)?;
+        let kv_len = self.len();
         let mut recorded = Ok(());
         step.pass(|pass| recorded = plan.record(pass, kv_len));
         recorded
@@ -326,7 +475,7 @@ impl Model {
                 t,
             ));
         }
-        let end = self.len + tokens.len();
+        let end = self.len() + tokens.len();
         if end > self.options.max_context {
             return Err(Error::invalid(
                 "model",
@@ -403,6 +552,98 @@ impl Model {
             if read_logits {
                 out.logits = head.logits_readback.read_f32(ctx).await?;
             }
+        }
+        Ok(out)
+    }
+
+    /// Advances each sequence of `rows` by its token in ONE forward of `rows.len()` rows
+    /// (continuous batching): row i embeds `rows[i].1` at sequence i's next position and
+    /// attends over sequence i's own KV slot. `want` is [`Want::AllNext`] (each row's greedy
+    /// token) or [`Want::AllLogits`] (and every row's logits, for sampling). The active
+    /// sequence is not touched; pass it in by swapping it out first. Greedy tokens equal
+    /// those of the same sequences run one at a time (up to the reduction order of a
+    /// `rows.len()`-row forward, the same as a verify forward's).
+    pub async fn forward_batch(
+        &mut self,
+        ctx: &GpuContext,
+        rows: &mut [(&mut Sequence, u32)],
+        want: Want,
+    ) -> Result<ForwardOutput> {
+        let m = rows.len();
+        if !matches!(want, Want::AllNext | Want::AllLogits) {
+            return Err(Error::invalid(
+                "model",
+                "want of a batched forward",
+                "AllNext or AllLogits (one result per sequence)",
+                format!("{want:?}"),
+            ));
+        }
+        let limit = self.options.prefill_chunk.max(self.options.max_verify_rows);
+        if m == 0 || m > limit {
+            return Err(Error::invalid(
+                "model",
+                "sequences in one batched forward",
+                format!("1..={limit} (the prefill chunk or verify rows)"),
+                m,
+            ));
+        }
+        let vocab = self.spec.config.vocab_size;
+        for (i, (seq, token)) in rows.iter().enumerate() {
+            self.check_own(seq)?;
+            if *token as usize >= vocab {
+                return Err(Error::invalid(
+                    "model",
+                    format!("token of batch row {i}"),
+                    format!("< vocab size {vocab}"),
+                    *token,
+                ));
+            }
+            if seq.len() + 1 > self.options.max_context {
+                return Err(Error::invalid(
+                    "model",
+                    format!("context length of batch row {i} (positions held + 1)"),
+                    format!("<= {} (--context)", self.options.max_context),
+                    seq.len() + 1,
+                ));
+            }
+            seq.cursor.check_advance(1)?;
+        }
+        let encode_start = web_time::Instant::now();
+        let key = (m, LogitRows::All);
+        self.plan(ctx, m, LogitRows::All)?;
+        let plan = &self.plans[&key];
+        let tokens: Vec<u32> = rows.iter().map(|(_, t)| *t).collect();
+        write_token_ids(ctx, &plan.ids, &tokens, vocab)?;
+        let placed: Vec<(usize, usize)> = rows.iter().map(|(s, _)| (s.len(), s.slot)).collect();
+        Self::write_positions(ctx, plan, &placed, self.options.sequences);
+        for (seq, _) in rows.iter_mut() {
+            seq.cursor.advance(1)?;
+        }
+        // The attention plans its splits for the longest sequence; shorter rows see fewer
+        // keys and leave their extra splits empty. A plan needs at least `m` positions.
+        let longest = rows.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
+        let kv_len = longest.max(m).min(self.options.max_context);
+        let read_logits = want == Want::AllLogits;
+        let mut step = Step::new(ctx);
+        let mut recorded = Ok(());
+        step.pass(|pass| recorded = plan.record(pass, kv_len));
+        recorded?;
+        let head = plan
+            .head
+            .as_ref()
+            .ok_or_else(|| Error::invalid("model", "plan head", "logits for every row", "none"))?;
+        step.copy_to_readback(&head.next, &head.next_readback)?;
+        if read_logits {
+            step.copy_to_readback(&head.logits, &head.logits_readback)?;
+        }
+        step.submit();
+        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
+        let mut out = ForwardOutput {
+            next: head.next_readback.read_u32(ctx).await?,
+            logits: Vec::new(),
+        };
+        if read_logits {
+            out.logits = head.logits_readback.read_f32(ctx).await?;
         }
         Ok(out)
     }

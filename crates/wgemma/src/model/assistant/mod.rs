@@ -301,9 +301,12 @@ impl Assistant {
     }
 
     /// Sets the K/V view and RoPE position of the next draft steps (queue writes, ordered
-    /// before the next submit).
-    pub fn begin_round(&mut self, ctx: &GpuContext, view: DraftView) {
-        let write = |t: &Tensor, v: usize| t.write_bytes(ctx, bytemuck::bytes_of(&(v as u32)));
+    /// before the next submit); `slot` is the KV slot of the target's active sequence
+    /// ([`Model::sequence_slot`]).
+    pub fn begin_round(&mut self, ctx: &GpuContext, view: DraftView, slot: usize) {
+        let write = |t: &Tensor, v: usize| {
+            t.write_bytes(ctx, bytemuck::cast_slice(&[v as u32, slot as u32]))
+        };
         write(&self.a.rope_position, view.position);
         write(&self.a.full_position, view.full_end);
         write(&self.a.sliding_position, view.sliding_end);

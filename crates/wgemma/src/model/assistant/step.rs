@@ -112,6 +112,9 @@ impl Activations {
             .unwrap_or(1);
         let f32s = |label: &str, shape: &[usize]| Tensor::zeros(ctx, label, shape, DType::F32);
         let u32s = |label: &str| Tensor::zeros(ctx, label, &[1], DType::U32);
+        // [position, the target sequence's KV slot]: the attention reads the slot when the
+        // target's caches hold several sequences.
+        let positions = |label: &str| Tensor::zeros(ctx, label, &[2], DType::U32);
         Ok(Activations {
             token: u32s("assistant.token")?,
             input: f32s("assistant.input", &[1, 2 * ht])?,
@@ -125,9 +128,9 @@ impl Activations {
             hn: f32s("assistant.hn", &[1, ha])?,
             h_out: f32s("assistant.h_out", &[1, ht])?,
             logits: f32s("assistant.logits", &[1, vocab])?,
-            rope_position: u32s("assistant.rope_position")?,
-            full_position: u32s("assistant.full_position")?,
-            sliding_position: u32s("assistant.sliding_position")?,
+            rope_position: positions("assistant.rope_position")?,
+            full_position: positions("assistant.full_position")?,
+            sliding_position: positions("assistant.sliding_position")?,
         })
     }
 }

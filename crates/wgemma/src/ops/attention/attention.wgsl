@@ -3,7 +3,8 @@
 // optional sliding window W: the query at position p sees keys k with p - W < k <= p (W = 0:
 // full attention, 0 <= k <= p).
 // Inputs: q [rows, heads, D] f32, row r at position positions[r] (rows = grid y, exact);
-// K, V cache chunk [kv_heads, chunk_slots, D] f32. Key k lives in slot k % slots (sliding ring,
+// K, V cache chunk [sequences, kv_heads, chunk_slots, D] f32; with sequences > 1, row r reads
+// sequence positions[rows + r]'s slots (continuous batching: rows of different sequences). Key k lives in slot k % slots (sliding ring,
 // one chunk) or slot k (full cache, split along slots into chunks that each fit one storage
 // binding; chunk c holds slots [chunk_start, chunk_start + chunk_slots)). D is a power of two
 // in 8..=512, read as vec4s.
@@ -38,7 +39,7 @@ struct Params {
     chunk_slots: u32,
     chunk_index: u32,
     rot_pairs: u32,
-    _pad0: u32,
+    sequences: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -75,14 +76,7 @@ var<workgroup> red: array<f32, WG>;
 
 #include "../rope/rope_sincos.wgsli"
 
-// vec4 index of the start of key `key`'s row for kv head `kvh` in the bound chunk.
-fn key_row(key: u32, kvh: u32) -> u32 {
-    var slot = key - params.chunk_start;
-    if (params.ring != 0u) {
-        slot = key % params.slots;
-    }
-    return (kvh * params.chunk_slots + slot) * params.d4;
-}
+#include "attention_key_row.wgsli"
 
 @compute @workgroup_size(WG)
 fn partial(
@@ -91,6 +85,7 @@ fn partial(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let r = wid.y;
+    set_sequence(r, nwg.y);
     let kvh = wid.z / params.head_tiles;
     let tile = wid.z % params.head_tiles;
     let h0 = kvh * params.group + tile * params.gt;

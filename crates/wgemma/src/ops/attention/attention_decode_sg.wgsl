@@ -20,7 +20,7 @@ struct Params {
     chunk_slots: u32,
     chunk_index: u32,
     rot_pairs: u32,
-    _pad: u32,
+    sequences: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;

@@ -29,7 +29,7 @@ struct Params {
     chunk_slots: u32,
     chunk_index: u32,
     rot_pairs: u32,
-    _pad0: u32,
+    sequences: u32,
     _pad1: u32,
     _pad2: u32,
 }
@@ -66,14 +66,7 @@ var<workgroup> red: array<f32, WG>;
 
 #include "../rope/rope_sincos.wgsli"
 
-// vec4 index of the start of key `key`'s row for kv head `kvh` in the bound chunk.
-fn key_row(key: u32, kvh: u32) -> u32 {
-    var slot = key - params.chunk_start;
-    if (params.ring != 0u) {
-        slot = key % params.slots;
-    }
-    return (kvh * params.chunk_slots + slot) * params.d4;
-}
+#include "attention_key_row.wgsli"
 
 @compute @workgroup_size(WG)
 fn partial(
@@ -82,6 +75,7 @@ fn partial(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let r = wid.y;
+    set_sequence(r, nwg.y);
     let kvh = wid.z / params.head_tiles;
     let tile = wid.z % params.head_tiles;
     let h0 = kvh * params.group + tile * params.gt;

@@ -174,6 +174,7 @@ impl OpCase for AttentionCase {
             layout: self.layout(),
             k_eq_v: self.k_eq_v,
             max_binding_bytes: self.chunk_bytes,
+            sequences: 1,
         };
         let mut kernels = Vec::new();
         for copy in 0..self.copies.max(1) {

@@ -61,7 +61,7 @@ struct DecodeParams {
     chunk_slots: u32,
     chunk_index: u32,
     rot_pairs: u32,
-    _pad: u32,
+    sequences: u32,
 }
 
 /// (query heads per tile, tiles per kv head) of the decode route: the group cut into
@@ -256,7 +256,7 @@ impl DecodeKernels {
                 chunk_slots: slots.len() as u32,
                 chunk_index: chunk_index as u32,
                 rot_pairs: b.rot_pairs,
-                _pad: 0,
+                sequences: geo.sequences as u32,
             }
         };
         let one = Grid::new(1, 1, 1);

@@ -61,6 +61,7 @@ fn decode_lanes(ctx: &GpuContext, heads: usize, kv_heads: usize, d: usize) -> Op
             layout: KvLayout::Full { max_len: 8 },
             k_eq_v: false,
             max_binding_bytes: None,
+            sequences: 1,
         },
     )
     .unwrap();
@@ -237,6 +238,7 @@ fn rollback_then_decode_uses_the_decode_route() {
             },
             k_eq_v: false,
             max_binding_bytes: None,
+            sequences: 1,
         },
     )
     .unwrap();
@@ -269,6 +271,7 @@ fn layer(heads: usize, kv_heads: usize, d: usize, rows: usize) -> Attention {
             layout: KvLayout::Full { max_len: 64 },
             k_eq_v: false,
             max_binding_bytes: None,
+            sequences: 1,
         },
     )
     .unwrap();
@@ -404,6 +407,7 @@ fn e2b(head_dim: usize, window: Option<usize>, max_binding: u64) -> Geometry {
         slots,
         chunks,
         rows: 9,
+        sequences: 1,
         max_query_splits: 16_384,
         max_per_dim: 65_535,
     }

@@ -4,7 +4,10 @@
 // refuses such appends). The cache may be split along slots into chunks that each fit one
 // storage binding; this kernel writes the rows whose slot is in [chunk_start, chunk_start +
 // chunk_slots) and skips the others (one dispatch per chunk).
-// Layouts: src [rows_alloc, kv_heads, D] f32 (vec4-read), cache chunk [kv_heads, chunk_slots, D].
+// Layouts: src [rows_alloc, kv_heads, D] f32 (vec4-read), cache chunk [sequences, kv_heads,
+// chunk_slots, D]: one slot range per sequence of a model (Sequence). With sequences > 1 the
+// positions buffer holds [positions of the rows, sequence of each row] (2 x rows u32), so the
+// rows of one forward may belong to different sequences (continuous batching).
 // Entry points (bindings 0 params, 1 positions, then):
 //   append_kv: 2 K cache chunk (rw), 3 K rows, 4 V cache chunk (rw), 5 V rows.
 //   append_v:  2 V cache chunk (rw), 3 V rows (K = V caches: keys are rebuilt from V).
@@ -17,7 +20,7 @@ struct Params {
     ring: u32,
     chunk_start: u32,
     chunk_slots: u32,
-    _pad0: u32,
+    sequences: u32,
     _pad1: u32,
 }
 
@@ -29,6 +32,15 @@ struct Params {
 @group(0) @binding(5) var<storage, read> src_b: array<vec4<f32>>;
 
 const WG: u32 = 64u;
+
+// vec4 index of the first row of row `r`'s sequence in the bound chunk (rows = grid y).
+fn sequence_base(r: u32, rows: u32) -> u32 {
+    if (params.sequences <= 1u) {
+        return 0u;
+    }
+    let s = min(positions[rows + r], params.sequences - 1u);
+    return s * params.kv_heads * params.chunk_slots * params.d4;
+}
 
 // The chunk-local slot of row `r`, or 0xffffffff when the row does not land in this chunk.
 fn local_slot(r: u32) -> u32 {
@@ -48,6 +60,7 @@ fn local_slot(r: u32) -> u32 {
 @compute @workgroup_size(WG)
 fn append_kv(
     @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let slot = local_slot(wid.y);
@@ -56,7 +69,7 @@ fn append_kv(
     }
     let d4 = params.d4;
     let src = (wid.y * params.kv_heads + wid.x) * d4;
-    let dst = (wid.x * params.chunk_slots + slot) * d4;
+    let dst = sequence_base(wid.y, nwg.y) + (wid.x * params.chunk_slots + slot) * d4;
     for (var i = lid; i < d4; i += WG) {
         cache_a[dst + i] = src_a[src + i];
         cache_b[dst + i] = src_b[src + i];
@@ -66,6 +79,7 @@ fn append_kv(
 @compute @workgroup_size(WG)
 fn append_v(
     @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
     let slot = local_slot(wid.y);
@@ -74,7 +88,7 @@ fn append_v(
     }
     let d4 = params.d4;
     let src = (wid.y * params.kv_heads + wid.x) * d4;
-    let dst = (wid.x * params.chunk_slots + slot) * d4;
+    let dst = sequence_base(wid.y, nwg.y) + (wid.x * params.chunk_slots + slot) * d4;
     for (var i = lid; i < d4; i += WG) {
         cache_a[dst + i] = src_a[src + i];
     }

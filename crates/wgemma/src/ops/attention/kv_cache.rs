@@ -29,6 +29,19 @@ use std::ops::Range;
 
 const SHADER: &str = "kv_append";
 
+/// The most sequences one cache holds side by side.
+pub const MAX_SEQUENCES: usize = 256;
+
+/// Elements of the positions buffer a step of `rows` rows needs: the rows' positions, then
+/// (with several sequences) each row's sequence.
+pub fn positions_len(rows: usize, sequences: usize) -> usize {
+    if sequences > 1 {
+        2 * rows
+    } else {
+        rows
+    }
+}
+
 /// How positions map to slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvLayout {
@@ -65,6 +78,12 @@ pub struct KvCacheConfig {
     pub k_eq_v: bool,
     /// Split threshold in bytes per chunk tensor (None: the device's max storage binding).
     pub max_binding_bytes: Option<u64>,
+    /// Sequences held side by side (a model's KV slots, one per [`Sequence`]); 1 for a cache
+    /// used on its own. With more than one, the positions buffer of the append and the
+    /// attention holds each row's sequence after the rows' positions.
+    ///
+    /// [`Sequence`]: crate::model::target::Sequence
+    pub sequences: usize,
 }
 
 /// One chunk of slots, with its own buffers [kv_heads, slots.len(), D].
@@ -82,9 +101,9 @@ pub struct KvCache {
     config: KvCacheConfig,
     slots: usize,
     chunks: Vec<KvChunk>,
-    len: usize,
-    /// End of the furthest forward written (rejected rows included).
-    written_end: usize,
+    /// The length of sequence 0, for callers that use the cache on its own (ops tests, the
+    /// harness); a model keeps a cursor per sequence.
+    cursor: KvCursor,
 }
 
 #[repr(C)]
@@ -96,7 +115,8 @@ struct AppendParams {
     ring: u32,
     chunk_start: u32,
     chunk_slots: u32,
-    _pad: [u32; 2],
+    sequences: u32,
+    _pad: u32,
 }
 
 impl KvCache {
@@ -106,6 +126,13 @@ impl KvCache {
         };
         if config.kv_heads == 0 {
             return bad("kv_heads", ">= 1", "0".into());
+        }
+        if config.sequences == 0 || config.sequences > MAX_SEQUENCES {
+            return bad(
+                "sequences",
+                &format!("1..={MAX_SEQUENCES}"),
+                config.sequences.to_string(),
+            );
         }
         if config.head_dim == 0 || config.head_dim % 4 != 0 {
             return bad("head_dim", "a multiple of 4", config.head_dim.to_string());
@@ -128,7 +155,8 @@ impl KvCache {
             _ => {}
         }
         let slots = config.layout.slots();
-        let row_bytes = (config.kv_heads * config.head_dim * 4) as u64;
+        // A chunk holds its slot range for every sequence.
+        let row_bytes = (config.sequences * config.kv_heads * config.head_dim * 4) as u64;
         let device_max = ctx
             .limits
             .max_storage_buffer_binding_size
@@ -148,7 +176,7 @@ impl KvCache {
         let chunks = ranges
             .into_iter()
             .map(|r| {
-                let shape = [config.kv_heads, r.len(), config.head_dim];
+                let shape = [config.sequences * config.kv_heads, r.len(), config.head_dim];
                 let k = if config.k_eq_v {
                     None
                 } else {
@@ -167,8 +195,7 @@ impl KvCache {
             config,
             slots,
             chunks,
-            len: 0,
-            written_end: 0,
+            cursor: KvCursor::for_layout(config.layout),
         })
     }
 
@@ -184,92 +211,47 @@ impl KvCache {
         &self.chunks
     }
 
-    /// Positions held (the next forward starts at this position).
+    /// Positions held (the next forward starts at this position) by this cache's own cursor.
     pub fn len(&self) -> usize {
-        self.len
+        self.cursor.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.cursor.is_empty()
     }
 
     /// The end (exclusive) of the positions this cache can hold.
     pub fn max_positions(&self) -> usize {
-        match self.config.layout {
-            KvLayout::Full { max_len } => max_len,
-            KvLayout::Sliding { .. } => MAX_POSITION as usize,
-        }
+        self.cursor.max_positions()
     }
 
-    /// Claims the positions len..len+m for the next forward (write them to the positions
-    /// buffer, then record the append and the attention) and advances the length.
+    /// A fresh cursor for one sequence of this cache (a model keeps one per [`Sequence`]
+    /// instead of the cache's own).
+    ///
+    /// [`Sequence`]: crate::model::target::Sequence
+    pub fn new_cursor(&self) -> KvCursor {
+        KvCursor::for_layout(self.config.layout)
+    }
+
+    /// Claims the positions len..len+m for the next forward on the cache's own cursor (write
+    /// them to the positions buffer, then record the append and the attention).
     pub fn advance(&mut self, m: usize) -> Result<Range<usize>> {
-        if let KvLayout::Sliding { max_rows, .. } = self.config.layout {
-            if m > max_rows {
-                return Err(Error::invalid(
-                    "kv_cache",
-                    "rows of one forward on a sliding ring",
-                    format!("1..={max_rows} (max_rows the ring was sized for)"),
-                    m,
-                ));
-            }
-        }
-        if m == 0 || self.len + m > self.max_positions() {
-            return Err(Error::invalid(
-                "kv_cache",
-                "rows to append",
-                format!("1..={}", self.max_positions() - self.len),
-                m,
-            ));
-        }
-        let start = self.len;
-        self.len += m;
-        self.written_end = self.written_end.max(self.len);
-        Ok(start..self.len)
+        self.cursor.advance(m)
     }
 
-    /// Forgets positions >= `len` (rejected draft rows): host bookkeeping only, the next
-    /// forward overwrites their slots. Fails when `len` > the current length, and on a ring
-    /// when keys `len` still needs were overwritten (more than max_rows below the furthest
-    /// position written).
+    /// Forgets positions >= `len` on the cache's own cursor (see [`KvCursor::rollback`]).
     pub fn rollback(&mut self, len: usize) -> Result<()> {
-        self.check_rollback(len)?;
-        self.len = len;
-        Ok(())
+        self.cursor.rollback(len)
     }
 
-    /// The checks of [`KvCache::rollback`] without the change, so a caller holding several
-    /// caches can validate all of them before moving any.
+    /// The checks of [`KvCache::rollback`] without the change.
     pub fn check_rollback(&self, len: usize) -> Result<()> {
-        if len > self.len {
-            return Err(Error::invalid(
-                "kv_cache",
-                "rollback length",
-                format!("<= {} (the current length)", self.len),
-                len,
-            ));
-        }
-        if let KvLayout::Sliding { max_rows, .. } = self.config.layout {
-            if len + max_rows < self.written_end {
-                return Err(Error::invalid(
-                    "kv_cache",
-                    "rollback length on a sliding ring (older keys were overwritten)",
-                    format!(
-                        ">= {} (furthest position written {} - max_rows {max_rows})",
-                        self.written_end - max_rows,
-                        self.written_end
-                    ),
-                    len,
-                ));
-            }
-        }
-        Ok(())
+        self.cursor.check_rollback(len)
     }
 
-    /// Empties the cache for a new sequence.
+    /// Empties the cache's own cursor for a new sequence.
     pub fn reset(&mut self) {
-        self.len = 0;
-        self.written_end = 0;
+        self.cursor.reset();
     }
 
     /// Host path (restore a session, tests): writes rows for positions `first..first + n`
@@ -305,13 +287,13 @@ impl KvCache {
             ));
         }
         let ring = matches!(self.config.layout, KvLayout::Sliding { .. });
-        if (!ring && first > self.len) || first + n > self.max_positions() {
+        if (!ring && first > self.len()) || first + n > self.max_positions() {
             return Err(Error::invalid(
                 "kv_cache",
                 "positions to load",
                 format!(
                     "a range starting <= {} ending <= {}",
-                    self.len,
+                    self.len(),
                     self.max_positions()
                 ),
                 format!("{first}..{}", first + n),
@@ -352,8 +334,7 @@ impl KvCache {
             }
             p += run;
         }
-        self.len = first + n;
-        self.written_end = self.written_end.max(self.len);
+        self.cursor.set_len(first + n);
         Ok(first..first + n)
     }
 
@@ -390,11 +371,12 @@ impl KvCache {
                 ));
             }
         }
-        if positions.dtype() != DType::U32 || positions.numel() < rows {
+        let wanted = positions_len(rows, self.config.sequences);
+        if positions.dtype() != DType::U32 || positions.numel() < wanted {
             return Err(Error::invalid(
                 "kv_cache",
                 "positions",
-                format!("u32 with >= {rows} elements"),
+                format!("u32 with >= {wanted} elements"),
                 format!("{:?} {:?}", positions.dtype(), positions.shape()),
             ));
         }
@@ -420,7 +402,8 @@ impl KvCache {
                         ring: ring as u32,
                         chunk_start: chunk.slots.start as u32,
                         chunk_slots: chunk.slots.len() as u32,
-                        _pad: [0; 2],
+                        sequences: self.config.sequences as u32,
+                        _pad: 0,
                     })
                     .tensor(positions);
                 let builder = match (k, &chunk.k) {
@@ -444,9 +427,136 @@ impl KvCache {
             slots: self.slots,
             chunks: self.chunks.iter().map(|c| c.slots.clone()).collect(),
             rows,
+            sequences: self.config.sequences,
             max_query_splits: 0,
             max_per_dim,
         }
+    }
+}
+
+/// One sequence's positions in a cache: its length, and the end of the furthest forward
+/// written (rejected rows included), which bounds how far a ring may roll back. Host
+/// bookkeeping only: the GPU learns positions from the positions buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCursor {
+    len: usize,
+    written_end: usize,
+    max_positions: usize,
+    /// Sliding ring: the most rows one forward appends.
+    ring_rows: Option<usize>,
+}
+
+impl KvCursor {
+    /// A cursor over `max_positions` positions; `ring_rows` is the most rows one forward
+    /// appends when any cache it stands for is a sliding ring.
+    pub fn new(max_positions: usize, ring_rows: Option<usize>) -> KvCursor {
+        KvCursor {
+            len: 0,
+            written_end: 0,
+            max_positions,
+            ring_rows,
+        }
+    }
+
+    pub fn for_layout(layout: KvLayout) -> KvCursor {
+        match layout {
+            KvLayout::Full { max_len } => KvCursor::new(max_len, None),
+            KvLayout::Sliding { max_rows, .. } => {
+                KvCursor::new(MAX_POSITION as usize, Some(max_rows))
+            }
+        }
+    }
+
+    /// Positions held (the next forward starts at this position).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The end (exclusive) of the positions the caches can hold.
+    pub fn max_positions(&self) -> usize {
+        self.max_positions
+    }
+
+    /// The checks of [`KvCursor::advance`] without the change.
+    pub fn check_advance(&self, m: usize) -> Result<()> {
+        if let Some(max_rows) = self.ring_rows {
+            if m > max_rows {
+                return Err(Error::invalid(
+                    "kv_cache",
+                    "rows of one forward on a sliding ring",
+                    format!("1..={max_rows} (max_rows the ring was sized for)"),
+                    m,
+                ));
+            }
+        }
+        if m == 0 || self.len + m > self.max_positions {
+            return Err(Error::invalid(
+                "kv_cache",
+                "rows to append",
+                format!("1..={}", self.max_positions - self.len),
+                m,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Claims the positions len..len+m for the next forward and advances the length.
+    pub fn advance(&mut self, m: usize) -> Result<Range<usize>> {
+        self.check_advance(m)?;
+        let start = self.len;
+        self.set_len(start + m);
+        Ok(start..self.len)
+    }
+
+    fn set_len(&mut self, len: usize) {
+        self.len = len;
+        self.written_end = self.written_end.max(len);
+    }
+
+    /// Forgets positions >= `len` (rejected draft rows): the next forward overwrites their
+    /// slots. Fails when `len` > the current length, and on a ring when keys `len` still
+    /// needs were overwritten (more than max_rows below the furthest position written).
+    pub fn rollback(&mut self, len: usize) -> Result<()> {
+        self.check_rollback(len)?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// The checks of [`KvCursor::rollback`] without the change.
+    pub fn check_rollback(&self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(Error::invalid(
+                "kv_cache",
+                "rollback length",
+                format!("<= {} (the current length)", self.len),
+                len,
+            ));
+        }
+        if let Some(max_rows) = self.ring_rows {
+            if len + max_rows < self.written_end {
+                return Err(Error::invalid(
+                    "kv_cache",
+                    "rollback length on a sliding ring (older keys were overwritten)",
+                    format!(
+                        ">= {} (furthest position written {} - max_rows {max_rows})",
+                        self.written_end - max_rows,
+                        self.written_end
+                    ),
+                    len,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Empties the sequence.
+    pub fn reset(&mut self) {
+        self.len = 0;
+        self.written_end = 0;
     }
 }
 

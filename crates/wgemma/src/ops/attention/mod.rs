@@ -41,7 +41,9 @@ mod generic_tests;
 
 pub use cases::{bench_cases, random_cases, AttentionCase};
 pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
-pub use kv_cache::{KvAppend, KvCache, KvCacheConfig, KvChunk, KvLayout};
+pub use kv_cache::{
+    positions_len, KvAppend, KvCache, KvCacheConfig, KvChunk, KvCursor, KvLayout, MAX_SEQUENCES,
+};
 pub use plan::{AttentionPlan, AttentionRoute, Geometry};
 pub use reference::{attention_ref, keys_from_values, KvHistory};
 
@@ -68,7 +70,8 @@ struct Params {
     chunk_slots: u32,
     chunk_index: u32,
     rot_pairs: u32,
-    _pad: [u32; 3],
+    sequences: u32,
+    _pad: [u32; 2],
 }
 
 /// Partial results of split-K attention, shared by every layer of a model (layers run one
@@ -264,11 +267,12 @@ impl Attention {
                 "q itself",
             ));
         }
-        if positions.dtype() != DType::U32 || positions.numel() < rows {
+        let wanted = positions_len(rows, cfg.sequences);
+        if positions.dtype() != DType::U32 || positions.numel() < wanted {
             return Err(Error::invalid(
                 "attention",
                 "positions",
-                format!("u32 with >= {rows} elements"),
+                format!("u32 with >= {wanted} elements"),
                 format!("{:?} {:?}", positions.dtype(), positions.shape()),
             ));
         }
@@ -335,7 +339,8 @@ impl Attention {
                 chunk_slots: slots.len() as u32,
                 chunk_index: chunk_index as u32,
                 rot_pairs,
-                _pad: [0; 3],
+                sequences: geo.sequences as u32,
+                _pad: [0; 2],
             }
         };
         let one = crate::gpu::Grid::new(1, 1, 1);

@@ -40,6 +40,8 @@ pub struct Geometry {
     pub chunks: Vec<Range<usize>>,
     /// Rows the kernels were built for (q's first dimension).
     pub rows: usize,
+    /// Sequences the cache holds side by side.
+    pub sequences: usize,
     /// Scratch capacity in (split, query) pairs.
     pub max_query_splits: usize,
     /// The device's maxComputeWorkgroupsPerDimension.
@@ -224,6 +226,7 @@ mod tests {
             slots,
             chunks,
             rows: 9,
+            sequences: 1,
             max_query_splits: 16_384,
             max_per_dim: 65_535,
         }

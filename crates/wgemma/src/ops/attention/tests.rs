@@ -218,6 +218,7 @@ fn decode_after_rollback_equals_decode_without_the_rejected_rows() {
             layout,
             k_eq_v: false,
             max_binding_bytes: None,
+            sequences: 1,
         };
         // A: verify 4 rows, accept only the seed row, then decode.
         let mut a = KvCache::new(ctx, "a", config).unwrap();
@@ -277,6 +278,7 @@ fn cache_bookkeeping_fails_closed() {
         },
         k_eq_v: false,
         max_binding_bytes: None,
+        sequences: 1,
     };
     let mut ring = KvCache::new(ctx, "ring", config).unwrap();
     assert_eq!(ring.slots(), 6);
@@ -309,6 +311,7 @@ fn cache_bookkeeping_fails_closed() {
             "big ring",
             KvCacheConfig {
                 max_binding_bytes: Some(64),
+                sequences: 1,
                 ..config
             }
         ),
@@ -330,6 +333,7 @@ fn guards_fail_closed() {
                 layout: KvLayout::Full { max_len: 16 },
                 k_eq_v,
                 max_binding_bytes: None,
+                sequences: 1,
             },
         )
         .unwrap()
