@@ -296,6 +296,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prefill_s = t0.elapsed().as_secs_f64();
 
     let (d0, s0, _) = ctx.counters().snapshot();
+    let b0 = ctx.counters().barriers();
     let host0 = model.host_encode_seconds();
     let t1 = Instant::now();
     let steps = args.gen - 1;
@@ -308,6 +309,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     ))?);
     let decode_s = t1.elapsed().as_secs_f64();
     let (d1, s1, _) = ctx.counters().snapshot();
+    let b1 = ctx.counters().barriers();
     let host_s = model.host_encode_seconds() - host0;
 
     // One forward at a time (submit, wait, read), at the same position: the cost of a
@@ -425,6 +427,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "decode_tokens_per_s": decode_tps,
         "host_ms_per_decode_step": host_s / steps as f64 * 1e3,
         "dispatches_per_token": (d1 - d0) as f64 / steps as f64,
+        "barriers_per_token": (b1 - b0) as f64 / steps as f64,
         "submits_per_token": (s1 - s0) as f64 / steps as f64,
         "unpipelined_decode_ms_per_step": unpipelined_step_ms,
         "verify_forward_ms": verify_forward_ms,
@@ -503,13 +506,16 @@ fn compare_norm_kernels(
     model.reset();
     let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
     let (d0, _, _) = ctx.counters().snapshot();
+    let b0 = ctx.counters().barriers();
     let t = Instant::now();
     pollster::block_on(model.decode_greedy(ctx, next, steps, &mut |_| true))?;
     let decode_s = t.elapsed().as_secs_f64();
     let (d1, _, _) = ctx.counters().snapshot();
+    let b1 = ctx.counters().barriers();
     let mut out = serde_json::json!({
         "norm_kernels_decode_tokens_per_s": steps as f64 / decode_s,
         "norm_kernels_dispatches_per_token": (d1 - d0) as f64 / steps as f64,
+        "norm_kernels_barriers_per_token": (b1 - b0) as f64 / steps as f64,
     });
     if draft_tokens > 0 {
         out["norm_kernels_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();

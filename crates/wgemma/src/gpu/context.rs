@@ -51,6 +51,9 @@ struct PipelineKey {
 #[derive(Debug, Default)]
 pub struct Counters {
     pub dispatches: AtomicU64,
+    /// Dispatches before which wgpu records a pipeline barrier (see `Pass`): the dependent
+    /// steps of the recorded work.
+    pub barriers: AtomicU64,
     pub submits: AtomicU64,
     pub passes: AtomicU64,
     /// Bytes of every tensor buffer created (GPU memory held by wgemma's tensors).
@@ -58,6 +61,11 @@ pub struct Counters {
 }
 
 impl Counters {
+    /// Dispatches preceded by a pipeline barrier so far.
+    pub fn barriers(&self) -> u64 {
+        self.barriers.load(Ordering::Relaxed)
+    }
+
     /// (dispatches, submits, passes) so far.
     pub fn snapshot(&self) -> (u64, u64, u64) {
         (
@@ -252,8 +260,11 @@ impl GpuContext {
         let _ = self.device.poll(wgpu::PollType::Poll);
     }
 
-    pub(crate) fn count_pass(&self, dispatches: u64) {
+    pub(crate) fn count_pass(&self, dispatches: u64, barriers: u64) {
         self.counters.passes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .barriers
+            .fetch_add(barriers, Ordering::Relaxed);
         self.counters
             .dispatches
             .fetch_add(dispatches, Ordering::Relaxed);

@@ -7,6 +7,8 @@
 use super::{GpuContext, Grid, Tensor};
 use crate::error::{Error, Result};
 use crate::registry;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use wgpu::util::DeviceExt;
 
@@ -17,6 +19,10 @@ pub struct Kernel {
     pipeline: Arc<wgpu::ComputePipeline>,
     bind_group: wgpu::BindGroup,
     grid: Grid,
+    /// Each storage binding's tensor and whether the shader declares it read-write: what
+    /// decides wgpu's barriers (see [`Pass`]). Holding the tensors keeps their buffers'
+    /// addresses unique while the kernel lives.
+    storage: Arc<[(Tensor, bool)]>,
 }
 
 impl Kernel {
@@ -33,6 +39,7 @@ impl Kernel {
             pipeline: self.pipeline.clone(),
             bind_group: self.bind_group.clone(),
             grid,
+            storage: self.storage.clone(),
         }
     }
 }
@@ -143,19 +150,79 @@ impl<'a> KernelBuilder<'a> {
                 layout: &layout,
                 entries: &entries,
             });
+        let read_write = registry::shader(self.shader)
+            .map(|s| read_write_bindings(s.source))
+            .unwrap_or_default();
+        let storage = self
+            .bindings
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| match b {
+                Binding::Tensor(t) => Some((t.clone(), read_write.contains(&(i as u32)))),
+                Binding::Uniform(_) => None,
+            })
+            .collect();
         Ok(Kernel {
             name: self.shader,
             pipeline,
             bind_group,
             grid,
+            storage,
         })
     }
 }
 
+/// The binding numbers of group 0 that `source` declares `var<storage, read_write>`.
+fn read_write_bindings(source: &str) -> Vec<u32> {
+    source
+        .lines()
+        .filter(|line| line.contains("var<storage, read_write>") && line.contains("@group(0)"))
+        .filter_map(|line| {
+            let rest = line.split("@binding(").nth(1)?;
+            rest.split(')').next()?.trim().parse().ok()
+        })
+        .collect()
+}
+
+/// Hashes buffer addresses for the barrier count: one multiply (the default SipHash would
+/// cost a few microseconds of host time per forward, on the decode step's critical path
+/// when the GPU is fast).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.0 = (i as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_right(29);
+    }
+}
+
 /// One compute pass inside a [`Step`].
+///
+/// It also counts the barriers wgpu records: a buffer's usage in a pass is read-only or
+/// read-write storage, and wgpu inserts a pipeline barrier before a dispatch when one of its
+/// buffers changes usage or is bound read-write again (read-write is never "ordered").
+/// On Vulkan that barrier waits for everything before it, so barriers count the dependent
+/// steps of a forward; dispatches between two barriers may overlap.
 pub struct Pass<'e> {
     pass: wgpu::ComputePass<'static>,
     dispatches: u64,
+    barriers: u64,
+    /// Each buffer's last usage in this pass (true: read-write).
+    usage: HashMap<usize, bool, BuildHasherDefault<AddressHasher>>,
+    /// `WGEMMA_TRACE_BARRIERS=1`: print every dispatch and why it needs a barrier.
+    trace: bool,
     profiler: Option<&'e super::profile::Profiler>,
 }
 
@@ -168,6 +235,35 @@ impl Pass<'_> {
     pub fn dispatch_grid(&mut self, kernel: &Kernel, grid: Grid) {
         if grid.count() == 0 {
             return;
+        }
+        let mut barrier = false;
+        let mut why = Vec::new();
+        for (i, (tensor, read_write)) in kernel.storage.iter().enumerate() {
+            let read_write = *read_write;
+            if let Some(before) = self.usage.insert(tensor.buffer_key(), read_write) {
+                if before || read_write {
+                    barrier = true;
+                    if self.trace {
+                        why.push(format!(
+                            "storage#{i}{}",
+                            if read_write { " rw" } else { "" }
+                        ));
+                    }
+                }
+            }
+        }
+        self.barriers += barrier as u64;
+        if self.trace {
+            eprintln!(
+                "dispatch {:>4} {:<28} {}",
+                self.dispatches,
+                kernel.name,
+                if barrier {
+                    format!("BARRIER ({})", why.join(", "))
+                } else {
+                    String::new()
+                }
+            );
         }
         self.pass.set_pipeline(&kernel.pipeline);
         self.pass.set_bind_group(0, &kernel.bind_group, &[]);
@@ -210,15 +306,18 @@ impl<'c> Step<'c> {
         let mut pass = Pass {
             pass,
             dispatches: 0,
+            barriers: 0,
+            usage: HashMap::default(),
+            trace: std::env::var_os("WGEMMA_TRACE_BARRIERS").is_some_and(|v| v == "1"),
             profiler: self.ctx.profiler(),
         };
         if let Some(p) = pass.profiler {
             p.mark(&mut pass.pass, None);
         }
         record(&mut pass);
-        let dispatches = pass.dispatches;
+        let (dispatches, barriers) = (pass.dispatches, pass.barriers);
         drop(pass);
-        self.ctx.count_pass(dispatches);
+        self.ctx.count_pass(dispatches, barriers);
     }
 
     /// Copies a tensor into a readback buffer after the pass (same submit).
@@ -245,4 +344,18 @@ pub fn run_kernels(ctx: &GpuContext, kernels: &[Kernel]) -> wgpu::SubmissionInde
     let mut step = Step::new(ctx);
     step.pass(|pass| kernels.iter().for_each(|k| pass.dispatch(k)));
     step.submit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_write_bindings;
+
+    #[test]
+    fn read_write_bindings_are_read_from_the_declarations() {
+        let src = "@group(0) @binding(0) var<uniform> params: P;\n\
+                   @group(0) @binding(1) var<storage, read_write> out: array<f32>;\n\
+                   @group(0) @binding(2) var<storage, read> x: array<f32>;\n\
+                   @group(0) @binding( 3 ) var<storage, read_write> y: array<f32>;\n";
+        assert_eq!(read_write_bindings(src), vec![1, 3]);
+    }
 }

@@ -39,6 +39,11 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// The identity of the buffer behind this tensor (views share it): what wgpu tracks.
+    pub fn buffer_key(&self) -> usize {
+        Arc::as_ptr(&self.buffer) as usize
+    }
+
     /// An uninitialised (zeroed by wgpu) tensor.
     pub fn zeros(ctx: &GpuContext, label: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let size = dtype.bytes_for(shape.iter().product()).max(4);
