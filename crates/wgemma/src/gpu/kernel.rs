@@ -22,7 +22,7 @@ pub struct Kernel {
     /// Each storage binding's tensor and whether the shader declares it read-write: what
     /// decides wgpu's barriers (see [`Pass`]). Holding the tensors keeps their buffers'
     /// addresses unique while the kernel lives.
-    storage: Arc<[(Tensor, bool)]>,
+    storage: Arc<Vec<(Tensor, bool)>>,
 }
 
 impl Kernel {
@@ -161,7 +161,8 @@ impl<'a> KernelBuilder<'a> {
                 Binding::Tensor(t) => Some((t.clone(), read_write.contains(&(i as u32)))),
                 Binding::Uniform(_) => None,
             })
-            .collect();
+            .collect::<Vec<_>>()
+            .into();
         Ok(Kernel {
             name: self.shader,
             pipeline,

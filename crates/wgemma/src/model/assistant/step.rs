@@ -30,7 +30,7 @@ pub(super) enum Op {
     Linear(Linear),
     Rope(RopeKernel),
     /// Attention over the target's cache of this layer kind; the grid follows the view.
-    Attention(Attention, LayerKind),
+    Attention(Box<Attention>, LayerKind),
 }
 
 impl Op {
@@ -246,7 +246,7 @@ impl StepBuilder<'_> {
         self.ops
             .push(Op::Rope(rope.in_place(ctx, &q, &a.rope_position)?));
         self.ops.push(Op::Attention(
-            Attention::with_window(
+            Box::new(Attention::with_window(
                 ctx,
                 AttentionInputs {
                     q: &q,
@@ -257,7 +257,7 @@ impl StepBuilder<'_> {
                 },
                 scratch,
                 window,
-            )?,
+            )?),
             l.kind,
         ));
         self.ops.push(Op::Linear(o_proj.linear(
