@@ -54,6 +54,10 @@ pub struct BenchArgs {
     /// (`norm_prologue_verify_forward_ms`): the fusion's before/after on one load.
     #[arg(long)]
     compare_norm_kernels: bool,
+    /// Append new K/V rows with the kv_append kernel instead of inside norm_rope (the
+    /// fold's before, for a before/after in one device call).
+    #[arg(long)]
+    no_fold_kv_append: bool,
     #[arg(long)]
     json: bool,
 }
@@ -275,6 +279,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         _ => bail!("give --synthetic SHAPE or --model DIR"),
     };
     model.set_norm_prologue_rows(args.norm_prologue_rows);
+    model.set_fold_kv_append(!args.no_fold_kv_append);
     let vocab = model.spec.config.vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)

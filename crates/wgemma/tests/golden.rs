@@ -519,3 +519,50 @@ fn norm_prologues_equal_norm_kernels() {
         }
     }
 }
+
+/// The K/V append folded into norm_rope writes the same cache as the kv_append kernel: the
+/// logits of a prompt are bit-identical both ways, in sequence slot 1 of 2, for one-row and
+/// three-row forwards (sliding rings, full caches and K = V caches), with one dispatch less
+/// per layer that owns its K/V.
+#[test]
+fn kv_append_in_norm_rope_equals_the_append_kernel() {
+    for name in ["e2b_like", "dense_kv"] {
+        let fx = Fixture::open(name);
+        let (prompt, _) = &fx.prompts()[1];
+        for rows in [1, 3] {
+            let run = |fold: bool| {
+                let mut model = fx.model(ModelOptions {
+                    prefill_chunk: rows,
+                    sequences: 2,
+                    ..options(WeightFormat::F32)
+                });
+                model.set_fold_kv_append(fold);
+                let mut seq = model.new_sequence().unwrap();
+                model.swap_sequence(&mut seq).unwrap();
+                let out =
+                    pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits))
+                        .unwrap();
+                let dispatches = model
+                    .built_plan(rows, wgemma::model::forward::LogitRows::All)
+                    .map(|p| p.dispatch_count())
+                    .unwrap();
+                (out, dispatches)
+            };
+            let (folded, folded_dispatches) = run(true);
+            let (kernel, kernel_dispatches) = run(false);
+            assert_eq!(folded.logits, kernel.logits, "{name} M={rows}: logits");
+            assert_eq!(folded.next, kernel.next, "{name} M={rows}");
+            let own_kv = parse_config(&fx.config)
+                .unwrap()
+                .layers
+                .iter()
+                .filter(|l| matches!(l.kv, wgemma::model::config::KvSource::Own))
+                .count();
+            assert_eq!(
+                kernel_dispatches - folded_dispatches,
+                own_kv,
+                "{name} M={rows}: one append dispatch less per layer owning K/V"
+            );
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! submits once and reads back what it needs (the argmax ids, or logits).
 
 use super::blocks::{self, BlockCx};
-use super::config::{LayerKind, ModelSpec};
+use super::config::{KvSource, LayerKind, ModelSpec};
 use super::geglu_stage::GegluStage;
 use super::residual::{prologue_weight, Residual};
 use super::weights::{LinearWeight, Weights};
@@ -65,8 +65,11 @@ pub(super) struct Activations {
     pub(super) h_spare: Tensor,
     pub(super) x: Tensor,
     pub(super) q: Tensor,
-    pub(super) k: Tensor,
-    pub(super) v: Tensor,
+    /// K and V rows of each layer that owns its K/V (None for KV-shared layers), each in
+    /// its own buffer: a buffer reused by the next layer would make wgpu put a barrier
+    /// before that layer's k and v projections (its last use was the previous layer's
+    /// append), serialising them behind q_proj instead of running beside it.
+    pub(super) kv: Vec<Option<(Tensor, Tensor)>>,
     pub(super) attn: Tensor,
     pub(super) o: Tensor,
     pub(super) gate_up: Tensor,
@@ -102,6 +105,8 @@ pub struct PlanShape {
     pub logit_rows: LogitRows,
     /// Fold the RMSNorms into matvec prologues where every linear can take one.
     pub norm_prologues: bool,
+    /// Append new K/V rows inside the norm_rope dispatch where the cache allows.
+    pub fold_kv_append: bool,
 }
 
 /// Everything one forward of M rows needs, built once.
@@ -197,17 +202,12 @@ impl ForwardPlan {
             m,
             logit_rows,
             norm_prologues,
+            fold_kv_append,
         } = shape;
         let c = &spec.config;
         let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
         let eps = c.rms_norm_eps as f32;
         let max_d = spec.layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
-        let max_kv = spec
-            .layers
-            .iter()
-            .map(|l| l.num_kv_heads * l.head_dim)
-            .max()
-            .unwrap_or(1);
         let max_i = spec
             .layers
             .iter()
@@ -221,8 +221,20 @@ impl ForwardPlan {
             h_spare: zeros(ctx, "h.spare", &[m, hsz])?,
             x: zeros(ctx, "x", &[m, hsz])?,
             q: zeros(ctx, "q", &[m * nh * max_d])?,
-            k: zeros(ctx, "k", &[m * max_kv])?,
-            v: zeros(ctx, "v", &[m * max_kv])?,
+            kv: spec
+                .layers
+                .iter()
+                .map(|l| match l.kv {
+                    KvSource::Own => {
+                        let n = m * l.num_kv_heads * l.head_dim;
+                        Ok(Some((
+                            zeros(ctx, &format!("k.{}", l.index), &[n])?,
+                            zeros(ctx, &format!("v.{}", l.index), &[n])?,
+                        )))
+                    }
+                    KvSource::Shared { .. } => Ok(None),
+                })
+                .collect::<Result<Vec<_>>>()?,
             attn: zeros(ctx, "attn", &[m * nh * max_d])?,
             o: zeros(ctx, "o", &[m, hsz])?,
             gate_up: zeros(ctx, "gate_up", &[m * 2 * max_i])?,
@@ -323,6 +335,7 @@ impl ForwardPlan {
             positions: &positions,
             m,
             eps,
+            fold_kv_append,
         };
         // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
         for l in &spec.layers {

@@ -147,6 +147,9 @@ pub struct Model {
     /// Plans of at most this many rows fold the RMSNorms into matvec prologues where they
     /// can (0: never).
     norm_prologue_rows: usize,
+    /// Plans append new K/V rows inside norm_rope where they can (default; off: the
+    /// kv_append kernel, for tests and `bench --no-fold-kv-append`).
+    fold_kv_append: bool,
     host_encode_seconds: f64,
 }
 
@@ -237,6 +240,7 @@ impl Model {
             shared,
             plans: HashMap::new(),
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
+            fold_kv_append: true,
             host_encode_seconds: 0.0,
         })
     }
@@ -341,6 +345,7 @@ impl Model {
                     m,
                     logit_rows: rows,
                     norm_prologues: m <= self.norm_prologue_rows,
+                    fold_kv_append: self.fold_kv_append,
                 },
             )?;
             self.plans.insert(key, plan);
@@ -359,6 +364,20 @@ impl Model {
     pub fn set_norm_prologue_rows(&mut self, max_rows: usize) {
         if self.norm_prologue_rows != max_rows {
             self.norm_prologue_rows = max_rows;
+            self.plans.clear();
+        }
+    }
+
+    /// Whether plans append K/V rows inside norm_rope (see [`Model::set_fold_kv_append`]).
+    pub fn fold_kv_append(&self) -> bool {
+        self.fold_kv_append
+    }
+
+    /// Plans append new K/V rows inside the norm_rope dispatch where the cache is one
+    /// buffer (default), or with the separate kv_append kernel. Drops the plans built so far.
+    pub fn set_fold_kv_append(&mut self, fold: bool) {
+        if self.fold_kv_append != fold {
+            self.fold_kv_append = fold;
             self.plans.clear();
         }
     }

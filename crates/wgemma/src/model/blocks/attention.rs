@@ -7,11 +7,12 @@
 
 use super::{block_input, BlockCx};
 use crate::error::{Error, Result};
+use crate::gpu::Tensor;
 use crate::model::config::{KvSource, LayerSpec};
 use crate::model::forward::{rope_config, Op};
 use crate::model::residual::{project, Pending, Residual};
-use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue};
-use crate::ops::rope::VHeads;
+use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue, KvCache};
+use crate::ops::rope::{Rope, VHeads};
 
 /// Plans layer `l`'s attention block.
 pub(in crate::model) fn plan<'a>(
@@ -30,6 +31,7 @@ pub(in crate::model) fn plan<'a>(
         positions,
         m,
         eps,
+        ..
     } = *cx;
     let c = &spec.config;
     let w = &weights.layers[l.index];
@@ -58,8 +60,16 @@ pub(in crate::model) fn plan<'a>(
                     "none",
                 )
             })?;
-            let k = a.k.prefix_view(&[m, kvh, d])?;
-            let v = a.v.prefix_view(&[m, kvh, d])?;
+            let (k, v) = a.kv[l.index].as_ref().ok_or_else(|| {
+                Error::invalid(
+                    "model",
+                    format!("K/V rows of layer {}", l.index),
+                    "allocated",
+                    "none",
+                )
+            })?;
+            let k = k.reshaped(&[m, kvh, d])?;
+            let v = v.reshaped(&[m, kvh, d])?;
             ops.push(Op::Linear(project(
                 ctx,
                 &input,
@@ -77,34 +87,23 @@ pub(in crate::model) fn plan<'a>(
                         false,
                     )?));
                     residual.commit();
-                    ops.push(Op::Rope(rope.norm_rope(
-                        ctx,
-                        positions,
-                        (&q, &w.q_norm),
-                        Some((&k, &kv.k_norm)),
-                        VHeads::InPlace(&v),
-                        eps,
-                    )?));
-                    ops.push(Op::Append(cache.append_kernel(
-                        ctx,
-                        Some(&k),
-                        &v,
-                        positions,
-                    )?));
+                    let heads = NormRopeHeads {
+                        q: (&q, &w.q_norm),
+                        k: Some((&k, &kv.k_norm)),
+                        v: VHeads::InPlace(&v),
+                    };
+                    norm_rope_and_append(cx, rope, heads, cache, Some(&k), &v, ops)?;
                 }
                 None => {
                     residual.commit();
                     // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
                     // from V by the attention kernel (k_norm weight, then rope).
-                    ops.push(Op::Rope(rope.norm_rope(
-                        ctx,
-                        positions,
-                        (&q, &w.q_norm),
-                        None,
-                        VHeads::FromK { k_raw: &k, v: &v },
-                        eps,
-                    )?));
-                    ops.push(Op::Append(cache.append_kernel(ctx, None, &v, positions)?));
+                    let heads = NormRopeHeads {
+                        q: (&q, &w.q_norm),
+                        k: None,
+                        v: VHeads::FromK { k_raw: &k, v: &v },
+                    };
+                    norm_rope_and_append(cx, rope, heads, cache, None, &v, ops)?;
                 }
             }
             (l.index, kv.v_proj.is_none())
@@ -167,4 +166,44 @@ pub(in crate::model) fn plan<'a>(
         weight: &w.post_attention_layernorm,
         scale: 1.0,
     })
+}
+
+/// The heads one `norm_rope` dispatch normalises.
+struct NormRopeHeads<'t> {
+    q: (&'t Tensor, &'t Tensor),
+    k: Option<(&'t Tensor, &'t Tensor)>,
+    v: VHeads<'t>,
+}
+
+/// q/k/v norms + RoPE, and the append of the new k and v rows to `cache`: in the same
+/// dispatch where the cache is one buffer and the device allows (`norm_rope_append`, one
+/// dependent dispatch less per layer), else norm_rope then the `kv_append` kernel. Plans
+/// built with `fold_kv_append` off keep the two dispatches (tests compare the ways).
+fn norm_rope_and_append(
+    cx: &BlockCx<'_>,
+    rope: &Rope,
+    heads: NormRopeHeads<'_>,
+    cache: &KvCache,
+    k: Option<&Tensor>,
+    v: &Tensor,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    let (ctx, positions, eps) = (cx.ctx, cx.positions, cx.eps);
+    if cx.fold_kv_append {
+        if let Some(rows) = cache.single_chunk_rows() {
+            match rope.norm_rope_append(ctx, positions, heads.q, heads.k, heads.v, eps, rows) {
+                Ok(kernel) => {
+                    ops.push(Op::Rope(kernel));
+                    return Ok(());
+                }
+                Err(Error::NoRoute { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    ops.push(Op::Rope(
+        rope.norm_rope(ctx, positions, heads.q, heads.k, heads.v, eps)?,
+    ));
+    ops.push(Op::Append(cache.append_kernel(ctx, k, v, positions)?));
+    Ok(())
 }

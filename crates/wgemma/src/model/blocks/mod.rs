@@ -31,6 +31,8 @@ pub(super) struct BlockCx<'a> {
     pub positions: &'a Tensor,
     pub m: usize,
     pub eps: f32,
+    /// Append K/V inside norm_rope where the cache allows (see `attention`).
+    pub fold_kv_append: bool,
 }
 
 /// The next block's input from the residual stream (a norm kernel pushed to `ops` when

@@ -24,7 +24,7 @@
 use super::plan::Geometry;
 use crate::error::{Error, Result};
 use crate::gpu::{plan_row_chunks, DType, GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
-use crate::ops::rope::MAX_POSITION;
+use crate::ops::rope::{CacheRows, MAX_POSITION};
 use std::ops::Range;
 
 const SHADER: &str = "kv_append";
@@ -414,6 +414,23 @@ impl KvCache {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(KvAppend { kernels, rows })
+    }
+
+    /// The cache as one K and one V buffer, for an append folded into another kernel
+    /// (`Rope::norm_rope_append`); None when it is split into chunks.
+    pub fn single_chunk_rows(&self) -> Option<CacheRows<'_>> {
+        match self.chunks.as_slice() {
+            [chunk] => Some(CacheRows {
+                k: chunk.k.as_ref(),
+                v: &chunk.v,
+                kv_heads: self.config.kv_heads,
+                head_dim: self.config.head_dim,
+                slots: self.slots,
+                ring: matches!(self.config.layout, KvLayout::Sliding { .. }),
+                sequences: self.config.sequences,
+            }),
+            _ => None,
+        }
     }
 
     /// What the attention planner needs to know about this cache.

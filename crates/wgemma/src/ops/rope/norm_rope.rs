@@ -17,7 +17,14 @@ struct Params {
     rot_pairs: u32,
     eps: f32,
     v_from_k: u32,
+    kv_heads: u32,
+    slots: u32,
+    ring: u32,
+    sequences: u32,
 }
+
+/// Storage bindings of the `main_append` entry (the 7 of `main`, k_cache and v_cache).
+const APPEND_STORAGE_BINDINGS: u32 = 9;
 
 /// What the V heads of a [`Rope::norm_rope`] dispatch are.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +49,38 @@ impl Rope {
         k: Option<(&Tensor, &Tensor)>,
         v: VHeads,
         eps: f32,
+    ) -> Result<RopeKernel> {
+        self.build_norm_rope(ctx, positions, q, k, v, eps, None)
+    }
+
+    /// [`Rope::norm_rope`] that also appends the rows' k and v heads to a KV cache at their
+    /// positions (the `kv_append` kernel's work), so the layer needs no append dispatch.
+    /// Fails closed ([`Error::NoRoute`]) when the device has fewer than 9 storage bindings
+    /// per stage; the caller then appends separately.
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_rope_append(
+        &self,
+        ctx: &GpuContext,
+        positions: &Tensor,
+        q: (&Tensor, &Tensor),
+        k: Option<(&Tensor, &Tensor)>,
+        v: VHeads,
+        eps: f32,
+        cache: CacheRows<'_>,
+    ) -> Result<RopeKernel> {
+        self.build_norm_rope(ctx, positions, q, k, v, eps, Some(cache))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_norm_rope(
+        &self,
+        ctx: &GpuContext,
+        positions: &Tensor,
+        q: (&Tensor, &Tensor),
+        k: Option<(&Tensor, &Tensor)>,
+        v: VHeads,
+        eps: f32,
+        cache: Option<CacheRows<'_>>,
     ) -> Result<RopeKernel> {
         let d = self.config.head_dim;
         let (rows, nq) = check_activation(q.0, "q", d)?;
@@ -118,7 +157,16 @@ impl Rope {
             unused("norm_rope.no_k_norm")?,
         );
         let k_binding = k.map(|k| k.0).or(v_src).unwrap_or(&no_k);
-        let kernel = KernelBuilder::new(ctx, "norm_rope")
+        let append = match cache {
+            Some(cache) => Some(append_target(ctx, cache, positions, rows, nk, nv, d)?),
+            None => None,
+        };
+        let builder = KernelBuilder::new(ctx, "norm_rope")
+            .entry(if append.is_some() {
+                "main_append"
+            } else {
+                "main"
+            })
             .uniform(&Params {
                 nq: nq as u32,
                 nk: nk as u32,
@@ -128,6 +176,10 @@ impl Rope {
                 rot_pairs: self.rot_pairs,
                 eps,
                 v_from_k: v_src.is_some() as u32,
+                kv_heads: append.as_ref().map_or(0, |a| a.kv_heads),
+                slots: append.as_ref().map_or(0, |a| a.slots),
+                ring: append.as_ref().map_or(0, |a| a.ring),
+                sequences: append.as_ref().map_or(1, |a| a.sequences),
             })
             .tensor(positions)
             .tensor(&self.inv_freq)
@@ -135,8 +187,12 @@ impl Rope {
             .tensor(k_binding)
             .tensor(v_dst.unwrap_or(&no_v))
             .tensor(q.1)
-            .tensor(k.map(|k| k.1).unwrap_or(&no_wk))
-            .build(Grid::new(slots as u32, rows as u32, 1))?;
+            .tensor(k.map(|k| k.1).unwrap_or(&no_wk));
+        let builder = match &append {
+            Some(a) => builder.tensor(&a.k).tensor(&a.v),
+            None => builder,
+        };
+        let kernel = builder.build(Grid::new(slots as u32, rows as u32, 1))?;
         Ok(RopeKernel { kernel, rows })
     }
 }
@@ -152,4 +208,99 @@ fn check_rows(t: &Tensor, what: &'static str, d: usize, rows: usize) -> Result<u
         ));
     }
     Ok(heads)
+}
+
+/// A KV cache held in one buffer per K and V, as `main_append` writes it (the attention
+/// module's `KvCache::single_chunk_rows` describes its caches this way).
+#[derive(Debug, Clone, Copy)]
+pub struct CacheRows<'a> {
+    /// None for K = V caches (V only).
+    pub k: Option<&'a Tensor>,
+    pub v: &'a Tensor,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Slots per sequence: position p goes to slot p (full cache) or p % slots (ring).
+    pub slots: usize,
+    pub ring: bool,
+    /// Sequences side by side: [sequences * kv_heads, slots, head_dim].
+    pub sequences: usize,
+}
+
+/// What `main_append` binds and its params.
+struct AppendTarget {
+    k: Tensor,
+    v: Tensor,
+    kv_heads: u32,
+    slots: u32,
+    ring: u32,
+    sequences: u32,
+}
+
+fn append_target(
+    ctx: &GpuContext,
+    cache: CacheRows<'_>,
+    positions: &Tensor,
+    rows: usize,
+    nk: usize,
+    nv: usize,
+    d: usize,
+) -> Result<AppendTarget> {
+    let have = ctx.limits.max_storage_buffers_per_shader_stage;
+    if have < APPEND_STORAGE_BINDINGS {
+        return Err(Error::NoRoute {
+            op: "norm_rope",
+            shapes: format!("rows {rows}, kv heads {}, head_dim {d}", cache.kv_heads),
+            failed: vec![format!(
+                "append in norm_rope: {APPEND_STORAGE_BINDINGS} storage bindings per stage \
+                 (device: {have})"
+            )],
+        });
+    }
+    // K = V caches store V only: no k heads; otherwise as many k heads as v heads.
+    let want_k = if cache.k.is_some() { cache.kv_heads } else { 0 };
+    if cache.head_dim != d || nv != cache.kv_heads || nk != want_k {
+        return Err(Error::invalid(
+            "norm_rope",
+            "k / v heads and head_dim of the appended rows",
+            format!(
+                "{want_k} / {} heads of {} (the cache's)",
+                cache.kv_heads, cache.head_dim
+            ),
+            format!("{nk} / {nv} heads of {d}"),
+        ));
+    }
+    let row_floats = cache.sequences * cache.kv_heads * cache.slots * d;
+    for (t, what) in [(Some(cache.v), "v cache"), (cache.k, "k cache")] {
+        if let Some(t) = t {
+            if t.dtype() != DType::F32 || t.numel() != row_floats {
+                return Err(Error::invalid(
+                    "norm_rope",
+                    what,
+                    format!("f32 of {row_floats} floats"),
+                    format!("{:?} {:?}", t.dtype(), t.shape()),
+                ));
+            }
+        }
+    }
+    let wanted = if cache.sequences > 1 { 2 * rows } else { rows };
+    if positions.numel() < wanted {
+        return Err(Error::invalid(
+            "norm_rope",
+            "positions of an appending norm_rope",
+            format!(">= {wanted} (positions, then each row's sequence)"),
+            positions.numel(),
+        ));
+    }
+    let k = match cache.k {
+        Some(k) => k.clone(),
+        None => Tensor::zeros(ctx, "norm_rope.no_k_cache", &[1], DType::F32)?,
+    };
+    Ok(AppendTarget {
+        k,
+        v: cache.v.clone(),
+        kv_heads: cache.kv_heads as u32,
+        slots: cache.slots as u32,
+        ring: cache.ring as u32,
+        sequences: cache.sequences as u32,
+    })
 }

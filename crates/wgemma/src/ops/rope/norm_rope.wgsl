@@ -13,6 +13,14 @@
 // threads striding over D, the same tree), so the values match the unfused ops.
 // Bindings: 0 params, 1 positions, 2 inv_freq, 3 q, 4 k, 5 v (read_write), 6 wq, 7 wk
 // (unused tensors are bound to 1-element stand-ins and never touched).
+//
+// Entry `main_append` also appends the row's k and v heads to the layer's KV cache (the
+// kv_append kernel's work, one dependent dispatch less per layer): after its head is
+// written, the workgroup copies it to slot p % slots (ring) or p (full) of cache
+// [sequences * kv_heads, slots, D] (8 k_cache, 9 v_cache, read_write; one chunk), with
+// p = positions[row] and, with sequences > 1, the sequence positions[rows + row]. K = V
+// caches hold V only (nk = 0, k_cache a stand-in). Only this entry binds 8 and 9, so `main`
+// keeps 7 storage bindings (browsers guarantee 8).
 
 struct Params {
     nq: u32,
@@ -23,6 +31,11 @@ struct Params {
     rot_pairs: u32,
     eps: f32,
     v_from_k: u32,
+    // main_append only:
+    kv_heads: u32,
+    slots: u32,
+    ring: u32,
+    sequences: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -71,25 +84,69 @@ fn store(kind: u32, at: u32, value: f32) {
     }
 }
 
+// (kind: 0 q, 1 k, 2 v; head; heads of that kind) of head slot `slot`.
+fn slot_kind(slot: u32) -> vec3<u32> {
+    if (slot < params.nq) {
+        return vec3<u32>(0u, slot, params.nq);
+    }
+    if (slot < params.nq + params.nk) {
+        return vec3<u32>(1u, slot - params.nq, params.nk);
+    }
+    return vec3<u32>(2u, slot - params.nq - params.nk, params.nv);
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let slot = wid.x;
+    norm_rope_head(wid.x, wid.y, lid);
+}
+
+@group(0) @binding(8) var<storage, read_write> k_cache: array<f32>;
+@group(0) @binding(9) var<storage, read_write> v_cache: array<f32>;
+
+@compute @workgroup_size(WG)
+fn main_append(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    norm_rope_head(wid.x, wid.y, lid);
+    // The head's values were written by other invocations of this workgroup.
+    storageBarrier();
     let row = wid.y;
-    var kind = 2u;
-    var head = slot - params.nq - params.nk;
-    var heads = params.nv;
-    if (slot < params.nq) {
-        kind = 0u;
-        head = slot;
-        heads = params.nq;
-    } else if (slot < params.nq + params.nk) {
-        kind = 1u;
-        head = slot - params.nq;
-        heads = params.nk;
+    let kh = slot_kind(wid.x);
+    let p = positions[row];
+    var cslot = p;
+    if (params.ring != 0u) {
+        cslot = p % params.slots;
     }
+    if (kh.x == 0u || cslot >= params.slots) {
+        return;
+    }
+    var sequence = 0u;
+    if (params.sequences > 1u) {
+        sequence = min(positions[nwg.y + row], params.sequences - 1u);
+    }
+    let d = params.d;
+    let base = (row * kh.z + kh.y) * d;
+    let dst = ((sequence * params.kv_heads + kh.y) * params.slots + cslot) * d;
+    for (var i = lid; i < d; i += WG) {
+        if (kh.x == 1u) {
+            k_cache[dst + i] = k[base + i];
+        } else {
+            v_cache[dst + i] = v[base + i];
+        }
+    }
+}
+
+// Normalises (and rotates) head slot `slot` of row `row`.
+fn norm_rope_head(slot: u32, row: u32, lid: u32) {
+    let kh = slot_kind(slot);
+    let kind = kh.x;
+    let head = kh.y;
+    let heads = kh.z;
     let d = params.d;
     let base = (row * heads + head) * d;
     var s = 0.0;
