@@ -191,7 +191,7 @@ fn norm_rope_and_append(
     let (ctx, positions, eps) = (cx.ctx, cx.positions, cx.eps);
     if cx.fold_kv_append {
         if let Some(rows) = cache.single_chunk_rows() {
-            match rope.norm_rope_append(ctx, positions, heads.q, heads.k, heads.v, eps, rows) {
+            match rope.norm_rope_with(ctx, positions, heads.q, heads.k, heads.v, eps, Some(rows)) {
                 Ok(kernel) => {
                     ops.push(Op::Rope(kernel));
                     return Ok(());

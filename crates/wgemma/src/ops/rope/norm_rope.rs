@@ -50,15 +50,15 @@ impl Rope {
         v: VHeads,
         eps: f32,
     ) -> Result<RopeKernel> {
-        self.build_norm_rope(ctx, positions, q, k, v, eps, None)
+        self.norm_rope_with(ctx, positions, q, k, v, eps, None)
     }
 
-    /// [`Rope::norm_rope`] that also appends the rows' k and v heads to a KV cache at their
-    /// positions (the `kv_append` kernel's work), so the layer needs no append dispatch.
-    /// Fails closed ([`Error::NoRoute`]) when the device has fewer than 9 storage bindings
-    /// per stage; the caller then appends separately.
+    /// [`Rope::norm_rope`] that also appends the rows' k and v heads to the KV cache
+    /// `append` at their positions when given (the `kv_append` kernel's work, so the layer
+    /// needs no append dispatch). Fails closed ([`Error::NoRoute`]) when the device has
+    /// fewer than 9 storage bindings per stage; the caller then appends separately.
     #[allow(clippy::too_many_arguments)]
-    pub fn norm_rope_append(
+    pub fn norm_rope_with(
         &self,
         ctx: &GpuContext,
         positions: &Tensor,
@@ -66,21 +66,7 @@ impl Rope {
         k: Option<(&Tensor, &Tensor)>,
         v: VHeads,
         eps: f32,
-        cache: CacheRows<'_>,
-    ) -> Result<RopeKernel> {
-        self.build_norm_rope(ctx, positions, q, k, v, eps, Some(cache))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn build_norm_rope(
-        &self,
-        ctx: &GpuContext,
-        positions: &Tensor,
-        q: (&Tensor, &Tensor),
-        k: Option<(&Tensor, &Tensor)>,
-        v: VHeads,
-        eps: f32,
-        cache: Option<CacheRows<'_>>,
+        append: Option<CacheRows<'_>>,
     ) -> Result<RopeKernel> {
         let d = self.config.head_dim;
         let (rows, nq) = check_activation(q.0, "q", d)?;
@@ -157,7 +143,7 @@ impl Rope {
             unused("norm_rope.no_k_norm")?,
         );
         let k_binding = k.map(|k| k.0).or(v_src).unwrap_or(&no_k);
-        let append = match cache {
+        let append = match append {
             Some(cache) => Some(append_target(ctx, cache, positions, rows, nk, nv, d)?),
             None => None,
         };
