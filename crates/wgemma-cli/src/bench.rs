@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// fold's before, for a before/after in one device call).
     #[arg(long)]
     no_fold_kv_append: bool,
+    /// Run decode attention as partial + combine dispatches instead of one fused dispatch
+    /// (the fusion's before).
+    #[arg(long)]
+    no_fused_attention: bool,
     #[arg(long)]
     json: bool,
 }
@@ -280,6 +284,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     model.set_norm_prologue_rows(args.norm_prologue_rows);
     model.set_fold_kv_append(!args.no_fold_kv_append);
+    model.set_fused_attention(!args.no_fused_attention);
     let vocab = model.spec.config.vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)

@@ -13,7 +13,8 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY)
     .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
-    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
+    .union(wgpu::Features::MEMORY_DECORATION_COHERENT);
 
 /// How to pick the adapter.
 #[derive(Debug, Clone, Default)]

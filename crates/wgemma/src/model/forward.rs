@@ -107,6 +107,9 @@ pub struct PlanShape {
     pub norm_prologues: bool,
     /// Append new K/V rows inside the norm_rope dispatch where the cache allows.
     pub fold_kv_append: bool,
+    /// Decode attention in one dispatch (partial + last-workgroup merge) where the device
+    /// allows.
+    pub fused_attention: bool,
 }
 
 /// Everything one forward of M rows needs, built once.
@@ -203,6 +206,7 @@ impl ForwardPlan {
             logit_rows,
             norm_prologues,
             fold_kv_append,
+            fused_attention,
         } = shape;
         let c = &spec.config;
         let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
@@ -336,6 +340,7 @@ impl ForwardPlan {
             m,
             eps,
             fold_kv_append,
+            fused_attention,
         };
         // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
         for l in &spec.layers {

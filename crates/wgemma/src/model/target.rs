@@ -150,6 +150,9 @@ pub struct Model {
     /// Plans append new K/V rows inside norm_rope where they can (default; off: the
     /// kv_append kernel, for tests and `bench --no-fold-kv-append`).
     fold_kv_append: bool,
+    /// Plans run decode attention as one dispatch where the device allows (default; off:
+    /// partial + combine, for tests and `bench --no-fused-attention`).
+    fused_attention: bool,
     host_encode_seconds: f64,
 }
 
@@ -241,6 +244,7 @@ impl Model {
             plans: HashMap::new(),
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             fold_kv_append: true,
+            fused_attention: true,
             host_encode_seconds: 0.0,
         })
     }
@@ -346,6 +350,7 @@ impl Model {
                     logit_rows: rows,
                     norm_prologues: m <= self.norm_prologue_rows,
                     fold_kv_append: self.fold_kv_append,
+                    fused_attention: self.fused_attention,
                 },
             )?;
             self.plans.insert(key, plan);
@@ -378,6 +383,15 @@ impl Model {
     pub fn set_fold_kv_append(&mut self, fold: bool) {
         if self.fold_kv_append != fold {
             self.fold_kv_append = fold;
+            self.plans.clear();
+        }
+    }
+
+    /// Decode attention as one dispatch (partial + a merge by the last workgroup) where the
+    /// device has coherent storage (default), or as partial + combine. Drops the plans.
+    pub fn set_fused_attention(&mut self, fused: bool) {
+        if self.fused_attention != fused {
+            self.fused_attention = fused;
             self.plans.clear();
         }
     }

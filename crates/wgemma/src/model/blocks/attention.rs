@@ -145,7 +145,7 @@ pub(in crate::model) fn plan<'a>(
         }),
         _ => None,
     };
-    ops.push(Op::Attention(Attention::new(
+    let mut attention = Attention::new(
         ctx,
         AttentionInputs {
             q: &q,
@@ -155,7 +155,11 @@ pub(in crate::model) fn plan<'a>(
             key_from_v,
         },
         &shared.scratch,
-    )?));
+    )?;
+    if !cx.fused_attention {
+        attention.disable_fused_merge();
+    }
+    ops.push(Op::Attention(attention));
     ops.push(Op::Linear(w.o_proj.linear(
         ctx,
         &attn.reshaped(&[m, nh * d])?,

@@ -33,6 +33,8 @@ pub(super) struct BlockCx<'a> {
     pub eps: f32,
     /// Append K/V inside norm_rope where the cache allows (see `attention`).
     pub fold_kv_append: bool,
+    /// Decode attention as one dispatch where the device allows (see `attention`).
+    pub fused_attention: bool,
 }
 
 /// The next block's input from the residual stream (a norm kernel pushed to `ops` when

@@ -36,52 +36,15 @@
 // Empty splits hold m = NEG, l = 0 and weigh nothing. Workgroup memory: 2 x 8 KiB pools + 72 B
 // (partial), 8 KiB + 3 KiB (combine). Private values only (no dynamically indexed arrays).
 
-struct Params {
-    heads: u32,
-    kv_heads: u32,
-    group: u32,
-    head_tiles: u32,
-    window: u32,
-    slots: u32,
-    ring: u32,
-    chunk_start: u32,
-    chunk_slots: u32,
-    chunk_index: u32,
-    rot_pairs: u32,
-    sequences: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> part_acc: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> part_ml: array<vec2<f32>>;
-@group(0) @binding(4) var<storage, read> positions: array<u32>;
-@group(0) @binding(5) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read> v_cache: array<vec4<f32>>;
-@group(0) @binding(8) var<storage, read> key_rope: array<vec4<f32>>;
+#include "attention_decode_inputs.wgsli"
+#include "attention_decode_outputs.wgsli"
 
 // Lanes reduced together per batch (a virtual subgroup of 8 lanes, one per head slot).
 const VSG: u32 = 8u;
 
 #include "attention_decode_shared.wgsli"
 
-// Portable batch reduction: each thread's 8 partial dots go through pool_a; thread
-// (group g, head h) sums lanes 8g .. 8g + 7 (8 consecutive columns of one key) for head h.
-fn reduce_batch(tkey: u32, col: u32, role: u32, lane: u32, lo: vec4<f32>, hi: vec4<f32>) {
-    pool_a[role * 2u] = lo;
-    pool_a[role * 2u + 1u] = hi;
-    workgroupBarrier();
-    let g = role / VSG;
-    let h = role % VSG;
-    var s = 0.0;
-    for (var j = 0u; j < VSG; j++) {
-        s += pool_a[(g * VSG + j) * 2u + h / 4u][h % 4u];
-    }
-    // Group g holds columns [8e, 8e + 8) of this thread's key, e = col / 8.
-    pool_b[(tkey * (D4 / VSG) + col / VSG) * 2u + h / 4u][h % 4u] = s;
-    workgroupBarrier();
-}
+#include "attention_decode_reduce_wg.wgsli"
 
 const MAX_SPLITS: u32 = 512u;
 const CB: u32 = 8u; // vec4 columns per combine workgroup

@@ -43,6 +43,15 @@ pub const DECODE_COMBINE_WORKGROUP_BYTES: u32 = 512 * 16 + 256 * 4 + 512 * 4;
 
 const SHADER: &str = "attention_decode";
 const SHADER_SG: &str = "attention_decode_sg";
+const SHADER_FUSED: &str = "attention_decode_fused";
+const SHADER_FUSED_SG: &str = "attention_decode_fused_sg";
+/// Weights (query heads x splits) the fused route's last workgroup keeps in workgroup
+/// memory; steps with more splits use partial + combine.
+pub const FUSED_MAX_WEIGHTS: usize = 512;
+/// Arrival counters of the fused route: rows x kv heads x head tiles at most.
+pub const FUSED_MAX_GROUPS: usize = 4096;
+/// Storage bindings of the fused kernel (the partial's 8 and the counters).
+const FUSED_STORAGE_BINDINGS: u32 = 9;
 const WORKGROUP: u32 = 256;
 /// vec4 columns one combine workgroup merges.
 const COMBINE_COLUMNS: usize = 8;
@@ -110,6 +119,36 @@ pub fn decode_guards(geo: &Geometry, limits: &wgpu::Limits) -> Vec<String> {
         failed.push(format!(
             "decode route: needs {storage} bytes of workgroup memory (device: {})",
             limits.max_compute_workgroup_storage_size
+        ));
+    }
+    failed
+}
+
+/// The guards of the fused one-dispatch kernel that fail for `geo` on `ctx` (empty when it
+/// can be built): coherent storage (native only: `Features::MEMORY_DECORATION_COHERENT`),
+/// a cache in one chunk, 9 storage bindings, the counters for every (row, kv head tile).
+pub fn fused_guards(ctx: &GpuContext, geo: &Geometry) -> Vec<String> {
+    let mut failed = Vec::new();
+    if !ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT) {
+        failed.push("fused decode: no coherent storage (MEMORY_DECORATION_COHERENT)".into());
+    }
+    if geo.chunks.len() != 1 {
+        failed.push(format!(
+            "fused decode: a cache in one chunk (this one has {})",
+            geo.chunks.len()
+        ));
+    }
+    let have = ctx.limits.max_storage_buffers_per_shader_stage;
+    if have < FUSED_STORAGE_BINDINGS {
+        failed.push(format!(
+            "fused decode: {FUSED_STORAGE_BINDINGS} storage bindings per stage (device: {have})"
+        ));
+    }
+    let (_, tiles) = decode_tiles(geo.group());
+    let groups = geo.rows.min(DECODE_MAX_ROWS) * geo.kv_heads * tiles;
+    if groups > FUSED_MAX_GROUPS {
+        failed.push(format!(
+            "fused decode: rows x kv heads x tiles {groups} > {FUSED_MAX_GROUPS} counters"
         ));
     }
     failed
@@ -228,6 +267,11 @@ pub struct DecodeKernels {
     /// `partial` with DIRECT (single-chunk caches only).
     direct: Option<Kernel>,
     combine: Kernel,
+    /// `partial_fused` (native devices with coherent storage, one-chunk caches): partial
+    /// and combine in one dispatch. None where its guards fail.
+    fused: Option<Kernel>,
+    /// Query heads per workgroup tile (bounds the fused merge's weights).
+    tile_queries: usize,
     lanes: Option<u32>,
 }
 
@@ -260,17 +304,22 @@ impl DecodeKernels {
             }
         };
         let one = Grid::new(1, 1, 1);
-        let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
+        // The partial kernel's bindings, shared by the fused variant (which adds the counters).
+        let partial_builder = |chunk_index: usize, fused: bool| {
             let chunk = &b.cache.chunks()[chunk_index];
+            let (shader, shader_sg) = if fused {
+                (SHADER_FUSED, SHADER_FUSED_SG)
+            } else {
+                (SHADER, SHADER_SG)
+            };
             let builder = match lanes {
-                Some(l) => KernelBuilder::new(ctx, SHADER_SG).constant("VSG", l as u64),
-                None => KernelBuilder::new(ctx, SHADER),
+                Some(l) => KernelBuilder::new(ctx, shader_sg).constant("VSG", l as u64),
+                None => KernelBuilder::new(ctx, shader),
             };
             builder
-                .entry("partial")
+                .entry(if fused { "partial_fused" } else { "partial" })
                 .constant("D4", d4)
                 .constant("QT", qt as u64)
-                .constant("DIRECT", direct as u64)
                 .constant("KEY_FROM_V", cfg.k_eq_v as u64)
                 .uniform(&params(chunk_index))
                 .tensor(b.out)
@@ -281,6 +330,10 @@ impl DecodeKernels {
                 .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
                 .tensor(&chunk.v)
                 .tensor(b.key_rope)
+        };
+        let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
+            partial_builder(chunk_index, false)
+                .constant("DIRECT", direct as u64)
                 .build(one)
         };
         let partial = (0..geo.chunks.len())
@@ -299,12 +352,41 @@ impl DecodeKernels {
             .tensor(&b.scratch.acc)
             .tensor(&b.scratch.ml)
             .build(one)?;
+        let fused = if fused_guards(ctx, geo).is_empty() {
+            Some(
+                partial_builder(0, true)
+                    .tensor(&b.scratch.counters)
+                    .build(one)?,
+            )
+        } else {
+            None
+        };
         Ok(DecodeKernels {
             partial,
             direct,
             combine,
+            fused,
+            tile_queries: qt,
             lanes,
         })
+    }
+
+    /// Whether the one-dispatch fused kernel was built for this layer.
+    pub fn has_fused(&self) -> bool {
+        self.fused.is_some()
+    }
+
+    pub(crate) fn disable_fused(&mut self) {
+        self.fused = None;
+    }
+
+    /// The fused kernel, when `plan` can use it: a split plan (not direct) over one chunk
+    /// whose merge weights fit the last workgroup's memory.
+    fn fused_for(&self, plan: &AttentionPlan) -> Option<&Kernel> {
+        let fits = !plan.direct
+            && plan.chunks == 1
+            && plan.splits as usize * self.tile_queries <= FUSED_MAX_WEIGHTS;
+        self.fused.as_ref().filter(|_| fits)
     }
 
     /// The subgroup size the partial kernel reduces with (None: workgroup memory).
@@ -314,6 +396,9 @@ impl DecodeKernels {
 
     /// The dispatches of a decode-route `plan`, in order.
     pub(crate) fn kernels_for_plan(&self, plan: &AttentionPlan) -> Vec<Kernel> {
+        if let Some(fused) = self.fused_for(plan) {
+            return vec![fused.with_grid(plan.partial_grid)];
+        }
         match (&self.direct, plan.direct) {
             (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
             _ => self.partial[..plan.chunks]
@@ -325,6 +410,10 @@ impl DecodeKernels {
     }
 
     pub(crate) fn record_plan(&self, pass: &mut Pass<'_>, plan: &AttentionPlan) {
+        if let Some(fused) = self.fused_for(plan) {
+            pass.dispatch_grid(fused, plan.partial_grid);
+            return;
+        }
         match (&self.direct, plan.direct) {
             (Some(direct), true) => pass.dispatch_grid(direct, plan.partial_grid),
             _ => {

@@ -50,26 +50,31 @@ fn assert_pass_on(ctx: &GpuContext, cases: &[Box<dyn OpCase>], seeds: std::ops::
     );
 }
 
-/// The decode kernels an attention layer of `case`'s shape gets on `ctx`.
-fn decode_lanes(ctx: &GpuContext, heads: usize, kv_heads: usize, d: usize) -> Option<u32> {
+/// An attention layer over a full cache of `max_len` positions, q of `rows` rows.
+fn decode_layer(
+    ctx: &GpuContext,
+    (heads, kv_heads, d): (usize, usize, usize),
+    rows: usize,
+    max_len: usize,
+) -> Attention {
     let cache = KvCache::new(
         ctx,
         "c",
         KvCacheConfig {
             kv_heads,
             head_dim: d,
-            layout: KvLayout::Full { max_len: 8 },
+            layout: KvLayout::Full { max_len },
             k_eq_v: false,
             max_binding_bytes: None,
             sequences: 1,
         },
     )
     .unwrap();
-    let q = Tensor::zeros(ctx, "q", &[1, heads, d], DType::F32).unwrap();
-    let out = Tensor::zeros(ctx, "out", &[1, heads, d], DType::F32).unwrap();
-    let pos = Tensor::zeros(ctx, "pos", &[1], DType::U32).unwrap();
+    let q = Tensor::zeros(ctx, "q", &[rows, heads, d], DType::F32).unwrap();
+    let out = Tensor::zeros(ctx, "out", &[rows, heads, d], DType::F32).unwrap();
+    let pos = Tensor::zeros(ctx, "pos", &[rows], DType::U32).unwrap();
     let scratch = AttentionScratch::for_head_dim(ctx, d).unwrap();
-    let attention = Attention::new(
+    Attention::new(
         ctx,
         AttentionInputs {
             q: &q,
@@ -80,7 +85,12 @@ fn decode_lanes(ctx: &GpuContext, heads: usize, kv_heads: usize, d: usize) -> Op
         },
         &scratch,
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// The decode kernels an attention layer of `case`'s shape gets on `ctx`.
+fn decode_lanes(ctx: &GpuContext, heads: usize, kv_heads: usize, d: usize) -> Option<u32> {
+    let attention = decode_layer(ctx, (heads, kv_heads, d), 1, 8);
     let route = attention.decode_route().expect("decode route built");
     route.subgroup_lanes()
 }
@@ -94,6 +104,35 @@ fn random_cases_pass_on_both_reductions() {
         assert_cases_pass(&cases, seed..seed + 1);
         assert_pass_on(portable, &cases, seed..seed + 1);
     }
+}
+
+/// Where the device has coherent storage (every Vulkan device, lavapipe included), a split
+/// decode step is ONE dispatch (the fused partial + merge) and the other decode-route tests
+/// run it; without (the portable context) it stays partial + combine.
+#[test]
+fn fused_merge_is_one_dispatch_where_storage_is_coherent() {
+    for ctx in [test_context(), portable_context()] {
+        let mut attention = decode_layer(ctx, (8, 1, 256), 3, 4096);
+        let coherent = ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT);
+        let route = attention.decode_route().unwrap();
+        assert_eq!(route.has_fused(), coherent);
+        // 3 rows at 500 keys: 16 splits of 8 query heads, 128 merge weights.
+        let plan = attention.plan(3, 500).unwrap();
+        assert!(plan.splits > 1 && !plan.direct, "{plan:?}");
+        let fused = attention.kernels_for_plan(&plan);
+        assert_eq!(fused.len(), if coherent { 1 } else { 2 });
+        // More merge weights than the last workgroup holds: partial + combine.
+        let wide = attention
+            .plan_route(AttentionRoute::Decode, 1, 4000, Some(128))
+            .unwrap();
+        assert_eq!(attention.kernels_for_plan(&wide).len(), 2);
+        attention.disable_fused_merge();
+        assert_eq!(attention.kernels_for_plan(&plan).len(), 2);
+    }
+    assert!(
+        test_context().has(wgpu::Features::MEMORY_DECORATION_COHERENT),
+        "the test device runs the fused route"
+    );
 }
 
 #[test]

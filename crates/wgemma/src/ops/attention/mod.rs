@@ -80,6 +80,9 @@ struct Params {
 pub struct AttentionScratch {
     acc: Tensor,
     ml: Tensor,
+    /// Per (row, kv head tile) arrival counters of the fused decode route (zero between
+    /// dispatches: its last workgroup resets them).
+    counters: Tensor,
     acc_floats: usize,
     max_query_splits: usize,
 }
@@ -95,6 +98,12 @@ impl AttentionScratch {
                 "attention.part_ml",
                 &[(max_query_splits + 1) * 2],
                 DType::F32,
+            )?,
+            counters: Tensor::zeros(
+                ctx,
+                "attention.counters",
+                &[decode::FUSED_MAX_GROUPS],
+                DType::U32,
             )?,
             acc_floats,
             max_query_splits,
@@ -437,6 +446,14 @@ impl Attention {
                 ),
                 failed: failed.clone(),
             }),
+        }
+    }
+
+    /// Keeps the decode route's partial + combine pair even where the fused one-dispatch
+    /// kernel was built (tests and `bench --no-fused-attention` compare the ways).
+    pub fn disable_fused_merge(&mut self) {
+        if let Ok(decode) = &mut self.decode {
+            decode.disable_fused();
         }
     }
 
