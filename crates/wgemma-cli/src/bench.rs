@@ -58,10 +58,16 @@ pub struct BenchArgs {
     /// fold's before, for a before/after in one device call).
     #[arg(long)]
     no_fold_kv_append: bool,
-    /// Run decode attention as partial + combine dispatches instead of one fused dispatch
-    /// (the fusion's before).
+    /// Run decode attention as one dispatch (the last workgroup merges the splits) where
+    /// the device has coherent storage, instead of partial + combine.
     #[arg(long)]
-    no_fused_attention: bool,
+    fused_attention: bool,
+    /// Also measure, in this run, decode with the K/V append kernel and partial + combine
+    /// attention (`unfused_*`), with the append folded (`fold_only_*`), and with the append
+    /// folded and one-dispatch attention (`fold_and_fused_*`): those fusions' before/after
+    /// on one load.
+    #[arg(long)]
+    compare_fusions: bool,
     #[arg(long)]
     json: bool,
 }
@@ -284,7 +290,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     model.set_norm_prologue_rows(args.norm_prologue_rows);
     model.set_fold_kv_append(!args.no_fold_kv_append);
-    model.set_fused_attention(!args.no_fused_attention);
+    model.set_fused_attention(args.fused_attention);
     let vocab = model.spec.config.vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
@@ -409,6 +415,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None
     };
 
+    let fusions = if args.compare_fusions {
+        Some(compare_fusions(&ctx, &mut model, &prompt, steps)?)
+    } else {
+        None
+    };
     let comparison = if args.compare_norm_kernels {
         Some(compare_norm_kernels(
             &ctx,
@@ -455,7 +466,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report["oracle_rounds"] = o.rounds.into();
         report["oracle_acceptance_rate"] = (o.accepted as f64 / o.drafted.max(1) as f64).into();
     }
-    if let Some(c) = comparison {
+    for c in fusions.iter().chain(&comparison) {
         for (k, v) in c.as_object().expect("object") {
             report[k] = v.clone();
         }
@@ -489,6 +500,56 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
 /// Decode tokens/s, dispatches per token and a verify forward with every RMSNorm a kernel,
 /// and a verify forward with norm prologues, on the loaded model (then back to the default).
+/// Greedy decode of `steps` tokens after `prompt` with the model's current plan settings:
+/// (tokens/s, dispatches per token, barriers per token).
+fn measure_decode(
+    ctx: &GpuContext,
+    model: &mut wgemma::model::target::Model,
+    prompt: &[u32],
+    steps: usize,
+) -> Result<(f64, f64, f64)> {
+    model.reset();
+    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    // Warm-up: builds the decode plan.
+    pollster::block_on(model.decode_greedy(ctx, next, 2, &mut |_| true))?;
+    model.reset();
+    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    let (d0, _, _) = ctx.counters().snapshot();
+    let b0 = ctx.counters().barriers();
+    let t = Instant::now();
+    pollster::block_on(model.decode_greedy(ctx, next, steps, &mut |_| true))?;
+    let seconds = t.elapsed().as_secs_f64();
+    let (d1, _, _) = ctx.counters().snapshot();
+    let b1 = ctx.counters().barriers();
+    let per = |n: u64| n as f64 / steps as f64;
+    Ok((steps as f64 / seconds, per(d1 - d0), per(b1 - b0)))
+}
+
+/// `--compare-fusions`: see its help.
+fn compare_fusions(
+    ctx: &GpuContext,
+    model: &mut wgemma::model::target::Model,
+    prompt: &[u32],
+    steps: usize,
+) -> Result<serde_json::Value> {
+    let (fold, fused) = (model.fold_kv_append(), model.fused_attention());
+    let mut out = serde_json::json!({});
+    for (name, fold_now, fused_now) in [
+        ("unfused", false, false),
+        ("fold_only", true, false),
+        ("fold_and_fused", true, true),
+    ] {
+        model.set_fold_kv_append(fold_now);
+        model.set_fused_attention(fused_now);
+        let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
+        out[format!("{name}_decode_tokens_per_s")] = tps.into();
+        out[format!("{name}_dispatches_per_token")] = dispatches.into();
+        out[format!("{name}_barriers_per_token")] = barriers.into();
+    }
+    model.reset();
+    Ok(out)
+}
+
 fn compare_norm_kernels(
     ctx: &GpuContext,
     model: &mut wgemma::model::target::Model,

@@ -566,3 +566,31 @@ fn kv_append_in_norm_rope_equals_the_append_kernel() {
         }
     }
 }
+
+/// Forwards of 20 different row counts keep at most 16 plans (the least recently used
+/// goes), and a sequence fed in such pieces still gives the whole prompt's next token.
+#[test]
+fn plan_cache_stays_bounded() {
+    let fx = Fixture::open("e2b_like");
+    let (prompt, info) = &fx.prompts()[0];
+    let want = ids(&info["f32"]["greedy"])[0];
+    let mut model = fx.model(ModelOptions {
+        max_context: 256,
+        prefill_chunk: 32,
+        ..options(WeightFormat::F32)
+    });
+    for m in 1..=20 {
+        let tokens: Vec<u32> = (0..m).map(|i| (i * 7 + 3) as u32).collect();
+        model.reset();
+        pollster::block_on(model.forward(test_context(), &tokens, Want::NextToken)).unwrap();
+        assert!(model.plan_count() <= 16, "{} plans", model.plan_count());
+    }
+    model.reset();
+    let mut next = 0;
+    for piece in prompt.chunks(3) {
+        next = pollster::block_on(model.forward(test_context(), piece, Want::NextToken))
+            .unwrap()
+            .next[0];
+    }
+    assert_eq!(next, want);
+}

@@ -52,6 +52,47 @@ impl Default for ModelOptions {
     }
 }
 
+/// Plans kept at most: a server's batches take every row count from 1 to `--parallel`,
+/// prefill chunks end at any length, and each plan holds its activations.
+const MAX_PLANS: usize = 16;
+
+/// The forward plans built so far, keyed by (rows, logit rows), at most [`MAX_PLANS`]: the
+/// least recently used one is dropped when another is built.
+#[derive(Default)]
+struct PlanCache {
+    plans: HashMap<(usize, LogitRows), (ForwardPlan, u64)>,
+    /// Counts plan requests: the "last used" stamp.
+    clock: u64,
+}
+
+impl PlanCache {
+    fn get(&self, key: (usize, LogitRows)) -> Option<&ForwardPlan> {
+        self.plans.get(&key).map(|(plan, _)| plan)
+    }
+
+    fn insert(&mut self, key: (usize, LogitRows), plan: ForwardPlan, now: u64) {
+        if self.plans.len() >= MAX_PLANS {
+            if let Some(oldest) = self
+                .plans
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
+            {
+                self.plans.remove(&oldest);
+            }
+        }
+        self.plans.insert(key, (plan, now));
+    }
+
+    fn clear(&mut self) {
+        self.plans.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.plans.len()
+    }
+}
+
 /// The KV slots of one model that no sequence holds.
 #[derive(Debug)]
 struct FreeSlots(Mutex<Vec<usize>>);
@@ -143,15 +184,15 @@ pub struct Model {
     sequence: Sequence,
     free: Arc<FreeSlots>,
     shared: Shared,
-    plans: HashMap<(usize, LogitRows), ForwardPlan>,
+    plans: PlanCache,
     /// Plans of at most this many rows fold the RMSNorms into matvec prologues where they
     /// can (0: never).
     norm_prologue_rows: usize,
     /// Plans append new K/V rows inside norm_rope where they can (default; off: the
     /// kv_append kernel, for tests and `bench --no-fold-kv-append`).
     fold_kv_append: bool,
-    /// Plans run decode attention as one dispatch where the device allows (default; off:
-    /// partial + combine, for tests and `bench --no-fused-attention`).
+    /// Plans run decode attention as one dispatch where the device allows (off by default:
+    /// measured no faster on the H200, BENCHMARKS.md run 17; `bench --fused-attention`).
     fused_attention: bool,
     host_encode_seconds: f64,
 }
@@ -241,10 +282,10 @@ impl Model {
             },
             free,
             shared,
-            plans: HashMap::new(),
+            plans: PlanCache::default(),
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             fold_kv_append: true,
-            fused_attention: true,
+            fused_attention: false,
             host_encode_seconds: 0.0,
         })
     }
@@ -338,7 +379,11 @@ impl Model {
     /// buffers (token ids, hidden rows, argmax ids) before recording.
     pub fn plan(&mut self, ctx: &GpuContext, m: usize, rows: LogitRows) -> Result<&ForwardPlan> {
         let key = (m, rows);
-        if !self.plans.contains_key(&key) {
+        self.plans.clock += 1;
+        let now = self.plans.clock;
+        if let Some((_, used)) = self.plans.plans.get_mut(&key) {
+            *used = now;
+        } else {
             let plan = ForwardPlan::new(
                 ctx,
                 &self.spec,
@@ -353,9 +398,9 @@ impl Model {
                     fused_attention: self.fused_attention,
                 },
             )?;
-            self.plans.insert(key, plan);
+            self.plans.insert(key, plan, now);
         }
-        Ok(&self.plans[&key])
+        Ok(&self.plans.plans[&key].0)
     }
 
     /// Rows up to which forwards run their RMSNorms as matvec prologues.
@@ -387,8 +432,15 @@ impl Model {
         }
     }
 
+    /// Whether plans run decode attention as one dispatch (see [`Model::set_fused_attention`]).
+    pub fn fused_attention(&self) -> bool {
+        self.fused_attention
+    }
+
     /// Decode attention as one dispatch (partial + a merge by the last workgroup) where the
-    /// device has coherent storage (default), or as partial + combine. Drops the plans.
+    /// device has coherent storage, or as partial + combine (default: on the H200 the
+    /// last workgroup's merge cost what the combine dispatch did, BENCHMARKS.md run 17).
+    /// Drops the plans.
     pub fn set_fused_attention(&mut self, fused: bool) {
         if self.fused_attention != fused {
             self.fused_attention = fused;
@@ -396,10 +448,15 @@ impl Model {
         }
     }
 
+    /// Plans held now (at most 16; the least recently used goes first).
+    pub fn plan_count(&self) -> usize {
+        self.plans.len()
+    }
+
     /// A plan already built (e.g. the last prefill chunk's, whose `head.hidden` still holds
     /// the rows of that forward).
     pub fn built_plan(&self, m: usize, rows: LogitRows) -> Option<&ForwardPlan> {
-        self.plans.get(&(m, rows))
+        self.plans.get((m, rows))
     }
 
     /// Records a forward of `m` rows at positions `len..len + m` into `step` as ONE compute
@@ -426,7 +483,7 @@ impl Model {
         m: usize,
         rows: LogitRows,
     ) -> Result<()> {
-        let plan = self.plans.get(&(m, rows)).ok_or_else(|| {
+        let plan = self.plans.get((m, rows)).ok_or_else(|| {
             Error::invalid(
                 "model",
                 format!("plan of {m} rows ({rows:?} logits)"),
@@ -570,7 +627,7 @@ impl Model {
         write_token_ids(ctx, &plan.ids, tokens, vocab)?;
         let mut step = Step::new(ctx);
         self.record_rows(ctx, &mut step, m, rows)?;
-        let plan = &self.plans[&key];
+        let plan = self.plans.get(key).expect("built above");
         if let Some(head) = &plan.head {
             step.copy_to_readback(&head.next, &head.next_readback)?;
             if read_logits {
@@ -644,7 +701,7 @@ impl Model {
         let encode_start = web_time::Instant::now();
         let key = (m, LogitRows::All);
         self.plan(ctx, m, LogitRows::All)?;
-        let plan = &self.plans[&key];
+        let plan = self.plans.get(key).expect("built above");
         let tokens: Vec<u32> = rows.iter().map(|(_, t)| *t).collect();
         write_token_ids(ctx, &plan.ids, &tokens, vocab)?;
         let placed: Vec<(usize, usize)> = rows.iter().map(|(s, _)| (s.len(), s.slot)).collect();

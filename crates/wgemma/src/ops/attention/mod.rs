@@ -450,7 +450,7 @@ impl Attention {
     }
 
     /// Keeps the decode route's partial + combine pair even where the fused one-dispatch
-    /// kernel was built (tests and `bench --no-fused-attention` compare the ways).
+    /// kernel was built (the model does unless asked: `Model::set_fused_attention`).
     pub fn disable_fused_merge(&mut self) {
         if let Ok(decode) = &mut self.decode {
             decode.disable_fused();
