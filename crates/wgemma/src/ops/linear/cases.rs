@@ -106,8 +106,14 @@ impl Q4LinearCase {
 
 impl OpCase for Q4LinearCase {
     fn name(&self) -> String {
+        // A forced geometry follows the route's name (`q4_gemv@r1l16s2u`), so a filter on
+        // "q4_gemv m=" selects the adapter table's cases alone.
+        let tuning = self.tuning.map_or(String::new(), |t| {
+            let unroll = if t.unroll { "u" } else { "" };
+            format!("@r{}l{}s{}{unroll}", t.rows, t.lanes, t.ksplit)
+        });
         let mut s = format!(
-            "q4_linear {}{} m={} k={} n={} g={}",
+            "q4_linear {}{tuning}{} m={} k={} n={} g={}",
             self.route,
             if self.force { " (forced)" } else { "" },
             self.m,
@@ -128,10 +134,6 @@ impl OpCase for Q4LinearCase {
             CaseEpilogue::None => {}
             CaseEpilogue::GegluPairs => s.push_str(" +geglu"),
             CaseEpilogue::GeluMul => s.push_str(" +gelu*other"),
-        }
-        if let Some(t) = self.tuning {
-            let unroll = if t.unroll { "u" } else { "" };
-            s.push_str(&format!(" t={}x{}{unroll}", t.lanes, t.ksplit));
         }
         s
     }
@@ -448,6 +450,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 /// workgroup at 8 lanes).
 fn random_tuning(rng: &mut Rng) -> MatvecTuning {
     MatvecTuning {
+        rows: [1, 2, 4][rng.random_range(0..3)],
         lanes: [8, 16, 32][rng.random_range(0..3)],
         ksplit: [1, 2, 4][rng.random_range(0..3)],
         unroll: rng.random_bool(0.5),
@@ -469,8 +472,9 @@ fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) ->
 }
 
 /// The E2B linear shapes (K -> N), group 32: every matvec M (1..=9) on all with the
-/// adapter table's geometry, M = 1 with every geometry (`t=LxS[u]`: lanes per quad, K
-/// split, K fixed at build time), prefill (M = 128) on two, the portable reduction on two.
+/// adapter table's geometry, M = 1 with other geometries (`@rRlLsS[u]`: rows and lanes
+/// per quad, K split, K fixed at build time), prefill (M = 128) on two, the portable
+/// reduction on two.
 /// Us/run covers all copies.
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
@@ -494,29 +498,28 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
             cases.push(e2b_case(m, k, n, route, false));
         }
     }
+    // M = 1 with other geometries around the table's: rows per quad 1, 2, 4 with lanes
+    // 16 or 32 and every split that leaves each lane at least half a step.
     for (k, n) in SHAPES {
-        for lanes in [32, 16, 8] {
-            for ksplit in [1, 2, 4, 8] {
-                // Every lane keeps at least one word of the row.
-                if k / 32 < (lanes * ksplit) as usize || 256 / lanes < ksplit {
-                    continue;
+        for rows in [1, 2, 4] {
+            for lanes in [32, 16] {
+                for ksplit in [1, 2, 4, 8] {
+                    if 2 * (k / 32) < (lanes * ksplit) as usize || 256 / lanes < ksplit {
+                        continue;
+                    }
+                    let mut c = Q4LinearCase::new(1, n, k, 32, Q4Gemv);
+                    c.weights = WeightData::RandomPacked;
+                    c.copies = copies_for(n, k, 32);
+                    c.tuning = Some(MatvecTuning {
+                        rows,
+                        lanes,
+                        ksplit,
+                        unroll: true,
+                    });
+                    cases.push(boxed(c));
                 }
-                let mut c = Q4LinearCase::new(1, n, k, 32, Q4Gemv);
-                c.weights = WeightData::RandomPacked;
-                c.copies = copies_for(n, k, 32);
-                c.tuning = Some(MatvecTuning {
-                    lanes,
-                    ksplit,
-                    unroll: true,
-                });
-                cases.push(boxed(c));
             }
         }
-        let mut c = Q4LinearCase::new(1, n, k, 32, Q4Gemv);
-        c.weights = WeightData::RandomPacked;
-        c.copies = copies_for(n, k, 32);
-        c.tuning = Some(MatvecTuning::BASE);
-        cases.push(boxed(c));
     }
     cases.push(e2b_case(1, 1536, 6144, Q4Gemv, true));
     cases.push(e2b_case(1, 1536, 262144, Q4Gemv, true));

@@ -4,12 +4,14 @@
 //!
 //! Q4 routes, chosen when the kernels are built (M is fixed then), first eligible wins:
 //! - [`LinearRoute::Q4Gemv`] (M = 1), [`LinearRoute::Q4LinearM3`] (M = 3) and
-//!   [`LinearRoute::Q4LinearSmallM`] (M = 2 or 4): vec4<u32>
-//!   loads (32 weights), coalesced across lanes, several rows per lane so each x load is
-//!   reused, each weight word applied to all M rows; reduced with `subgroupAdd` when the
-//!   device has subgroups, else through workgroup memory ([`LinearOptions::portable`]
-//!   forces the latter). Guards: M, K % 32, group % 8, device limits.
-//! - [`LinearRoute::Q4Gemm`] (M >= 2): 64 x 64 tiles, x and dequantised W staged in
+//!   [`LinearRoute::Q4LinearSmallM`] (M = 2 or 4..=9): vec4<u32> loads (32 weights),
+//!   coalesced across lanes, 4 rows per lane so each x load is reused, each weight word
+//!   read once and applied to all M rows; lanes per row and K split from an adapter table
+//!   ([`tuning`]); reduced with subgroup operations when the device has 32-lane subgroups,
+//!   else through workgroup memory ([`LinearOptions::portable`] forces the latter).
+//!   Guards: M, K % 32, group % 8, device limits.
+//! - [`LinearRoute::Q4Gemm`] (M >= 2, chosen from M = 10): 64 x 64 tiles, x and
+//!   dequantised W staged in
 //!   workgroup memory.
 //! - [`LinearRoute::Q4Generic`]: any M, one invocation per output.
 //!
@@ -201,7 +203,7 @@ pub fn q4_linear_with(
 }
 
 /// Whether [`q4_linear_fused`] can build `epilogue` for `x` on this device: a matvec
-/// route (M <= 4) is chosen, and a GeGLU-pairs weight is one chunk with an even row
+/// route (M <= 9) is chosen, and a GeGLU-pairs weight is one chunk with an even row
 /// count of 16-row halves. Callers fall back to the linear + a separate GeGLU otherwise.
 pub fn q4_fused_available(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, epilogue: Epilogue) -> bool {
     q4_fused_available_for(ctx, x.numel() / w.k().max(1), w, epilogue)
@@ -259,7 +261,7 @@ pub fn q4_linear_fused_with(
                 w.k(),
                 w.chunks().len()
             ),
-            failed: vec!["fused epilogues: need a matvec route (M <= 4) and, \
+            failed: vec!["fused epilogues: need a matvec route (M <= 9) and, \
                  for GeGLU pairs, an unsplit weight with an even row count"
                 .into()],
         });
@@ -382,7 +384,7 @@ pub fn q4_linear_norm_with(
                 w.chunks().len()
             ),
             failed: vec![format!(
-                "norm prologue: a matvec route (M <= 4), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
+                "norm prologue: a matvec route (M <= 9), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
                  bindings per stage (device: {}), {} bytes of workgroup memory (device: {})",
                 ctx.limits.max_storage_buffers_per_shader_stage,
                 norm_prologue_workgroup_bytes(ctx, m, k),
@@ -608,6 +610,7 @@ fn build_q4(
                     .constant("EPILOGUE", epilogue.code())
                     .constant("KSPLIT", u64::from(tuning.ksplit))
                     .constant("LPR", u64::from(tuning.lanes))
+                    .constant("ROWS", u64::from(tuning.rows))
                     .constant("ROWS_PER_WG", u64::from(tuning.rows_per_workgroup()))
                     .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
                     .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)))

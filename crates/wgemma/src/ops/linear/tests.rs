@@ -464,10 +464,10 @@ fn every_route_matches_the_reference() {
     assert_cases_pass(&cases, 0..2);
 }
 
-/// Every matvec geometry (lanes per quad, K split, K fixed at build time) on odd shapes,
-/// with the three accumulator vectors (M = 1, 3, 9), row tails, K tails per lane, the
-/// epilogues and a chunk split (the subgroup twin runs only where subgroups have 32 lanes:
-/// `wgemma ops check` on such a device).
+/// Every matvec geometry (rows and lanes per quad, K split, K fixed at build time) on odd
+/// shapes, with the three accumulator vectors (M = 1, 3, 9), row tails, K tails per lane,
+/// the epilogues and a chunk split (the subgroup twin runs only where subgroups have 32
+/// lanes: `wgemma ops check` on such a device).
 #[test]
 fn every_matvec_tuning_matches_the_reference() {
     use LinearRoute::*;
@@ -482,6 +482,7 @@ fn every_matvec_tuning_matches_the_reference() {
                 let k = [96, 352][i % 2];
                 let mut c = case(m, 45, k, 32, route);
                 c.tuning = Some(MatvecTuning {
+                    rows: [4, 1, 2][(i / 2) % 3],
                     lanes,
                     ksplit,
                     unroll,
@@ -580,6 +581,30 @@ fn k_split_only_where_the_grid_is_small() {
     assert_eq!(split(1536, 256, Epilogue::None), 1);
     assert_eq!(split(24576, 1536, Epilogue::GegluPairs), 1);
     assert_eq!(split(16, 1536, Epilogue::GegluPairs), 1);
+}
+
+/// The table's row for NVIDIA with 32-lane subgroups at the E2B shapes: short rows get 16
+/// lanes, small grids fewer rows per quad and then a K split, the lm_head keeps 4 rows.
+#[test]
+fn nvidia_tuning_at_e2b_shapes() {
+    use super::{choose_tuning, AdapterProfile, Epilogue};
+    let nv = AdapterProfile::of(0x10de, true);
+    let t = |rows, k, e| {
+        let t = choose_tuning(nv, rows, k, 1, e);
+        assert!(t.unroll);
+        assert_eq!(t.invalid(1, matches!(e, Epilogue::GegluPairs)), None);
+        (t.rows, t.lanes, t.ksplit)
+    };
+    assert_eq!(t(6144, 1536, Epilogue::None), (1, 16, 2));
+    assert_eq!(t(1536, 6144, Epilogue::None), (1, 32, 4));
+    assert_eq!(t(1536, 2048, Epilogue::None), (1, 32, 2));
+    assert_eq!(t(262_144, 1536, Epilogue::None), (4, 16, 1));
+    assert_eq!(t(12288, 1536, Epilogue::GegluPairs), (1, 16, 1));
+    // Without 32-lane subgroups the NVIDIA row does not apply.
+    assert_eq!(
+        AdapterProfile::of(0x10de, false),
+        AdapterProfile::of(0, false)
+    );
 }
 
 /// The norm-prologue matvec (each mode, M = 1 and 3, subgroup and portable reductions)

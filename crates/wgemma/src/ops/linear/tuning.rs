@@ -1,5 +1,6 @@
-//! Geometry of the Q4 matvec kernels (`q4_matvec*.wgsl`): lanes per 4-row quad and the K
-//! split, chosen per shape from a table keyed by the adapter, or forced (benchmarks, tests).
+//! Geometry of the Q4 matvec kernels (`q4_matvec*.wgsl`): rows per quad, lanes per quad
+//! and the K split, chosen per shape from a table keyed by the adapter, or forced
+//! (benchmarks, tests).
 
 use super::Epilogue;
 use crate::gpu::workgroups_for;
@@ -10,8 +11,10 @@ const WG: u32 = 256;
 /// How a matvec kernel spreads a weight over its lanes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct MatvecTuning {
-    /// Lanes sharing one quad of 4 rows (32, 16 or 8): each lane reads every
-    /// `lanes * ksplit`-th vec4 word of the quad's rows.
+    /// Rows of a quad (1, 2 or 4): each x load serves them all.
+    pub rows: u32,
+    /// Lanes sharing one quad (32, 16 or 8): each lane reads every `lanes * ksplit`-th vec4
+    /// word of the quad's rows.
     pub lanes: u32,
     /// Slots of `lanes` lanes sharing one quad, each over a strided part of K (1, 2, 4, 8).
     pub ksplit: u32,
@@ -23,6 +26,7 @@ pub struct MatvecTuning {
 impl MatvecTuning {
     /// The geometry of the matvec before this table existed (32 lanes, no split).
     pub const BASE: MatvecTuning = MatvecTuning {
+        rows: 4,
         lanes: 32,
         ksplit: 1,
         unroll: false,
@@ -30,30 +34,32 @@ impl MatvecTuning {
 
     /// Rows one workgroup covers.
     pub fn rows_per_workgroup(self) -> u32 {
-        4 * (WG / self.lanes) / self.ksplit
+        self.rows * (WG / self.lanes) / self.ksplit
     }
 
     /// vec4s of the subgroup finish's parking array for `m` activation rows (the pairs
-    /// epilogue and K splits park each slot's 4 row totals; else one unused vec4).
+    /// epilogue and K splits park each slot's row totals; else one unused vec4).
     pub(crate) fn park_vec4s(self, m: usize, pairs: bool) -> u32 {
         if pairs || self.ksplit > 1 {
-            (WG / self.lanes) * 4 * parts(m)
+            (WG / self.lanes) * self.rows * parts(m)
         } else {
             1
         }
     }
 
-    /// Why this tuning cannot build for `m` rows (None when it can): lanes 8/16/32, a split
-    /// of 1/2/4/8 that leaves at least one quad per workgroup, none with the pairs epilogue,
-    /// whose parked totals (portable reduction) must fit the 256-entry tree array.
+    /// Why this tuning cannot build for `m` rows (None when it can): rows 1/2/4, lanes
+    /// 8/16/32, a split of 1/2/4/8 that leaves at least one quad per workgroup, none with
+    /// the pairs epilogue, whose parked totals (portable reduction) must fit the 256-entry
+    /// tree array and which needs two quads per workgroup.
     pub fn invalid(self, m: usize, pairs: bool) -> Option<String> {
+        let ok_rows = matches!(self.rows, 1 | 2 | 4);
         let ok_lanes = matches!(self.lanes, 8 | 16 | 32);
         let ok_split = matches!(self.ksplit, 1 | 2 | 4 | 8) && WG / self.lanes >= self.ksplit;
-        if !ok_lanes || !ok_split {
+        if !ok_rows || !ok_lanes || !ok_split {
             return Some(format!(
-                "lanes 8, 16 or 32 and K split 1..=8 with a quad per workgroup (found lanes {}, \
-                 split {})",
-                self.lanes, self.ksplit
+                "rows 1, 2 or 4, lanes 8, 16 or 32 and K split 1..=8 with a quad per workgroup \
+                 (found rows {}, lanes {}, split {})",
+                self.rows, self.lanes, self.ksplit
             ));
         }
         if pairs && (self.ksplit != 1 || self.rows_per_workgroup() * parts(m) > WG) {
@@ -77,8 +83,10 @@ pub(crate) fn parts(m: usize) -> u32 {
 /// The tuning table's row for an adapter: what a grid needs to keep the device busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdapterProfile {
-    /// Split K while the grid has fewer workgroups than this.
+    /// Halve the rows per quad, then split K, while the grid has fewer workgroups than this.
     pub min_workgroups: u64,
+    /// Fewest rows per quad (4: never fewer).
+    pub min_rows: u32,
     /// Choose the lanes per quad by the row length (else always 32).
     pub fit_lanes: bool,
     /// Fix K at build time.
@@ -92,7 +100,8 @@ impl AdapterProfile {
         match (vendor, subgroup32) {
             // H200 (132 SMs), measured in BENCHMARKS.md "Q4 linear kernels, session 5".
             (NVIDIA, true) => AdapterProfile {
-                min_workgroups: 256,
+                min_workgroups: 512,
+                min_rows: 1,
                 fit_lanes: true,
                 unroll: true,
             },
@@ -100,6 +109,7 @@ impl AdapterProfile {
             // before the table, which no other adapter has been measured against.
             _ => AdapterProfile {
                 min_workgroups: 256,
+                min_rows: 4,
                 fit_lanes: false,
                 unroll: false,
             },
@@ -128,10 +138,25 @@ pub fn choose_tuning(
         32
     };
     let mut t = MatvecTuning {
+        rows: 4,
         lanes,
         ksplit: 1,
         unroll: profile.unroll,
     };
+    let grid = |t: MatvecTuning| {
+        let r = if pairs { rows / 2 } else { rows };
+        let per = if pairs {
+            t.rows_per_workgroup() / 2
+        } else {
+            t.rows_per_workgroup()
+        };
+        workgroups_for(r as u64, per)
+    };
+    // Shorter chains per lane where the grid is small: fewer rows per quad first (each
+    // lane still reads whole words of a row).
+    while t.rows > profile.min_rows && grid(t) < profile.min_workgroups {
+        t.rows /= 2;
+    }
     if pairs {
         // The pairs epilogue maps quads to gate/up rows: never split; fewer lanes if the
         // parked totals would not fit.
@@ -141,18 +166,15 @@ pub fn choose_tuning(
         return t;
     }
     // Split while the grid is small and each slot keeps at least 16 words (32 lanes,
-    // before the table) or two steps per lane.
+    // before the table) or one step per lane.
     let min_words = |t: MatvecTuning| {
         if profile.fit_lanes {
-            2 * t.lanes as usize * t.ksplit as usize
+            t.lanes as usize * t.ksplit as usize
         } else {
             16 * t.ksplit as usize
         }
     };
-    while t.ksplit < 8
-        && workgroups_for(rows as u64, t.rows_per_workgroup()) < profile.min_workgroups
-        && words >= 2 * min_words(t)
-    {
+    while t.ksplit < 8 && grid(t) < profile.min_workgroups && words >= 2 * min_words(t) {
         t.ksplit *= 2;
     }
     t
