@@ -542,14 +542,14 @@ fn build_q4(
             offset,
         } => (stride, offset, other),
     };
-    let profile = AdapterProfile::of(ctx.info.vendor, subgroup);
+    let profile = AdapterProfile::BASE;
     let pairs = matches!(epilogue, Epilogue::GegluPairs);
     let mut kernels = Vec::with_capacity(w.chunks().len());
     for chunk in w.chunks() {
         let rows = chunk.rows.len();
         let tuning = options
             .tuning
-            .unwrap_or_else(|| choose_tuning(profile, rows, k, m, epilogue));
+            .unwrap_or_else(|| choose_tuning(profile, rows, k, epilogue));
         // The route's guard counted the smallest parking array (32 vec4s).
         let park_bytes = if subgroup {
             (tuning.park_vec4s(m, pairs) * 16).saturating_sub(512)

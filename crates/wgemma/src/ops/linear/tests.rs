@@ -564,13 +564,13 @@ fn e2b_lm_head_splits_and_matches() {
 #[test]
 fn k_split_only_where_the_grid_is_small() {
     use super::{choose_tuning, AdapterProfile, Epilogue};
-    // Adapters without a measured row: the geometry of before the table (32 lanes).
+    // The table's one row: the geometry of before the table (32 lanes).
     // E2B: down_proj, o_proj and k/v_proj split; the wide projections and K = 256 do not.
     // 1536 rows: 48 workgroups unsplit; split while < 256 and >= 16 words per unit.
-    let base = AdapterProfile::of(0, false);
+    let base = AdapterProfile::BASE;
     let split = |rows, k, e| {
-        let t = choose_tuning(base, rows, k, 1, e);
-        assert_eq!((t.lanes, t.unroll), (32, false));
+        let t = choose_tuning(base, rows, k, e);
+        assert_eq!((t.rows, t.lanes, t.unroll), (4, 32, false));
         t.ksplit
     };
     assert_eq!(split(1536, 6144, Epilogue::None), 8);
@@ -581,30 +581,6 @@ fn k_split_only_where_the_grid_is_small() {
     assert_eq!(split(1536, 256, Epilogue::None), 1);
     assert_eq!(split(24576, 1536, Epilogue::GegluPairs), 1);
     assert_eq!(split(16, 1536, Epilogue::GegluPairs), 1);
-}
-
-/// The table's row for NVIDIA with 32-lane subgroups at the E2B shapes: short rows get 16
-/// lanes, small grids fewer rows per quad and then a K split, the lm_head keeps 4 rows.
-#[test]
-fn nvidia_tuning_at_e2b_shapes() {
-    use super::{choose_tuning, AdapterProfile, Epilogue};
-    let nv = AdapterProfile::of(0x10de, true);
-    let t = |rows, k, e| {
-        let t = choose_tuning(nv, rows, k, 1, e);
-        assert!(t.unroll);
-        assert_eq!(t.invalid(1, matches!(e, Epilogue::GegluPairs)), None);
-        (t.rows, t.lanes, t.ksplit)
-    };
-    assert_eq!(t(6144, 1536, Epilogue::None), (1, 16, 2));
-    assert_eq!(t(1536, 6144, Epilogue::None), (1, 32, 4));
-    assert_eq!(t(1536, 2048, Epilogue::None), (1, 32, 2));
-    assert_eq!(t(262_144, 1536, Epilogue::None), (4, 16, 1));
-    assert_eq!(t(12288, 1536, Epilogue::GegluPairs), (1, 16, 1));
-    // Without 32-lane subgroups the NVIDIA row does not apply.
-    assert_eq!(
-        AdapterProfile::of(0x10de, false),
-        AdapterProfile::of(0, false)
-    );
 }
 
 /// The norm-prologue matvec (each mode, M = 1 and 3, subgroup and portable reductions)

@@ -80,101 +80,45 @@ pub(crate) fn parts(m: usize) -> u32 {
     m.div_ceil(4) as u32
 }
 
-/// The tuning table's row for an adapter: what a grid needs to keep the device busy.
+/// A row of the tuning table: what a grid needs to keep the device busy. The table has one
+/// row, [`AdapterProfile::BASE`], for every adapter: on the H200 (NVIDIA, 32-lane subgroups)
+/// no other geometry measured beat it (BENCHMARKS.md, "Q4 linear kernels, session 5": 16
+/// and 8 lanes per quad, 1 and 2 rows per quad, splits to 512 workgroups, K fixed at build
+/// time), and no other adapter has been measured; a measured faster row for an adapter
+/// (PCI vendor, subgroup size) belongs beside it, chosen in `build_q4`. Other geometries
+/// are built by forcing a [`MatvecTuning`] (`LinearOptions::tuning`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdapterProfile {
-    /// Halve the rows per quad, then split K, while the grid has fewer workgroups than this.
+    /// Split K while the grid has fewer workgroups than this.
     pub min_workgroups: u64,
-    /// Fewest rows per quad (4: never fewer).
-    pub min_rows: u32,
-    /// Choose the lanes per quad by the row length (else always 32).
-    pub fit_lanes: bool,
-    /// Fix K at build time.
-    pub unroll: bool,
 }
 
 impl AdapterProfile {
-    /// The table, keyed by PCI vendor and the subgroup reduction in use.
-    pub fn of(vendor: u32, subgroup32: bool) -> AdapterProfile {
-        const NVIDIA: u32 = 0x10de;
-        match (vendor, subgroup32) {
-            // H200 (132 SMs), measured in BENCHMARKS.md "Q4 linear kernels, session 5".
-            (NVIDIA, true) => AdapterProfile {
-                min_workgroups: 512,
-                min_rows: 1,
-                fit_lanes: true,
-                unroll: true,
-            },
-            // Elsewhere (lavapipe, Apple, AMD, Intel, browsers): the geometry measured
-            // before the table, which no other adapter has been measured against.
-            _ => AdapterProfile {
-                min_workgroups: 256,
-                min_rows: 4,
-                fit_lanes: false,
-                unroll: false,
-            },
-        }
-    }
+    /// 4 rows and 32 lanes per quad, K split until 256 workgroups, K read at run time.
+    pub const BASE: AdapterProfile = AdapterProfile {
+        min_workgroups: 256,
+    };
 }
 
-/// The tuning for a chunk of `rows` rows of length `k` with `m` activation rows.
+/// The tuning for a chunk of `rows` rows of length `k` with `epilogue`: 4 rows and 32
+/// lanes per quad, K split while the grid has fewer than `profile.min_workgroups`
+/// workgroups and each slot keeps at least 16 words of a row (never for GeGLU pairs, whose
+/// quads map to gate and up rows).
 pub fn choose_tuning(
     profile: AdapterProfile,
     rows: usize,
     k: usize,
-    m: usize,
     epilogue: Epilogue,
 ) -> MatvecTuning {
-    let words = k / 32;
-    let pairs = matches!(epilogue, Epilogue::GegluPairs);
-    // The lane count that leaves the fewest lanes idle in a row's last step (ties: more
-    // lanes, so each x load serves a longer stretch of K).
-    let lanes = if profile.fit_lanes {
-        [32u32, 16, 8]
-            .into_iter()
-            .min_by_key(|&l| words.div_ceil(l as usize) * l as usize - words)
-            .unwrap_or(32)
-    } else {
-        32
-    };
-    let mut t = MatvecTuning {
-        rows: 4,
-        lanes,
-        ksplit: 1,
-        unroll: profile.unroll,
-    };
-    let grid = |t: MatvecTuning| {
-        let r = if pairs { rows / 2 } else { rows };
-        let per = if pairs {
-            t.rows_per_workgroup() / 2
-        } else {
-            t.rows_per_workgroup()
-        };
-        workgroups_for(r as u64, per)
-    };
-    // Shorter chains per lane where the grid is small: fewer rows per quad first (each
-    // lane still reads whole words of a row).
-    while t.rows > profile.min_rows && grid(t) < profile.min_workgroups {
-        t.rows /= 2;
-    }
-    if pairs {
-        // The pairs epilogue maps quads to gate/up rows: never split; fewer lanes if the
-        // parked totals would not fit.
-        while t.invalid(m, true).is_some() && t.lanes < 32 {
-            t.lanes *= 2;
-        }
+    let mut t = MatvecTuning::BASE;
+    if matches!(epilogue, Epilogue::GegluPairs) {
         return t;
     }
-    // Split while the grid is small and each slot keeps at least 16 words (32 lanes,
-    // before the table) or one step per lane.
-    let min_words = |t: MatvecTuning| {
-        if profile.fit_lanes {
-            t.lanes as usize * t.ksplit as usize
-        } else {
-            16 * t.ksplit as usize
-        }
-    };
-    while t.ksplit < 8 && grid(t) < profile.min_workgroups && words >= 2 * min_words(t) {
+    let words = k / 32;
+    while t.ksplit < 8
+        && workgroups_for(rows as u64, t.rows_per_workgroup()) < profile.min_workgroups
+        && words >= 32 * t.ksplit as usize
+    {
         t.ksplit *= 2;
     }
     t
