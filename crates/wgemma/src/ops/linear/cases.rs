@@ -5,7 +5,7 @@ use super::quant::{quantize_q4, Q4Host, Q4Weight};
 use super::reference::{linear_ref, q4_linear_ref, tolerance};
 use super::{
     dense_linear, q4_linear_fused_with, q4_linear_with, Epilogue, LinearOptions, LinearRoute,
-    Reduction,
+    MatvecTuning, Reduction,
 };
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Tensor};
@@ -51,6 +51,8 @@ pub struct Q4LinearCase {
     pub copies: usize,
     pub weights: WeightData,
     pub epilogue: CaseEpilogue,
+    /// Forced matvec geometry (else the adapter table's).
+    pub tuning: Option<MatvecTuning>,
 }
 
 impl Q4LinearCase {
@@ -67,6 +69,7 @@ impl Q4LinearCase {
             copies: 1,
             weights: WeightData::Quantized,
             epilogue: CaseEpilogue::None,
+            tuning: None,
         }
     }
 
@@ -103,8 +106,14 @@ impl Q4LinearCase {
 
 impl OpCase for Q4LinearCase {
     fn name(&self) -> String {
+        // A forced geometry follows the route's name (`q4_gemv@r1l16s2u`), so a filter on
+        // "q4_gemv m=" selects the adapter table's cases alone.
+        let tuning = self.tuning.map_or(String::new(), |t| {
+            let unroll = if t.unroll { "u" } else { "" };
+            format!("@r{}l{}s{}{unroll}", t.rows, t.lanes, t.ksplit)
+        });
         let mut s = format!(
-            "q4_linear {}{} m={} k={} n={} g={}",
+            "q4_linear {}{tuning}{} m={} k={} n={} g={}",
             self.route,
             if self.force { " (forced)" } else { "" },
             self.m,
@@ -158,6 +167,7 @@ impl OpCase for Q4LinearCase {
         let options = LinearOptions {
             route: self.force.then_some(self.route),
             portable: self.portable,
+            tuning: self.tuning,
         };
         let mut kernels = Vec::new();
         let mut bytes_moved = 0;
@@ -291,7 +301,8 @@ fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
 }
 
 /// Random shapes for every route: M = 1 and 3 (subgroup and portable reductions, contract
-/// groups and per-word groups of 8/16), M = 2 and 4 (small-M matvec), GEMM over M in 5..=17,
+/// groups and per-word groups of 8/16), M = 2 and 4..=9 (small-M matvec, forced matvec
+/// geometries), GEMM over M in 10..=17,
 /// the generic route (auto with K % 32 != 0, and forced on any shape), GEMM forced on K
 /// tails, a forced row-chunk split per route, and dense f32/f16. N is odd.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
@@ -299,7 +310,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let group = |rng: &mut Rng| [32, 64, 128][rng.random_range(0..3)];
     let k_for = |rng: &mut Rng, g: usize| g * rng.random_range(1..=(512 / g));
     let odd = |rng: &mut Rng, lo: usize, hi: usize| rng.random_range(lo..hi) | 1;
-    let gemm_m = |rng: &mut Rng| [5, 6, 7, 8, 9, 11, 13, 16, 17][rng.random_range(0..9)];
+    let gemm_m = |rng: &mut Rng| [10, 11, 13, 16, 17][rng.random_range(0..5)];
     let mut cases = Vec::new();
     for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
         for portable in [false, true] {
@@ -397,6 +408,33 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
             cases.push(boxed(c));
         }
     }
+    // M = 5..=9 (verify of up to 8 drafts) and forced geometries: 8, 16 or 32 lanes per
+    // quad, K splits, K fixed at build time or not, plain and fused.
+    for m in [1, rng.random_range(5..=9)] {
+        let g = group(rng);
+        let route = if m == 1 { Q4Gemv } else { Q4LinearSmallM };
+        let mut c = Q4LinearCase::new(m, odd(rng, 1, 200), k_for(rng, g), g, route);
+        c.portable = rng.random_bool(0.5);
+        c.tuning = Some(random_tuning(rng));
+        c.epilogue = [CaseEpilogue::None, CaseEpilogue::GeluMul][rng.random_range(0..2)];
+        cases.push(boxed(c));
+    }
+    let g = group(rng);
+    let mut c = Q4LinearCase::new(
+        rng.random_range(5..=9),
+        2 * rng.random_range(1..100),
+        k_for(rng, g),
+        g,
+        Q4LinearSmallM,
+    );
+    c.epilogue = CaseEpilogue::GegluPairs;
+    c.portable = rng.random_bool(0.5);
+    c.tuning = Some(MatvecTuning {
+        ksplit: 1,
+        lanes: [16, 32][rng.random_range(0..2)],
+        ..random_tuning(rng)
+    });
+    cases.push(boxed(c));
     for f16 in [false, true] {
         cases.push(Box::new(DenseLinearCase {
             m: rng.random_range(1..=9),
@@ -406,6 +444,17 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         }));
     }
     cases
+}
+
+/// A matvec geometry valid for every shape (a split of at most 4 leaves a quad per
+/// workgroup at 8 lanes).
+fn random_tuning(rng: &mut Rng) -> MatvecTuning {
+    MatvecTuning {
+        rows: [1, 2, 4][rng.random_range(0..3)],
+        lanes: [8, 16, 32][rng.random_range(0..3)],
+        ksplit: [1, 2, 4][rng.random_range(0..3)],
+        unroll: rng.random_bool(0.5),
+    }
 }
 
 /// Weight copies so that one run reads more than ~200 MB (the H200's L2 is 50 MB).
@@ -422,8 +471,11 @@ fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) ->
     boxed(c)
 }
 
-/// The E2B linear shapes (K -> N), group 32: decode (M = 1) and verify (M = 3) on all,
-/// prefill (M = 128) on two, the portable reduction on two. Us/run covers all copies.
+/// The E2B linear shapes (K -> N), group 32: every matvec M (1..=9) on all with the
+/// adapter table's geometry, M = 1 with other geometries (`@rRlLsS[u]`: rows and lanes
+/// per quad, K split, K fixed at build time), prefill (M = 128) on two, the portable
+/// reduction on two.
+/// Us/run covers all copies.
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
     const SHAPES: [(usize, usize); 7] = [
@@ -437,8 +489,37 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     ];
     let mut cases = Vec::new();
     for (k, n) in SHAPES {
-        cases.push(e2b_case(1, k, n, Q4Gemv, false));
-        cases.push(e2b_case(3, k, n, Q4LinearM3, false));
+        for m in 1..=9 {
+            let route = match m {
+                1 => Q4Gemv,
+                3 => Q4LinearM3,
+                _ => Q4LinearSmallM,
+            };
+            cases.push(e2b_case(m, k, n, route, false));
+        }
+    }
+    // M = 1 with other geometries around the table's: rows per quad 1, 2, 4 with lanes
+    // 16 or 32 and every split that leaves each lane at least half a step.
+    for (k, n) in SHAPES {
+        for rows in [1, 2, 4] {
+            for lanes in [32, 16] {
+                for ksplit in [1, 2, 4, 8] {
+                    if 2 * (k / 32) < (lanes * ksplit) as usize || 256 / lanes < ksplit {
+                        continue;
+                    }
+                    let mut c = Q4LinearCase::new(1, n, k, 32, Q4Gemv);
+                    c.weights = WeightData::RandomPacked;
+                    c.copies = copies_for(n, k, 32);
+                    c.tuning = Some(MatvecTuning {
+                        rows,
+                        lanes,
+                        ksplit,
+                        unroll: true,
+                    });
+                    cases.push(boxed(c));
+                }
+            }
+        }
     }
     cases.push(e2b_case(1, 1536, 6144, Q4Gemv, true));
     cases.push(e2b_case(1, 1536, 262144, Q4Gemv, true));

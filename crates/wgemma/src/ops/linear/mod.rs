@@ -4,12 +4,14 @@
 //!
 //! Q4 routes, chosen when the kernels are built (M is fixed then), first eligible wins:
 //! - [`LinearRoute::Q4Gemv`] (M = 1), [`LinearRoute::Q4LinearM3`] (M = 3) and
-//!   [`LinearRoute::Q4LinearSmallM`] (M = 2 or 4): vec4<u32>
-//!   loads (32 weights), coalesced across lanes, several rows per lane so each x load is
-//!   reused, each weight word applied to all M rows; reduced with `subgroupAdd` when the
-//!   device has subgroups, else through workgroup memory ([`LinearOptions::portable`]
-//!   forces the latter). Guards: M, K % 32, group % 8, device limits.
-//! - [`LinearRoute::Q4Gemm`] (M >= 2): 64 x 64 tiles, x and dequantised W staged in
+//!   [`LinearRoute::Q4LinearSmallM`] (M = 2 or 4..=9): vec4<u32> loads (32 weights),
+//!   coalesced across lanes, 4 rows per lane so each x load is reused, each weight word
+//!   read once and applied to all M rows; lanes per row and K split from an adapter table
+//!   ([`tuning`]); reduced with subgroup operations when the device has 32-lane subgroups,
+//!   else through workgroup memory ([`LinearOptions::portable`] forces the latter).
+//!   Guards: M, K % 32, group % 8, device limits.
+//! - [`LinearRoute::Q4Gemm`] (M >= 2, chosen from M = 10): 64 x 64 tiles, x and
+//!   dequantised W staged in
 //!   workgroup memory.
 //! - [`LinearRoute::Q4Generic`]: any M, one invocation per output.
 //!
@@ -22,6 +24,7 @@ pub mod reference;
 mod routes;
 #[cfg(test)]
 mod tests;
+mod tuning;
 
 pub use cases::{bench_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData};
 pub use quant::{
@@ -32,10 +35,10 @@ pub use routes::{
     check_dense_route, choose_q4_route, q4_failed_guards, DeviceCaps, LinearRoute, Q4Shape,
     Reduction, Q4_ROUTES,
 };
+pub use tuning::{choose_tuning, AdapterProfile, MatvecTuning};
 
 use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
-use routes::MATVEC_ROWS_PER_WORKGROUP;
 
 /// Options of [`q4_linear_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,6 +47,9 @@ pub struct LinearOptions {
     pub route: Option<LinearRoute>,
     /// Use the portable workgroup-memory reduction even when subgroups are available.
     pub portable: bool,
+    /// Build the matvec routes with this geometry instead of the adapter table's
+    /// (benchmarks, tests); refused when invalid for the shape.
+    pub tuning: Option<MatvecTuning>,
 }
 
 /// A built linear op: its route and one kernel per weight chunk, recorded in order.
@@ -197,7 +203,7 @@ pub fn q4_linear_with(
 }
 
 /// Whether [`q4_linear_fused`] can build `epilogue` for `x` on this device: a matvec
-/// route (M <= 4) is chosen, and a GeGLU-pairs weight is one chunk with an even row
+/// route (M <= 9) is chosen, and a GeGLU-pairs weight is one chunk with an even row
 /// count of 16-row halves. Callers fall back to the linear + a separate GeGLU otherwise.
 pub fn q4_fused_available(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, epilogue: Epilogue) -> bool {
     q4_fused_available_for(ctx, x.numel() / w.k().max(1), w, epilogue)
@@ -255,7 +261,7 @@ pub fn q4_linear_fused_with(
                 w.k(),
                 w.chunks().len()
             ),
-            failed: vec!["fused epilogues: need a matvec route (M <= 4) and, \
+            failed: vec!["fused epilogues: need a matvec route (M <= 9) and, \
                  for GeGLU pairs, an unsplit weight with an even row count"
                 .into()],
         });
@@ -334,7 +340,12 @@ pub fn q4_norm_prologue_available(
 /// tree (256 f32) and the reduction's own arrays (subgroup or portable).
 fn norm_prologue_workgroup_bytes(ctx: &GpuContext, m: usize, k: usize) -> usize {
     let (subgroup, _) = matvec_caps(ctx, &LinearOptions::default());
-    let reduction_bytes = if subgroup { 32 * 16 } else { 4 * 256 * 16 };
+    // The subgroup finish parks at most 4 rows of each 8-lane slot (any tuning).
+    let reduction_bytes = if subgroup {
+        128 * 16 * tuning::parts(m) as usize
+    } else {
+        4 * 256 * 16
+    };
     m * k * 4 + 256 * 4 + reduction_bytes
 }
 
@@ -373,7 +384,7 @@ pub fn q4_linear_norm_with(
                 w.chunks().len()
             ),
             failed: vec![format!(
-                "norm prologue: a matvec route (M <= 4), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
+                "norm prologue: a matvec route (M <= 9), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
                  bindings per stage (device: {}), {} bytes of workgroup memory (device: {})",
                 ctx.limits.max_storage_buffers_per_shader_stage,
                 norm_prologue_workgroup_bytes(ctx, m, k),
@@ -454,26 +465,6 @@ pub fn q4_linear_norm_with(
     build_q4(ctx, resid, w, y, options, epilogue, Some(prologue))
 }
 
-/// Units of the matvec sharing one 4-row quad over parts of K (the shader's KSPLIT):
-/// doubled while the grid has fewer than 256 workgroups (about 2 per SM on large GPUs, the
-/// rest idle) and each unit keeps at least 16 vec4 words of a row. At E2B this splits
-/// o_proj (K 2048/4096 -> 1536 rows, 4/8 ways), down_proj (K 6144 -> 1536, 8 ways) and
-/// k/v_proj (1536 -> 256, 2 ways) and leaves the wide projections alone. The GeGLU-pairs epilogue maps units to gate/up rows: never split.
-fn matvec_ksplit(rows: usize, k: usize, epilogue: Epilogue) -> u32 {
-    if matches!(epilogue, Epilogue::GegluPairs) {
-        return 1;
-    }
-    let words = k / 32;
-    let mut ksplit = 1u32;
-    while ksplit < 8
-        && workgroups_for(rows as u64, MATVEC_ROWS_PER_WORKGROUP / ksplit) < 256
-        && words >= 16 * 2 * ksplit as usize
-    {
-        ksplit *= 2;
-    }
-    ksplit
-}
-
 /// (subgroup reduction usable, device caps) for the matvec routes.
 fn matvec_caps(ctx: &GpuContext, options: &LinearOptions) -> (bool, DeviceCaps) {
     let caps = DeviceCaps::of(ctx);
@@ -551,10 +542,35 @@ fn build_q4(
             offset,
         } => (stride, offset, other),
     };
+    let profile = AdapterProfile::BASE;
+    let pairs = matches!(epilogue, Epilogue::GegluPairs);
     let mut kernels = Vec::with_capacity(w.chunks().len());
     for chunk in w.chunks() {
         let rows = chunk.rows.len();
-        let ksplit = matvec_ksplit(rows, k, epilogue);
+        let tuning = options
+            .tuning
+            .unwrap_or_else(|| choose_tuning(profile, rows, k, epilogue));
+        // The route's guard counted the smallest parking array (32 vec4s).
+        let park_bytes = if subgroup {
+            (tuning.park_vec4s(m, pairs) * 16).saturating_sub(512)
+        } else {
+            0
+        };
+        let storage_left = caps
+            .max_workgroup_storage
+            .saturating_sub(route.workgroup_storage(subgroup));
+        let invalid = tuning.invalid(m, pairs).or_else(|| {
+            (is_matvec && park_bytes > storage_left).then(|| {
+                format!("{park_bytes} more bytes of workgroup memory (device has {storage_left})")
+            })
+        });
+        if let (true, Some(why)) = (is_matvec, invalid) {
+            return Err(Error::NoRoute {
+                op: OP,
+                shapes: format!("x {:?}, W [{n}, {k}], matvec tuning {tuning:?}", x.shape()),
+                failed: vec![format!("{route}: {why}")],
+            });
+        }
         let params = Q4Params {
             m: m as u32,
             n: to_u32(OP, "rows of a chunk", rows)?,
@@ -592,7 +608,12 @@ fn build_q4(
                 let mut b = builder(shader)
                     .constant("MV_M", m as u64)
                     .constant("EPILOGUE", epilogue.code())
-                    .constant("KSPLIT", u64::from(ksplit))
+                    .constant("KSPLIT", u64::from(tuning.ksplit))
+                    .constant("LPR", u64::from(tuning.lanes))
+                    .constant("ROWS", u64::from(tuning.rows))
+                    .constant("ROWS_PER_WG", u64::from(tuning.rows_per_workgroup()))
+                    .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
+                    .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)))
                     .tensor(other);
                 if let Some(p) = prologue {
                     b = b
@@ -610,11 +631,11 @@ fn build_q4(
                 b
             }
             .build_1d(match epilogue {
-                // 16 gate rows (and their up rows) per workgroup.
+                // Half of a workgroup's rows are gate rows, the other half their up rows.
                 Epilogue::GegluPairs => {
-                    workgroups_for((rows / 2) as u64, MATVEC_ROWS_PER_WORKGROUP / 2)
+                    workgroups_for((rows / 2) as u64, tuning.rows_per_workgroup() / 2)
                 }
-                _ => workgroups_for(rows as u64, MATVEC_ROWS_PER_WORKGROUP / ksplit),
+                _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm => {
                 builder("q4_gemm").build_1d(rows.div_ceil(64) as u64 * m.div_ceil(64) as u64)?

@@ -13,8 +13,9 @@ pub enum LinearRoute {
     Q4Gemv,
     /// Q4, M = 3 speculative verify: each weight word read once for 3 rows (MV_M = 3).
     Q4LinearM3,
-    /// Q4, M = 2 or 4: the same matvec kernel (MV_M = M) for verify forwards of other draft
-    /// counts (k = 1 or 3, adaptive drafting), where the GEMM tiles would waste 62 of 64 rows.
+    /// Q4, M = 2 or 4..=9: the same matvec kernel (MV_M = M) for verify forwards of other
+    /// draft counts (k = 1 and 3..=8, adaptive drafting): each weight word is read once for
+    /// all M rows, where the GEMM tiles would waste most of their 64 rows.
     Q4LinearSmallM,
     /// Q4 tiled prefill GEMM (`q4_gemm.wgsl`), M >= 2.
     Q4Gemm,
@@ -48,7 +49,7 @@ impl LinearRoute {
         }
     }
 
-    /// The matvec routes (`q4_matvec[_sg].wgsl`, M <= 4 activation rows).
+    /// The matvec routes (`q4_matvec[_sg].wgsl`, M <= 9 activation rows).
     pub fn is_matvec(self) -> bool {
         matches!(
             self,
@@ -71,8 +72,9 @@ impl LinearRoute {
     /// needs more than the subgroup one).
     pub(crate) fn workgroup_storage(self, subgroup: bool) -> u32 {
         match self {
-            // The subgroup twin parks 32 vec4 totals (GeGLU pairs, K split); the portable
-            // one reduces through four vec4 arrays of 256.
+            // The subgroup twin parks at least 32 vec4 totals (GeGLU pairs, K split; more
+            // for other tunings, checked when built); the portable one reduces through four
+            // vec4 arrays of 256.
             LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
                 if subgroup {
                     512
@@ -181,7 +183,7 @@ pub fn q4_failed_guards(
             let (ok, want) = match route {
                 LinearRoute::Q4Gemv => (m == 1, "M == 1"),
                 LinearRoute::Q4LinearM3 => (m == 3, "M == 3"),
-                _ => (m == 2 || m == 4, "M == 2 or 4"),
+                _ => (m == 2 || (4..=9).contains(&m), "M == 2 or 4..=9"),
             };
             need(ok, format!("{want} (found {m})"));
             need(
@@ -243,6 +245,3 @@ pub fn check_dense_route(
         })
     }
 }
-
-/// Rows one matvec workgroup covers: 8 units of 32 lanes, 4 rows per unit.
-pub(crate) const MATVEC_ROWS_PER_WORKGROUP: u32 = 32;

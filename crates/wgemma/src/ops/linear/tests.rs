@@ -1,6 +1,7 @@
 //! Format, route, guard and edge-case tests of the linear op (random shapes run through
 //! `tests/ops.rs`).
 
+use super::cases::CaseEpilogue;
 use super::*;
 use crate::harness::{assert_cases_pass, check, test_context, OpCase, Values};
 use half::f16;
@@ -185,14 +186,14 @@ fn route_choice_by_shape() {
     assert_eq!(choose(1, 1536, 32, &c).unwrap(), LinearRoute::Q4Gemv);
     assert_eq!(choose(1, 64, 16, &c).unwrap(), LinearRoute::Q4Gemv);
     assert_eq!(choose(3, 1536, 128, &c).unwrap(), LinearRoute::Q4LinearM3);
-    for m in [2, 4] {
+    for m in [2, 4, 5, 8, 9] {
         assert_eq!(
             choose(m, 1536, 32, &c).unwrap(),
             LinearRoute::Q4LinearSmallM,
             "M = {m}"
         );
     }
-    for m in [5, 17, 128] {
+    for m in [10, 17, 128] {
         assert_eq!(
             choose(m, 1536, 32, &c).unwrap(),
             LinearRoute::Q4Gemm,
@@ -435,16 +436,16 @@ fn every_route_matches_the_reference() {
             cases.push(Box::new(c));
         }
     }
-    for m in [2, 4] {
+    for m in [2, 4, 5, 6, 7, 8, 9] {
         cases.push(Box::new(case(m, 71, 160, 32, Q4LinearSmallM)));
     }
-    for m in [5, 17, 65] {
+    for m in [10, 17, 65] {
         cases.push(Box::new(case(m, 71, 160, 32, Q4Gemm)));
     }
     let mut tail = case(3, 67, 40, 8, Q4Gemm);
     tail.force = true;
     cases.push(Box::new(tail));
-    let mut split = case(5, 131, 96, 32, Q4Gemm);
+    let mut split = case(10, 131, 96, 32, Q4Gemm);
     split.max_binding = Some(64 * 48);
     cases.push(Box::new(split));
     for m in [1, 3, 7] {
@@ -461,6 +462,52 @@ fn every_route_matches_the_reference() {
         cases.push(Box::new(DenseLinearCase { m, n, k, f16 }));
     }
     assert_cases_pass(&cases, 0..2);
+}
+
+/// Every matvec geometry (rows and lanes per quad, K split, K fixed at build time) on odd
+/// shapes, with the three accumulator vectors (M = 1, 3, 9), row tails, K tails per lane,
+/// the epilogues and a chunk split (the subgroup twin runs only where subgroups have 32
+/// lanes: `wgemma ops check` on such a device).
+#[test]
+fn every_matvec_tuning_matches_the_reference() {
+    use LinearRoute::*;
+    let mut cases: Vec<Box<dyn OpCase>> = Vec::new();
+    let mut i = 0usize;
+    for lanes in [8, 16, 32] {
+        for ksplit in [1, 2, 4] {
+            for unroll in [false, true] {
+                i += 1;
+                let (m, route) = [(1, Q4Gemv), (3, Q4LinearM3), (9, Q4LinearSmallM)][i % 3];
+                // K = 96 or 352 words/32: 3 or 11 words, not a multiple of any lane count.
+                let k = [96, 352][i % 2];
+                let mut c = case(m, 45, k, 32, route);
+                c.tuning = Some(MatvecTuning {
+                    rows: [4, 1, 2][(i / 2) % 3],
+                    lanes,
+                    ksplit,
+                    unroll,
+                });
+                c.epilogue = [
+                    CaseEpilogue::None,
+                    CaseEpilogue::GeluMul,
+                    CaseEpilogue::None,
+                ][i % 3];
+                if i % 5 == 0 {
+                    c.max_binding = Some(64 * k as u64 / 2);
+                    c.n = 77;
+                }
+                let pairs_ok = c.tuning.is_some_and(|t| t.invalid(m, true).is_none());
+                if ksplit == 1 && lanes < 32 && pairs_ok {
+                    let mut p = case(m, 2 * 23, k, 32, route);
+                    p.epilogue = CaseEpilogue::GegluPairs;
+                    p.tuning = c.tuning;
+                    cases.push(Box::new(p));
+                }
+                cases.push(Box::new(c));
+            }
+        }
+    }
+    assert_cases_pass(&cases, 0..1);
 }
 
 /// The check can fail: a reference of another weight must not pass.
@@ -516,17 +563,24 @@ fn e2b_lm_head_splits_and_matches() {
 
 #[test]
 fn k_split_only_where_the_grid_is_small() {
-    use super::{matvec_ksplit, Epilogue};
+    use super::{choose_tuning, AdapterProfile, Epilogue};
+    // The table's one row: the geometry of before the table (32 lanes).
     // E2B: down_proj, o_proj and k/v_proj split; the wide projections and K = 256 do not.
     // 1536 rows: 48 workgroups unsplit; split while < 256 and >= 16 words per unit.
-    assert_eq!(matvec_ksplit(1536, 6144, Epilogue::None), 8);
-    assert_eq!(matvec_ksplit(1536, 2048, Epilogue::None), 4);
-    assert_eq!(matvec_ksplit(1536, 4096, Epilogue::None), 8);
-    assert_eq!(matvec_ksplit(256, 1536, Epilogue::None), 2);
-    assert_eq!(matvec_ksplit(12288, 1536, Epilogue::None), 1);
-    assert_eq!(matvec_ksplit(1536, 256, Epilogue::None), 1);
-    assert_eq!(matvec_ksplit(24576, 1536, Epilogue::GegluPairs), 1);
-    assert_eq!(matvec_ksplit(16, 1536, Epilogue::GegluPairs), 1);
+    let base = AdapterProfile::BASE;
+    let split = |rows, k, e| {
+        let t = choose_tuning(base, rows, k, e);
+        assert_eq!((t.rows, t.lanes, t.unroll), (4, 32, false));
+        t.ksplit
+    };
+    assert_eq!(split(1536, 6144, Epilogue::None), 8);
+    assert_eq!(split(1536, 2048, Epilogue::None), 4);
+    assert_eq!(split(1536, 4096, Epilogue::None), 8);
+    assert_eq!(split(256, 1536, Epilogue::None), 2);
+    assert_eq!(split(12288, 1536, Epilogue::None), 1);
+    assert_eq!(split(1536, 256, Epilogue::None), 1);
+    assert_eq!(split(24576, 1536, Epilogue::GegluPairs), 1);
+    assert_eq!(split(16, 1536, Epilogue::GegluPairs), 1);
 }
 
 /// The norm-prologue matvec (each mode, M = 1 and 3, subgroup and portable reductions)
