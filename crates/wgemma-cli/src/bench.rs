@@ -546,6 +546,8 @@ fn compare_fusions(
         out[format!("{name}_dispatches_per_token")] = dispatches.into();
         out[format!("{name}_barriers_per_token")] = barriers.into();
     }
+    model.set_fold_kv_append(fold);
+    model.set_fused_attention(fused);
     model.reset();
     Ok(out)
 }
