@@ -36,7 +36,14 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     eprintln!("adapter: {}", ctx.describe());
     let cases: Vec<_> = match args.mode {
-        Mode::Check => wgemma::ops::random_cases(&mut rng(args.seed)),
+        Mode::Check => {
+            let mut rng = rng(args.seed);
+            let mut cases = wgemma::ops::random_cases(&mut rng);
+            // The f16 and tensor-core prefill GEMMs where this device has them.
+            let caps = wgemma::ops::linear::DeviceCaps::of(&ctx);
+            cases.extend(wgemma::ops::linear::prefill_cases(&caps, &mut rng));
+            cases
+        }
         Mode::Bench => wgemma::ops::bench_cases(),
     }
     .into_iter()

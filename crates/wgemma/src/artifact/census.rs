@@ -139,6 +139,9 @@ fn any_device() -> DeviceCaps {
         subgroups: false,
         min_subgroup_size: 0,
         max_subgroup_size: 0,
+        // The census records the portable prefill route (f32 GEMM) whatever the device.
+        shader_f16: false,
+        coop_16x16_f16: false,
     }
 }
 

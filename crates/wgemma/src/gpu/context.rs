@@ -16,6 +16,34 @@ pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
     .union(wgpu::Features::MEMORY_DECORATION_COHERENT);
 
+/// Which GEMM family the Q4 prefill routes may use at most (a ceiling: a device without
+/// the feature falls further down on its own). Benchmarks lower it to measure the portable
+/// routes on a device that has tensor cores.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GemmCeiling {
+    /// The f32 tiled GEMM only.
+    F32,
+    /// Up to the f16-tile vector GEMM (`SHADER_F16`).
+    F16,
+    /// Up to the cooperative-matrix (tensor core) GEMM.
+    #[default]
+    CooperativeMatrix,
+}
+
+/// Whether the adapter offers the one cooperative-matrix configuration the tensor-core
+/// kernels use: 16x16x16, f16 A and B, f32 accumulator, with `SHADER_F16` beside it.
+pub fn offers_coop_16x16_f16(
+    features: wgpu::Features,
+    configs: &[wgpu::CooperativeMatrixProperties],
+) -> bool {
+    features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16)
+        && configs.iter().any(|c| {
+            (c.m_size, c.n_size, c.k_size) == (16, 16, 16)
+                && c.ab_type == wgpu::CooperativeScalarType::F16
+                && c.cr_type == wgpu::CooperativeScalarType::F32
+        })
+}
+
 /// How to pick the adapter.
 #[derive(Debug, Clone, Default)]
 pub struct ContextOptions {
@@ -26,6 +54,8 @@ pub struct ContextOptions {
     pub portable: bool,
     /// Lower `maxComputeWorkgroupsPerDimension` (tests exercise grid folding cheaply).
     pub max_workgroups_per_dimension: Option<u32>,
+    /// The fastest GEMM family the Q4 prefill routes may use (default: all).
+    pub gemm: GemmCeiling,
 }
 
 /// A device, its queue and what wgemma learned about it.
@@ -36,6 +66,11 @@ pub struct GpuContext {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// The GEMM ceiling this context was asked for (see [`GemmCeiling`]).
+    pub gemm: GemmCeiling,
+    /// Whether the device was created with the 16x16x16 f16 x f16 + f32 cooperative
+    /// matrices (see [`offers_coop_16x16_f16`]).
+    coop_16x16_f16: bool,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     counters: Counters,
     profiler: Option<Profiler>,
@@ -101,7 +136,7 @@ impl GpuContext {
         let instance = wgpu::Instance::new(desc);
         let adapter = Self::pick_adapter(&instance, backends).await?;
         let info = adapter.get_info();
-        let features = if options.portable {
+        let mut features = if options.portable {
             wgpu::Features::empty()
         } else {
             adapter.features() & OPTIONAL_FEATURES
@@ -111,21 +146,48 @@ impl GpuContext {
             limits.max_compute_workgroups_per_dimension =
                 limits.max_compute_workgroups_per_dimension.min(max);
         }
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
+        // Tensor cores only where the adapter offers the exact configuration the kernels
+        // use; a device request that fails with the experimental feature is retried
+        // without it, so the context fails closed to the portable GEMMs.
+        let coop = !options.portable
+            && options.gemm == GemmCeiling::CooperativeMatrix
+            && offers_coop_16x16_f16(adapter.features(), &adapter.cooperative_matrix_properties());
+        let coop_features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        let request = |features: wgpu::Features| {
+            let experimental = if features.contains(coop_features) {
+                // SAFETY: the experimental feature is only used by the cooperative-matrix
+                // GEMM, whose WGSL was checked on the H200 against the CPU reference
+                // (BENCHMARKS.md, prefill session 5); wgpu asks for this acknowledgement.
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            };
+            adapter.request_device(&wgpu::DeviceDescriptor {
                 label: Some("wgemma"),
                 required_features: features,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features: experimental,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
-            .await
-            .map_err(|e| Error::DeviceRequest {
+        };
+        let mut created = None;
+        if coop {
+            if let Ok(pair) = request(features | coop_features).await {
+                features |= coop_features;
+                created = Some(pair);
+            }
+        }
+        let (device, queue) = match created {
+            Some(pair) => pair,
+            None => request(features).await.map_err(|e| Error::DeviceRequest {
                 adapter: info.name.clone(),
                 reason: e.to_string(),
-            })?;
+            })?,
+        };
         Ok(GpuContext {
+            coop_16x16_f16: features.contains(coop_features),
+            gemm: options.gemm,
             adapter,
             device,
             queue,
@@ -178,6 +240,12 @@ impl GpuContext {
 
     pub fn has(&self, feature: wgpu::Features) -> bool {
         self.features.contains(feature)
+    }
+
+    /// Whether the device runs 16x16x16 f16 x f16 + f32 cooperative matrices (requested
+    /// at creation where the adapter offers them and the GEMM ceiling allows).
+    pub fn has_coop_16x16_f16(&self) -> bool {
+        self.coop_16x16_f16
     }
 
     pub fn counters(&self) -> &Counters {

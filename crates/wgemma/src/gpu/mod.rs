@@ -7,7 +7,9 @@ mod profile;
 mod readback;
 mod tensor;
 
-pub use context::{ContextOptions, Counters, GpuContext, OPTIONAL_FEATURES};
+pub use context::{
+    offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
+};
 pub use dispatch::{workgroups_for, Grid};
 pub use kernel::{run_kernels, Kernel, KernelBuilder, Pass, Step};
 pub use profile::{DispatchTime, MAX_PROFILE_MARKS};

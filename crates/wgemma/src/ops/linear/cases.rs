@@ -2,7 +2,7 @@
 //! and the E2B shapes for benchmarks.
 
 use super::quant::{quantize_q4, Q4Host, Q4Weight};
-use super::reference::{linear_ref, q4_linear_ref, tolerance};
+use super::reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16, tolerance};
 use super::{
     dense_linear, q4_linear_fused_with, q4_linear_with, Epilogue, LinearOptions, LinearRoute,
     MatvecTuning, Reduction,
@@ -197,7 +197,12 @@ impl OpCase for Q4LinearCase {
             bytes_moved += w.bytes() + tx.byte_size() + ty.byte_size();
             kernels.extend(linear.into_kernels());
         }
-        let (linear, bound) = q4_linear_ref(&x, self.m, &host);
+        let (linear, bound) = match self.route {
+            LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
+                q4_linear_ref_f16(&x, self.m, &host)
+            }
+            _ => q4_linear_ref(&x, self.m, &host),
+        };
         let n = self.n;
         let (reference, check) = match self.epilogue {
             CaseEpilogue::None => (linear, tolerance(self.k, bound)),
@@ -302,7 +307,7 @@ fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
 
 /// Random shapes for every route: M = 1 and 3 (subgroup and portable reductions, contract
 /// groups and per-word groups of 8/16), M = 2 and 4..=9 (small-M matvec, forced matvec
-/// geometries), GEMM over M in 10..=17,
+/// geometries), GEMM over M in 10..=15,
 /// the generic route (auto with K % 32 != 0, and forced on any shape), GEMM forced on K
 /// tails, a forced row-chunk split per route, and dense f32/f16. N is odd.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
@@ -310,7 +315,9 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let group = |rng: &mut Rng| [32, 64, 128][rng.random_range(0..3)];
     let k_for = |rng: &mut Rng, g: usize| g * rng.random_range(1..=(512 / g));
     let odd = |rng: &mut Rng, lo: usize, hi: usize| rng.random_range(lo..hi) | 1;
-    let gemm_m = |rng: &mut Rng| [10, 11, 13, 16, 17][rng.random_range(0..5)];
+    // Below PREFILL_GEMM_MIN_ROWS: from 16 rows the f16 GEMMs win where the device has them
+    // (their cases: [`prefill_cases`]).
+    let gemm_m = |rng: &mut Rng| [10, 11, 13, 14, 15][rng.random_range(0..5)];
     let mut cases = Vec::new();
     for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
         for portable in [false, true] {
@@ -466,6 +473,8 @@ fn copies_for(n: usize, k: usize, group: usize) -> usize {
 fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) -> Box<dyn OpCase> {
     let mut c = Q4LinearCase::new(m, n, k, 32, route);
     c.portable = portable;
+    // A GEMM route is measured as named, not as the device's first choice.
+    c.force = !route.is_matvec();
     c.weights = WeightData::RandomPacked;
     c.copies = copies_for(n, k, 32);
     boxed(c)
@@ -525,5 +534,47 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.push(e2b_case(1, 1536, 262144, Q4Gemv, true));
     cases.push(e2b_case(128, 1536, 6144, Q4Gemm, false));
     cases.push(e2b_case(128, 6144, 1536, Q4Gemm, false));
+    // Prefill (M = 512) on every GEMM route; a route the device lacks fails its case.
+    for route in [Q4Gemm, Q4GemmF16, Q4GemmCoop] {
+        for (k, n) in [(1536, 6144), (1536, 12288), (6144, 1536), (1536, 2048)] {
+            cases.push(e2b_case(512, k, n, route, false));
+        }
+    }
+    cases
+}
+
+/// The f16 prefill GEMM routes the device runs (shader-f16; 16x16x16 cooperative
+/// matrices), each forced, over random shapes: M from 16 (partial 64-row tiles), odd N
+/// (partial n-tiles), K with and without a tail of K % 32, groups 8..=128, and a weight split
+/// into row chunks. Empty on a device with neither.
+pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    use LinearRoute::*;
+    let mut cases = Vec::new();
+    let routes = [(Q4GemmF16, caps.shader_f16), (Q4GemmCoop, caps.coop_16x16_f16)];
+    for (route, _) in routes.into_iter().filter(|r| r.1) {
+        for tail in [false, true] {
+            let g = [8, 16, 32, 64, 128][rng.random_range(0..5)];
+            let k = if tail {
+                8 * (2 * rng.random_range(2..40) + 1)
+            } else {
+                g * rng.random_range(1..=(768 / g))
+            };
+            let group = if tail { 8 } else { g };
+            let mut c = Q4LinearCase::new(
+                rng.random_range(16..=150),
+                rng.random_range(1..300) | 1,
+                k,
+                group,
+                route,
+            );
+            c.force = true;
+            cases.push(boxed(c));
+        }
+        let k = 32 * rng.random_range(1..=16);
+        let mut c = Q4LinearCase::new(rng.random_range(16..=80), 2 * 129 + 1, k, 32, route);
+        c.force = true;
+        c.max_binding = Some(64 * k as u64 / 2);
+        cases.push(boxed(c));
+    }
     cases
 }

@@ -19,21 +19,26 @@
 //! ([`Q4Weight`]); the op then holds one kernel per chunk, each writing its rows of y.
 
 mod cases;
+mod gemm;
 pub mod quant;
 pub mod reference;
 mod routes;
 #[cfg(test)]
+mod gemm_tests;
+#[cfg(test)]
 mod tests;
 mod tuning;
 
-pub use cases::{bench_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData};
+pub use cases::{
+    bench_cases, prefill_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData,
+};
 pub use quant::{
     dequantize_q4, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words, CHUNK_ROW_MULTIPLE,
 };
-pub use reference::{linear_ref, q4_linear_ref, tolerance};
+pub use reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16, tolerance};
 pub use routes::{
     check_dense_route, choose_q4_route, q4_failed_guards, DeviceCaps, LinearRoute, Q4Shape,
-    Reduction, Q4_ROUTES,
+    Reduction, PREFILL_GEMM_MIN_ROWS, Q4_ROUTES,
 };
 pub use tuning::{choose_tuning, AdapterProfile, MatvecTuning};
 
@@ -637,8 +642,9 @@ fn build_q4(
                 }
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
-            LinearRoute::Q4Gemm => {
-                builder("q4_gemm").build_1d(rows.div_ceil(64) as u64 * m.div_ceil(64) as u64)?
+            LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
+                let (shader, tile_n) = gemm::shader_and_tile_n(route);
+                builder(shader).build_1d(gemm::tiles(m, rows, tile_n))?
             }
             _ => builder("q4_linear_generic").build_1d(workgroups_for((m * rows) as u64, 64))?,
         };

@@ -45,6 +45,24 @@ pub fn q4_linear_ref(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
     (y, bound)
 }
 
+/// Q4 reference of the f16 GEMM routes (`q4_gemm_f16`, `q4_gemm_coop`): x rounded to f16
+/// and every dequantised weight rounded to f16 (nearest, ties to even), as the kernels stage
+/// them; products and sums exact (f64). Against it the kernels differ only by their f32
+/// accumulation, so [`tolerance`] applies unchanged.
+pub fn q4_linear_ref_f16(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
+    let to_f16 = |v: &f32| half::f16::from_f32(*v).to_f32();
+    let x16: Vec<f32> = x.iter().map(to_f16).collect();
+    let mut y = vec![0.0f32; m * q.n];
+    let mut row = vec![0.0f32; q.k];
+    let mut bound = 0.0f64;
+    for nn in 0..q.n {
+        q.dequantize_row(nn, &mut row);
+        row.iter_mut().for_each(|v| *v = to_f16(v));
+        bound = bound.max(dot_rows(&x16, m, q.k, &row, q.n, nn, &mut y));
+    }
+    (y, bound)
+}
+
 /// The comparison for a linear output over `k` terms with magnitude `bound`:
 /// - max_abs: `(k + 9) * 2^-24 * bound`, the worst-case f32 rounding of a k-term sum of
 ///   products (any order, plus the f16 scale product and the reference's own rounding),

@@ -3,7 +3,7 @@
 //! order wins, and when none is eligible the error names every failed guard.
 
 use crate::error::{Error, Result};
-use crate::gpu::GpuContext;
+use crate::gpu::{GemmCeiling, GpuContext};
 
 /// A kernel route of the linear op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -17,6 +17,12 @@ pub enum LinearRoute {
     /// draft counts (k = 1 and 3..=8, adaptive drafting): each weight word is read once for
     /// all M rows, where the GEMM tiles would waste most of their 64 rows.
     Q4LinearSmallM,
+    /// Q4 prefill GEMM on the tensor cores (`q4_gemm_coop.wgsl`: 16x16x16 f16 x f16 + f32
+    /// cooperative matrices), M >= [`PREFILL_GEMM_MIN_ROWS`].
+    Q4GemmCoop,
+    /// Q4 prefill GEMM with f16 tiles on the vector units (`q4_gemm_f16.wgsl`, shader-f16),
+    /// M >= [`PREFILL_GEMM_MIN_ROWS`].
+    Q4GemmF16,
     /// Q4 tiled prefill GEMM (`q4_gemm.wgsl`), M >= 2.
     Q4Gemm,
     /// Q4 fallback, one invocation per output (`q4_linear_generic.wgsl`).
@@ -28,10 +34,12 @@ pub enum LinearRoute {
 }
 
 /// Q4 routes in preference order.
-pub const Q4_ROUTES: [LinearRoute; 5] = [
+pub const Q4_ROUTES: [LinearRoute; 7] = [
     LinearRoute::Q4Gemv,
     LinearRoute::Q4LinearM3,
     LinearRoute::Q4LinearSmallM,
+    LinearRoute::Q4GemmCoop,
+    LinearRoute::Q4GemmF16,
     LinearRoute::Q4Gemm,
     LinearRoute::Q4Generic,
 ];
@@ -42,6 +50,8 @@ impl LinearRoute {
             LinearRoute::Q4Gemv => "q4_gemv",
             LinearRoute::Q4LinearM3 => "q4_linear_m3",
             LinearRoute::Q4LinearSmallM => "q4_linear_small_m",
+            LinearRoute::Q4GemmCoop => "q4_gemm_coop",
+            LinearRoute::Q4GemmF16 => "q4_gemm_f16",
             LinearRoute::Q4Gemm => "q4_gemm",
             LinearRoute::Q4Generic => "q4_generic",
             LinearRoute::DenseF32 => "dense_f32",
@@ -63,7 +73,9 @@ impl LinearRoute {
             LinearRoute::Q4Gemv
             | LinearRoute::Q4LinearM3
             | LinearRoute::Q4LinearSmallM
+            | LinearRoute::Q4GemmF16
             | LinearRoute::Q4Gemm => 256,
+            LinearRoute::Q4GemmCoop => 128,
             LinearRoute::Q4Generic | LinearRoute::DenseF32 | LinearRoute::DenseF16 => 64,
         }
     }
@@ -83,6 +95,11 @@ impl LinearRoute {
                 }
             }
             LinearRoute::Q4Gemm => 16384,
+            // Two f16 buffers of the x and weight tiles (64 x 40 halves each) and four
+            // 16 x 16 f32 staging tiles.
+            LinearRoute::Q4GemmCoop => 24576,
+            // f16 tiles: x 32 x 64, W 32 x 128.
+            LinearRoute::Q4GemmF16 => 12288,
             LinearRoute::Q4Generic => 0,
             LinearRoute::DenseF32 | LinearRoute::DenseF16 => 1024,
         }
@@ -115,6 +132,11 @@ pub struct DeviceCaps {
     pub subgroups: bool,
     pub min_subgroup_size: u32,
     pub max_subgroup_size: u32,
+    /// shader-f16 is on and the GEMM ceiling allows the f16 GEMM.
+    pub shader_f16: bool,
+    /// 16x16x16 f16 x f16 + f32 cooperative matrices are on (see
+    /// [`GpuContext::has_coop_16x16_f16`]).
+    pub coop_16x16_f16: bool,
 }
 
 impl DeviceCaps {
@@ -126,6 +148,8 @@ impl DeviceCaps {
             subgroups: ctx.has(wgpu::Features::SUBGROUP),
             min_subgroup_size: ctx.info.subgroup_min_size,
             max_subgroup_size: ctx.info.subgroup_max_size,
+            shader_f16: ctx.has(wgpu::Features::SHADER_F16) && ctx.gemm >= GemmCeiling::F16,
+            coop_16x16_f16: ctx.has_coop_16x16_f16(),
         }
     }
 }
@@ -191,6 +215,32 @@ pub fn q4_failed_guards(
                 format!("K % 32 == 0 for vec4<u32> loads (found K = {k})"),
             );
         }
+        LinearRoute::Q4GemmCoop | LinearRoute::Q4GemmF16 => {
+            need(
+                m >= PREFILL_GEMM_MIN_ROWS,
+                format!("M >= {PREFILL_GEMM_MIN_ROWS} (found {m})"),
+            );
+            if route == LinearRoute::Q4GemmCoop {
+                need(
+                    caps.coop_16x16_f16,
+                    "16x16x16 f16/f32 cooperative matrices (not offered or not requested)"
+                        .to_string(),
+                );
+                // The kernel maps invocations 32s..32s+31 to subgroup s.
+                need(
+                    caps.min_subgroup_size == 32 && caps.max_subgroup_size == 32,
+                    format!(
+                        "subgroup size exactly 32 (found {}..={})",
+                        caps.min_subgroup_size, caps.max_subgroup_size
+                    ),
+                );
+            } else {
+                need(
+                    caps.shader_f16,
+                    "shader-f16 (not offered or above the GEMM ceiling)".to_string(),
+                );
+            }
+        }
         LinearRoute::Q4Gemm => need(m >= 2, format!("M >= 2 (found {m})")),
         LinearRoute::Q4Generic => {}
         LinearRoute::DenseF32 | LinearRoute::DenseF16 => need(false, "not a Q4 route".to_string()),
@@ -245,3 +295,7 @@ pub fn check_dense_route(
         })
     }
 }
+
+/// Fewest activation rows the f16 and tensor-core GEMMs take: below, a 64-row tile is
+/// mostly padding and the weight read dominates (the matvec and f32 GEMM routes).
+pub const PREFILL_GEMM_MIN_ROWS: usize = 16;

@@ -167,6 +167,8 @@ fn caps() -> DeviceCaps {
         subgroups: false,
         min_subgroup_size: 32,
         max_subgroup_size: 32,
+        shader_f16: false,
+        coop_16x16_f16: false,
     }
 }
 

@@ -1,0 +1,125 @@
+//! The f16 prefill GEMM routes: route choice with and without f16 and cooperative matrices,
+//! the GEMM ceiling, and the f16 GEMM against its CPU reference on the test adapter
+//! (lavapipe offers shader-f16; the cooperative-matrix route is checked on the H200 with
+//! `wgemma ops check --filter q4_gemm_coop`, BENCHMARKS.md "Prefill, session 5").
+
+use super::cases::prefill_cases;
+use super::*;
+use crate::gpu::{ContextOptions, GemmCeiling};
+use crate::harness::{assert_cases_pass, assert_folded_case_passes, rng, test_context};
+
+fn caps(shader_f16: bool, coop: bool, subgroup: u32) -> DeviceCaps {
+    DeviceCaps {
+        max_invocations_per_workgroup: 1024,
+        max_workgroup_size_x: 1024,
+        max_workgroup_storage: 32768,
+        subgroups: true,
+        min_subgroup_size: subgroup,
+        max_subgroup_size: subgroup,
+        shader_f16,
+        coop_16x16_f16: coop,
+    }
+}
+
+fn choose(m: usize, k: usize, caps: &DeviceCaps) -> Result<LinearRoute> {
+    choose_q4_route(Q4Shape { m, k, group: 32 }, caps, true, None, String::new)
+}
+
+#[test]
+fn prefill_rows_take_the_fastest_gemm_the_device_has() {
+    use LinearRoute::*;
+    let all = caps(true, true, 32);
+    assert_eq!(choose(PREFILL_GEMM_MIN_ROWS, 1536, &all).unwrap(), Q4GemmCoop);
+    assert_eq!(choose(4096, 6144, &all).unwrap(), Q4GemmCoop);
+    // Below the threshold the f32 GEMM (M >= 5) stays.
+    assert_eq!(choose(PREFILL_GEMM_MIN_ROWS - 1, 1536, &all).unwrap(), Q4Gemm);
+    // No cooperative matrices, or subgroups of another width: the f16 vector GEMM.
+    assert_eq!(choose(64, 1536, &caps(true, false, 32)).unwrap(), Q4GemmF16);
+    assert_eq!(choose(64, 1536, &caps(true, true, 64)).unwrap(), Q4GemmF16);
+    // No f16 at all: the f32 GEMM.
+    assert_eq!(choose(64, 1536, &caps(false, false, 32)).unwrap(), Q4Gemm);
+    // The tensor-core kernel's 24 KiB of workgroup memory.
+    let small = DeviceCaps {
+        max_workgroup_storage: 16384,
+        ..all
+    };
+    assert_eq!(choose(64, 1536, &small).unwrap(), Q4GemmF16);
+}
+
+#[test]
+fn forced_tensor_core_route_names_its_failed_guards() {
+    let forced = choose_q4_route(
+        Q4Shape {
+            m: 8,
+            k: 1536,
+            group: 32,
+        },
+        &caps(true, false, 8),
+        true,
+        Some(LinearRoute::Q4GemmCoop),
+        String::new,
+    );
+    match forced {
+        Err(Error::NoRoute { failed, .. }) => {
+            let text = failed.join("\n");
+            for want in [
+                "q4_gemm_coop: M >= 16 (found 8)",
+                "q4_gemm_coop: 16x16x16 f16/f32 cooperative matrices",
+                "q4_gemm_coop: subgroup size exactly 32 (found 8..=8)",
+            ] {
+                assert!(text.contains(want), "missing `{want}` in:\n{text}");
+            }
+        }
+        other => panic!("expected NoRoute, got {other:?}"),
+    }
+}
+
+/// lavapipe: shader-f16 and no cooperative matrices, so 64 rows take the f16 GEMM; a
+/// context with the GEMM ceiling at f32 takes the f32 one.
+#[test]
+fn test_adapter_routes_and_the_gemm_ceiling() {
+    let ctx = test_context();
+    let caps = DeviceCaps::of(ctx);
+    assert!(
+        caps.shader_f16,
+        "the test adapter (lavapipe) offers shader-f16: {}",
+        ctx.describe()
+    );
+    assert!(!ctx.has_coop_16x16_f16(), "{}", ctx.describe());
+    let host = quantize_q4(&vec![0.25; 96 * 64], 96, 64, 32).unwrap();
+    let w = Q4Weight::upload(ctx, &host).unwrap();
+    let x = Tensor::zeros(ctx, "x", &[64, 64], DType::F32).unwrap();
+    let y = Tensor::zeros(ctx, "y", &[64, 96], DType::F32).unwrap();
+    let linear = q4_linear(ctx, &x, &w, &y).unwrap();
+    assert_eq!(linear.route(), LinearRoute::Q4GemmF16);
+
+    let f32_only = GpuContext::new_blocking(ContextOptions {
+        gemm: GemmCeiling::F32,
+        ..Default::default()
+    })
+    .unwrap();
+    let w = Q4Weight::upload(&f32_only, &host).unwrap();
+    let x = Tensor::zeros(&f32_only, "x", &[64, 64], DType::F32).unwrap();
+    let y = Tensor::zeros(&f32_only, "y", &[64, 96], DType::F32).unwrap();
+    let linear = q4_linear(&f32_only, &x, &w, &y).unwrap();
+    assert_eq!(linear.route(), LinearRoute::Q4Gemm);
+}
+
+#[test]
+fn f16_gemm_matches_the_reference() {
+    let ctx = test_context();
+    for seed in 0..2 {
+        let cases = prefill_cases(&DeviceCaps::of(ctx), &mut rng(7000 + seed));
+        assert!(!cases.is_empty(), "no f16 GEMM cases on {}", ctx.describe());
+        assert_cases_pass(&cases, seed..seed + 1);
+    }
+}
+
+/// More n-tiles than the folded context's 8 workgroups per dimension: the 2-D grid's flat
+/// index and its bound check.
+#[test]
+fn f16_gemm_on_a_folded_grid() {
+    let mut case = Q4LinearCase::new(40, 128 * 9 + 3, 96, 32, LinearRoute::Q4GemmF16);
+    case.force = true;
+    assert_folded_case_passes(&case, 0..1);
+}

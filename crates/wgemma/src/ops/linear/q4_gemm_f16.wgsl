@@ -1,0 +1,147 @@
+// q4_gemm_f16: y[m, y_offset + n] = sum_k x[m, k] * W[n, k] for prefill rows and one row chunk
+// of a Q4 weight, on the vector units of a device with shader-f16 (no tensor cores needed:
+// browsers, lavapipe). The tiles live in workgroup memory as f16, half the bytes of f32
+// tiles, which buys a 64 x 128 output tile in 12 KiB (under WebGPU's 16 KiB default) and
+// 4 x 8 outputs per invocation: per k, one vec4<f16> of x and two of W feed 32 f32 FMAs.
+// Same numbers as q4_gemm_coop: x rounded to f16, each weight rounded to f16 after its
+// dequantisation ((nibble - 8) * scale), products and sums in f32.
+//
+// Inputs: x f32 [M, K] (K % 8 == 0, read as vec4); packed u32 [n, K/8] (word w of a row
+// holds k = 8w + i in bits 4i..4i+3); scales f16 pairs [n * K/GROUP] (GROUP % 8 == 0, one
+// scale per word). Output y f32 [M, y_stride]. K tails (K % 32 != 0) and partial tiles read
+// zeros and are not written.
+//
+// Geometry: 256 invocations; workgroup t of ceil(n / 128) * ceil(M / 64) tiles, flat index
+// wid.x + wid.y * nwg.x (the grid may be folded to 2-D), covers n-tile t % n_tiles and
+// m-tile t / n_tiles. Invocation (tm, tn) = (lid / 16, lid % 16) owns rows 4 tm..4 tm + 3
+// and columns 4 tn..4 tn + 3 and 64 + 4 tn..64 + 4 tn + 3 (two column groups 64 apart, so
+// neighbouring invocations read neighbouring vec4s).
+
+enable f16;
+
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    groups: u32,
+    y_stride: u32,
+    y_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+override GROUP: u32 = 32u;
+
+const WG: u32 = 256u;
+const BM: u32 = 64u;
+const BN: u32 = 128u;
+const BK: u32 = 32u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> packed: array<u32>;
+@group(0) @binding(3) var<storage, read> scales: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+
+// k-major: element (k, m) is xs[k * 16 + m / 4][m % 4]; (k, n) is ws[k * 32 + n / 4][n % 4].
+var<workgroup> xs: array<vec4<f16>, 512>;
+var<workgroup> ws: array<vec4<f16>, 1024>;
+
+fn scale_at(e: u32) -> f32 {
+    let pair = unpack2x16float(scales[e >> 1u]);
+    return select(pair.x, pair.y, (e & 1u) == 1u);
+}
+
+// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
+fn nibbles(word: u32, first: u32) -> vec4<f32> {
+    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
+    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
+    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let n_tiles = (params.n + BN - 1u) / BN;
+    let tile = wid.x + wid.y * nwg.x;
+    if (tile >= n_tiles * ((params.m + BM - 1u) / BM)) {
+        return;
+    }
+    let n0 = (tile % n_tiles) * BN;
+    let m0 = (tile / n_tiles) * BM;
+    let words = params.k / 8u;
+    let tn = lid % 16u;
+    let tm = lid / 16u;
+    var acc: array<vec4<f32>, 8>;
+
+    for (var k0 = 0u; k0 < params.k; k0 += BK) {
+        // x tile: 64 rows x 8 vec4, two per invocation, stored transposed.
+        for (var h = 0u; h < 2u; h++) {
+            let i = lid + h * WG;
+            let mm = i / 8u;
+            let kq = i % 8u;
+            let m = m0 + mm;
+            let k = k0 + kq * 4u;
+            var v = vec4<f16>(0.0);
+            if (m < params.m && k < params.k) {
+                v = vec4<f16>(x[(m * params.k + k) / 4u]);
+            }
+            for (var c = 0u; c < 4u; c++) {
+                xs[(kq * 4u + c) * 16u + mm / 4u][mm % 4u] = v[c];
+            }
+        }
+        // Weight tile: 128 rows x 4 words, two words (16 weights) per invocation.
+        for (var h = 0u; h < 2u; h++) {
+            let i = lid + h * WG;
+            let nn = i / 4u;
+            let wq = i % 4u;
+            let n = n0 + nn;
+            let wi = k0 / 8u + wq;
+            var lo = vec4<f16>(0.0);
+            var hi = vec4<f16>(0.0);
+            if (n < params.n && wi < words) {
+                let word = packed[n * words + wi];
+                let sc = scale_at(n * params.groups + (wi * 8u) / GROUP);
+                lo = vec4<f16>(nibbles(word, 0u) * sc);
+                hi = vec4<f16>(nibbles(word, 16u) * sc);
+            }
+            for (var c = 0u; c < 4u; c++) {
+                ws[(wq * 8u + c) * 32u + nn / 4u][nn % 4u] = lo[c];
+                ws[(wq * 8u + 4u + c) * 32u + nn / 4u][nn % 4u] = hi[c];
+            }
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk++) {
+            let a = vec4<f32>(xs[kk * 16u + tm]);
+            let b0 = vec4<f32>(ws[kk * 32u + tn]);
+            let b1 = vec4<f32>(ws[kk * 32u + 16u + tn]);
+            acc[0] += a.x * b0;
+            acc[1] += a.y * b0;
+            acc[2] += a.z * b0;
+            acc[3] += a.w * b0;
+            acc[4] += a.x * b1;
+            acc[5] += a.y * b1;
+            acc[6] += a.z * b1;
+            acc[7] += a.w * b1;
+        }
+        workgroupBarrier();
+    }
+
+    for (var i = 0u; i < 4u; i++) {
+        let m = m0 + tm * 4u + i;
+        if (m >= params.m) {
+            break;
+        }
+        for (var hv = 0u; hv < 2u; hv++) {
+            for (var j = 0u; j < 4u; j++) {
+                let n = n0 + hv * 64u + tn * 4u + j;
+                if (n < params.n) {
+                    y[m * params.y_stride + params.y_offset + n] = acc[hv * 4u + i][j];
+                }
+            }
+        }
+    }
+}
