@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::harness;
 use wgemma::model::synthetic::SyntheticShape;
 use wgemma::model::target::{ModelOptions, Want};
@@ -68,8 +68,29 @@ pub struct BenchArgs {
     /// on one load.
     #[arg(long)]
     compare_fusions: bool,
+    /// The fastest GEMM family prefill may use: coop (tensor cores where offered), f16
+    /// (f16-tile vector GEMM), f32.
+    #[arg(long, value_enum, default_value_t = GemmArg::Coop)]
+    gemm: GemmArg,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GemmArg {
+    Coop,
+    F16,
+    F32,
+}
+
+impl GemmArg {
+    fn ceiling(self) -> GemmCeiling {
+        match self {
+            GemmArg::Coop => GemmCeiling::CooperativeMatrix,
+            GemmArg::F16 => GemmCeiling::F16,
+            GemmArg::F32 => GemmCeiling::F32,
+        }
+    }
 }
 
 /// Per-shader totals of profiled forwards.
@@ -257,7 +278,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(p) = args.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
         bail!("--acceptance rates must be within 0..=1, found {p}");
     }
-    let mut ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let mut ctx = GpuContext::new_blocking(ContextOptions {
+        gemm: args.gemm.ceiling(),
+        ..Default::default()
+    })?;
     if args.draft_tokens > 8 {
         bail!("--draft-tokens must be 0..=8, found {}", args.draft_tokens);
     }
@@ -268,6 +292,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         max_verify_rows: args.draft_tokens + 1,
         sequences: 1,
     };
+    let prefill_chunk = options.prefill_chunk;
     let Loaded {
         mut model, load_ms, ..
     } = match (&args.synthetic, &args.model) {
@@ -383,7 +408,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ctx.enable_profiling()?;
         model.reset();
         let first = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
-        pollster::block_on(ctx.read_profile())?;
+        // The prompt's forwards, where their dispatches fit the profiler's timestamps.
+        let prefill = pollster::block_on(ctx.read_profile())
+            .ok()
+            .map(|t| summarize_profile(&t, prompt.len(), 1));
         let decode = profile_forwards(&ctx, &mut model, first, 1, 16)?;
         let verify = if args.draft_tokens > 0 {
             Some(profile_forwards(
@@ -410,7 +438,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } else {
             None
         };
-        Some((decode, verify, rounds))
+        Some((decode, verify, rounds, prefill))
     } else {
         None
     };
@@ -445,6 +473,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "prompt_len": args.prompt_len,
         "gen": args.gen,
         "prefill_tokens_per_s": args.prompt_len as f64 / prefill_s,
+        "prefill_ms": prefill_s * 1e3,
+        "prefill_chunk": prefill_chunk,
+        "gemm_ceiling": format!("{:?}", ctx.gemm),
+        "coop_16x16_f16": ctx.has_coop_16x16_f16(),
         "decode_tokens_per_s": decode_tps,
         "host_ms_per_decode_step": host_s / steps as f64 * 1e3,
         "dispatches_per_token": (d1 - d0) as f64 / steps as f64,
@@ -475,7 +507,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
     }
     if args.json {
-        if let Some((decode, verify, rounds)) = profile {
+        if let Some((decode, verify, rounds, prefill)) = profile {
+            report["profile_prefill"] = prefill.unwrap_or_default();
             report["profile_decode"] = decode;
             report["profile_verify"] = verify.unwrap_or_default();
             report["profile_oracle_rounds"] = rounds.unwrap_or_default();
@@ -485,7 +518,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         for (k, v) in report.as_object().expect("object") {
             println!("{k:<28} {v}");
         }
-        if let Some((decode, verify, rounds)) = profile {
+        if let Some((decode, verify, rounds, prefill)) = profile {
+            if let Some(p) = prefill {
+                print_profile("prefill", &p);
+            }
             print_profile("decode", &decode);
             if let Some(v) = verify {
                 print_profile("verify", &v);

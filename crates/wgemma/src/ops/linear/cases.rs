@@ -198,9 +198,7 @@ impl OpCase for Q4LinearCase {
             kernels.extend(linear.into_kernels());
         }
         let (linear, bound) = match self.route {
-            LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                q4_linear_ref_f16(&x, self.m, &host)
-            }
+            LinearRoute::Q4GemmCoop => q4_linear_ref_f16(&x, self.m, &host),
             _ => q4_linear_ref(&x, self.m, &host),
         };
         let n = self.n;
@@ -545,15 +543,15 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
 
 /// The f16 prefill GEMM routes the device runs (shader-f16; 16x16x16 cooperative
 /// matrices), each forced, over random shapes: M from 16 (partial 64-row tiles), odd N
-/// (partial n-tiles), K with and without a tail of K % 32, groups 8..=128, and a weight split
-/// into row chunks. Empty on a device with neither.
+/// (partial n-tiles), groups 32..=128 (and for the tensor-core route a K tail of K % 32 with
+/// group 8), and a weight split into row chunks. Empty on a device with neither.
 pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
     let mut cases = Vec::new();
     let routes = [(Q4GemmF16, caps.shader_f16), (Q4GemmCoop, caps.coop_16x16_f16)];
     for (route, _) in routes.into_iter().filter(|r| r.1) {
-        for tail in [false, true] {
-            let g = [8, 16, 32, 64, 128][rng.random_range(0..5)];
+        for tail in [false, route == Q4GemmCoop] {
+            let g = [32, 64, 128][rng.random_range(0..3)];
             let k = if tail {
                 8 * (2 * rng.random_range(2..40) + 1)
             } else {

@@ -36,6 +36,17 @@ fn prefill_rows_take_the_fastest_gemm_the_device_has() {
     // No cooperative matrices, or subgroups of another width: the f16 vector GEMM.
     assert_eq!(choose(64, 1536, &caps(true, false, 32)).unwrap(), Q4GemmF16);
     assert_eq!(choose(64, 1536, &caps(true, true, 64)).unwrap(), Q4GemmF16);
+    // The f16 route applies one scale per 32-k step: groups of 16 go to the f32 GEMM.
+    let group16 = Q4Shape {
+        m: 64,
+        k: 1536,
+        group: 16,
+    };
+    let f16_only = caps(true, false, 32);
+    assert_eq!(
+        choose_q4_route(group16, &f16_only, true, None, String::new).unwrap(),
+        Q4Gemm
+    );
     // No f16 at all: the f32 GEMM.
     assert_eq!(choose(64, 1536, &caps(false, false, 32)).unwrap(), Q4Gemm);
     // The tensor-core kernel's 24 KiB of workgroup memory.

@@ -1,15 +1,15 @@
 // q4_gemm_f16: y[m, y_offset + n] = sum_k x[m, k] * W[n, k] for prefill rows and one row chunk
 // of a Q4 weight, on the vector units of a device with shader-f16 (no tensor cores needed:
-// browsers, lavapipe). The tiles live in workgroup memory as f16, half the bytes of f32
-// tiles, which buys a 64 x 128 output tile in 12 KiB (under WebGPU's 16 KiB default) and
-// 4 x 8 outputs per invocation: per k, one vec4<f16> of x and two of W feed 32 f32 FMAs.
-// Same numbers as q4_gemm_coop: x rounded to f16, each weight rounded to f16 after its
-// dequantisation ((nibble - 8) * scale), products and sums in f32.
+// browsers, lavapipe). The weight tile lives in workgroup memory as f16 holding the exact
+// nibble values (nibble - 8, integers in [-8, 7]), half the bytes of f32, and each weight's
+// scale is applied once per step to the step's partial sums: with GROUP % 32 == 0 a step of
+// 32 k lies in one group. So the numbers are those of the f32 route (x stays f32, no weight
+// is rounded), while the f16 tile buys a 64 x 128 output tile in 16 KiB (WebGPU's default)
+// and 4 x 8 outputs per invocation: per k, one vec4 of x and two of W feed 32 FMAs.
 //
 // Inputs: x f32 [M, K] (K % 8 == 0, read as vec4); packed u32 [n, K/8] (word w of a row
-// holds k = 8w + i in bits 4i..4i+3); scales f16 pairs [n * K/GROUP] (GROUP % 8 == 0, one
-// scale per word). Output y f32 [M, y_stride]. K tails (K % 32 != 0) and partial tiles read
-// zeros and are not written.
+// holds k = 8w + i in bits 4i..4i+3); scales f16 pairs [n * K/GROUP] (GROUP % 32 == 0).
+// Output y f32 [M, y_stride]. Partial tiles read zeros and are not written.
 //
 // Geometry: 256 invocations; workgroup t of ceil(n / 128) * ceil(M / 64) tiles, flat index
 // wid.x + wid.y * nwg.x (the grid may be folded to 2-D), covers n-tile t % n_tiles and
@@ -44,12 +44,23 @@ const BK: u32 = 32u;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
 // k-major: element (k, m) is xs[k * 16 + m / 4][m % 4]; (k, n) is ws[k * 32 + n / 4][n % 4].
-var<workgroup> xs: array<vec4<f16>, 512>;
+var<workgroup> xs: array<vec4<f32>, 512>;
 var<workgroup> ws: array<vec4<f16>, 1024>;
 
 fn scale_at(e: u32) -> f32 {
     let pair = unpack2x16float(scales[e >> 1u]);
     return select(pair.x, pair.y, (e & 1u) == 1u);
+}
+
+// The scales of columns n..n+3 in group g (zero past the chunk's rows).
+fn scales4(n: u32, g: u32) -> vec4<f32> {
+    var s = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < params.n) {
+            s[j] = scale_at((n + j) * params.groups + g);
+        }
+    }
+    return s;
 }
 
 // (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
@@ -85,9 +96,9 @@ fn main(
             let kq = i % 8u;
             let m = m0 + mm;
             let k = k0 + kq * 4u;
-            var v = vec4<f16>(0.0);
+            var v = vec4<f32>(0.0);
             if (m < params.m && k < params.k) {
-                v = vec4<f16>(x[(m * params.k + k) / 4u]);
+                v = x[(m * params.k + k) / 4u];
             }
             for (var c = 0u; c < 4u; c++) {
                 xs[(kq * 4u + c) * 16u + mm / 4u][mm % 4u] = v[c];
@@ -104,28 +115,36 @@ fn main(
             var hi = vec4<f16>(0.0);
             if (n < params.n && wi < words) {
                 let word = packed[n * words + wi];
-                let sc = scale_at(n * params.groups + (wi * 8u) / GROUP);
-                lo = vec4<f16>(nibbles(word, 0u) * sc);
-                hi = vec4<f16>(nibbles(word, 16u) * sc);
+                lo = vec4<f16>(nibbles(word, 0u));
+                hi = vec4<f16>(nibbles(word, 16u));
             }
             for (var c = 0u; c < 4u; c++) {
                 ws[(wq * 8u + c) * 32u + nn / 4u][nn % 4u] = lo[c];
                 ws[(wq * 8u + 4u + c) * 32u + nn / 4u][nn % 4u] = hi[c];
             }
         }
+        // This step's group: its scales for my 8 columns (read while the tiles fill).
+        let g = k0 / GROUP;
+        let s0 = scales4(n0 + tn * 4u, g);
+        let s1 = scales4(n0 + 64u + tn * 4u, g);
         workgroupBarrier();
+        var part: array<vec4<f32>, 8>;
         for (var kk = 0u; kk < BK; kk++) {
-            let a = vec4<f32>(xs[kk * 16u + tm]);
+            let a = xs[kk * 16u + tm];
             let b0 = vec4<f32>(ws[kk * 32u + tn]);
             let b1 = vec4<f32>(ws[kk * 32u + 16u + tn]);
-            acc[0] += a.x * b0;
-            acc[1] += a.y * b0;
-            acc[2] += a.z * b0;
-            acc[3] += a.w * b0;
-            acc[4] += a.x * b1;
-            acc[5] += a.y * b1;
-            acc[6] += a.z * b1;
-            acc[7] += a.w * b1;
+            part[0] += a.x * b0;
+            part[1] += a.y * b0;
+            part[2] += a.z * b0;
+            part[3] += a.w * b0;
+            part[4] += a.x * b1;
+            part[5] += a.y * b1;
+            part[6] += a.z * b1;
+            part[7] += a.w * b1;
+        }
+        for (var i = 0u; i < 4u; i++) {
+            acc[i] += part[i] * s0;
+            acc[4u + i] += part[4u + i] * s1;
         }
         workgroupBarrier();
     }

@@ -20,8 +20,9 @@ pub enum LinearRoute {
     /// Q4 prefill GEMM on the tensor cores (`q4_gemm_coop.wgsl`: 16x16x16 f16 x f16 + f32
     /// cooperative matrices), M >= [`PREFILL_GEMM_MIN_ROWS`].
     Q4GemmCoop,
-    /// Q4 prefill GEMM with f16 tiles on the vector units (`q4_gemm_f16.wgsl`, shader-f16),
-    /// M >= [`PREFILL_GEMM_MIN_ROWS`].
+    /// Q4 prefill GEMM on the vector units with the weight tile as exact f16 nibbles and the
+    /// scales applied per step (`q4_gemm_f16.wgsl`, shader-f16; f32 numbers), M >=
+    /// [`PREFILL_GEMM_MIN_ROWS`], group % 32 == 0.
     Q4GemmF16,
     /// Q4 tiled prefill GEMM (`q4_gemm.wgsl`), M >= 2.
     Q4Gemm,
@@ -98,8 +99,8 @@ impl LinearRoute {
             // Two f16 buffers of the x and weight tiles (64 x 40 halves each) and four
             // 16 x 16 f32 staging tiles.
             LinearRoute::Q4GemmCoop => 24576,
-            // f16 tiles: x 32 x 64, W 32 x 128.
-            LinearRoute::Q4GemmF16 => 12288,
+            // x 32 x 64 f32, W 32 x 128 f16.
+            LinearRoute::Q4GemmF16 => 16384,
             LinearRoute::Q4Generic => 0,
             LinearRoute::DenseF32 | LinearRoute::DenseF16 => 1024,
         }
@@ -238,6 +239,11 @@ pub fn q4_failed_guards(
                 need(
                     caps.shader_f16,
                     "shader-f16 (not offered or above the GEMM ceiling)".to_string(),
+                );
+                // A 32-k step lies in one group: its scales apply to the step's sums.
+                need(
+                    group % 32 == 0,
+                    format!("group % 32 == 0 (found {group})"),
                 );
             }
         }
