@@ -12,7 +12,7 @@ fn caps(shader_f16: bool, coop: bool, subgroup: u32) -> DeviceCaps {
     DeviceCaps {
         max_invocations_per_workgroup: 1024,
         max_workgroup_size_x: 1024,
-        max_workgroup_storage: 32768,
+        max_workgroup_storage: 49152,
         subgroups: true,
         min_subgroup_size: subgroup,
         max_subgroup_size: subgroup,
@@ -49,9 +49,9 @@ fn prefill_rows_take_the_fastest_gemm_the_device_has() {
     );
     // No f16 at all: the f32 GEMM.
     assert_eq!(choose(64, 1536, &caps(false, false, 32)).unwrap(), Q4Gemm);
-    // The tensor-core kernel's 24 KiB of workgroup memory.
+    // The tensor-core kernel's 48 KiB of workgroup memory.
     let small = DeviceCaps {
-        max_workgroup_storage: 16384,
+        max_workgroup_storage: 32768,
         ..all
     };
     assert_eq!(choose(64, 1536, &small).unwrap(), Q4GemmF16);

@@ -643,8 +643,8 @@ fn build_q4(
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let (shader, tile_n) = gemm::shader_and_tile_n(route);
-                builder(shader).build_1d(gemm::tiles(m, rows, tile_n))?
+                let (shader, tile) = gemm::shader_and_tile(route);
+                builder(shader).build_1d(gemm::tiles(m, rows, tile))?
             }
             _ => builder("q4_linear_generic").build_1d(workgroups_for((m * rows) as u64, 64))?,
         };

@@ -8,21 +8,24 @@
 // scale per word). Output y f32 [M, y_stride]. K tails (K % 32 != 0) and partial tiles read
 // zeros and are not written.
 //
-// Geometry: 128 invocations = 4 subgroups of 32 (the route's guard: subgroup size exactly
-// 32, so subgroup s is invocations 32s..32s+31); workgroup t of ceil(n / 64) * ceil(M / 64)
+// Geometry: 256 invocations = 8 subgroups of 32 (the route's guard: subgroup size exactly
+// 32, so subgroup s is invocations 32s..32s+31); workgroup t of ceil(n / 128) * ceil(M / 128)
 // tiles, flat index wid.x + wid.y * nwg.x (the grid may be folded to 2-D), covers n-tile
-// t % n_tiles and m-tile t / n_tiles. Subgroup s owns the 32 x 32 quarter (s / 2, s % 2) of
-// the 64 x 64 tile: four 16 x 16 accumulators.
+// t % n_tiles and m-tile t / n_tiles. Subgroup s owns the 32 (m) x 64 (n) block
+// (s % 4, s / 4) of the 128 x 128 tile: eight 16 x 16 accumulators, fed per 16 k by two A
+// and four B fragments (6 fragment loads for 8 multiply-adds).
 //
-// K loop: steps of 32. The x and weight tiles of a step live in workgroup memory as f16,
-// row-major with k contiguous (row stride 40: 80-byte rows keep the 16-byte alignment the
-// matrix loads want and spread rows over banks), in two buffers: while the subgroups multiply
-// out of one, every invocation has already fetched the next step's x and weight words from
-// global memory into registers and writes them to the other after its multiply-adds, so one
-// barrier a step suffices and the global loads overlap the tensor-core work.
-// A (x, 16 m x 16 k) is loaded row-major (`coopLoadT`), B (W^T, 16 k x 16 n) column-major
-// from the same k-contiguous weight rows. Results go through a 16 x 16 f32 staging tile per
-// subgroup so that partial tiles and any y stride or offset store with plain bounds checks.
+// K loop: steps of 32. The x and weight tiles of a step live in workgroup memory as
+// vec4<f16>, row-major with k contiguous (row stride 10 vec4 = 40 halves: 80-byte rows keep
+// the 16-byte alignment the matrix loads want and spread rows over banks; the matrix loads
+// count their stride in vec4 units, the pointer's type), in two buffers: while the subgroups
+// multiply out of one, every invocation has already fetched the next step's x and weight
+// words from global memory into registers and writes them to the other after its
+// multiply-adds, so one barrier a step suffices and the global loads overlap the tensor-core
+// work. A (x, 16 m x 16 k) is loaded row-major (`coopLoadT`), B (W^T, 16 k x 16 n)
+// column-major from the same k-contiguous weight rows. Results go through a 16 x 16 f32
+// staging tile per subgroup so that partial tiles and any y stride or offset store with plain
+// bounds checks. Workgroup memory: 2 x 2 x 10 KiB of tiles + 8 KiB of staging = 48 KiB.
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -40,13 +43,14 @@ struct Params {
 
 override GROUP: u32 = 32u;
 
-const WG: u32 = 128u;
-const BM: u32 = 64u;
-const BN: u32 = 64u;
+const WG: u32 = 256u;
+const BM: u32 = 128u;
+const BN: u32 = 128u;
 const BK: u32 = 32u;
-const LDS: u32 = 40u;
-// One buffer of a tile: 64 rows of LDS halves.
-const TILE: u32 = 2560u;
+// Row stride of a staged tile, in vec4<f16>.
+const LDV: u32 = 10u;
+// One buffer of a tile: 128 rows of LDV vec4s.
+const TILE: u32 = 1280u;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
@@ -54,72 +58,103 @@ const TILE: u32 = 2560u;
 @group(0) @binding(3) var<storage, read> scales: array<u32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-// Two buffers each: [2][BM][LDS] and [2][BN][LDS].
-var<workgroup> xs: array<f16, 5120>;
-var<workgroup> ws: array<f16, 5120>;
+// Two buffers each: [2][BM][LDV] and [2][BN][LDV].
+var<workgroup> xs: array<vec4<f16>, 2560>;
+var<workgroup> ws: array<vec4<f16>, 2560>;
 // Per subgroup: one 16 x 16 f32 tile (zeros for the accumulators' start, then results).
-var<workgroup> cs: array<f32, 1024>;
+var<workgroup> cs: array<f32, 2048>;
 
-// The next step's global data, held while the current step multiplies.
-var<private> x_next: array<vec4<f32>, 4>;
-var<private> w_next: array<u32, 2>;
-var<private> s_next: array<f32, 2>;
+// The next step's global data, held while the current step multiplies (named, not arrays:
+// nothing here may be indexed at run time and pushed out of registers).
+var<private> x0: vec4<f32>;
+var<private> x1: vec4<f32>;
+var<private> x2: vec4<f32>;
+var<private> x3: vec4<f32>;
+var<private> w0: vec2<u32>;
+var<private> w1: vec2<u32>;
 
 fn scale_at(e: u32) -> f32 {
     let pair = unpack2x16float(scales[e >> 1u]);
     return select(pair.x, pair.y, (e & 1u) == 1u);
 }
 
-// Global loads of step k0: 64 x-rows x 8 vec4 (4 per invocation), 64 weight rows x 4 words
-// (2 per invocation). Out-of-range elements read as zero.
-fn fetch(lid: u32, m0: u32, n0: u32, k0: u32) {
-    for (var h = 0u; h < 4u; h++) {
-        let i = lid + h * WG;
-        let m = m0 + i / 8u;
-        let k = k0 + (i % 8u) * 4u;
-        var v = vec4<f32>(0.0);
-        if (m < params.m && k < params.k) {
-            v = x[(m * params.k + k) / 4u];
-        }
-        x_next[h] = v;
+// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
+fn nibbles(word: u32, first: u32) -> vec4<f32> {
+    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
+    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
+    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
+}
+
+// x vec4 i of step k0's tile (row i / 8, k k0 + 4 (i % 8)); zero out of range.
+fn load_x(i: u32, m0: u32, k0: u32) -> vec4<f32> {
+    let m = m0 + i / 8u;
+    let k = k0 + (i % 8u) * 4u;
+    if (m < params.m && k < params.k) {
+        return x[(m * params.k + k) / 4u];
     }
+    return vec4<f32>(0.0);
+}
+
+// Weight word i of step k0's tile (row i / 4, word i % 4) and its scale (bitcast); a zero
+// weight out of range.
+fn load_w(i: u32, n0: u32, k0: u32) -> vec2<u32> {
     let words = params.k / 8u;
-    for (var h = 0u; h < 2u; h++) {
-        let i = lid + h * WG;
-        let n = n0 + i / 4u;
-        let wi = k0 / 8u + i % 4u;
-        var word = 0x88888888u;
-        var sc = 0.0;
-        if (n < params.n && wi < words) {
-            word = packed[n * words + wi];
-            sc = scale_at(n * params.groups + (wi * 8u) / GROUP);
-        }
-        w_next[h] = word;
-        s_next[h] = sc;
+    let n = n0 + i / 4u;
+    let wi = k0 / 8u + i % 4u;
+    if (n < params.n && wi < words) {
+        let sc = scale_at(n * params.groups + (wi * 8u) / GROUP);
+        return vec2<u32>(packed[n * words + wi], bitcast<u32>(sc));
     }
+    return vec2<u32>(0x88888888u, 0u);
+}
+
+// Global loads of step k0: 128 x-rows x 8 vec4 (4 per invocation), 128 weight rows x 4
+// words (2 per invocation).
+fn fetch(lid: u32, m0: u32, n0: u32, k0: u32) {
+    x0 = load_x(lid, m0, k0);
+    x1 = load_x(lid + WG, m0, k0);
+    x2 = load_x(lid + 2u * WG, m0, k0);
+    x3 = load_x(lid + 3u * WG, m0, k0);
+    w0 = load_w(lid, n0, k0);
+    w1 = load_w(lid + WG, n0, k0);
+}
+
+fn stage_x(i: u32, base: u32, v: vec4<f32>) {
+    xs[base + (i / 8u) * LDV + i % 8u] = vec4<f16>(v);
+}
+
+// Eight weights, dequantised and rounded to f16.
+fn stage_w(i: u32, base: u32, w: vec2<u32>) {
+    let at = base + (i / 4u) * LDV + (i % 4u) * 2u;
+    let sc = bitcast<f32>(w.y);
+    ws[at] = vec4<f16>(nibbles(w.x, 0u) * sc);
+    ws[at + 1u] = vec4<f16>(nibbles(w.x, 16u) * sc);
 }
 
 // Writes the fetched step into buffer `base` (0 or TILE) as f16.
 fn stage(lid: u32, base: u32) {
-    for (var h = 0u; h < 4u; h++) {
-        let i = lid + h * WG;
-        let at = base + (i / 8u) * LDS + (i % 8u) * 4u;
-        let v = vec4<f16>(x_next[h]);
-        xs[at] = v.x;
-        xs[at + 1u] = v.y;
-        xs[at + 2u] = v.z;
-        xs[at + 3u] = v.w;
-    }
-    for (var h = 0u; h < 2u; h++) {
-        let i = lid + h * WG;
-        let at = base + (i / 4u) * LDS + (i % 4u) * 8u;
-        let word = w_next[h];
-        let sc = s_next[h];
-        for (var c = 0u; c < 8u; c++) {
-            let q = f32((word >> (4u * c)) & 15u) - 8.0;
-            ws[at + c] = f16(q * sc);
+    stage_x(lid, base, x0);
+    stage_x(lid + WG, base, x1);
+    stage_x(lid + 2u * WG, base, x2);
+    stage_x(lid + 3u * WG, base, x3);
+    stage_w(lid, base, w0);
+    stage_w(lid + WG, base, w1);
+}
+
+// Accumulator (i, j) of this subgroup (rows r0 + 16 i, columns c0 + 16 j) to y, through the
+// subgroup's staging tile. Called by every invocation in the same order (barriers inside).
+fn write_out(c: coop_mat16x16<f32, C>, cbase: u32, lane: u32, r0: u32, c0: u32) {
+    coopStoreT(c, &cs[cbase], 16u);
+    workgroupBarrier();
+    for (var e = 0u; e < 8u; e++) {
+        let i = lane + e * 32u;
+        let m = r0 + i / 16u;
+        let n = c0 + i % 16u;
+        if (m < params.m && n < params.n) {
+            y[m * params.y_stride + params.y_offset + n] = cs[cbase + i];
         }
     }
+    workgroupBarrier();
 }
 
 @compute @workgroup_size(WG)
@@ -137,9 +172,9 @@ fn main(
     let m0 = (tile / n_tiles) * BM;
     let sg = lid / 32u;
     let lane = lid % 32u;
-    // This subgroup's quarter: rows 32 * (sg / 2), columns 32 * (sg % 2) of the tile.
-    let qm = (sg / 2u) * 32u;
-    let qn = (sg % 2u) * 32u;
+    // This subgroup's block: rows qm..qm+31, columns qn..qn+63 of the tile.
+    let qm = (sg % 4u) * 32u;
+    let qn = (sg / 4u) * 64u;
     let cbase = sg * 256u;
 
     for (var e = 0u; e < 8u; e++) {
@@ -150,8 +185,12 @@ fn main(
     workgroupBarrier();
     var c00 = coopLoad<coop_mat16x16<f32, C>>(&cs[cbase], 16u);
     var c01 = c00;
+    var c02 = c00;
+    var c03 = c00;
     var c10 = c00;
     var c11 = c00;
+    var c12 = c00;
+    var c13 = c00;
 
     let steps = (params.k + BK - 1u) / BK;
     for (var s = 0u; s < steps; s++) {
@@ -160,15 +199,21 @@ fn main(
         if (more) {
             fetch(lid, m0, n0, (s + 1u) * BK);
         }
-        for (var kk = 0u; kk < BK; kk += 16u) {
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[cur + qm * LDS + kk], LDS);
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[cur + (qm + 16u) * LDS + kk], LDS);
-            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws[cur + qn * LDS + kk], LDS);
-            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws[cur + (qn + 16u) * LDS + kk], LDS);
+        for (var kv = 0u; kv < BK / 4u; kv += 4u) {
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[cur + qm * LDV + kv], LDV);
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[cur + (qm + 16u) * LDV + kv], LDV);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws[cur + qn * LDV + kv], LDV);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws[cur + (qn + 16u) * LDV + kv], LDV);
+            let b2 = coopLoad<coop_mat16x16<f16, B>>(&ws[cur + (qn + 32u) * LDV + kv], LDV);
+            let b3 = coopLoad<coop_mat16x16<f16, B>>(&ws[cur + (qn + 48u) * LDV + kv], LDV);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
             c10 = coopMultiplyAdd(a1, b0, c10);
             c11 = coopMultiplyAdd(a1, b1, c11);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
         }
         if (more) {
             stage(lid, TILE - cur);
@@ -176,25 +221,15 @@ fn main(
         workgroupBarrier();
     }
 
-    // Each accumulator: to the staging tile (row-major), then 8 elements per lane to y.
-    for (var q = 0u; q < 4u; q++) {
-        switch q {
-            case 0u: { coopStoreT(c00, &cs[cbase], 16u); }
-            case 1u: { coopStoreT(c01, &cs[cbase], 16u); }
-            case 2u: { coopStoreT(c10, &cs[cbase], 16u); }
-            default: { coopStoreT(c11, &cs[cbase], 16u); }
-        }
-        workgroupBarrier();
-        let r0 = m0 + qm + (q / 2u) * 16u;
-        let c0 = n0 + qn + (q % 2u) * 16u;
-        for (var e = 0u; e < 8u; e++) {
-            let i = lane + e * 32u;
-            let m = r0 + i / 16u;
-            let n = c0 + i % 16u;
-            if (m < params.m && n < params.n) {
-                y[m * params.y_stride + params.y_offset + n] = cs[cbase + i];
-            }
-        }
-        workgroupBarrier();
-    }
+    let r0 = m0 + qm;
+    let r1 = r0 + 16u;
+    let c0 = n0 + qn;
+    write_out(c00, cbase, lane, r0, c0);
+    write_out(c01, cbase, lane, r0, c0 + 16u);
+    write_out(c02, cbase, lane, r0, c0 + 32u);
+    write_out(c03, cbase, lane, r0, c0 + 48u);
+    write_out(c10, cbase, lane, r1, c0);
+    write_out(c11, cbase, lane, r1, c0 + 16u);
+    write_out(c12, cbase, lane, r1, c0 + 32u);
+    write_out(c13, cbase, lane, r1, c0 + 48u);
 }

@@ -70,6 +70,18 @@ fn nibbles(word: u32, first: u32) -> vec4<f32> {
     return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
 }
 
+// y[m, n..n+3] = v where in range.
+fn put(m: u32, n: u32, v: vec4<f32>) {
+    if (m >= params.m) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (n + j < params.n) {
+            y[m * params.y_stride + params.y_offset + n + j] = v[j];
+        }
+    }
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -86,7 +98,16 @@ fn main(
     let words = params.k / 8u;
     let tn = lid % 16u;
     let tm = lid / 16u;
-    var acc: array<vec4<f32>, 8>;
+    // Accumulators as named vectors (never indexed at run time, so they stay in
+    // registers): a* for columns 4 tn.., b* for 64 + 4 tn.., one per row 4 tm + i.
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var b0 = vec4<f32>(0.0);
+    var b1 = vec4<f32>(0.0);
+    var b2 = vec4<f32>(0.0);
+    var b3 = vec4<f32>(0.0);
 
     for (var k0 = 0u; k0 < params.k; k0 += BK) {
         // x tile: 64 rows x 8 vec4, two per invocation, stored transposed.
@@ -128,39 +149,47 @@ fn main(
         let s0 = scales4(n0 + tn * 4u, g);
         let s1 = scales4(n0 + 64u + tn * 4u, g);
         workgroupBarrier();
-        var part: array<vec4<f32>, 8>;
+        var p0 = vec4<f32>(0.0);
+        var p1 = vec4<f32>(0.0);
+        var p2 = vec4<f32>(0.0);
+        var p3 = vec4<f32>(0.0);
+        var q0 = vec4<f32>(0.0);
+        var q1 = vec4<f32>(0.0);
+        var q2 = vec4<f32>(0.0);
+        var q3 = vec4<f32>(0.0);
         for (var kk = 0u; kk < BK; kk++) {
             let a = xs[kk * 16u + tm];
-            let b0 = vec4<f32>(ws[kk * 32u + tn]);
-            let b1 = vec4<f32>(ws[kk * 32u + 16u + tn]);
-            part[0] += a.x * b0;
-            part[1] += a.y * b0;
-            part[2] += a.z * b0;
-            part[3] += a.w * b0;
-            part[4] += a.x * b1;
-            part[5] += a.y * b1;
-            part[6] += a.z * b1;
-            part[7] += a.w * b1;
+            let w0 = vec4<f32>(ws[kk * 32u + tn]);
+            let w1 = vec4<f32>(ws[kk * 32u + 16u + tn]);
+            p0 += a.x * w0;
+            p1 += a.y * w0;
+            p2 += a.z * w0;
+            p3 += a.w * w0;
+            q0 += a.x * w1;
+            q1 += a.y * w1;
+            q2 += a.z * w1;
+            q3 += a.w * w1;
         }
-        for (var i = 0u; i < 4u; i++) {
-            acc[i] += part[i] * s0;
-            acc[4u + i] += part[4u + i] * s1;
-        }
+        a0 += p0 * s0;
+        a1 += p1 * s0;
+        a2 += p2 * s0;
+        a3 += p3 * s0;
+        b0 += q0 * s1;
+        b1 += q1 * s1;
+        b2 += q2 * s1;
+        b3 += q3 * s1;
         workgroupBarrier();
     }
 
-    for (var i = 0u; i < 4u; i++) {
-        let m = m0 + tm * 4u + i;
-        if (m >= params.m) {
-            break;
-        }
-        for (var hv = 0u; hv < 2u; hv++) {
-            for (var j = 0u; j < 4u; j++) {
-                let n = n0 + hv * 64u + tn * 4u + j;
-                if (n < params.n) {
-                    y[m * params.y_stride + params.y_offset + n] = acc[hv * 4u + i][j];
-                }
-            }
-        }
-    }
+    let m = m0 + tm * 4u;
+    let na = n0 + tn * 4u;
+    let nb = na + 64u;
+    put(m, na, a0);
+    put(m + 1u, na, a1);
+    put(m + 2u, na, a2);
+    put(m + 3u, na, a3);
+    put(m, nb, b0);
+    put(m + 1u, nb, b1);
+    put(m + 2u, nb, b2);
+    put(m + 3u, nb, b3);
 }

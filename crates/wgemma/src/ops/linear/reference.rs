@@ -35,12 +35,60 @@ pub fn linear_ref(x: &[f32], m: usize, k: usize, w: &[f32], n: usize) -> (Vec<f3
 
 /// Q4 reference: dequantises one row at a time (a 262144-row lm_head never exists in f32).
 pub fn q4_linear_ref(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
+    q4_ref_rows(x, m, q, |_| {})
+}
+
+/// [`q4_linear_ref`] with `round` applied to each dequantised row, over the rows in
+/// parallel where threads exist (the prefill benchmark shapes are 10^9-10^10 products).
+fn q4_ref_rows(
+    x: &[f32],
+    m: usize,
+    q: &Q4Host,
+    round: impl Fn(&mut [f32]) + Sync,
+) -> (Vec<f32>, f64) {
+    let threads = if m * q.n * q.k < (1 << 24) {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |t| t.get().min(16))
+    };
+    // Columns [lo, hi) of y for every row of x: (y [m, hi - lo], magnitude).
+    let part = |lo: usize, hi: usize| {
+        let mut y = vec![0.0f32; m * (hi - lo)];
+        let mut row = vec![0.0f32; q.k];
+        let mut bound = 0.0f64;
+        for nn in lo..hi {
+            q.dequantize_row(nn, &mut row);
+            round(&mut row);
+            bound = bound.max(dot_rows(x, m, q.k, &row, hi - lo, nn - lo, &mut y));
+        }
+        (y, bound)
+    };
+    if threads <= 1 {
+        return part(0, q.n);
+    }
+    let per = q.n.div_ceil(threads);
+    let parts: Vec<(usize, (Vec<f32>, f64))> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..q.n)
+            .step_by(per)
+            .map(|lo| {
+                let hi = (lo + per).min(q.n);
+                let part = &part;
+                (lo, s.spawn(move || part(lo, hi)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(lo, h)| (lo, h.join().expect("reference thread panicked")))
+            .collect()
+    });
     let mut y = vec![0.0f32; m * q.n];
-    let mut row = vec![0.0f32; q.k];
     let mut bound = 0.0f64;
-    for nn in 0..q.n {
-        q.dequantize_row(nn, &mut row);
-        bound = bound.max(dot_rows(x, m, q.k, &row, q.n, nn, &mut y));
+    for (lo, (py, pb)) in parts {
+        let width = py.len() / m;
+        for (mi, chunk) in py.chunks(width).enumerate() {
+            y[mi * q.n + lo..mi * q.n + lo + width].copy_from_slice(chunk);
+        }
+        bound = bound.max(pb);
     }
     (y, bound)
 }
@@ -52,15 +100,7 @@ pub fn q4_linear_ref(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
 pub fn q4_linear_ref_f16(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
     let to_f16 = |v: &f32| half::f16::from_f32(*v).to_f32();
     let x16: Vec<f32> = x.iter().map(to_f16).collect();
-    let mut y = vec![0.0f32; m * q.n];
-    let mut row = vec![0.0f32; q.k];
-    let mut bound = 0.0f64;
-    for nn in 0..q.n {
-        q.dequantize_row(nn, &mut row);
-        row.iter_mut().for_each(|v| *v = to_f16(v));
-        bound = bound.max(dot_rows(&x16, m, q.k, &row, q.n, nn, &mut y));
-    }
-    (y, bound)
+    q4_ref_rows(&x16, m, q, |row| row.iter_mut().for_each(|v| *v = to_f16(v)))
 }
 
 /// The comparison for a linear output over `k` terms with magnitude `bound`:

@@ -75,8 +75,8 @@ impl LinearRoute {
             | LinearRoute::Q4LinearM3
             | LinearRoute::Q4LinearSmallM
             | LinearRoute::Q4GemmF16
+            | LinearRoute::Q4GemmCoop
             | LinearRoute::Q4Gemm => 256,
-            LinearRoute::Q4GemmCoop => 128,
             LinearRoute::Q4Generic | LinearRoute::DenseF32 | LinearRoute::DenseF16 => 64,
         }
     }
@@ -96,9 +96,9 @@ impl LinearRoute {
                 }
             }
             LinearRoute::Q4Gemm => 16384,
-            // Two f16 buffers of the x and weight tiles (64 x 40 halves each) and four
+            // Two f16 buffers of the x and weight tiles (128 x 40 halves each) and eight
             // 16 x 16 f32 staging tiles.
-            LinearRoute::Q4GemmCoop => 24576,
+            LinearRoute::Q4GemmCoop => 49152,
             // x 32 x 64 f32, W 32 x 128 f16.
             LinearRoute::Q4GemmF16 => 16384,
             LinearRoute::Q4Generic => 0,
