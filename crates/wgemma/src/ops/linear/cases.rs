@@ -543,6 +543,11 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
             cases.push(boxed(c));
         }
     }
+    // A 4K-token prompt's gate/up-sized GEMM on the tensor cores.
+    let mut c = Q4LinearCase::new(4096, 6144, 1536, 32, Q4GemmCoop);
+    c.weights = WeightData::RandomPacked;
+    c.force = true;
+    cases.push(boxed(c));
     cases
 }
 

@@ -141,10 +141,9 @@ fn stage(lid: u32, base: u32) {
     stage_w(lid + WG, base, w1);
 }
 
-// Accumulator (i, j) of this subgroup (rows r0 + 16 i, columns c0 + 16 j) to y, through the
-// subgroup's staging tile. Called by every invocation in the same order (barriers inside).
-fn write_out(c: coop_mat16x16<f32, C>, cbase: u32, lane: u32, r0: u32, c0: u32) {
-    coopStoreT(c, &cs[cbase], 16u);
+// The subgroup's staging tile (just stored, row-major) to y rows r0.., columns c0... Called
+// by every invocation in the same order (barriers inside).
+fn flush(cbase: u32, lane: u32, r0: u32, c0: u32) {
     workgroupBarrier();
     for (var e = 0u; e < 8u; e++) {
         let i = lane + e * 32u;
@@ -224,12 +223,20 @@ fn main(
     let r0 = m0 + qm;
     let r1 = r0 + 16u;
     let c0 = n0 + qn;
-    write_out(c00, cbase, lane, r0, c0);
-    write_out(c01, cbase, lane, r0, c0 + 16u);
-    write_out(c02, cbase, lane, r0, c0 + 32u);
-    write_out(c03, cbase, lane, r0, c0 + 48u);
-    write_out(c10, cbase, lane, r1, c0);
-    write_out(c11, cbase, lane, r1, c0 + 16u);
-    write_out(c12, cbase, lane, r1, c0 + 32u);
-    write_out(c13, cbase, lane, r1, c0 + 48u);
+    coopStoreT(c00, &cs[cbase], 16u);
+    flush(cbase, lane, r0, c0);
+    coopStoreT(c01, &cs[cbase], 16u);
+    flush(cbase, lane, r0, c0 + 16u);
+    coopStoreT(c02, &cs[cbase], 16u);
+    flush(cbase, lane, r0, c0 + 32u);
+    coopStoreT(c03, &cs[cbase], 16u);
+    flush(cbase, lane, r0, c0 + 48u);
+    coopStoreT(c10, &cs[cbase], 16u);
+    flush(cbase, lane, r1, c0);
+    coopStoreT(c11, &cs[cbase], 16u);
+    flush(cbase, lane, r1, c0 + 16u);
+    coopStoreT(c12, &cs[cbase], 16u);
+    flush(cbase, lane, r1, c0 + 32u);
+    coopStoreT(c13, &cs[cbase], 16u);
+    flush(cbase, lane, r1, c0 + 48u);
 }
