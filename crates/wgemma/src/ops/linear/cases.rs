@@ -558,7 +558,10 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
 pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
     let mut cases = Vec::new();
-    let routes = [(Q4GemmF16, caps.shader_f16), (Q4GemmCoop, caps.coop_16x16_f16)];
+    let routes = [
+        (Q4GemmF16, caps.shader_f16),
+        (Q4GemmCoop, caps.coop_16x16_f16),
+    ];
     for (route, _) in routes.into_iter().filter(|r| r.1) {
         for tail in [false, route == Q4GemmCoop] {
             let g = [32, 64, 128][rng.random_range(0..3)];

@@ -29,10 +29,16 @@ fn choose(m: usize, k: usize, caps: &DeviceCaps) -> Result<LinearRoute> {
 fn prefill_rows_take_the_fastest_gemm_the_device_has() {
     use LinearRoute::*;
     let all = caps(true, true, 32);
-    assert_eq!(choose(PREFILL_GEMM_MIN_ROWS, 1536, &all).unwrap(), Q4GemmCoop);
+    assert_eq!(
+        choose(PREFILL_GEMM_MIN_ROWS, 1536, &all).unwrap(),
+        Q4GemmCoop
+    );
     assert_eq!(choose(4096, 6144, &all).unwrap(), Q4GemmCoop);
     // Below the threshold the f32 GEMM (M >= 5) stays.
-    assert_eq!(choose(PREFILL_GEMM_MIN_ROWS - 1, 1536, &all).unwrap(), Q4Gemm);
+    assert_eq!(
+        choose(PREFILL_GEMM_MIN_ROWS - 1, 1536, &all).unwrap(),
+        Q4Gemm
+    );
     // No cooperative matrices, or subgroups of another width: the f16 vector GEMM.
     assert_eq!(choose(64, 1536, &caps(true, false, 32)).unwrap(), Q4GemmF16);
     assert_eq!(choose(64, 1536, &caps(true, true, 64)).unwrap(), Q4GemmF16);
@@ -133,4 +139,36 @@ fn f16_gemm_on_a_folded_grid() {
     let mut case = Q4LinearCase::new(40, 128 * 9 + 3, 96, 32, LinearRoute::Q4GemmF16);
     case.force = true;
     assert_folded_case_passes(&case, 0..1);
+}
+
+/// The tensor-core route needs exactly 16x16x16 with f16 inputs and an f32 accumulator,
+/// and shader-f16 beside the cooperative-matrix feature.
+#[test]
+fn coop_configuration_is_matched_exactly() {
+    use crate::gpu::offers_coop_16x16_f16;
+    use wgpu::{CooperativeMatrixProperties as P, CooperativeScalarType as T, Features as F};
+    let config = |m, n, k, ab, cr| P {
+        m_size: m,
+        n_size: n,
+        k_size: k,
+        ab_type: ab,
+        cr_type: cr,
+        saturating_accumulation: false,
+    };
+    let both = F::EXPERIMENTAL_COOPERATIVE_MATRIX | F::SHADER_F16;
+    let h200 = [
+        config(16, 16, 16, T::F16, T::F16),
+        config(16, 8, 16, T::F16, T::F32),
+        config(16, 16, 16, T::F16, T::F32),
+    ];
+    assert!(offers_coop_16x16_f16(both, &h200));
+    assert!(!offers_coop_16x16_f16(
+        F::EXPERIMENTAL_COOPERATIVE_MATRIX,
+        &h200
+    ));
+    assert!(!offers_coop_16x16_f16(both, &h200[..2]));
+    assert!(!offers_coop_16x16_f16(
+        both,
+        &[config(8, 8, 8, T::F32, T::F32)]
+    ));
 }

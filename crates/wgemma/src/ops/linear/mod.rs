@@ -10,6 +10,11 @@
 //!   ([`tuning`]); reduced with subgroup operations when the device has 32-lane subgroups,
 //!   else through workgroup memory ([`LinearOptions::portable`] forces the latter).
 //!   Guards: M, K % 32, group % 8, device limits.
+//! - [`LinearRoute::Q4GemmCoop`] (M >= 16, 16x16x16 f16/f32 cooperative matrices, subgroups
+//!   of 32): tensor-core GEMM, 128 x 128 tiles, x and dequantised W as f16 in workgroup
+//!   memory (double-buffered), f32 accumulation.
+//! - [`LinearRoute::Q4GemmF16`] (M >= 16, shader-f16, group % 32 == 0): 64 x 128 tiles with
+//!   the weight tile as exact f16 nibbles and the scales applied per 32-k step (f32 numbers).
 //! - [`LinearRoute::Q4Gemm`] (M >= 2, chosen from M = 10): 64 x 64 tiles, x and
 //!   dequantised W staged in
 //!   workgroup memory.
@@ -20,11 +25,11 @@
 
 mod cases;
 mod gemm;
+#[cfg(test)]
+mod gemm_tests;
 pub mod quant;
 pub mod reference;
 mod routes;
-#[cfg(test)]
-mod gemm_tests;
 #[cfg(test)]
 mod tests;
 mod tuning;

@@ -100,7 +100,9 @@ fn q4_ref_rows(
 pub fn q4_linear_ref_f16(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
     let to_f16 = |v: &f32| half::f16::from_f32(*v).to_f32();
     let x16: Vec<f32> = x.iter().map(to_f16).collect();
-    q4_ref_rows(&x16, m, q, |row| row.iter_mut().for_each(|v| *v = to_f16(v)))
+    q4_ref_rows(&x16, m, q, |row| {
+        row.iter_mut().for_each(|v| *v = to_f16(v))
+    })
 }
 
 /// The comparison for a linear output over `k` terms with magnitude `bound`:

@@ -241,10 +241,7 @@ pub fn q4_failed_guards(
                     "shader-f16 (not offered or above the GEMM ceiling)".to_string(),
                 );
                 // A 32-k step lies in one group: its scales apply to the step's sums.
-                need(
-                    group % 32 == 0,
-                    format!("group % 32 == 0 (found {group})"),
-                );
+                need(group % 32 == 0, format!("group % 32 == 0 (found {group})"));
             }
         }
         LinearRoute::Q4Gemm => need(m >= 2, format!("M >= 2 (found {m})")),
