@@ -331,12 +331,20 @@ fn device_builds_the_expected_route() {
         && ctx.info.subgroup_min_size == 32
         && ctx.info.subgroup_max_size == 32;
     let (_, w) = q4_weight(9, 64, 32, None);
+    // From 16 rows the fastest GEMM the device has (gemm_tests covers the choice).
+    let caps = DeviceCaps::of(ctx);
+    let prefill = match (caps.coop_16x16_f16, caps.shader_f16) {
+        (true, _) => LinearRoute::Q4GemmCoop,
+        (false, true) => LinearRoute::Q4GemmF16,
+        (false, false) => LinearRoute::Q4Gemm,
+    };
     for (m, route) in [
         (1, LinearRoute::Q4Gemv),
         (3, LinearRoute::Q4LinearM3),
         (2, LinearRoute::Q4LinearSmallM),
         (4, LinearRoute::Q4LinearSmallM),
-        (17, LinearRoute::Q4Gemm),
+        (15, LinearRoute::Q4Gemm),
+        (17, prefill),
     ] {
         let (x, y) = io(m, 64, 9);
         let lin = q4_linear(ctx, &x, &w, &y).unwrap();
@@ -442,7 +450,10 @@ fn every_route_matches_the_reference() {
         cases.push(Box::new(case(m, 71, 160, 32, Q4LinearSmallM)));
     }
     for m in [10, 17, 65] {
-        cases.push(Box::new(case(m, 71, 160, 32, Q4Gemm)));
+        // Forced from 16 rows, where a device with f16 takes the f16 GEMMs.
+        let mut c = case(m, 71, 160, 32, Q4Gemm);
+        c.force = m >= PREFILL_GEMM_MIN_ROWS;
+        cases.push(Box::new(c));
     }
     let mut tail = case(3, 67, 40, 8, Q4Gemm);
     tail.force = true;
