@@ -30,18 +30,7 @@
 enable f16;
 enable wgpu_cooperative_matrix;
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    y_stride: u32,
-    y_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-override GROUP: u32 = 32u;
+#include "q4_gemm_io.wgsli"
 
 const WG: u32 = 256u;
 const BM: u32 = 128u;
@@ -51,12 +40,6 @@ const BK: u32 = 32u;
 const LDV: u32 = 10u;
 // One buffer of a tile: 128 rows of LDV vec4s.
 const TILE: u32 = 1280u;
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> packed: array<u32>;
-@group(0) @binding(3) var<storage, read> scales: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
 // Two buffers each: [2][BM][LDV] and [2][BN][LDV].
 var<workgroup> xs: array<vec4<f16>, 2560>;
@@ -72,18 +55,6 @@ var<private> x2: vec4<f32>;
 var<private> x3: vec4<f32>;
 var<private> w0: vec2<u32>;
 var<private> w1: vec2<u32>;
-
-fn scale_at(e: u32) -> f32 {
-    let pair = unpack2x16float(scales[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-}
-
-// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
-fn nibbles(word: u32, first: u32) -> vec4<f32> {
-    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
-    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
-}
 
 // x vec4 i of step k0's tile (row i / 8, k k0 + 4 (i % 8)); zero out of range.
 fn load_x(i: u32, m0: u32, k0: u32) -> vec4<f32> {

@@ -19,38 +19,16 @@
 
 enable f16;
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    y_stride: u32,
-    y_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-override GROUP: u32 = 32u;
+#include "q4_gemm_io.wgsli"
 
 const WG: u32 = 256u;
 const BM: u32 = 64u;
 const BN: u32 = 128u;
 const BK: u32 = 32u;
 
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> packed: array<u32>;
-@group(0) @binding(3) var<storage, read> scales: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-
 // k-major: element (k, m) is xs[k * 16 + m / 4][m % 4]; (k, n) is ws[k * 32 + n / 4][n % 4].
 var<workgroup> xs: array<vec4<f32>, 512>;
 var<workgroup> ws: array<vec4<f16>, 1024>;
-
-fn scale_at(e: u32) -> f32 {
-    let pair = unpack2x16float(scales[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-}
 
 // The scales of columns n..n+3 in group g (zero past the chunk's rows).
 fn scales4(n: u32, g: u32) -> vec4<f32> {
@@ -61,13 +39,6 @@ fn scales4(n: u32, g: u32) -> vec4<f32> {
         }
     }
     return s;
-}
-
-// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
-fn nibbles(word: u32, first: u32) -> vec4<f32> {
-    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
-    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
 }
 
 // y[m, n..n+3] = v where in range.
