@@ -1,10 +1,15 @@
-//! The browser front end's engine, driven natively (lavapipe in CI) from the same bytes the
-//! browser would fetch: greedy tokens against the HF reference of the golden fixtures,
-//! speculative == plain, streamed text, stopping, and the errors a page shows.
+//! The library's front door (`wgemma::session`, which the browser crate, the CLI and the
+//! server drive), natively on lavapipe from the same bytes the browser would fetch: greedy
+//! tokens against the HF reference of the golden fixtures, speculative == plain, streamed
+//! text, chat prompts, stop strings and finish reasons, stopping, and the errors a caller
+//! gets.
 
 use std::path::PathBuf;
 use wgemma::model::tokenizer::tiny_tokenizer_json;
-use wgemma_web::engine::{CheckpointFiles, Engine, GenerateRequest, LoadOptions, TokenEvent};
+use wgemma::session::{
+    ChatMessage, CheckpointFiles, FinishReason, GenerateRequest, LoadOptions, Session as Engine,
+    TokenEvent,
+};
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -23,6 +28,7 @@ fn files(name: &str, tokenizer: Option<String>) -> CheckpointFiles {
         )],
         tokenizer_json: tokenizer.map(String::into_bytes),
         generation_config_json: std::fs::read_to_string(dir.join("generation_config.json")).ok(),
+        ..CheckpointFiles::default()
     }
 }
 
@@ -64,7 +70,7 @@ fn generate(
     engine: &mut Engine,
     request: GenerateRequest,
     on_token: &mut dyn FnMut(&TokenEvent) -> bool,
-) -> anyhow::Result<wgemma_web::engine::GenerateResult> {
+) -> wgemma::Result<wgemma::session::GenerateResult> {
     pollster::block_on(engine.generate(&request, on_token))
 }
 
@@ -137,8 +143,8 @@ fn text_prompts_stream_text_and_the_callback_stops_generation() {
 }
 
 /// The error's message with its causes.
-fn err<T>(r: anyhow::Result<T>) -> String {
-    format!("{:#}", r.err().expect("an error"))
+fn err<T>(r: wgemma::Result<T>) -> String {
+    r.err().expect("an error").to_string()
 }
 
 #[test]
@@ -148,7 +154,7 @@ fn requests_a_page_can_get_wrong_are_refused_with_a_reason() {
         prompt_ids: Some(vec![2, 5]),
         ..GenerateRequest::default()
     };
-    assert!(err(generate(&mut engine, ids.clone(), &mut |_| true)).contains("no model loaded"));
+    assert!(err(generate(&mut engine, ids.clone(), &mut |_| true)).contains("expected one loaded"));
 
     engine
         .load_checkpoint(&files("e2b_like", None), &LoadOptions::default())
@@ -157,14 +163,14 @@ fn requests_a_page_can_get_wrong_are_refused_with_a_reason() {
         prompt: Some("hello".into()),
         ..GenerateRequest::default()
     };
-    assert!(err(generate(&mut engine, text, &mut |_| true)).contains("needs a tokenizer"));
+    assert!(err(generate(&mut engine, text, &mut |_| true)).contains("expected a model with a tokenizer"));
     let speculative = GenerateRequest {
         speculative: true,
         ..ids.clone()
     };
-    assert!(err(generate(&mut engine, speculative, &mut |_| true)).contains("needs an assistant"));
+    assert!(err(generate(&mut engine, speculative, &mut |_| true)).contains("expected an assistant loaded"));
     let neither = GenerateRequest::default();
-    assert!(err(generate(&mut engine, neither, &mut |_| true)).contains("give a prompt"));
+    assert!(err(generate(&mut engine, neither, &mut |_| true)).contains("exactly one of prompt"));
 
     // The dense_kv assistant belongs to another target (hidden 128, not 64).
     let other = fixture("dense_kv_assistant");
@@ -181,4 +187,101 @@ fn requests_a_page_can_get_wrong_are_refused_with_a_reason() {
         ..LoadOptions::default()
     };
     assert!(err(engine.load_checkpoint(&files("e2b_like", None), &bad_dtype)).contains("q4g64"));
+}
+
+fn word_tokenizer() -> String {
+    let words: Vec<String> = (0..505).map(|i| format!("w{i}")).collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    tiny_tokenizer_json(&words)
+}
+
+#[test]
+fn conversations_stop_strings_and_finish_reasons() {
+    let mut engine = engine_with_e2b_like(Some(word_tokenizer()));
+    let conversation = vec![
+        ChatMessage::new("system", "w1 w2"),
+        ChatMessage::new("user", "w3"),
+        ChatMessage::new("assistant", "w4"),
+        ChatMessage::new("user", "w5 w6"),
+    ];
+    let chat = GenerateRequest {
+        messages: Some(conversation.clone()),
+        max_new_tokens: 10,
+        ..GenerateRequest::default()
+    };
+    let out = generate(&mut engine, chat.clone(), &mut |_| true).unwrap();
+    // Without a template of the checkpoint's, Gemma 4's turn format: the same ids as the
+    // rendered text encoded.
+    let rendered = engine.render_chat(&conversation).unwrap();
+    assert!(rendered.starts_with("<bos><|turn>system\nw1 w2<turn|>\n"), "{rendered}");
+    assert!(rendered.ends_with("<|turn>user\nw5 w6<turn|>\n<|turn>model\n"), "{rendered}");
+    let tok = engine.tokenizer().unwrap();
+    assert_eq!(out.prompt_ids, tok.encode(&rendered).unwrap());
+    assert_eq!(out.finish_reason, FinishReason::Length);
+    assert_eq!(out.tokens.len(), 10);
+
+    // A stop string taken from the middle of that output: the text is cut before it and
+    // the generation ends on the token that completed it.
+    let full = out.text.clone().unwrap();
+    let tok = engine.tokenizer().unwrap();
+    let stop = (2..out.tokens.len())
+        .map(|i| tok.decode(&out.tokens[i..=i]).unwrap())
+        .find(|t| !t.is_empty())
+        .expect("a generated word");
+    let cut = full.find(&stop).unwrap();
+    let mut streamed = String::new();
+    let stopped = generate(
+        &mut engine,
+        GenerateRequest {
+            stop: vec![stop.clone()],
+            ..chat.clone()
+        },
+        &mut |t| {
+            streamed.push_str(t.text.as_deref().unwrap_or(""));
+            true
+        },
+    )
+    .unwrap();
+    assert_eq!(stopped.finish_reason, FinishReason::Stop, "stop {stop:?}");
+    assert_eq!(stopped.text.as_deref(), Some(&full[..cut]));
+    assert_eq!(streamed + &stopped.unstreamed_text, full[..cut]);
+    assert!(stopped.tokens.len() < out.tokens.len());
+    assert_eq!(stopped.tokens[..], out.tokens[..stopped.tokens.len()]);
+
+    // The callback's stop is a cancellation.
+    let cancelled = generate(&mut engine, chat, &mut |t| t.index < 1).unwrap();
+    assert_eq!(cancelled.finish_reason, FinishReason::Cancelled);
+    assert_eq!(cancelled.tokens.len(), 2);
+
+    // A prompt and budget over the context is refused before anything runs.
+    let over = GenerateRequest {
+        prompt_ids: Some(vec![2, 5]),
+        max_new_tokens: 5000,
+        ..GenerateRequest::default()
+    };
+    let e = err(generate(&mut engine, over, &mut |_| true));
+    assert!(e.contains("2 + 5000") && e.contains("4096"), "{e}");
+}
+
+#[test]
+fn a_checkpoint_chat_template_is_used_for_chat_prompts() {
+    let template = "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
+                    {% if add_generation_prompt %}model:{% endif %}";
+    let mut files = files("e2b_like", Some(word_tokenizer()));
+    files.chat_template = Some(template.to_string());
+    let mut engine = pollster::block_on(Engine::new(None)).unwrap();
+    let info = engine
+        .load_checkpoint(&files, &LoadOptions::default())
+        .unwrap();
+    assert!(info.has_chat_template && info.has_tokenizer);
+    let request = GenerateRequest {
+        prompt: Some("w7".into()),
+        chat: true,
+        max_new_tokens: 2,
+        ..GenerateRequest::default()
+    };
+    let out = generate(&mut engine, request, &mut |_| true).unwrap();
+    let tok = engine.tokenizer().unwrap();
+    assert_eq!(out.prompt_ids, tok.encode("<bos>user: w7\nmodel:").unwrap());
+    assert_eq!(out.prompt_ids[0], 2);
 }
