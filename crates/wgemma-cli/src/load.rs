@@ -18,6 +18,7 @@ use wgemma::model::tokenizer::Tokenizer;
 use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec, SizeLimits};
+use wgemma::session::{eos_ids_of, ChatTemplate};
 use wgemma::ops::opset::OpSet;
 
 /// A loaded target with what the CLI needs around it.
@@ -26,6 +27,8 @@ pub struct Loaded {
     pub tokenizer: Option<Tokenizer>,
     /// EOS ids from generation_config.json, else config.json.
     pub eos_ids: Vec<u32>,
+    /// chat_template.jinja or tokenizer_config.json's template (None: the built-in format).
+    pub chat_template: Option<ChatTemplate>,
     pub load_ms: f64,
     /// The process's peak resident memory right after the load (MiB, Linux).
     pub peak_rss_mb: Option<f64>,
@@ -209,6 +212,11 @@ fn load_dir(
     if eos_ids.is_empty() {
         eos_ids = spec.eos_ids();
     }
+    let chat_template = ChatTemplate::from_checkpoint(
+        dir.chat_template.as_deref(),
+        dir.tokenizer_config.as_deref(),
+    )
+    .with_context(|| format!("the chat template in {}", path.display()))?;
     let model = Model::load(ctx, &ck, spec, options, &mut |_, _| {})?;
     progress.finish(&format!(
         "{:.2} GB of weights on the GPU ({:?}, quantised on the {})",
@@ -220,6 +228,7 @@ fn load_dir(
         model,
         tokenizer,
         eos_ids,
+        chat_template,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })
@@ -247,7 +256,7 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
         .target
         .generation_config
         .as_ref()
-        .map(crate::model_dir::eos_ids_of)
+        .map(eos_ids_of)
         .unwrap_or_default();
     if eos_ids.is_empty() {
         eos_ids = artifact.target_spec().eos_ids();
@@ -286,6 +295,8 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
         model,
         tokenizer,
         eos_ids,
+        // Artifacts store no chat template: the built-in Gemma 4 format applies.
+        chat_template: None,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })
@@ -336,6 +347,7 @@ pub fn load_synthetic(
         model,
         tokenizer: None,
         eos_ids,
+        chat_template: None,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })
