@@ -238,7 +238,8 @@ fn raise_exception(message: String) -> std::result::Result<minijinja::Value, min
 
 /// HF's `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`:
 /// Python's `json.dumps`, which neither HTML-escapes (minijinja's built-in does) nor drops
-/// the space after `,` and `:`.
+/// the space after `,` and `:`, and keeps a dict's keys in insertion order (minijinja's
+/// `preserve_order`).
 fn tojson(
     value: minijinja::Value,
     kwargs: minijinja::value::Kwargs,
@@ -247,18 +248,17 @@ fn tojson(
     let bad = |e: serde_json::Error| {
         minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
     };
-    let json = serde_json::to_value(&value).map_err(bad)?;
     let mut out = Vec::new();
     match indent {
         Some(n) => {
             let pad = " ".repeat(n);
             let fmt = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
             let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-            serde::Serialize::serialize(&json, &mut ser).map_err(bad)?;
+            serde::Serialize::serialize(&value, &mut ser).map_err(bad)?;
         }
         None => {
             let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonJson);
-            serde::Serialize::serialize(&json, &mut ser).map_err(bad)?;
+            serde::Serialize::serialize(&value, &mut ser).map_err(bad)?;
         }
     }
     kwargs.assert_all_used()?;
