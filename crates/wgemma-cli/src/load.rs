@@ -18,8 +18,8 @@ use wgemma::model::tokenizer::Tokenizer;
 use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec, SizeLimits};
-use wgemma::session::{eos_ids_of, ChatTemplate};
 use wgemma::ops::opset::OpSet;
+use wgemma::session::{eos_ids_of, ChatTemplate};
 
 /// A loaded target with what the CLI needs around it.
 pub struct Loaded {

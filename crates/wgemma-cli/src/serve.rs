@@ -96,7 +96,10 @@ fn unix_now() -> u64 {
 pub fn run(args: ServeArgs) -> Result<()> {
     let load_request = args.model.request()?;
     if !(1..=64).contains(&args.parallel) {
-        bail!("--parallel: expected 1..=64 sequences, found {}", args.parallel);
+        bail!(
+            "--parallel: expected 1..=64 sequences, found {}",
+            args.parallel
+        );
     }
     if args.queue == 0 {
         bail!("--queue: expected at least 1 waiting request, found 0");
@@ -111,7 +114,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         bail!("--api-key: expected a non-empty key, found an empty string");
     }
     let model_name = match &args.model_name {
-        Some(name) if name.is_empty() => bail!("--model-name: expected a name, found an empty string"),
+        Some(name) if name.is_empty() => {
+            bail!("--model-name: expected a name, found an empty string")
+        }
         Some(name) => name.clone(),
         None => args
             .model
@@ -219,7 +224,10 @@ async fn serve(app: Arc<App>, host: IpAddr, port: u16) -> Result<()> {
         );
     }
     // Scripts wait for this line (and read the port from it with --port 0).
-    println!("wgemma serve: model {:?} listening on http://{addr}", app.model_name);
+    println!(
+        "wgemma serve: model {:?} listening on http://{addr}",
+        app.model_name
+    );
     let _ = std::io::stdout().flush();
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
@@ -311,20 +319,27 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     .into_response()
 }
 
-async fn chat_completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let parsed = authorize(&app, &headers).and_then(|()| serve_api::parse_chat(&body, &app.model_name));
+async fn chat_completions(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed =
+        authorize(&app, &headers).and_then(|()| serve_api::parse_chat(&body, &app.model_name));
     answer(app, Endpoint::Chat, parsed).await
 }
 
 async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let parsed =
-        authorize(&app, &headers).and_then(|()| serve_api::parse_completion(&body, &app.model_name));
+    let parsed = authorize(&app, &headers)
+        .and_then(|()| serve_api::parse_completion(&body, &app.model_name));
     answer(app, Endpoint::Completion, parsed).await
 }
 
 async fn answer(app: Arc<App>, endpoint: Endpoint, parsed: Result<Parsed, ApiError>) -> Response {
     let response = match parsed {
-        Ok(parsed) => generate(&app, endpoint, parsed).await.unwrap_or_else(IntoResponse::into_response),
+        Ok(parsed) => generate(&app, endpoint, parsed)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
         Err(e) => e.into_response(),
     };
     app.metrics
@@ -333,7 +348,11 @@ async fn answer(app: Arc<App>, endpoint: Endpoint, parsed: Result<Parsed, ApiErr
 }
 
 /// Queues the job, waits for its start, then streams or collects its text.
-async fn generate(app: &Arc<App>, endpoint: Endpoint, parsed: Parsed) -> Result<Response, ApiError> {
+async fn generate(
+    app: &Arc<App>,
+    endpoint: Endpoint,
+    parsed: Parsed,
+) -> Result<Response, ApiError> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let (stream, include_usage) = (parsed.sampling.stream, parsed.sampling.include_usage);
     app.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
@@ -355,7 +374,11 @@ async fn generate(app: &Arc<App>, endpoint: Endpoint, parsed: Parsed) -> Result<
     let prompt_tokens = match rx.recv().await {
         Some(Event::Started { prompt_tokens }) => prompt_tokens,
         Some(Event::Failed(e)) => return Err(e),
-        Some(other) => return Err(ApiError::internal(format!("unexpected first event {other:?}"))),
+        Some(other) => {
+            return Err(ApiError::internal(format!(
+                "unexpected first event {other:?}"
+            )))
+        }
         None => return Err(ApiError::internal("the model thread dropped the request")),
     };
     let id = endpoint.id(app.next_id.fetch_add(1, Ordering::Relaxed));
@@ -457,10 +480,11 @@ impl SseState {
                     self.pending.push_back(last);
                     if self.include_usage {
                         let usage = serve_api::usage(self.prompt_tokens, completion_tokens);
-                        let v = self
-                            .endpoint
-                            .usage_chunk(&self.id, self.created, &self.model, usage);
-                        self.pending.push_back(SseEvent::default().data(v.to_string()));
+                        let v =
+                            self.endpoint
+                                .usage_chunk(&self.id, self.created, &self.model, usage);
+                        self.pending
+                            .push_back(SseEvent::default().data(v.to_string()));
                     }
                     self.pending.push_back(SseEvent::default().data("[DONE]"));
                     self.finished = true;

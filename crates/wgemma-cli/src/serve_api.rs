@@ -34,8 +34,15 @@ impl ApiError {
     }
 
     /// `{field}: expected {expected}, found {found}`.
-    pub fn field(param: &str, expected: impl std::fmt::Display, found: impl std::fmt::Display) -> ApiError {
-        ApiError::invalid(param, format!("{param}: expected {expected}, found {found}"))
+    pub fn field(
+        param: &str,
+        expected: impl std::fmt::Display,
+        found: impl std::fmt::Display,
+    ) -> ApiError {
+        ApiError::invalid(
+            param,
+            format!("{param}: expected {expected}, found {found}"),
+        )
     }
 
     pub fn with_status(mut self, status: StatusCode, code: &'static str) -> ApiError {
@@ -51,7 +58,8 @@ impl ApiError {
     pub fn overloaded(message: impl Into<String>) -> ApiError {
         ApiError {
             kind: "server_error",
-            ..ApiError::invalid("", message).with_status(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+            ..ApiError::invalid("", message)
+                .with_status(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
         }
     }
 
@@ -95,19 +103,27 @@ pub fn kind_of(v: &Value) -> String {
 /// The body as a JSON object, or a 400 naming what is wrong with it.
 pub fn parse_body(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid("", format!("request body: expected JSON, found invalid JSON ({e})"))
+        ApiError::invalid(
+            "",
+            format!("request body: expected JSON, found invalid JSON ({e})"),
+        )
     })?;
     match value {
         Value::Object(map) => Ok(map),
         other => Err(ApiError::invalid(
             "",
-            format!("request body: expected a JSON object, found {}", kind_of(&other)),
+            format!(
+                "request body: expected a JSON object, found {}",
+                kind_of(&other)
+            ),
         )),
     }
 }
 
 /// Typed fields: `serde_path_to_error` names the field of a wrong type.
-fn typed<T: for<'de> Deserialize<'de>>(body: &serde_json::Map<String, Value>) -> Result<T, ApiError> {
+fn typed<T: for<'de> Deserialize<'de>>(
+    body: &serde_json::Map<String, Value>,
+) -> Result<T, ApiError> {
     let value = Value::Object(body.clone());
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
@@ -195,7 +211,11 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
     };
     let temperature = f.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
-        return Err(ApiError::field("temperature", "a number in [0, 2]", temperature));
+        return Err(ApiError::field(
+            "temperature",
+            "a number in [0, 2]",
+            temperature,
+        ));
     }
     let top_p = f.top_p.unwrap_or(1.0);
     if !(top_p > 0.0 && top_p <= 1.0) {
@@ -204,11 +224,23 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
     if let Some(n) = f.n.filter(|&n| n != 1) {
         return Err(ApiError::field("n", "1 (one choice per request)", n));
     }
-    if let Some(v) = f.logprobs.as_ref().filter(|v| !matches!(v, Value::Null | Value::Bool(false))) {
-        return Err(ApiError::field("logprobs", "false or absent (not supported)", kind_of(v)));
+    if let Some(v) = f
+        .logprobs
+        .as_ref()
+        .filter(|v| !matches!(v, Value::Null | Value::Bool(false)))
+    {
+        return Err(ApiError::field(
+            "logprobs",
+            "false or absent (not supported)",
+            kind_of(v),
+        ));
     }
     if f.echo == Some(true) {
-        return Err(ApiError::field("echo", "false or absent (not supported)", true));
+        return Err(ApiError::field(
+            "echo",
+            "false or absent (not supported)",
+            true,
+        ));
     }
     let stop = match f.stop {
         None | Some(Value::Null) => Vec::new(),
@@ -226,22 +258,37 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
                 .enumerate()
                 .map(|(i, v)| match v {
                     Value::String(s) => Ok(s.clone()),
-                    other => Err(ApiError::field(&format!("stop[{i}]"), "a string", kind_of(other))),
+                    other => Err(ApiError::field(
+                        &format!("stop[{i}]"),
+                        "a string",
+                        kind_of(other),
+                    )),
                 })
                 .collect::<Result<_, _>>()?
         }
-        Some(other) => return Err(ApiError::field("stop", "a string or an array of strings", kind_of(&other))),
+        Some(other) => {
+            return Err(ApiError::field(
+                "stop",
+                "a string or an array of strings",
+                kind_of(&other),
+            ))
+        }
     };
     let stream = f.stream.unwrap_or(false);
     Ok(Sampling {
         max_tokens,
         temperature: temperature as f32,
         top_p: top_p as f32,
-        top_k: f.top_k.map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
+        top_k: f
+            .top_k
+            .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
         seed: f.seed.map_or(0, |s| s as u64),
         stop,
         stream,
-        include_usage: stream && f.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+        include_usage: stream
+            && f.stream_options
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
     })
 }
 
@@ -272,7 +319,11 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
             })
             .collect::<Result<Vec<_>, _>>()
             .map(|texts| texts.concat()),
-        Some(other) => Err(ApiError::field(&param, "a string or an array of text parts", kind_of(other))),
+        Some(other) => Err(ApiError::field(
+            &param,
+            "a string or an array of text parts",
+            kind_of(other),
+        )),
         None => Err(ApiError::field(&param, "a string", "none")),
     }
 }
@@ -283,8 +334,20 @@ pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     let sampling = common(&body, model)?;
     let messages = match body.get("messages") {
         Some(Value::Array(items)) if !items.is_empty() => items,
-        Some(Value::Array(_)) => return Err(ApiError::field("messages", "at least one message", "an empty array")),
-        Some(other) => return Err(ApiError::field("messages", "an array of messages", kind_of(other))),
+        Some(Value::Array(_)) => {
+            return Err(ApiError::field(
+                "messages",
+                "at least one message",
+                "an empty array",
+            ))
+        }
+        Some(other) => {
+            return Err(ApiError::field(
+                "messages",
+                "an array of messages",
+                kind_of(other),
+            ))
+        }
         None => return Err(ApiError::field("messages", "an array of messages", "none")),
     };
     let messages = messages
@@ -336,15 +399,31 @@ pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
         Some(Value::String(s)) => Prompt::Text(s.clone()),
         Some(Value::Array(items)) if !items.is_empty() && items.iter().all(Value::is_number) => {
             Prompt::Ids(ids(items).ok_or_else(|| {
-                ApiError::field("prompt", "token ids (integers 0..=4294967295)", "another number")
+                ApiError::field(
+                    "prompt",
+                    "token ids (integers 0..=4294967295)",
+                    "another number",
+                )
             })?)
         }
         Some(Value::Array(items)) if items.len() == 1 => match &items[0] {
             Value::String(s) => Prompt::Text(s.clone()),
-            Value::Array(inner) if !inner.is_empty() => Prompt::Ids(ids(inner).ok_or_else(|| {
-                ApiError::field("prompt[0]", "token ids (integers 0..=4294967295)", "another value")
-            })?),
-            other => return Err(ApiError::field("prompt[0]", "a string or token ids", kind_of(other))),
+            Value::Array(inner) if !inner.is_empty() => {
+                Prompt::Ids(ids(inner).ok_or_else(|| {
+                    ApiError::field(
+                        "prompt[0]",
+                        "token ids (integers 0..=4294967295)",
+                        "another value",
+                    )
+                })?)
+            }
+            other => {
+                return Err(ApiError::field(
+                    "prompt[0]",
+                    "a string or token ids",
+                    kind_of(other),
+                ))
+            }
         },
         Some(Value::Array(items)) => {
             return Err(ApiError::field(
@@ -353,7 +432,13 @@ pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
                 format!("an array of {} items", items.len()),
             ))
         }
-        Some(other) => return Err(ApiError::field("prompt", "a string or token ids", kind_of(other))),
+        Some(other) => {
+            return Err(ApiError::field(
+                "prompt",
+                "a string or token ids",
+                kind_of(other),
+            ))
+        }
         None => return Err(ApiError::field("prompt", "a string or token ids", "none")),
     };
     Ok(Parsed { prompt, sampling })
@@ -394,7 +479,15 @@ impl Endpoint {
     }
 
     /// The whole response of a non-streaming request.
-    pub fn response(self, id: &str, created: u64, model: &str, text: &str, finish: &str, usage: Value) -> Value {
+    pub fn response(
+        self,
+        id: &str,
+        created: u64,
+        model: &str,
+        text: &str,
+        finish: &str,
+        usage: Value,
+    ) -> Value {
         match self {
             Endpoint::Chat => json!({
                 "id": id, "object": "chat.completion", "created": created, "model": model,
@@ -412,7 +505,15 @@ impl Endpoint {
 
     /// One stream chunk: `text` (the chat's first chunk also carries the role), or the last
     /// one with `finish`.
-    pub fn chunk(self, id: &str, created: u64, model: &str, text: Option<&str>, first: bool, finish: Option<&str>) -> Value {
+    pub fn chunk(
+        self,
+        id: &str,
+        created: u64,
+        model: &str,
+        text: Option<&str>,
+        first: bool,
+        finish: Option<&str>,
+    ) -> Value {
         match self {
             Endpoint::Chat => {
                 let mut delta = serde_json::Map::new();
@@ -458,20 +559,76 @@ mod tests {
             ("{", None, "expected JSON"),
             ("[1]", None, "a JSON object"),
             (r#"{"messages": []}"#, Some("model"), "found none"),
-            (r#"{"model": 3, "messages": []}"#, Some("model"), "the number 3"),
-            (r#"{"model": "m", "messages": []}"#, Some("messages"), "an empty array"),
-            (r#"{"model": "m", "messages": "hi"}"#, Some("messages"), "the string"),
-            (r#"{"model": "m", "messages": [{"role": "bot", "content": "x"}]}"#, Some("messages[0].role"), "\"bot\""),
-            (r#"{"model": "m", "messages": [{"role": "user"}]}"#, Some("messages[0].content"), "none"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#, Some("messages[0].content[0].type"), "image_url"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"}"#, Some("max_tokens"), "invalid type"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}"#, Some("max_tokens"), "at least 1"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3}"#, Some("temperature"), "[0, 2]"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0}"#, Some("top_p"), "(0, 1]"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#, Some("n"), "found 2"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": 5}"#, Some("stop"), "the number 5"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a", 1]}"#, Some("stop[1]"), "a string"),
-            (r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}"#, Some("stream"), "invalid type"),
+            (
+                r#"{"model": 3, "messages": []}"#,
+                Some("model"),
+                "the number 3",
+            ),
+            (
+                r#"{"model": "m", "messages": []}"#,
+                Some("messages"),
+                "an empty array",
+            ),
+            (
+                r#"{"model": "m", "messages": "hi"}"#,
+                Some("messages"),
+                "the string",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "bot", "content": "x"}]}"#,
+                Some("messages[0].role"),
+                "\"bot\"",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user"}]}"#,
+                Some("messages[0].content"),
+                "none",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}"#,
+                Some("messages[0].content[0].type"),
+                "image_url",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"}"#,
+                Some("max_tokens"),
+                "invalid type",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}"#,
+                Some("max_tokens"),
+                "at least 1",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": 3}"#,
+                Some("temperature"),
+                "[0, 2]",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0}"#,
+                Some("top_p"),
+                "(0, 1]",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}"#,
+                Some("n"),
+                "found 2",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": 5}"#,
+                Some("stop"),
+                "the number 5",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["a", 1]}"#,
+                Some("stop[1]"),
+                "a string",
+            ),
+            (
+                r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}"#,
+                Some("stream"),
+                "invalid type",
+            ),
         ] {
             let e = chat_err(body);
             assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
@@ -479,7 +636,10 @@ mod tests {
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
         let e = chat_err(r#"{"model": "other", "messages": [{"role": "user", "content": "x"}]}"#);
-        assert_eq!((e.status, e.code), (StatusCode::NOT_FOUND, Some("model_not_found")));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::NOT_FOUND, Some("model_not_found"))
+        );
         assert!(e.message.contains("\"other\""), "{}", e.message);
     }
 
@@ -493,14 +653,34 @@ mod tests {
             "m",
         )
         .unwrap();
-        let Prompt::Messages(m) = &p.prompt else { panic!() };
-        assert_eq!(m, &vec![ChatMessage::new("system", "s"), ChatMessage::new("user", "ab")]);
+        let Prompt::Messages(m) = &p.prompt else {
+            panic!()
+        };
+        assert_eq!(
+            m,
+            &vec![
+                ChatMessage::new("system", "s"),
+                ChatMessage::new("user", "ab")
+            ]
+        );
         let s = &p.sampling;
-        assert_eq!((s.max_tokens, s.temperature, s.seed), (Some(5), 0.0, u64::MAX));
+        assert_eq!(
+            (s.max_tokens, s.temperature, s.seed),
+            (Some(5), 0.0, u64::MAX)
+        );
         assert_eq!(s.stop, vec!["x".to_string()]);
         assert!(s.stream && s.include_usage);
-        for (prompt, ids) in [("[5, 6]", Some(vec![5, 6])), ("[[7]]", Some(vec![7])), ("\"t\"", None), ("[\"t\"]", None)] {
-            let p = parse_completion(format!(r#"{{"model": "m", "prompt": {prompt}}}"#).as_bytes(), "m").unwrap();
+        for (prompt, ids) in [
+            ("[5, 6]", Some(vec![5, 6])),
+            ("[[7]]", Some(vec![7])),
+            ("\"t\"", None),
+            ("[\"t\"]", None),
+        ] {
+            let p = parse_completion(
+                format!(r#"{{"model": "m", "prompt": {prompt}}}"#).as_bytes(),
+                "m",
+            )
+            .unwrap();
             match (p.prompt, ids) {
                 (Prompt::Ids(got), Some(want)) => assert_eq!(got, want),
                 (Prompt::Text(t), None) => assert_eq!(t, "t"),
@@ -509,7 +689,11 @@ mod tests {
         }
         let e = parse_completion(br#"{"model": "m", "prompt": ["a", "b"]}"#, "m").unwrap_err();
         assert!(e.message.contains("batches"), "{}", e.message);
-        let huge = parse_completion(br#"{"model": "m", "prompt": "a", "max_tokens": 18446744073709551615}"#, "m").unwrap();
+        let huge = parse_completion(
+            br#"{"model": "m", "prompt": "a", "max_tokens": 18446744073709551615}"#,
+            "m",
+        )
+        .unwrap();
         assert!(huge.sampling.max_tokens.unwrap() > 1 << 40);
     }
 }

@@ -121,7 +121,11 @@ impl Metrics {
             "wgemma_tokens_per_second",
             "gauge",
             "Generated tokens over the time spent generating, since start.",
-            &one(if busy_s > 0.0 { generated as f64 / busy_s } else { 0.0 }),
+            &one(if busy_s > 0.0 {
+                generated as f64 / busy_s
+            } else {
+                0.0
+            }),
         );
         let ttft_n = get(&self.ttft_count);
         metric(

@@ -25,7 +25,6 @@ pub enum Event {
     Text(String),
     Done {
         finish: FinishReason,
-        prompt_tokens: usize,
         completion_tokens: usize,
         /// The whole text (for a non-streaming answer).
         text: String,
@@ -87,13 +86,22 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
     // errors (400), found before anything runs.
     let prompt = match session.prompt_ids(&request) {
         Ok(ids) => ids,
-        Err(e) => return fail(ApiError::invalid(prompt_param, format!("{prompt_param}: {e}"))),
+        Err(e) => {
+            return fail(ApiError::invalid(
+                prompt_param,
+                format!("{prompt_param}: {e}"),
+            ))
+        }
     };
     let (context, vocab) = match session.model() {
         Ok(m) => (m.options.max_context, m.spec.config.vocab_size),
         Err(e) => return fail(ApiError::internal(e.to_string())),
     };
-    if let Some((i, t)) = prompt.iter().enumerate().find(|(_, &t)| t as usize >= vocab) {
+    if let Some((i, t)) = prompt
+        .iter()
+        .enumerate()
+        .find(|(_, &t)| t as usize >= vocab)
+    {
         return fail(ApiError::field(
             &format!("{prompt_param}[{i}]"),
             format!("a token id < {vocab} (the vocabulary size)"),
@@ -102,16 +110,14 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
     }
     let room = context.saturating_sub(prompt.len());
     let max_new = match job.parsed.sampling.max_tokens {
-        Some(m) if m > room => {
-            return fail(ApiError::field(
-                "max_tokens",
-                format!(
-                    "at most {room} (the context of {context} positions less the prompt's {} tokens)",
-                    prompt.len()
-                ),
-                m,
-            ))
-        }
+        Some(m) if m > room => return fail(ApiError::field(
+            "max_tokens",
+            format!(
+                "at most {room} (the context of {context} positions less the prompt's {} tokens)",
+                prompt.len()
+            ),
+            m,
+        )),
         Some(m) => m,
         None if room == 0 => {
             return fail(ApiError::field(
@@ -171,7 +177,6 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
             }
             let _ = events.send(Event::Done {
                 finish: out.finish_reason,
-                prompt_tokens,
                 completion_tokens: out.tokens.len(),
                 text: out.text.unwrap_or_default(),
                 tail: out.unstreamed_text,

@@ -9,16 +9,16 @@
 //! borrowed per call, so a long-running generation must not hold a borrow of the `Session`
 //! (that would make `abort()` throw), and two operations must not interleave on one model.
 
-use wgemma::session::{
-    ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, GenerateRequest, LoadOptions,
-    ModelInfo, Session as Engine, TokenEvent,
-};
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use serde::de::DeserializeOwned;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wgemma::session::{
+    ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, GenerateRequest, LoadOptions,
+    ModelInfo, Session as Engine, TokenEvent,
+};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"

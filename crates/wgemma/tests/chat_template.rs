@@ -53,7 +53,8 @@ fn tokenizer_config_template_and_the_builtin_format_agree_with_hf() {
     let hf = expected();
     let source = std::fs::read_to_string(dir().join("gemma4_turns.jinja")).unwrap();
     // The same template handed over the way older checkpoints ship it.
-    let config = serde_json::json!({"bos_token": "<bos>", "eos_token": "<eos>", "chat_template": source});
+    let config =
+        serde_json::json!({"bos_token": "<bos>", "eos_token": "<eos>", "chat_template": source});
     let template = ChatTemplate::from_checkpoint(None, Some(&config.to_string()))
         .unwrap()
         .unwrap();
@@ -72,7 +73,11 @@ fn tokenizer_config_template_and_the_builtin_format_agree_with_hf() {
             .as_str()
             .unwrap()
             .to_string();
-        assert_eq!(template.render(&msgs, true).unwrap(), want, "{conversation}");
+        assert_eq!(
+            template.render(&msgs, true).unwrap(),
+            want,
+            "{conversation}"
+        );
         // These conversations have no surrounding whitespace to trim: the built-in format
         // (used when a checkpoint has no template) writes the same turns.
         assert_eq!(builtin_gemma4(&msgs, true).unwrap(), want, "{conversation}");

@@ -163,12 +163,14 @@ fn requests_a_page_can_get_wrong_are_refused_with_a_reason() {
         prompt: Some("hello".into()),
         ..GenerateRequest::default()
     };
-    assert!(err(generate(&mut engine, text, &mut |_| true)).contains("expected a model with a tokenizer"));
+    assert!(err(generate(&mut engine, text, &mut |_| true))
+        .contains("expected a model with a tokenizer"));
     let speculative = GenerateRequest {
         speculative: true,
         ..ids.clone()
     };
-    assert!(err(generate(&mut engine, speculative, &mut |_| true)).contains("expected an assistant loaded"));
+    assert!(err(generate(&mut engine, speculative, &mut |_| true))
+        .contains("expected an assistant loaded"));
     let neither = GenerateRequest::default();
     assert!(err(generate(&mut engine, neither, &mut |_| true)).contains("exactly one of prompt"));
 
@@ -213,8 +215,14 @@ fn conversations_stop_strings_and_finish_reasons() {
     // Without a template of the checkpoint's, Gemma 4's turn format: the same ids as the
     // rendered text encoded.
     let rendered = engine.render_chat(&conversation).unwrap();
-    assert!(rendered.starts_with("<bos><|turn>system\nw1 w2<turn|>\n"), "{rendered}");
-    assert!(rendered.ends_with("<|turn>user\nw5 w6<turn|>\n<|turn>model\n"), "{rendered}");
+    assert!(
+        rendered.starts_with("<bos><|turn>system\nw1 w2<turn|>\n"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.ends_with("<|turn>user\nw5 w6<turn|>\n<|turn>model\n"),
+        "{rendered}"
+    );
     let tok = engine.tokenizer().unwrap();
     assert_eq!(out.prompt_ids, tok.encode(&rendered).unwrap());
     assert_eq!(out.finish_reason, FinishReason::Length);
@@ -265,7 +273,8 @@ fn conversations_stop_strings_and_finish_reasons() {
 
 #[test]
 fn a_checkpoint_chat_template_is_used_for_chat_prompts() {
-    let template = "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
+    let template =
+        "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
                     {% if add_generation_prompt %}model:{% endif %}";
     let mut files = files("e2b_like", Some(word_tokenizer()));
     files.chat_template = Some(template.to_string());

@@ -158,7 +158,9 @@ impl ChatTemplate {
                 }
             },
         };
-        source.map(|s| ChatTemplate::new(&s, &bos, &eos)).transpose()
+        source
+            .map(|s| ChatTemplate::new(&s, &bos, &eos))
+            .transpose()
     }
 
     /// The conversation as text, as HF's `apply_chat_template(messages, tokenize=False,
@@ -325,7 +327,10 @@ mod tests {
         let err = builtin_gemma4(&[ChatMessage::new("robot", "x")], true)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("messages[0].role") && err.contains("\"robot\""), "{err}");
+        assert!(
+            err.contains("messages[0].role") && err.contains("\"robot\""),
+            "{err}"
+        );
         assert!(builtin_gemma4(&[], true).is_err());
     }
 
@@ -346,7 +351,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("first must be user"), "{err}");
-        assert_eq!(t.render(&[ChatMessage::new("user", "x")], true).unwrap(), "ok");
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
+            "ok"
+        );
     }
 
     #[test]
@@ -356,13 +364,21 @@ mod tests {
         let list = r#"{"bos_token": {"content": "<s>"}, "chat_template": [
             {"name": "tool_use", "template": "tools"},
             {"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}"}]}"#;
-        let t = ChatTemplate::from_checkpoint(None, Some(list)).unwrap().unwrap();
-        assert_eq!(t.render(&[ChatMessage::new("user", "x")], true).unwrap(), "<s>x");
+        let t = ChatTemplate::from_checkpoint(None, Some(list))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
+            "<s>x"
+        );
         // chat_template.jinja wins over the config's template.
         let t = ChatTemplate::from_checkpoint(Some("jinja {{ eos_token }}"), Some(list))
             .unwrap()
             .unwrap();
-        assert_eq!(t.render(&[ChatMessage::new("user", "x")], true).unwrap(), "jinja <eos>");
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
+            "jinja <eos>"
+        );
         let err = ChatTemplate::from_checkpoint(None, Some(r#"{"chat_template": 3}"#))
             .unwrap_err()
             .to_string();

@@ -63,7 +63,8 @@ impl TextSetup {
         if eos_ids.is_empty() {
             eos_ids = config_eos_ids;
         }
-        let chat_template = ChatTemplate::from_checkpoint(chat_template_jinja, tokenizer_config_json)?;
+        let chat_template =
+            ChatTemplate::from_checkpoint(chat_template_jinja, tokenizer_config_json)?;
         Ok(TextSetup {
             tokenizer,
             eos_ids,
@@ -412,8 +413,8 @@ impl Session {
         config_json: &str,
         shards: &[(String, Vec<u8>)],
     ) -> Result<()> {
-        let spec = parse_assistant_config(config_json)
-            .map_err(|e| e.within("assistant config.json"))?;
+        let spec =
+            parse_assistant_config(config_json).map_err(|e| e.within("assistant config.json"))?;
         let shards = shards
             .iter()
             .map(|(name, bytes)| (name.clone(), &bytes[..]))
@@ -528,12 +529,7 @@ impl Session {
             }
         };
         if ids.is_empty() {
-            return Err(Error::invalid(
-                OP,
-                "prompt tokens",
-                "at least one",
-                0,
-            ));
+            return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
         }
         Ok(ids)
     }

@@ -111,7 +111,10 @@ mod tests {
         let (_, text, _) = run(&["é!", "zz"], &["aé", "zzé!"]);
         assert_eq!(text, "aé");
         let (out, text, stopped) = run(&[], &["a", "b"]);
-        assert_eq!((out.concat(), text.as_str(), stopped), ("ab".into(), "ab", false));
+        assert_eq!(
+            (out.concat(), text.as_str(), stopped),
+            ("ab".into(), "ab", false)
+        );
         let (_, text, _) = run(&["", "b"], &["ab"]);
         assert_eq!(text, "a");
     }
