@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """End-to-end tests of `wgemma serve` with the official `openai` Python client.
 
-Starts the server on 127.0.0.1 (a free port) over a tiny test model (the `e2b_like` golden
-fixture with a word-level tokenizer, the `gemma4_turns` chat template and its MTP
-assistant), then runs: chat, streaming chat and completions through the client; seeds and
-stop strings; the errors (malformed JSON, wrong types, huge max_tokens, unknown model,
-missing or wrong key); a full queue answering 503; and a bounded load test (requests from
-16 threads, a quarter cancelled mid-stream) whose finished requests must equal their solo
-runs, after which the metrics must show no sequence left and the server must still answer.
-The server is stopped at the end, also on failure. Every request has a timeout.
+Starts two servers on 127.0.0.1 (free ports) over a tiny test model (the `e2b_like` golden
+fixture with a word-level tokenizer and the `gemma4_turns` chat template): one batching
+up to 4 sequences, one drafting with the fixture's MTP assistant. Runs: chat, streaming
+chat and completions through the client; seeds and stop strings; the errors (malformed
+JSON, wrong types, huge max_tokens, unknown model, missing or wrong key); a full queue
+answering 503; greedy output identical alone and batched; the speculative server's
+output equal to the plain one's; and a bounded load test (requests from 16 threads, a
+quarter cancelled mid-stream) whose finished requests must equal their solo runs, after
+which the metrics must show no sequence or KV slot held and the server must still answer.
+The servers are stopped at the end, also on failure. Every request has a timeout.
 
     test_server.py --wgemma target/debug/wgemma [--requests 200] [--concurrency 16]
 """
@@ -157,19 +159,20 @@ def main():
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="wgemma-serve-test-")
-    server = None
+    servers = []
     try:
         model = model_dir(tmp)
         assistant = GOLDEN / "e2b_like_assistant"
         t0 = time.time()
-        server = Server(args.wgemma, model, ["--assistant", str(assistant), "--queue", "12"])
-        print(f"server up at {server.base} in {time.time() - t0:.1f} s", flush=True)
-        client = openai.OpenAI(base_url=server.base + "/v1", api_key=KEY, max_retries=0, timeout=TIMEOUT)
-        run_tests(server, client, args)
+        servers.append(Server(args.wgemma, model, ["--parallel", "4", "--queue", "12"]))
+        servers.append(Server(args.wgemma, model, ["--assistant", str(assistant)]))
+        print(f"servers up at {servers[0].base} (batching) and {servers[1].base} (speculative) "
+              f"in {time.time() - t0:.1f} s", flush=True)
+        run_tests(servers[0], servers[1], args)
     finally:
-        if server is not None:
+        for server in servers:
             rc = server.stop()
-            print(f"server stopped (exit {rc})", flush=True)
+            print(f"server {server.base} stopped (exit {rc})", flush=True)
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{len(PASSED)} passed, {len(FAILED)} failed")
     if FAILED:
@@ -182,7 +185,12 @@ def chat_messages(i):
             {"role": "user", "content": f"w{i % 11} w{200 + i % 13} w{300 + i % 3}"}]
 
 
-def run_tests(server, client, args):
+def client_of(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=KEY, max_retries=0, timeout=TIMEOUT)
+
+
+def run_tests(server, spec_server, args):
+    client = client_of(server)
     greedy = dict(model="tiny", temperature=0)
 
     def health_and_models():
@@ -299,6 +307,39 @@ def run_tests(server, client, args):
                 assert body["error"]["code"] == "overloaded", body
         wait_idle(server)
 
+    def greedy_alone_equals_batched():
+        n = 8
+        solo = [client.chat.completions.create(messages=chat_messages(100 + i), max_tokens=12, **greedy)
+                .choices[0].message.content for i in range(n)]
+        barrier = threading.Barrier(n)
+
+        def one(i):
+            barrier.wait()
+            return client.chat.completions.create(messages=chat_messages(100 + i), max_tokens=12,
+                                                  **greedy).choices[0].message.content
+
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            batched = list(pool.map(one, range(n)))
+        assert batched == solo, (batched, solo)
+        m = wait_idle(server)
+        assert m["wgemma_batch_rows_peak"] >= 2, f"never batched: {m['wgemma_batch_rows_peak']}"
+        assert m["wgemma_kv_slots"] == 4, m["wgemma_kv_slots"]
+
+    def speculative_server():
+        spec = client_of(spec_server)
+        for i in range(3):
+            want = client.chat.completions.create(messages=chat_messages(i), max_tokens=10, **greedy)
+            got = spec.chat.completions.create(messages=chat_messages(i), max_tokens=10, **greedy)
+            assert got.choices[0].message.content == want.choices[0].message.content, (got, want)
+            assert got.usage == want.usage, (got.usage, want.usage)
+        stream = spec.chat.completions.create(messages=chat_messages(0), max_tokens=10, stream=True, **greedy)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == client.chat.completions.create(messages=chat_messages(0), max_tokens=10,
+                                                      **greedy).choices[0].message.content
+        m = wait_idle(spec_server)
+        assert m["wgemma_draft_tokens_total"] > 0, m
+        assert 0 <= m["wgemma_draft_acceptance_rate"] <= 1, m
+
     def load_test():
         prompts = 8
         # Solo runs first: the expected text of every prompt.
@@ -349,7 +390,7 @@ def run_tests(server, client, args):
               f"{args.concurrency} concurrent, {elapsed:.1f} s, {retries[0]} retries after 503; "
               f"metrics: {m['wgemma_generated_tokens_total']:.0f} tokens generated, "
               f"{m['wgemma_tokens_per_second']:.1f} tok/s while generating, "
-              f"acceptance {m['wgemma_draft_acceptance_rate']:.2f}", flush=True)
+              f"up to {m['wgemma_batch_rows_peak']:.0f} sequences per step", flush=True)
 
     check("health and models", health_and_models)
     check("chat completion", chat)
@@ -358,6 +399,8 @@ def run_tests(server, client, args):
     check("seeded sampling and stop strings", sampling_and_stop)
     check("errors", errors)
     check("a full queue answers 503", full_queue_answers_503)
+    check("greedy output identical alone and batched", greedy_alone_equals_batched)
+    check("speculative server equals the plain one", speculative_server)
     check("load test", load_test)
 
 

@@ -5,8 +5,9 @@
 //!   `top_p`, `seed`, `stop` (and `top_k`).
 //! - `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
 //!
-//! The model lives on its own thread ([`crate::serve_worker`]); handlers queue jobs for it
-//! (a full queue answers 503 at once) and relay its events. A client that disconnects drops
+//! The model lives on its own thread ([`crate::serve_worker`]), which decodes up to
+//! `--parallel` requests together (continuous batching); handlers queue jobs for it (a full
+//! queue answers 503 at once) and relay its events. A client that disconnects drops
 //! its stream, which closes the job's channel and stops its sequence after the token in
 //! flight. Binds to 127.0.0.1 unless `--host` says otherwise; `--api-key` requires
 //! `Authorization: Bearer KEY` on `/v1/*` and `/metrics`.
@@ -37,6 +38,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::UnboundedReceiver;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
+use wgemma::ops::attention::MAX_SEQUENCES;
 use wgemma::session::{Session, TextSetup};
 
 #[derive(Args)]
@@ -57,8 +59,9 @@ pub struct ServeArgs {
     /// Port to listen on (0: any free port; the address is printed).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Sequences admitted at once (1..=64). This build holds one KV cache, so admitted
-    /// sequences take turns; requests beyond these wait in the queue.
+    /// Sequences decoded together (continuous batching: one forward of one row per active
+    /// sequence per step, each over its own KV cache slot, allocated at load). Requests
+    /// beyond these wait in the queue. With --assistant, requests run one at a time.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
     /// Requests that may wait for a sequence; beyond it the server answers 503 at once.
@@ -94,13 +97,16 @@ fn unix_now() -> u64 {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let load_request = args.model.request()?;
-    if !(1..=64).contains(&args.parallel) {
+    let mut load_request = args.model.request()?;
+    // The model's own active sequence keeps slot 0; the batch's sequences take the others.
+    let max_parallel = MAX_SEQUENCES - 1;
+    if !(1..=max_parallel).contains(&args.parallel) {
         bail!(
-            "--parallel: expected 1..=64 sequences, found {}",
+            "--parallel: expected 1..={max_parallel} sequences, found {}",
             args.parallel
         );
     }
+    load_request.options.sequences = args.parallel + 1;
     if args.queue == 0 {
         bail!("--queue: expected at least 1 waiting request, found 0");
     }
@@ -135,6 +141,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let assistant_path = args.assistant.clone();
     let verify = !args.model.no_verify;
     let worker_metrics = metrics.clone();
+    let parallel = args.parallel;
     let worker = std::thread::Builder::new()
         .name("wgemma-model".into())
         .spawn(move || {
@@ -158,12 +165,19 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     let a = load_assistant(session.ctx(), path, session.model()?, format, verify)?;
                     session.install_assistant(a);
                 }
+                let rows = session.max_batch()?;
+                if parallel > rows {
+                    bail!(
+                        "--parallel: expected at most {rows} sequences (rows of the largest \
+                         forward plan: --prefill-chunk), found {parallel}"
+                    );
+                }
                 Ok(session)
             })();
             match loaded {
                 Ok(session) => {
                     let _ = ready_tx.send(Ok(()));
-                    serve_worker::run(session, job_rx, worker_metrics);
+                    serve_worker::run(session, job_rx, worker_metrics, parallel);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -183,7 +197,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics,
         model_name,
         api_key: args.api_key.clone(),
-        kv_slots: 1,
+        kv_slots: if args.assistant.is_some() {
+            1
+        } else {
+            args.parallel
+        },
         queue: args.queue,
         next_id: AtomicU64::new(1),
         created: unix_now(),

@@ -19,6 +19,8 @@ pub struct Metrics {
     pub queue_depth: AtomicU64,
     /// Sequences being generated (each holds a KV cache slot).
     pub active_sequences: AtomicU64,
+    /// The most sequences that decoded together in one step.
+    pub peak_batch: AtomicU64,
     /// Time the model thread spent generating, in microseconds.
     pub busy_us: AtomicU64,
     /// Sum of the times to first token, microseconds, and their count.
@@ -98,6 +100,12 @@ impl Metrics {
             "gauge",
             "Sequences being generated.",
             &one(get(&self.active_sequences) as f64),
+        );
+        metric(
+            "wgemma_batch_rows_peak",
+            "gauge",
+            "The most sequences one decode step advanced together (continuous batching).",
+            &one(get(&self.peak_batch) as f64),
         );
         metric(
             "wgemma_kv_slots_in_use",

@@ -1,19 +1,22 @@
 //! The model thread of `wgemma serve`: it owns the [`Session`] (GPU context, target, assistant),
 //! takes jobs from a bounded queue and streams each one's text back over a channel. A job
-//! whose channel is closed (its client went away) is skipped, or stopped after the token in
-//! flight, which frees its sequence at once.
+//! whose channel is closed (its client went away) is skipped, or dropped after the step in
+//! flight, which gives its KV slot back at once.
 //!
-//! Sequences run one at a time: the model holds one KV cache, so `--parallel` sequences take
-//! turns at the queue rather than sharing decode steps.
+//! Continuous batching: up to `--parallel` sequences decode together, one forward of M =
+//! (active sequences) rows per step, each row over its own KV slot; a new request is
+//! prefilled into a free slot between steps and joins the next step, a finished or
+//! cancelled one leaves. With an assistant loaded, requests draft speculatively and run one
+//! at a time (a round's drafts and verify are per sequence; batching rounds is not done).
 
 use crate::serve_api::{ApiError, Parsed, Prompt};
 use crate::serve_metrics::Metrics;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
-use wgemma::session::{FinishReason, GenerateRequest, Session};
+use wgemma::session::{FinishReason, GenerateRequest, Session, Stream, TokenEvent};
 
 /// What the model thread tells a request's handler, in order: `Started` or `Failed`, then
 /// `Text` pieces, then `Done` (or `Failed`).
@@ -40,16 +43,177 @@ pub struct Job {
     pub enqueued: Instant,
 }
 
-/// Runs jobs until every sender of `jobs` is gone.
-pub fn run(mut session: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>) {
-    while let Ok(job) = jobs.recv() {
-        metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-        if job.events.is_closed() {
-            metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+/// Runs jobs until every sender of `jobs` is gone: batched, or one at a time when the
+/// session drafts with an assistant.
+pub fn run(mut session: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, parallel: usize) {
+    if session.has_assistant() {
+        while let Ok(job) = jobs.recv() {
+            if let Some(job) = take(job, &metrics) {
+                run_job(&mut session, job, &metrics);
+            }
+        }
+        return;
+    }
+    let mut active: Vec<Active> = Vec::new();
+    loop {
+        // Admit waiting jobs into free slots; block only when nothing is decoding.
+        while active.len() < parallel {
+            let job = if active.is_empty() {
+                match jobs.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(job) => job,
+                    Err(TryRecvError::Empty) => break,
+                    // The server is stopping: finish the sequences in flight.
+                    Err(TryRecvError::Disconnected) => break,
+                }
+            };
+            if let Some(job) = take(job, &metrics) {
+                if let Some(a) = admit(&mut session, job, &metrics) {
+                    active.push(a);
+                }
+            }
+            metrics
+                .active_sequences
+                .store(active.len() as u64, Ordering::Relaxed);
+        }
+        // Clients that went away leave now: their slots come back before the step.
+        active.retain(|a| {
+            let open = !a.events.is_closed();
+            if !open {
+                metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            }
+            open
+        });
+        metrics
+            .active_sequences
+            .store(active.len() as u64, Ordering::Relaxed);
+        if active.is_empty() {
             continue;
         }
-        run_job(&mut session, job, &metrics);
+        metrics
+            .peak_batch
+            .fetch_max(active.len() as u64, Ordering::Relaxed);
+        let started = Instant::now();
+        let stepped = {
+            let mut streams: Vec<&mut Stream> = active.iter_mut().map(|a| &mut a.stream).collect();
+            pollster::block_on(session.step_streams(&mut streams))
+        };
+        metrics
+            .busy_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        match stepped {
+            Ok(events) => {
+                metrics
+                    .generated_tokens
+                    .fetch_add(events.len() as u64, Ordering::Relaxed);
+                for (a, event) in active.iter_mut().zip(&events) {
+                    a.send_text(event);
+                }
+            }
+            Err(e) => {
+                // A failed forward leaves every sequence of it in doubt: all of them end.
+                for a in active.drain(..) {
+                    let _ = a.events.send(Event::Failed(ApiError::internal(format!(
+                        "generation failed: {e}"
+                    ))));
+                }
+            }
+        }
+        active.retain_mut(|a| !a.finish_if_done());
+        metrics
+            .active_sequences
+            .store(active.len() as u64, Ordering::Relaxed);
     }
+}
+
+/// A job off the queue, unless its client has gone already.
+fn take(job: Job, metrics: &Metrics) -> Option<Job> {
+    metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+    if job.events.is_closed() {
+        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+        None
+    } else {
+        Some(job)
+    }
+}
+
+/// A request decoding in the batch.
+struct Active {
+    stream: Stream,
+    events: UnboundedSender<Event>,
+}
+
+impl Active {
+    fn send_text(&self, event: &TokenEvent) {
+        if let Some(text) = event.text.as_ref().filter(|t| !t.is_empty()) {
+            let _ = self.events.send(Event::Text(text.clone()));
+        }
+    }
+
+    /// Sends `Done` if the stream has ended; true if it has.
+    fn finish_if_done(&mut self) -> bool {
+        let Some(finish) = self.stream.finish_reason() else {
+            return false;
+        };
+        let tail = self.stream.finish_text();
+        let _ = self.events.send(Event::Done {
+            finish,
+            completion_tokens: self.stream.tokens().len(),
+            text: self.stream.text().to_string(),
+            tail,
+        });
+        true
+    }
+}
+
+/// Checks a job's prompt and budget, prefills it into a free slot and sends its first
+/// token; None when it failed or already ended.
+fn admit(session: &mut Session, job: Job, metrics: &Metrics) -> Option<Active> {
+    let events = job.events;
+    let (request, prompt_tokens) = match prepare(session, &job.parsed, false) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = events.send(Event::Failed(e));
+            return None;
+        }
+    };
+    if events.send(Event::Started { prompt_tokens }).is_err() {
+        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    let started = Instant::now();
+    let out = pollster::block_on(session.start_stream(&request));
+    metrics
+        .busy_us
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    let (stream, first) = match out {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = events.send(Event::Failed(ApiError::internal(format!(
+                "generation failed: {e}"
+            ))));
+            return None;
+        }
+    };
+    // From the request's arrival: under load this includes the time queued.
+    metrics
+        .ttft_us
+        .fetch_add(job.enqueued.elapsed().as_micros() as u64, Ordering::Relaxed);
+    metrics.ttft_count.fetch_add(1, Ordering::Relaxed);
+    metrics
+        .prompt_tokens
+        .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
+    metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
+    let mut active = Active { stream, events };
+    active.send_text(&first);
+    if active.finish_if_done() {
+        return None;
+    }
+    Some(active)
 }
 
 /// The session request of a parsed body, with the prompt still to be tokenised.
@@ -72,55 +236,52 @@ fn request_of(parsed: &Parsed, speculative: bool) -> GenerateRequest {
     request
 }
 
-fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
-    let events = job.events;
-    let fail = |e: ApiError| {
-        let _ = events.send(Event::Failed(e));
-    };
-    let mut request = request_of(&job.parsed, session.has_assistant());
-    let prompt_param = match job.parsed.prompt {
+/// The session request of a job with its prompt tokenised once and checked: a template's
+/// refusal, a token outside the vocabulary and a budget beyond the context are the
+/// client's errors (400), found before anything runs. Returns it with the prompt's length.
+fn prepare(
+    session: &Session,
+    parsed: &Parsed,
+    speculative: bool,
+) -> Result<(GenerateRequest, usize), ApiError> {
+    let mut request = request_of(parsed, speculative);
+    let prompt_param = match parsed.prompt {
         Prompt::Messages(_) => "messages",
         _ => "prompt",
     };
-    // Tokenise here, once: a template's refusal and the context budget are the client's
-    // errors (400), found before anything runs.
-    let prompt = match session.prompt_ids(&request) {
-        Ok(ids) => ids,
-        Err(e) => {
-            return fail(ApiError::invalid(
-                prompt_param,
-                format!("{prompt_param}: {e}"),
-            ))
-        }
-    };
-    let (context, vocab) = match session.model() {
-        Ok(m) => (m.options.max_context, m.spec.config.vocab_size),
-        Err(e) => return fail(ApiError::internal(e.to_string())),
-    };
+    let prompt = session
+        .prompt_ids(&request)
+        .map_err(|e| ApiError::invalid(prompt_param, format!("{prompt_param}: {e}")))?;
+    let model = session
+        .model()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let (context, vocab) = (model.options.max_context, model.spec.config.vocab_size);
     if let Some((i, t)) = prompt
         .iter()
         .enumerate()
         .find(|(_, &t)| t as usize >= vocab)
     {
-        return fail(ApiError::field(
+        return Err(ApiError::field(
             &format!("{prompt_param}[{i}]"),
             format!("a token id < {vocab} (the vocabulary size)"),
             t,
         ));
     }
     let room = context.saturating_sub(prompt.len());
-    let max_new = match job.parsed.sampling.max_tokens {
-        Some(m) if m > room => return fail(ApiError::field(
-            "max_tokens",
-            format!(
+    let max_new = match parsed.sampling.max_tokens {
+        Some(m) if m > room => {
+            return Err(ApiError::field(
+                "max_tokens",
+                format!(
                 "at most {room} (the context of {context} positions less the prompt's {} tokens)",
                 prompt.len()
             ),
-            m,
-        )),
+                m,
+            ))
+        }
         Some(m) => m,
         None if room == 0 => {
-            return fail(ApiError::field(
+            return Err(ApiError::field(
                 prompt_param,
                 format!("fewer than {context} tokens (the context)"),
                 format!("{} tokens", prompt.len()),
@@ -133,6 +294,19 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
     request.prompt = None;
     let prompt_tokens = prompt.len();
     request.prompt_ids = Some(prompt);
+    Ok((request, prompt_tokens))
+}
+
+/// One speculative request, start to end (the assistant drafts for the active sequence).
+fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
+    let events = job.events;
+    let fail = |e: ApiError| {
+        let _ = events.send(Event::Failed(e));
+    };
+    let (request, prompt_tokens) = match prepare(session, &job.parsed, true) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
     if events.send(Event::Started { prompt_tokens }).is_err() {
         metrics.cancelled.fetch_add(1, Ordering::Relaxed);
         return;

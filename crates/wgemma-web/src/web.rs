@@ -54,6 +54,8 @@ export interface LoadOptions {
   context?: number;
   /** Rows per prefill forward; default 64. */
   prefillChunk?: number;
+  /** KV cache slots (conversations held at once); default 1. */
+  sequences?: number;
 }
 export interface ArtifactOptions {
   /** KV cache positions; default 4096. */

@@ -294,3 +294,91 @@ fn a_checkpoint_chat_template_is_used_for_chat_prompts() {
     assert_eq!(out.prompt_ids, tok.encode("<bos>user: w7\nmodel:").unwrap());
     assert_eq!(out.prompt_ids[0], 2);
 }
+
+#[test]
+fn batched_streams_match_their_solo_runs_joining_and_leaving() {
+    // Three KV slots beside the model's own: streams join at different steps, one leaves
+    // early (its slot is reused by a late joiner), and every greedy token equals the
+    // request's solo run; a sampled stream equals its solo run with the same seed.
+    let options = LoadOptions {
+        sequences: 4,
+        ..LoadOptions::default()
+    };
+    let mut engine = pollster::block_on(Engine::new(None)).unwrap();
+    engine
+        .load_checkpoint(&files("e2b_like", Some(word_tokenizer())), &options)
+        .unwrap();
+    let request = |i: usize, temperature: f32| GenerateRequest {
+        messages: Some(vec![ChatMessage::new(
+            "user",
+            &format!("w{} w{}", 3 * i, 40 + i),
+        )]),
+        max_new_tokens: 8 + i,
+        temperature,
+        seed: i as u64,
+        ..GenerateRequest::default()
+    };
+    let requests: Vec<GenerateRequest> = (0..5)
+        .map(|i| request(i, if i == 3 { 0.8 } else { 0.0 }))
+        .collect();
+    let solo: Vec<Vec<u32>> = requests
+        .iter()
+        .map(|r| {
+            generate(&mut engine, r.clone(), &mut |_| true)
+                .unwrap()
+                .tokens
+        })
+        .collect();
+
+    let mut got: Vec<Vec<u32>> = vec![Vec::new(); requests.len()];
+    let mut active: Vec<(usize, wgemma::session::Stream)> = Vec::new();
+    let start = |engine: &mut Engine, i: usize, got: &mut Vec<Vec<u32>>| {
+        let (stream, first) = pollster::block_on(engine.start_stream(&requests[i])).unwrap();
+        got[i].push(first.id);
+        (i, stream)
+    };
+    active.push(start(&mut engine, 0, &mut got));
+    active.push(start(&mut engine, 1, &mut got));
+    let mut step = 0;
+    let mut peak = 0;
+    let mut dropped = false;
+    let mut next = 2;
+    while !active.is_empty() {
+        // Request 2 joins after two steps; 3 and 4 when slots free up.
+        if (step >= 2 && next == 2) || (next > 2 && next < requests.len() && active.len() < 3) {
+            active.push(start(&mut engine, next, &mut got));
+            next += 1;
+        }
+        peak = peak.max(active.len());
+        let mut streams: Vec<&mut wgemma::session::Stream> =
+            active.iter_mut().map(|(_, s)| s).collect();
+        let events = pollster::block_on(engine.step_streams(&mut streams)).unwrap();
+        for ((i, _), e) in active.iter().zip(&events) {
+            got[*i].push(e.id);
+        }
+        active.retain(|(_, s)| s.finish_reason().is_none());
+        // A client that goes away: stream 1 leaves after four steps, its slot freed.
+        if step == 3 && !dropped {
+            active.retain(|(i, _)| *i != 1);
+            dropped = true;
+        }
+        step += 1;
+        assert!(step < 100, "streams never finished");
+    }
+    assert!(peak >= 3, "at most {peak} streams decoded together");
+    for (i, (got, want)) in got.iter().zip(&solo).enumerate() {
+        if i == 1 {
+            assert_eq!(got[..], want[..got.len()], "stream 1 (left early)");
+            assert!(got.len() < want.len());
+        } else {
+            assert_eq!(got, want, "stream {i}");
+        }
+    }
+    // Every slot came back: three new streams fit again.
+    let held: Vec<_> = (0..3)
+        .map(|i| pollster::block_on(engine.start_stream(&requests[i])).unwrap())
+        .collect();
+    assert_eq!(held.len(), 3);
+    let e = err(pollster::block_on(engine.start_stream(&requests[0])).map(|_| ()));
+    assert!(e.contains("free sequence slot"), "{e}");
+}

@@ -4,13 +4,18 @@
 //! and stats. The CLI, the browser crate and the server all drive this; none of them builds
 //! prompts or stop lists of its own.
 //!
+//! Requests can also decode together, each in its own KV slot ([`Stream`]: continuous
+//! batching, one forward per step for all of them).
+//!
 //! Platform-independent (no threads, no filesystem, no blocking): the browser awaits it,
 //! native callers block on it with pollster at their edge.
 
+mod batch;
 pub mod chat;
 pub mod stop;
 mod types;
 
+pub use batch::Stream;
 pub use chat::{builtin_gemma4, ChatMessage, ChatTemplate};
 pub use stop::StopStrings;
 pub use types::*;
@@ -289,6 +294,7 @@ impl Session {
             format: WeightFormat::parse(&options.dtype)?,
             max_context: options.context,
             prefill_chunk: options.prefill_chunk,
+            sequences: options.sequences,
             ..ModelOptions::default()
         };
         let spec = parse_config(&files.config_json).map_err(|e| e.within("config.json"))?;
@@ -560,7 +566,8 @@ impl Session {
             stop_ids: target.stop_ids.clone(),
         };
         let gpu_errors = self.gpu_errors.clone();
-        let mut stream = target.text.tokenizer.as_ref().map(TextStream::new);
+        let tokenizer = target.text.tokenizer.as_ref();
+        let mut stream = TextStream::new();
         let mut stops = StopStrings::new(&request.stop);
         let mut stream_error = None;
         let mut cancelled = false;
@@ -575,7 +582,7 @@ impl Session {
             {
                 return false;
             }
-            let text = match stream.as_mut().map(|s| s.push(id)).transpose() {
+            let text = match tokenizer.map(|t| stream.push(t, id)).transpose() {
                 Ok(piece) => piece.flatten().map(|p| stops.push(&p)),
                 Err(e) => {
                     stream_error = Some(e);

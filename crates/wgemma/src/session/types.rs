@@ -32,6 +32,8 @@ pub struct LoadOptions {
     pub context: usize,
     /// Rows per prefill forward.
     pub prefill_chunk: usize,
+    /// KV cache slots (sequences held at once: 1 + the streams of a batch).
+    pub sequences: usize,
 }
 
 impl Default for LoadOptions {
@@ -41,6 +43,7 @@ impl Default for LoadOptions {
             dtype: "q4".into(),
             context: d.max_context,
             prefill_chunk: d.prefill_chunk,
+            sequences: d.sequences,
         }
     }
 }
