@@ -51,10 +51,11 @@ def main():
     ap.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=262144, help="prompt ids are drawn below this")
     args = ap.parse_args()
 
     def one(i):
-        prompt = [2] + [(i * 7919 + j * 104729) % 200000 + 1000 for j in range(args.prompt_len - 1)]
+        prompt = [2] + [10 + (i * 7919 + j * 104729) % (args.vocab - 10) for j in range(args.prompt_len - 1)]
         body = {"model": args.model, "prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0}
         return json.loads(request(args.url, args.api_key, "POST", "/v1/completions", body))["usage"]["completion_tokens"]
 

@@ -60,7 +60,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8080)]
     port: u16,
     /// Sequences decoded together (continuous batching: one forward of one row per active
-    /// sequence per step, each over its own KV cache slot, allocated at load). Requests
+    /// sequence per step, each over its own KV cache slot of --context positions, allocated at load).
+    /// Requests
     /// beyond these wait in the queue. With --assistant, requests run one at a time.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
@@ -106,7 +107,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.parallel
         );
     }
-    load_request.options.sequences = args.parallel + 1;
+    // Drafting runs one request at a time in the model's own sequence: no slots beside it.
+    load_request.options.sequences = if args.assistant.is_some() {
+        1
+    } else {
+        args.parallel + 1
+    };
     if args.queue == 0 {
         bail!("--queue: expected at least 1 waiting request, found 0");
     }
@@ -142,6 +148,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let verify = !args.model.no_verify;
     let worker_metrics = metrics.clone();
     let parallel = args.parallel;
+    let draft_tokens = args.draft_tokens;
     let worker = std::thread::Builder::new()
         .name("wgemma-model".into())
         .spawn(move || {
@@ -177,7 +184,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             match loaded {
                 Ok(session) => {
                     let _ = ready_tx.send(Ok(()));
-                    serve_worker::run(session, job_rx, worker_metrics, parallel);
+                    serve_worker::run(session, job_rx, worker_metrics, parallel, draft_tokens);
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -188,9 +195,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
     ready_rx
         .recv()
         .context("the model thread ended while loading")??;
-    if args.draft_tokens != 2 {
-        eprintln!("note: --draft-tokens applies to every request");
-    }
 
     let app = Arc::new(App {
         jobs,

@@ -45,11 +45,17 @@ pub struct Job {
 
 /// Runs jobs until every sender of `jobs` is gone: batched, or one at a time when the
 /// session drafts with an assistant.
-pub fn run(mut session: Session, jobs: Receiver<Job>, metrics: Arc<Metrics>, parallel: usize) {
+pub fn run(
+    mut session: Session,
+    jobs: Receiver<Job>,
+    metrics: Arc<Metrics>,
+    parallel: usize,
+    draft_tokens: usize,
+) {
     if session.has_assistant() {
         while let Ok(job) = jobs.recv() {
             if let Some(job) = take(job, &metrics) {
-                run_job(&mut session, job, &metrics);
+                run_job(&mut session, job, &metrics, draft_tokens);
             }
         }
         return;
@@ -298,15 +304,16 @@ fn prepare(
 }
 
 /// One speculative request, start to end (the assistant drafts for the active sequence).
-fn run_job(session: &mut Session, job: Job, metrics: &Metrics) {
+fn run_job(session: &mut Session, job: Job, metrics: &Metrics, draft_tokens: usize) {
     let events = job.events;
     let fail = |e: ApiError| {
         let _ = events.send(Event::Failed(e));
     };
-    let (request, prompt_tokens) = match prepare(session, &job.parsed, true) {
+    let (mut request, prompt_tokens) = match prepare(session, &job.parsed, true) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
+    request.draft_tokens = draft_tokens;
     if events.send(Event::Started { prompt_tokens }).is_err() {
         metrics.cancelled.fetch_add(1, Ordering::Relaxed);
         return;
