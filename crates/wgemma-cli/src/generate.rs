@@ -1,7 +1,7 @@
 //! `wgemma logits` and `wgemma generate`.
 
 use crate::artifact_file::peak_rss_mb;
-use crate::load::{load_assistant, load_model, LoadRequest};
+use crate::load::{load_model, LoadRequest};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
@@ -11,7 +11,7 @@ use wgemma::model::sampling::SamplingParams;
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
-use wgemma::session::{ChatMessage, GenerateRequest, Session, TextSetup, TokenEvent};
+use wgemma::session::{ChatMessage, GenerateRequest, TokenEvent};
 
 /// Options shared by the commands that load a model.
 #[derive(Args, Clone)]
@@ -239,29 +239,13 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
     let request = args.request()?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let loaded = load_model(&ctx, &args.model.model, load_request)?;
-    let mut session = Session::with_context(ctx);
-    let (format, load_ms) = (loaded.model.options.format, loaded.load_ms);
-    session.install_model(
-        loaded.model,
-        TextSetup {
-            tokenizer: loaded.tokenizer,
-            eos_ids: loaded.eos_ids,
-            chat_template: loaded.chat_template,
-        },
-        &format!("{format:?}"),
-        &args.model.model.display().to_string(),
-        load_ms,
-    );
-    if let Some(path) = &args.assistant {
-        let assistant = load_assistant(
-            session.ctx(),
-            path,
-            session.model()?,
-            format,
-            !args.model.no_verify,
-        )?;
-        session.install_assistant(assistant);
-    }
+    let load_ms = loaded.load_ms;
+    let session = loaded.into_session(
+        ctx,
+        &args.model.model,
+        args.assistant.as_deref(),
+        !args.model.no_verify,
+    )?;
     let prompt = session.prompt_ids(&request).map_err(|e| {
         let needs_tokenizer = session.tokenizer().is_none() && request.prompt_ids.is_none();
         if needs_tokenizer {
@@ -283,6 +267,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         }
         true
     };
+    let mut session = session;
     let out = pollster::block_on(session.generate(&request, &mut on_token))?;
     if json {
         let mut stats = out.loop_stats.to_json();

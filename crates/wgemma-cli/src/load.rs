@@ -19,7 +19,7 @@ use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec, SizeLimits};
 use wgemma::ops::opset::OpSet;
-use wgemma::session::{eos_ids_of, ChatTemplate};
+use wgemma::session::{eos_ids_of, ChatTemplate, Session, TextSetup};
 
 /// A loaded target with what the CLI needs around it.
 pub struct Loaded {
@@ -32,6 +32,37 @@ pub struct Loaded {
     pub load_ms: f64,
     /// The process's peak resident memory right after the load (MiB, Linux).
     pub peak_rss_mb: Option<f64>,
+}
+
+impl Loaded {
+    /// A session on `ctx` (the context the model was loaded on) driving this model, with an
+    /// assistant from `assistant` when given (a directory's weights take the target's format).
+    pub fn into_session(
+        self,
+        ctx: GpuContext,
+        model_path: &Path,
+        assistant: Option<&Path>,
+        verify: bool,
+    ) -> Result<Session> {
+        let format = self.model.options.format;
+        let mut session = Session::with_context(ctx);
+        session.install_model(
+            self.model,
+            TextSetup {
+                tokenizer: self.tokenizer,
+                eos_ids: self.eos_ids,
+                chat_template: self.chat_template,
+            },
+            &format!("{format:?}"),
+            &model_path.display().to_string(),
+            self.load_ms,
+        );
+        if let Some(path) = assistant {
+            let a = load_assistant(session.ctx(), path, session.model()?, format, verify)?;
+            session.install_assistant(a);
+        }
+        Ok(session)
+    }
 }
 
 /// How to load `--model`: the format asked for (`None`: q4 for a checkpoint, the stored

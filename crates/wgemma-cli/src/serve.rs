@@ -13,7 +13,7 @@
 //! `Authorization: Bearer KEY` on `/v1/*` and `/metrics`.
 
 use crate::generate::ModelArgs;
-use crate::load::{load_assistant, load_model};
+use crate::load::load_model;
 use crate::serve_api::{self, ApiError, Endpoint, Parsed};
 use crate::serve_metrics::Metrics;
 use crate::serve_worker::{self, Event, Job};
@@ -39,7 +39,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::ops::attention::MAX_SEQUENCES;
-use wgemma::session::{Session, TextSetup};
+use wgemma::session::Session;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -155,23 +155,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let loaded = (|| -> Result<Session> {
                 let ctx = GpuContext::new_blocking(ContextOptions::default())?;
                 let loaded = load_model(&ctx, &model_path, load_request)?;
-                let format = loaded.model.options.format;
-                let mut session = Session::with_context(ctx);
-                session.install_model(
-                    loaded.model,
-                    TextSetup {
-                        tokenizer: loaded.tokenizer,
-                        eos_ids: loaded.eos_ids,
-                        chat_template: loaded.chat_template,
-                    },
-                    &format!("{format:?}"),
-                    &model_path.display().to_string(),
-                    loaded.load_ms,
-                );
-                if let Some(path) = &assistant_path {
-                    let a = load_assistant(session.ctx(), path, session.model()?, format, verify)?;
-                    session.install_assistant(a);
-                }
+                let session =
+                    loaded.into_session(ctx, &model_path, assistant_path.as_deref(), verify)?;
                 let rows = session.max_batch()?;
                 if parallel > rows {
                     bail!(

@@ -134,7 +134,8 @@ fn check_tokenizer_json(json: &[u8]) -> Result<()> {
     }
 }
 
-fn json_kind(v: &serde_json::Value) -> String {
+/// A JSON value's kind in words ("an object", "a number", ...), for error messages.
+pub(crate) fn json_kind(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",

@@ -11,7 +11,7 @@
 
 use super::OP;
 use crate::error::{Error, Result};
-use crate::model::tokenizer::{BOS, TURN_END, TURN_START};
+use crate::model::tokenizer::{json_kind, BOS, TURN_END, TURN_START};
 use serde::{Deserialize, Serialize};
 
 /// One message of a conversation (OpenAI and HF: `{"role": ..., "content": ...}`).
@@ -207,17 +207,6 @@ fn default_of(list: &[serde_json::Value]) -> Result<String> {
         })
 }
 
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
-}
-
 /// minijinja's message, with the template line when it knows one.
 fn describe(e: &minijinja::Error) -> String {
     let mut s = match e.detail() {
@@ -272,17 +261,22 @@ fn tojson(
 /// `json.dumps`' default separators: `", "` and `": "`.
 struct PythonJson;
 
+/// `", "` before every item but the first.
+fn separate<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
+    }
+}
+
 impl serde_json::ser::Formatter for PythonJson {
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separate(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -290,11 +284,7 @@ impl serde_json::ser::Formatter for PythonJson {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separate(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
