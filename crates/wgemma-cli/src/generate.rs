@@ -1,18 +1,17 @@
 //! `wgemma logits` and `wgemma generate`.
 
 use crate::artifact_file::peak_rss_mb;
-use crate::load::{load_assistant, load_model, LoadRequest, Loaded};
+use crate::load::{load_model, LoadRequest};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::model::generate::{generate, GenerateOptions};
 use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions, MAX_DRAFT_TOKENS};
+use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::target::{ModelOptions, Want};
-use wgemma::model::tokenizer::TextStream;
 use wgemma::model::weights::WeightFormat;
+use wgemma::session::{ChatMessage, GenerateRequest, TokenEvent};
 
 /// Options shared by the commands that load a model.
 #[derive(Args, Clone)]
@@ -127,9 +126,13 @@ pub struct GenerateArgs {
     /// Comma-separated prompt token ids.
     #[arg(long)]
     prompt_ids: Option<String>,
-    /// Wrap the prompt in Gemma 4's chat format (one user turn).
+    /// Wrap the prompt in the checkpoint's chat template (chat_template.jinja or
+    /// tokenizer_config.json; Gemma 4's turn format when it has none) as one user turn.
     #[arg(long)]
     chat: bool,
+    /// A system prompt before the user turn (with --chat).
+    #[arg(long, requires = "chat")]
+    system: Option<String>,
     #[arg(long, default_value_t = 128)]
     max_new_tokens: usize,
     /// 0 = greedy.
@@ -142,6 +145,9 @@ pub struct GenerateArgs {
     top_p: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Text that ends the generation (cut before it); repeat for several.
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
     /// One JSON object with tokens, text and stats instead of streamed text.
     #[arg(long)]
     json: bool,
@@ -161,30 +167,41 @@ pub struct GenerateArgs {
     trace_drafts: bool,
 }
 
-fn prompt_tokens(args: &GenerateArgs, loaded: &Loaded) -> Result<Vec<u32>> {
-    match (&args.prompt, &args.prompt_ids) {
-        (Some(text), None) => {
-            let tok = loaded.tokenizer.as_ref().with_context(|| {
-                format!(
-                    "--prompt: expected a tokenizer.json with {} to encode the text, found \
-                     none (give --prompt-ids instead)",
-                    args.model.model.display()
-                )
-            })?;
-            Ok(if args.chat {
-                tok.encode_chat(text)?
-            } else {
-                tok.encode_prompt(text)?
-            })
-        }
-        (None, Some(ids)) => parse_ids(ids),
-        _ => bail!("expected exactly one of --prompt TEXT or --prompt-ids IDS, found neither"),
+impl GenerateArgs {
+    /// The session request these flags ask for.
+    fn request(&self) -> Result<GenerateRequest> {
+        let (prompt, messages) = match (&self.system, &self.prompt) {
+            (Some(system), Some(text)) => (
+                None,
+                Some(vec![
+                    ChatMessage::new("system", system),
+                    ChatMessage::new("user", text),
+                ]),
+            ),
+            _ => (self.prompt.clone(), None),
+        };
+        Ok(GenerateRequest {
+            chat: self.chat && messages.is_none(),
+            prompt,
+            messages,
+            prompt_ids: self.prompt_ids.as_deref().map(parse_ids).transpose()?,
+            max_new_tokens: self.max_new_tokens,
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+            stop: self.stop.clone(),
+            speculative: self.assistant.is_some(),
+            draft_tokens: self.draft_tokens,
+            adaptive_draft: self.adaptive_draft,
+            trace_drafts: self.trace_drafts,
+        })
     }
 }
 
 pub fn run_generate(args: GenerateArgs) -> Result<()> {
     // Everything the flags alone decide is checked before the GPU or the model is touched.
-    let request = args.model.request()?;
+    let load_request = args.model.request()?;
     let sampling = SamplingParams {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -219,102 +236,62 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         // A text prompt is at least one token (BOS).
         check_budget(1, args.max_new_tokens, args.model.context)?;
     }
+    let request = args.request()?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-    let mut loaded = load_model(&ctx, &args.model.model, request)?;
-    let prompt = prompt_tokens(&args, &loaded)?;
+    let loaded = load_model(&ctx, &args.model.model, load_request)?;
+    let load_ms = loaded.load_ms;
+    let session = loaded.into_session(
+        ctx,
+        &args.model.model,
+        args.assistant.as_deref(),
+        !args.model.no_verify,
+    )?;
+    let prompt = session.prompt_ids(&request).map_err(|e| {
+        let needs_tokenizer = session.tokenizer().is_none() && request.prompt_ids.is_none();
+        if needs_tokenizer {
+            anyhow::anyhow!(
+                "--prompt: expected a tokenizer.json with {} to encode the text, found none \
+                 (give --prompt-ids instead)",
+                args.model.model.display()
+            )
+        } else {
+            e.into()
+        }
+    })?;
     check_budget(prompt.len(), args.max_new_tokens, args.model.context)?;
-    let stop_ids = match &loaded.tokenizer {
-        Some(t) => t.stop_ids(&loaded.eos_ids),
-        None => loaded.eos_ids.clone(),
-    };
-    let options = GenerateOptions {
-        max_new_tokens: args.max_new_tokens,
-        sampling,
-        stop_ids,
-    };
-    let Loaded {
-        model,
-        tokenizer,
-        load_ms,
-        ..
-    } = &mut loaded;
-    let format = model.options.format;
-    let mut assistant = args
-        .assistant
-        .as_ref()
-        .map(|path| load_assistant(&ctx, path, model, format, !args.model.no_verify))
-        .transpose()?;
-    let mut stream = tokenizer.as_ref().map(TextStream::new);
-    let mut stream_error = None;
     let json = args.json;
-    let mut on_token = |id| {
-        if let (false, Some(s)) = (json, stream.as_mut()) {
-            match s.push(id) {
-                Ok(Some(piece)) => {
-                    print!("{piece}");
-                    let _ = std::io::stdout().flush();
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    stream_error = Some(e);
-                    return false;
-                }
-            }
+    let mut on_token = |t: &TokenEvent| {
+        if let (false, Some(piece)) = (json, &t.text) {
+            print!("{piece}");
+            let _ = std::io::stdout().flush();
         }
         true
     };
-    let (tokens, mut stats_json, summary) = match assistant.as_mut() {
-        None => {
-            let (tokens, stats) =
-                pollster::block_on(generate(model, &ctx, &prompt, &options, &mut on_token))?;
-            (tokens, serde_json::to_value(&stats)?, stats.summary())
-        }
-        Some(assistant) => {
-            let spec = SpeculativeOptions {
-                draft_tokens: args.draft_tokens,
-                adaptive: args.adaptive_draft,
-                trace: args.trace_drafts,
-                capture_draft_logits: false,
-            };
-            let out = pollster::block_on(generate_speculative(
-                model,
-                assistant,
-                &ctx,
-                &prompt,
-                &options,
-                &spec,
-                &mut on_token,
-            ))?;
-            let mut stats = serde_json::to_value(&out.stats)?;
-            if args.trace_drafts {
-                stats["draft_rounds"] = serde_json::to_value(&out.rounds)?;
-            }
-            (out.tokens, stats, out.stats.summary())
-        }
-    };
-    if let Some(e) = stream_error {
-        return Err(e.into());
-    }
-    let text = tokenizer.as_ref().map(|t| t.decode(&tokens)).transpose()?;
+    let mut session = session;
+    let out = pollster::block_on(session.generate(&request, &mut on_token))?;
     if json {
-        stats_json["load_ms"] = (*load_ms).into();
-        stats_json["peak_rss_mb"] = peak_rss_mb().into();
-        let out = serde_json::json!({ "tokens": tokens, "text": text, "stats": stats_json });
-        println!("{out}");
+        let mut stats = out.loop_stats.to_json();
+        if args.trace_drafts {
+            stats["draft_rounds"] = serde_json::to_value(&out.draft_rounds)?;
+        }
+        stats["load_ms"] = load_ms.into();
+        stats["peak_rss_mb"] = peak_rss_mb().into();
+        let line = serde_json::json!({ "tokens": out.tokens, "text": out.text, "stats": stats });
+        println!("{line}");
     } else {
-        if tokenizer.is_none() {
+        if session.tokenizer().is_none() {
             println!(
                 "{}",
-                tokens
+                out.tokens
                     .iter()
                     .map(|t| t.to_string())
                     .collect::<Vec<_>>()
                     .join(" ")
             );
         } else {
-            println!();
+            println!("{}", out.unstreamed_text);
         }
-        eprintln!("load {:.0} ms | {}", load_ms, summary);
+        eprintln!("load {:.0} ms | {}", load_ms, out.loop_stats.summary());
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec, SizeLimits};
 use wgemma::ops::opset::OpSet;
+use wgemma::session::{eos_ids_of, ChatTemplate, Session, TextSetup};
 
 /// A loaded target with what the CLI needs around it.
 pub struct Loaded {
@@ -26,9 +27,42 @@ pub struct Loaded {
     pub tokenizer: Option<Tokenizer>,
     /// EOS ids from generation_config.json, else config.json.
     pub eos_ids: Vec<u32>,
+    /// chat_template.jinja or tokenizer_config.json's template (None: the built-in format).
+    pub chat_template: Option<ChatTemplate>,
     pub load_ms: f64,
     /// The process's peak resident memory right after the load (MiB, Linux).
     pub peak_rss_mb: Option<f64>,
+}
+
+impl Loaded {
+    /// A session on `ctx` (the context the model was loaded on) driving this model, with an
+    /// assistant from `assistant` when given (a directory's weights take the target's format).
+    pub fn into_session(
+        self,
+        ctx: GpuContext,
+        model_path: &Path,
+        assistant: Option<&Path>,
+        verify: bool,
+    ) -> Result<Session> {
+        let format = self.model.options.format;
+        let mut session = Session::with_context(ctx);
+        session.install_model(
+            self.model,
+            TextSetup {
+                tokenizer: self.tokenizer,
+                eos_ids: self.eos_ids,
+                chat_template: self.chat_template,
+            },
+            &format!("{format:?}"),
+            &model_path.display().to_string(),
+            self.load_ms,
+        );
+        if let Some(path) = assistant {
+            let a = load_assistant(session.ctx(), path, session.model()?, format, verify)?;
+            session.install_assistant(a);
+        }
+        Ok(session)
+    }
 }
 
 /// How to load `--model`: the format asked for (`None`: q4 for a checkpoint, the stored
@@ -209,6 +243,11 @@ fn load_dir(
     if eos_ids.is_empty() {
         eos_ids = spec.eos_ids();
     }
+    let chat_template = ChatTemplate::from_checkpoint(
+        dir.chat_template.as_deref(),
+        dir.tokenizer_config.as_deref(),
+    )
+    .with_context(|| format!("the chat template in {}", path.display()))?;
     let model = Model::load(ctx, &ck, spec, options, &mut |_, _| {})?;
     progress.finish(&format!(
         "{:.2} GB of weights on the GPU ({:?}, quantised on the {})",
@@ -220,6 +259,7 @@ fn load_dir(
         model,
         tokenizer,
         eos_ids,
+        chat_template,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })
@@ -247,7 +287,7 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
         .target
         .generation_config
         .as_ref()
-        .map(crate::model_dir::eos_ids_of)
+        .map(eos_ids_of)
         .unwrap_or_default();
     if eos_ids.is_empty() {
         eos_ids = artifact.target_spec().eos_ids();
@@ -286,6 +326,8 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
         model,
         tokenizer,
         eos_ids,
+        // Artifacts store no chat template: the built-in Gemma 4 format applies.
+        chat_template: None,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })
@@ -336,6 +378,7 @@ pub fn load_synthetic(
         model,
         tokenizer: None,
         eos_ids,
+        chat_template: None,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })

@@ -12,6 +12,10 @@ mod load;
 mod load_cmd;
 mod model_dir;
 mod ops;
+mod serve;
+mod serve_api;
+mod serve_metrics;
+mod serve_worker;
 mod signals;
 mod synth;
 
@@ -46,6 +50,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Load a model (directory or artifact) and report load time and peak memory.
     Load(load_cmd::LoadArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat completions, completions,
+    /// models, health, Prometheus metrics) on 127.0.0.1.
+    Serve(serve::ServeArgs),
     /// Write a synthetic checkpoint directory of a real shape (bf16, HF layout) for load
     /// measurements.
     SynthCheckpoint(synth::SynthArgs),
@@ -90,6 +97,7 @@ fn run() -> anyhow::Result<()> {
         Command::Convert(args) => convert::run(args),
         Command::Inspect(args) => inspect::run(args),
         Command::Load(args) => load_cmd::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::SynthCheckpoint(args) => synth::run(args),
     }
 }

@@ -12,6 +12,10 @@ pub struct ModelDir {
     pub shards: Vec<(String, memmap2::Mmap)>,
     pub tokenizer_json: Option<Vec<u8>>,
     pub generation_config: Option<serde_json::Value>,
+    /// chat_template.jinja.
+    pub chat_template: Option<String>,
+    /// tokenizer_config.json (its chat_template and special tokens).
+    pub tokenizer_config: Option<String>,
 }
 
 /// What is at `path` (symlinks followed), in words: "a directory", "a FIFO", "nothing",
@@ -102,11 +106,21 @@ impl ModelDir {
                 })?),
                 None => None,
             };
+        let text = |name: &str| -> Result<Option<String>> {
+            read_optional(&path.join(name))?
+                .map(|bytes| {
+                    String::from_utf8(bytes)
+                        .with_context(|| format!("{}/{name}: expected UTF-8 text", path.display()))
+                })
+                .transpose()
+        };
         Ok(ModelDir {
             config_json,
             shards,
             tokenizer_json,
             generation_config,
+            chat_template: text("chat_template.jinja")?,
+            tokenizer_config: text("tokenizer_config.json")?,
         })
     }
 
@@ -130,21 +144,8 @@ impl ModelDir {
     pub fn generation_eos_ids(&self) -> Vec<u32> {
         self.generation_config
             .as_ref()
-            .map(eos_ids_of)
+            .map(wgemma::session::eos_ids_of)
             .unwrap_or_default()
-    }
-}
-
-/// The `eos_token_id` (one id or a list) of a generation_config.json.
-pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
-    match generation_config.get("eos_token_id") {
-        Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(|v| v.as_u64())
-            .map(|v| v as u32)
-            .collect(),
-        _ => Vec::new(),
     }
 }
 

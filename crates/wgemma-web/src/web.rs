@@ -9,16 +9,16 @@
 //! borrowed per call, so a long-running generation must not hold a borrow of the `Session`
 //! (that would make `abort()` throw), and two operations must not interleave on one model.
 
-use crate::engine::{
-    ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, Engine, GenerateRequest,
-    LoadOptions, ModelInfo,
-};
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use serde::de::DeserializeOwned;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wgemma::session::{
+    ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, GenerateRequest, LoadOptions,
+    ModelInfo, Session as Engine, TokenEvent,
+};
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
@@ -30,6 +30,10 @@ export interface ModelFiles {
   weights: FileSource | FileSource[];
   tokenizer?: FileSource;
   generationConfig?: FileSource;
+  /** tokenizer_config.json (its chat_template and special tokens). */
+  tokenizerConfig?: FileSource;
+  /** chat_template.jinja. */
+  chatTemplate?: FileSource;
 }
 /** The same files as URLs (fetched by the library). */
 export interface ModelUrls {
@@ -37,6 +41,8 @@ export interface ModelUrls {
   weights: string | string[];
   tokenizer?: string;
   generationConfig?: string;
+  tokenizerConfig?: string;
+  chatTemplate?: string;
 }
 /** A gemma4_assistant checkpoint (its weights take the target's dtype). */
 export interface AssistantFiles { config: FileSource; weights: FileSource | FileSource[]; }
@@ -48,6 +54,8 @@ export interface LoadOptions {
   context?: number;
   /** Rows per prefill forward; default 64. */
   prefillChunk?: number;
+  /** KV cache slots (conversations held at once); default 1. */
+  sequences?: number;
 }
 export interface ArtifactOptions {
   /** KV cache positions; default 4096. */
@@ -61,7 +69,9 @@ export interface GenerateRequest {
   /** Prompt text (needs a tokenizer); or give promptIds. */
   prompt?: string;
   promptIds?: number[];
-  /** Wrap the text in Gemma 4's chat format (one user turn). */
+  /** A conversation ({role, content}), rendered with the checkpoint's chat template (Gemma 4's turn format when it has none); instead of prompt. */
+  messages?: { role: string; content: string }[];
+  /** Wrap the text prompt in the chat template as one user turn. */
   chat?: boolean;
   /** Default 128. */
   maxNewTokens?: number;
@@ -75,6 +85,10 @@ export interface GenerateRequest {
   /** Drafts per round, 1..=8 (default 2). */
   draftTokens?: number;
   adaptiveDraft?: boolean;
+  /** Text that ends the generation (cut before it). */
+  stop?: string[];
+  /** Keep every speculative round's drafts (GenerateResult.draftRounds). */
+  traceDrafts?: boolean;
 }
 /** One generated token, as it is committed. */
 export interface TokenEvent {
@@ -103,7 +117,10 @@ export interface GenerateResult {
   text: string | null;
   /** Stopped by abort() or by the callback returning false. */
   stoppedEarly: boolean;
+  /** "stop" (a stop token or string), "length" (the budget) or "cancelled". */
+  finishReason: string;
   stats: Stats;
+  draftRounds?: { committed: number; drafts: number[]; accepted: number }[];
 }
 export interface ModelInfo {
   description: string;
@@ -112,9 +129,13 @@ export interface ModelInfo {
   vocabSize: number;
   dtype: string;
   hasTokenizer: boolean;
+  /** The checkpoint's own chat template is used (else Gemma 4's built-in turn format). */
+  hasChatTemplate: boolean;
   hasAssistant: boolean;
   weightBytes: number;
   loadMs: number;
+  /** KV cache positions. */
+  context: number;
 }
 export interface DeviceInfo {
   adapter: string;
@@ -166,8 +187,8 @@ fn busy_error() -> JsValue {
     )
 }
 
-fn wgemma_error(e: anyhow::Error) -> JsValue {
-    js_error("WgemmaError", &format!("{e:#}"))
+fn wgemma_error(e: impl std::fmt::Display) -> JsValue {
+    js_error("WgemmaError", &e.to_string())
 }
 
 /// A JS error message, or the value's string form.
@@ -191,7 +212,7 @@ fn parse_options<T: DeserializeOwned + Default>(value: &JsValue, what: &str) -> 
 }
 
 fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> {
-    let json = serde_json::to_string(value).map_err(|e| wgemma_error(e.into()))?;
+    let json = serde_json::to_string(value).map_err(wgemma_error)?;
     js_sys::JSON::parse(&json)
 }
 
@@ -252,7 +273,7 @@ impl Session {
                      adapter (WebGPU may be disabled or blocklisted for this GPU; headless \
                      Chromium without a GPU needs --enable-unsafe-webgpu)",
                 )),
-                Err(e) => return Err(wgemma_error(e.into())),
+                Err(e) => return Err(wgemma_error(e)),
             };
         let device = engine.device_info();
         Ok(Session {
@@ -387,7 +408,7 @@ impl Session {
             shared.abort.set(false);
             // A throwing callback stops the generation and rejects with its error.
             let mut callback_error = None;
-            let mut on_event = |event: &crate::engine::TokenEvent| {
+            let mut on_event = |event: &TokenEvent| {
                 if shared.abort.get() {
                     return false;
                 }
@@ -435,6 +456,14 @@ impl Session {
                 },
                 generation_config_json: match optional_field(&files, "generationConfig")? {
                     Some(v) => Some(text(&v, "generationConfig", urls).await?),
+                    None => None,
+                },
+                tokenizer_config_json: match optional_field(&files, "tokenizerConfig")? {
+                    Some(v) => Some(text(&v, "tokenizerConfig", urls).await?),
+                    None => None,
+                },
+                chat_template: match optional_field(&files, "chatTemplate")? {
+                    Some(v) => Some(text(&v, "chatTemplate", urls).await?),
                     None => None,
                 },
             };

@@ -43,6 +43,10 @@ pub enum Error {
 
     #[error("GPU error: {0}")]
     Gpu(String),
+
+    /// An error of one input, named (`config.json: ...`, `the stored tokenizer: ...`).
+    #[error("{place}: {inner}")]
+    In { place: String, inner: Box<Error> },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -60,6 +64,14 @@ impl Error {
             what: what.into(),
             expected: expected.to_string(),
             found: found.to_string(),
+        }
+    }
+
+    /// This error, said to come from `place` (a file, a field, a phase).
+    pub fn within(self, place: impl Into<String>) -> Self {
+        Error::In {
+            place: place.into(),
+            inner: Box::new(self),
         }
     }
 }

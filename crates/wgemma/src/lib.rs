@@ -6,6 +6,8 @@
 //! - [`harness`]: the op test harness (GPU vs CPU reference; perf mode).
 //! - [`artifact`]: the exported model artifact (one safetensors file of GPU-layout weights
 //!   and a manifest): writing, contract check, loading from bytes.
+//! - [`session`]: the front door (load, chat templates, stop ids and strings, plain and
+//!   speculative generation with streaming, stats) that the CLI, browser and server use.
 
 pub mod artifact;
 pub mod error;
@@ -14,6 +16,7 @@ pub mod harness;
 pub mod model;
 pub mod ops;
 pub mod registry;
+pub mod session;
 mod shader_meta;
 
 pub use error::{Error, Result};

@@ -134,7 +134,8 @@ fn check_tokenizer_json(json: &[u8]) -> Result<()> {
     }
 }
 
-fn json_kind(v: &serde_json::Value) -> String {
+/// A JSON value's kind in words ("an object", "a number", ...), for error messages.
+pub(crate) fn json_kind(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",
@@ -204,25 +205,23 @@ pub fn parse_prompt_ids(s: &str) -> Result<Vec<u32>> {
 
 /// Turns a growing token sequence into text pieces as they become printable: a piece is
 /// emitted only once it does not end in an incomplete UTF-8 sequence (decoded as U+FFFD).
-pub struct TextStream<'t> {
-    tokenizer: &'t Tokenizer,
+/// It holds no tokenizer, so one can live beside the model that owns it (a server keeps
+/// one per sequence).
+#[derive(Debug, Clone, Default)]
+pub struct TextStream {
     ids: Vec<u32>,
     emitted: usize,
 }
 
-impl<'t> TextStream<'t> {
-    pub fn new(tokenizer: &'t Tokenizer) -> Self {
-        TextStream {
-            tokenizer,
-            ids: Vec::new(),
-            emitted: 0,
-        }
+impl TextStream {
+    pub fn new() -> Self {
+        TextStream::default()
     }
 
     /// Adds a token; returns the new printable text, if any.
-    pub fn push(&mut self, id: u32) -> Result<Option<String>> {
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<Option<String>> {
         self.ids.push(id);
-        let text = self.tokenizer.decode(&self.ids)?;
+        let text = tokenizer.decode(&self.ids)?;
         if text.ends_with('\u{fffd}')
             || text.len() <= self.emitted
             || !text.is_char_boundary(self.emitted)
@@ -235,8 +234,8 @@ impl<'t> TextStream<'t> {
     }
 
     /// All text so far.
-    pub fn text(&self) -> Result<String> {
-        self.tokenizer.decode(&self.ids)
+    pub fn text(&self, tokenizer: &Tokenizer) -> Result<String> {
+        tokenizer.decode(&self.ids)
     }
 }
 
@@ -315,13 +314,13 @@ mod tests {
     #[test]
     fn stream_emits_new_text_only() {
         let t = tiny();
-        let mut s = TextStream::new(&t);
+        let mut s = TextStream::new();
         let hello = t.token_id("hello").unwrap();
         let space = t.token_id(" ").unwrap();
-        assert_eq!(s.push(hello).unwrap().as_deref(), Some("hello"));
-        assert_eq!(s.push(space).unwrap().as_deref(), Some(" "));
-        assert_eq!(s.push(t.token_id(TURN_END).unwrap()).unwrap(), None);
-        assert_eq!(s.text().unwrap(), "hello ");
+        assert_eq!(s.push(&t, hello).unwrap().as_deref(), Some("hello"));
+        assert_eq!(s.push(&t, space).unwrap().as_deref(), Some(" "));
+        assert_eq!(s.push(&t, t.token_id(TURN_END).unwrap()).unwrap(), None);
+        assert_eq!(s.text(&t).unwrap(), "hello ");
     }
 
     #[test]
