@@ -1,4 +1,5 @@
-//! Model loading for the CLI: an HF checkpoint directory, a model artifact or a synthetic
+//! Model loading for the CLI: an HF checkpoint directory, a model artifact, a llama.cpp
+//! GGUF file or a synthetic
 //! shape, into a ready [`Model`] (and an [`Assistant`]). Progress: a bar with bytes and
 //! ETA on a terminal, a plain line per phase otherwise.
 
@@ -160,7 +161,13 @@ pub fn load_model_with(
     req: LoadRequest,
     quantiser: Quantiser,
 ) -> Result<Loaded> {
-    if is_artifact(path) {
+    if is_gguf(path) {
+        let options = ModelOptions {
+            format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
+            ..req.options
+        };
+        load_gguf(ctx, path, options, quantiser)
+    } else if is_artifact(path) {
         load_artifact(ctx, path, req)
     } else {
         let options = ModelOptions {
@@ -215,6 +222,103 @@ fn load_dir(
         gb(model.weight_bytes()),
         options.format,
         if quantiser.on_gpu(ctx) { "GPU" } else { "CPU" }
+    ));
+    Ok(Loaded {
+        model,
+        tokenizer,
+        eos_ids,
+        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        peak_rss_mb: peak_rss_mb(),
+    })
+}
+
+/// Whether `path` is a regular file that starts with GGUF's magic.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+        && wgemma::gguf::is_gguf(&magic)
+}
+
+/// A GGUF file, memory-mapped.
+pub struct GgufMap {
+    map: memmap2::Mmap,
+}
+
+impl GgufMap {
+    pub fn open(path: &Path) -> Result<GgufMap> {
+        crate::model_dir::check_regular_file(path, "--model")?;
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: read-only map held for the load; a file changed underneath a running
+        // process is outside what we can defend against.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(GgufMap { map })
+    }
+
+    pub fn parse(&self, path: &Path) -> Result<wgemma::gguf::GgufFile<'_>> {
+        wgemma::gguf::GgufFile::parse(&self.map).with_context(|| format!("{}", path.display()))
+    }
+
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        crate::artifact_file::release_pages(&self.map, range);
+    }
+}
+
+/// Loads a llama.cpp GGUF file (`general.architecture` gemma4): its config and tokenizer
+/// from the metadata, its weights converted to `options.format` (Q4_0 into Q4 group 32
+/// as it is).
+fn load_gguf(
+    ctx: &GpuContext,
+    path: &Path,
+    options: ModelOptions,
+    quantiser: Quantiser,
+) -> Result<Loaded> {
+    let start = std::time::Instant::now();
+    let map = GgufMap::open(path)?;
+    let file = map.parse(path)?;
+    let config = wgemma::gguf::config_json(&file).with_context(|| format!("{}", path.display()))?;
+    let spec = parse_config(&config)
+        .with_context(|| format!("the config the metadata of {} describes", path.display()))?;
+    spec.check_sizes(&size_limits(ctx, &options))
+        .with_context(|| format!("{}", path.display()))?;
+    let tokenizer = wgemma::gguf::tokenizer::tokenizer_json(&file)
+        .and_then(|json| json.map(|j| Tokenizer::from_bytes(j.as_bytes())).transpose())
+        .with_context(|| format!("the tokenizer metadata of {}", path.display()))?;
+    let mut eos_ids = wgemma::gguf::eos_ids(&file);
+    if eos_ids.is_empty() {
+        eos_ids = spec.eos_ids();
+    }
+    let total = map.map.len() as u64;
+    let progress = LoadProgress::new("loading", total);
+    progress.phase(&format!(
+        "opened {} (GGUF v{}, {} tensors, {:.2} GB)",
+        path.display(),
+        file.version,
+        file.tensors.len(),
+        gb(total)
+    ));
+    let release = |range: std::ops::Range<usize>| {
+        progress.add(range.len() as u64);
+        map.release(range);
+    };
+    let stream = wgemma::model::upload::StreamOptions {
+        quantiser,
+        ..Default::default()
+    };
+    let weights = wgemma::gguf::GgufWeights::new(&file)
+        .with_release(&release)
+        .with_stream(stream);
+    let model = Model::load(ctx, &weights, spec, options, &mut |_, _| {})
+        .with_context(|| format!("loading {}", path.display()))?;
+    progress.finish(&format!(
+        "{:.2} GB of weights on the GPU ({:?})",
+        gb(model.weight_bytes()),
+        options.format
     ));
     Ok(Loaded {
         model,

@@ -1,0 +1,108 @@
+//! GGUF files against the HF checkpoint they were written from (`tools/gguf/make_fixtures.py`,
+//! from the golden fixture `e2b_like`): the same logits bit for bit from an F32 GGUF at
+//! every dtype, the config rebuilt from llama.cpp's metadata equal to config.json's, and a
+//! Q4_0/Q8_0 GGUF (llama.cpp's quantised layout) within quantisation error of HF with its
+//! Q4_0 matrices uploaded without requantising.
+
+use std::path::PathBuf;
+use wgemma::gguf::{config_json, GgufFile, GgufWeights};
+use wgemma::harness::test_context;
+use wgemma::model::checkpoint::{Checkpoint, WeightSource};
+use wgemma::model::parse_config;
+use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::weights::WeightFormat;
+
+fn read(rel: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn options(format: WeightFormat) -> ModelOptions {
+    ModelOptions {
+        format,
+        max_context: 64,
+        prefill_chunk: 16,
+        max_verify_rows: 3,
+    }
+}
+
+/// Logits at every position of a fixed prompt.
+fn logits(source: &dyn WeightSource, config: &str, format: WeightFormat) -> Vec<f32> {
+    let spec = parse_config(config).unwrap();
+    let mut model = Model::load(test_context(), source, spec, options(format), &mut |_, _| {})
+        .unwrap();
+    let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 500).collect();
+    pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits))
+        .unwrap()
+        .logits
+}
+
+#[test]
+fn f32_gguf_gives_the_hf_directory_logits_bit_for_bit() {
+    let hf_bytes = read("golden/e2b_like/model.safetensors");
+    let hf_config = String::from_utf8(read("golden/e2b_like/config.json")).unwrap();
+    let ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &hf_bytes)]).unwrap();
+    let gguf_bytes = read("gguf/e2b_like.f32.gguf");
+    let file = GgufFile::parse(&gguf_bytes).unwrap();
+    let gguf_config = config_json(&file).unwrap();
+    // The metadata describes the same model as config.json.
+    let (a, b) = (
+        parse_config(&hf_config).unwrap(),
+        parse_config(&gguf_config).unwrap(),
+    );
+    assert_eq!(a.layers, b.layers, "layers from the GGUF metadata");
+    assert_eq!(a.ple_dim, b.ple_dim);
+    assert_eq!(a.config.vocab_size, b.config.vocab_size);
+    assert_eq!(a.config.final_logit_softcapping, b.config.final_logit_softcapping);
+    let weights = GgufWeights::new(&file);
+    for format in [
+        WeightFormat::F32,
+        WeightFormat::F16,
+        WeightFormat::Q4 { group: 32 },
+    ] {
+        let hf = logits(&ck, &hf_config, format);
+        let gg = logits(&weights, &gguf_config, format);
+        assert_eq!(hf.len(), gg.len());
+        let first = hf
+            .iter()
+            .zip(&gg)
+            .position(|(x, y)| x.to_bits() != y.to_bits());
+        assert!(first.is_none(), "{format:?}: first differing logit {first:?}");
+    }
+}
+
+#[test]
+fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
+    let hf_bytes = read("golden/e2b_like/model.safetensors");
+    let hf_config = String::from_utf8(read("golden/e2b_like/config.json")).unwrap();
+    let ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &hf_bytes)]).unwrap();
+    let reference = logits(&ck, &hf_config, WeightFormat::F32);
+    let gguf_bytes = read("gguf/e2b_like.q4_0.gguf");
+    let file = GgufFile::parse(&gguf_bytes).unwrap();
+    let config = config_json(&file).unwrap();
+    let weights = GgufWeights::new(&file);
+    // f32: the file's values dequantised as ggml does; q4: Q4_0 blocks as they are, the
+    // Q8_0 tables requantised to Q4. Both stay close to HF's unquantised logits, and the
+    // Q4 load (Q4_0 matrices bit-identical) stays close to the dequantised one.
+    let dequantised = logits(&weights, &config, WeightFormat::F32);
+    let q4 = logits(&weights, &config, WeightFormat::Q4 { group: 32 });
+    let vocab = 512;
+    let rel = |a: &[f32], b: &[f32]| {
+        a.chunks(vocab)
+            .zip(b.chunks(vocab))
+            .map(|(x, y)| {
+                let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+                x.iter().zip(y).fold(0.0f32, |m, (p, q)| m.max((p - q).abs())) / scale
+            })
+            .fold(0.0f32, f32::max)
+    };
+    let (to_hf, q4_to_hf, q4_to_deq) = (
+        rel(&dequantised, &reference),
+        rel(&q4, &reference),
+        rel(&q4, &dequantised),
+    );
+    assert!(to_hf < 0.25, "dequantised GGUF vs HF: {to_hf}");
+    assert!(q4_to_hf < 0.25, "Q4 GGUF vs HF: {q4_to_hf}");
+    assert!(q4_to_deq < 0.1, "Q4 vs dequantised GGUF: {q4_to_deq}");
+    assert!(q4_to_deq > 0.0, "the Q8_0 tables were requantised: a difference must show");
+}
