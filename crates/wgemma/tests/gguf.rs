@@ -96,13 +96,23 @@ fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
             })
             .fold(0.0f32, f32::max)
     };
+    // The yardstick: wgemma's own Q4 (group 32) of the HF weights against HF. Tiny random
+    // weights make logits small, so any 4-bit quantisation moves them by a good part of
+    // their scale; a GGUF of llama.cpp's formats must do about as well.
+    let own_q4 = rel(&logits(&ck, &hf_config, WeightFormat::Q4 { group: 32 }), &reference);
     let (to_hf, q4_to_hf, q4_to_deq) = (
         rel(&dequantised, &reference),
         rel(&q4, &reference),
         rel(&q4, &dequantised),
     );
-    assert!(to_hf < 0.25, "dequantised GGUF vs HF: {to_hf}");
-    assert!(q4_to_hf < 0.25, "Q4 GGUF vs HF: {q4_to_hf}");
-    assert!(q4_to_deq < 0.1, "Q4 vs dequantised GGUF: {q4_to_deq}");
+    eprintln!(
+        "max |diff| / logit scale: wgemma q4 of the HF dir {own_q4:.3}, Q4_0 GGUF dequantised \
+         {to_hf:.3}, Q4_0 GGUF as q4 {q4_to_hf:.3}, q4 vs dequantised {q4_to_deq:.3}"
+    );
+    assert!(to_hf <= 1.5 * own_q4, "dequantised GGUF vs HF: {to_hf} (own q4 {own_q4})");
+    assert!(q4_to_hf <= 1.5 * own_q4, "Q4 GGUF vs HF: {q4_to_hf} (own q4 {own_q4})");
+    // The Q8_0 tables (embedding and tied lm_head) were requantised to 4 bits: that alone
+    // is a 4-bit quantisation's error.
+    assert!(q4_to_deq <= 1.5 * own_q4, "Q4 vs dequantised GGUF: {q4_to_deq}");
     assert!(q4_to_deq > 0.0, "the Q8_0 tables were requantised: a difference must show");
 }

@@ -68,3 +68,49 @@ fn q4_0_maps_onto_q4_group_32_exactly() {
         }
     }
 }
+
+/// A Q4_0 matrix of a GGUF uploads as Q4 group 32 with exactly the rewritten words (the
+/// file's values, not a requantisation), a block of rows at a time.
+#[test]
+fn q4_0_matrices_upload_without_requantising() {
+    use crate::artifact::plan::MatrixUse;
+    use crate::gpu::read_tensor_bytes;
+    use crate::harness::test_context;
+    use crate::model::checkpoint::WeightSource;
+    use crate::model::prepared::MatrixLayout;
+    use crate::model::upload::Uploader;
+    use crate::model::weights::LinearWeight;
+    let ctx = test_context();
+    let bytes = data("e2b_like.q4_0.gguf");
+    let file = GgufFile::parse(&bytes).unwrap();
+    let t = file.tensor("blk.0.ffn_down.weight").unwrap();
+    assert_eq!(t.ty, GgmlType::Q4_0);
+    let (k, n) = (t.dims[0], t.dims[1]);
+    let (want_packed, want_scales) = q4_0_to_wgemma_q4(t.data, n, k).unwrap();
+    let weights = super::GgufWeights::new(&file);
+    let name = "layers.0.mlp.down_proj.weight";
+    let up = weights
+        .upload_matrix(
+            &mut Uploader::new(ctx),
+            name,
+            &[name],
+            n,
+            k,
+            MatrixLayout::Q4 { group: 32 },
+            MatrixUse::Linear,
+        )
+        .unwrap();
+    let Some(LinearWeight::Q4(w)) = up.linear else {
+        panic!("expected a Q4 weight")
+    };
+    let read = |t: &crate::gpu::Tensor| -> Vec<u32> {
+        bytemuck::pod_collect_to_vec(&pollster::block_on(read_tensor_bytes(ctx, t)).unwrap())
+    };
+    let (mut packed, mut scales) = (Vec::new(), Vec::new());
+    for c in w.chunks() {
+        packed.extend(read(&c.packed));
+        scales.extend(read(&c.scales));
+    }
+    assert_eq!(packed, want_packed);
+    assert_eq!(scales, want_scales);
+}
