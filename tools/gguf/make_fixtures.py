@@ -11,6 +11,8 @@ Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
   llama.cpp's converter writes a gemma4 model (metadata keys, tensor names through
   gguf-py's tensor_mapping, rope_freqs for proportional RoPE), every tensor F32: wgemma
   must give bit-identical logits from it and from the HF directory, at every dtype.
+- fuzz/corpus/gguf_reader/mini-f32.gguf: the fuzz corpus's 2-layer checkpoint
+  (`fuzz/corpus/checkpoint_config/mini`) as a GGUF seed.
 - e2b_like.q4_0.gguf: the same model with every matrix whose rows allow it in Q4_0 and the
   embedding tables in Q8_0 (llama.cpp's quantised files keep token_embd at 6-8 bits), norms
   F32. The fixture's rows (64, 128, 192 wide) are not multiples of 256, so no K-quant
@@ -33,9 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 GOLDEN = os.path.join(ROOT, "crates/wgemma/tests/data/golden")
 
 
-def read_safetensors(path, np):
-    with open(path, "rb") as f:
-        raw = f.read()
+def read_safetensors(raw, np):
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
     base = 8 + n
@@ -118,11 +118,15 @@ def hf_to_gguf_name(gguf, tmap, name):
     return new
 
 
-def gemma4_gguf(gguf, np, fixture, out, quantised):
+def golden(np, fixture):
     d = os.path.join(GOLDEN, fixture)
     cfg = json.load(open(os.path.join(d, "config.json")))
-    tc = cfg.get("text_config", cfg)
-    tensors = read_safetensors(os.path.join(d, "model.safetensors"), np)
+    with open(os.path.join(d, "model.safetensors"), "rb") as f:
+        tensors = read_safetensors(f.read(), np)
+    return cfg.get("text_config", cfg), tensors
+
+
+def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised):
     arch = gguf.MODEL_ARCH.GEMMA4
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
     n_layer = tc["num_hidden_layers"]
@@ -218,8 +222,19 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     dequant_reference(gguf, np, os.path.join(args.out, "dequant_reference.gguf"))
-    gemma4_gguf(gguf, np, "e2b_like", os.path.join(args.out, "e2b_like.f32.gguf"), False)
-    gemma4_gguf(gguf, np, "e2b_like", os.path.join(args.out, "e2b_like.q4_0.gguf"), True)
+    tc, tensors = golden(np, "e2b_like")
+    gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.f32.gguf"), False)
+    gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.q4_0.gguf"), True)
+    # Fuzz seeds: the fuzz corpus's 2-layer checkpoint as a GGUF (its rows of 8 are too
+    # short for any block format; quant-blocks.gguf in that corpus is a copy of
+    # dequant_reference.gguf, truncated the first 300 bytes of mini-f32.gguf).
+    seeds = os.path.join(ROOT, "fuzz/corpus/gguf_reader")
+    os.makedirs(seeds, exist_ok=True)
+    with open(os.path.join(ROOT, "fuzz/corpus/checkpoint_config/mini"), "rb") as f:
+        raw = f.read()
+    split = raw.index(b"\0")
+    tc, tensors = json.loads(raw[:split]), read_safetensors(raw[split + 1 :], np)
+    gemma4_gguf(gguf, np, "mini", tc, tensors, os.path.join(seeds, "mini-f32.gguf"), False)
     for f in sorted(os.listdir(args.out)):
         print(f, os.path.getsize(os.path.join(args.out, f)))
 

@@ -18,53 +18,72 @@ use serde_json::json;
 const OP: &str = "gguf";
 pub const ARCH: &str = "gemma4";
 
+/// Model-level tensors: (HF name without the `model.` prefix, GGUF name).
+const GLOBAL_NAMES: [(&str, &str); 5] = [
+    ("embed_tokens.weight", "token_embd.weight"),
+    ("embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
+    ("per_layer_model_projection.weight", "per_layer_model_proj.weight"),
+    ("per_layer_projection_norm.weight", "per_layer_proj_norm.weight"),
+    ("norm.weight", "output_norm.weight"),
+];
+
+/// Tensors of layer `i`: (HF name after `layers.{i}.`, GGUF name after `blk.{i}.`).
+const LAYER_NAMES: [(&str, &str); 25] = [
+    ("input_layernorm.weight", "attn_norm.weight"),
+    ("self_attn.q_proj.weight", "attn_q.weight"),
+    ("self_attn.k_proj.weight", "attn_k.weight"),
+    ("self_attn.v_proj.weight", "attn_v.weight"),
+    ("self_attn.o_proj.weight", "attn_output.weight"),
+    ("self_attn.q_norm.weight", "attn_q_norm.weight"),
+    ("self_attn.k_norm.weight", "attn_k_norm.weight"),
+    ("post_attention_layernorm.weight", "post_attention_norm.weight"),
+    ("pre_feedforward_layernorm.weight", "ffn_norm.weight"),
+    ("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
+    ("mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("mlp.up_proj.weight", "ffn_up.weight"),
+    ("mlp.down_proj.weight", "ffn_down.weight"),
+    ("per_layer_input_gate.weight", "inp_gate.weight"),
+    ("per_layer_projection.weight", "proj.weight"),
+    ("post_per_layer_input_norm.weight", "post_norm.weight"),
+    ("layer_scalar", "layer_output_scale.weight"),
+    ("router.proj.weight", "ffn_gate_inp.weight"),
+    ("router.scale", "ffn_gate_inp.scale"),
+    ("router.per_expert_scale", "ffn_down_exps.scale"),
+    ("experts.gate_up_proj", "ffn_gate_up_exps.weight"),
+    ("experts.down_proj", "ffn_down_exps.weight"),
+    ("pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"),
+    ("post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"),
+    ("post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"),
+];
+
+/// Maps `name` through `global` or, after `from_layer{i}.`, through `layer` into
+/// `to_layer{i}.`.
+fn map_name(
+    name: &str,
+    from_layer: &str,
+    to_layer: &str,
+    global: impl Fn(&(&'static str, &'static str)) -> (&'static str, &'static str),
+) -> Option<String> {
+    if let Some((_, to)) = GLOBAL_NAMES.iter().map(&global).find(|(f, _)| *f == name) {
+        return Some(to.to_string());
+    }
+    let (index, rest) = name.strip_prefix(from_layer)?.split_once('.')?;
+    let index: usize = index.parse().ok()?;
+    let (_, to) = LAYER_NAMES.iter().map(&global).find(|(f, _)| *f == rest)?;
+    Some(format!("{to_layer}{index}.{to}"))
+}
+
 /// The GGUF name of a decoder tensor given by its HF name without the `model.` prefix
 /// (`layers.3.self_attn.q_proj.weight` -> `blk.3.attn_q.weight`); `None` for names
 /// llama.cpp's gemma4 layout does not have.
 pub fn gguf_name(hf: &str) -> Option<String> {
-    let global = match hf {
-        "embed_tokens.weight" => Some("token_embd.weight"),
-        "embed_tokens_per_layer.weight" => Some("per_layer_token_embd.weight"),
-        "per_layer_model_projection.weight" => Some("per_layer_model_proj.weight"),
-        "per_layer_projection_norm.weight" => Some("per_layer_proj_norm.weight"),
-        "norm.weight" => Some("output_norm.weight"),
-        _ => None,
-    };
-    if let Some(g) = global {
-        return Some(g.to_string());
-    }
-    let rest = hf.strip_prefix("layers.")?;
-    let (index, name) = rest.split_once('.')?;
-    let index: usize = index.parse().ok()?;
-    let mapped = match name {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-        "self_attn.k_norm.weight" => "attn_k_norm.weight",
-        "post_attention_layernorm.weight" => "post_attention_norm.weight",
-        "pre_feedforward_layernorm.weight" => "ffn_norm.weight",
-        "post_feedforward_layernorm.weight" => "post_ffw_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        "per_layer_input_gate.weight" => "inp_gate.weight",
-        "per_layer_projection.weight" => "proj.weight",
-        "post_per_layer_input_norm.weight" => "post_norm.weight",
-        "layer_scalar" => "layer_output_scale.weight",
-        "router.proj.weight" => "ffn_gate_inp.weight",
-        "router.scale" => "ffn_gate_inp.scale",
-        "router.per_expert_scale" => "ffn_down_exps.scale",
-        "experts.gate_up_proj" => "ffn_gate_up_exps.weight",
-        "experts.down_proj" => "ffn_down_exps.weight",
-        "pre_feedforward_layernorm_2.weight" => "pre_ffw_norm_2.weight",
-        "post_feedforward_layernorm_1.weight" => "post_ffw_norm_1.weight",
-        "post_feedforward_layernorm_2.weight" => "post_ffw_norm_2.weight",
-        _ => return None,
-    };
-    Some(format!("blk.{index}.{mapped}"))
+    map_name(hf, "layers.", "blk.", |&(h, g)| (h, g))
+}
+
+/// The HF name (without `model.`) of a gemma4 GGUF tensor; `None` for tensors wgemma does
+/// not read (`rope_freqs`, which becomes the config's partial rotary factor).
+pub fn hf_name(gguf: &str) -> Option<String> {
+    map_name(gguf, "blk.", "layers.", |&(h, g)| (g, h))
 }
 
 /// Typed access to `{arch}.` keys, each failure naming the key and what it held.

@@ -405,7 +405,16 @@ impl<'a> GgufFile<'a> {
                     dims[0],
                 ));
             }
-            let size = elements / ty.block_elements() * ty.block_bytes();
+            let size = (elements / ty.block_elements())
+                .checked_mul(ty.block_bytes())
+                .ok_or_else(|| {
+                    Error::invalid(
+                        OP,
+                        format!("dimensions of `{name}`"),
+                        "a size that fits in memory",
+                        format!("{dims:?} of {ty:?}"),
+                    )
+                })?;
             if offset % alignment as u64 != 0 {
                 return Err(Error::invalid(
                     OP,
