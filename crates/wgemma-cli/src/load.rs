@@ -251,8 +251,8 @@ pub struct GgufMap {
 impl GgufMap {
     pub fn open(path: &Path) -> Result<GgufMap> {
         crate::model_dir::check_regular_file(path, "--model")?;
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
         // SAFETY: read-only map held for the load; a file changed underneath a running
         // process is outside what we can defend against.
         let map = unsafe { memmap2::Mmap::map(&file) }
@@ -287,7 +287,10 @@ fn load_gguf(
     spec.check_sizes(&size_limits(ctx, &options))
         .with_context(|| format!("{}", path.display()))?;
     let tokenizer = wgemma::gguf::tokenizer::tokenizer_json(&file)
-        .and_then(|json| json.map(|j| Tokenizer::from_bytes(j.as_bytes())).transpose())
+        .and_then(|json| {
+            json.map(|j| Tokenizer::from_bytes(j.as_bytes()))
+                .transpose()
+        })
         .with_context(|| format!("the tokenizer metadata of {}", path.display()))?;
     let mut eos_ids = wgemma::gguf::eos_ids(&file);
     if eos_ids.is_empty() {

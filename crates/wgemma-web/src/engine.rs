@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use web_time::Instant;
 use wgemma::artifact::{self, Artifact, LoadHooks, Which};
+use wgemma::gguf::{self, GgufFile, GgufWeights};
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::checkpoint::Checkpoint;
@@ -417,6 +418,44 @@ impl Engine {
         let parts = (tokenizer, eos_ids, options.dtype.clone(), description);
         let load =
             |ctx: &GpuContext| Ok(Model::load(ctx, &ck, spec, model_options, &mut |_, _| {})?);
+        self.install_target(load, parts, start)?;
+        self.check_gpu_errors()?;
+        self.model_info()
+    }
+
+    /// Loads a llama.cpp GGUF file (`gemma4`): config and tokenizer from its metadata,
+    /// weights converted to `options.dtype` (Q4_0 into Q4 group 32 as it is).
+    pub fn load_gguf(&mut self, bytes: &[u8], options: &LoadOptions) -> Result<ModelInfo> {
+        let start = Instant::now();
+        let model_options = options.model_options()?;
+        let file = GgufFile::parse(bytes).context("GGUF")?;
+        let spec = parse_config(&gguf::config_json(&file).context("GGUF metadata")?)
+            .context("the config the GGUF metadata describes")?;
+        let tokenizer = gguf::tokenizer::tokenizer_json(&file)
+            .context("the GGUF tokenizer metadata")?
+            .map(|json| Tokenizer::from_bytes(json.as_bytes()))
+            .transpose()
+            .context("the GGUF tokenizer metadata")?;
+        let mut eos_ids = gguf::eos_ids(&file);
+        if eos_ids.is_empty() {
+            eos_ids = spec.eos_ids();
+        }
+        let c = &spec.config;
+        let description = format!(
+            "Gemma 4 GGUF ({} layers, hidden {}, vocab {}), {}",
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, options.dtype
+        );
+        let parts = (tokenizer, eos_ids, options.dtype.clone(), description);
+        let weights = GgufWeights::new(&file);
+        let load = |ctx: &GpuContext| {
+            Ok(Model::load(
+                ctx,
+                &weights,
+                spec,
+                model_options,
+                &mut |_, _| {},
+            )?)
+        };
         self.install_target(load, parts, start)?;
         self.check_gpu_errors()?;
         self.model_info()

@@ -182,3 +182,30 @@ fn requests_a_page_can_get_wrong_are_refused_with_a_reason() {
     };
     assert!(err(engine.load_checkpoint(&files("e2b_like", None), &bad_dtype)).contains("q4g64"));
 }
+
+/// A GGUF file picked in the page (`loadGguf`): the F32 GGUF of the e2b_like fixture
+/// (tools/gguf) gives HF's Q4 greedy tokens, as its HF directory does.
+#[test]
+fn a_gguf_file_loads_from_bytes_like_its_checkpoint() {
+    let mut engine = pollster::block_on(Engine::new(None)).unwrap();
+    let bytes = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../wgemma/tests/data/gguf/e2b_like.f32.gguf"),
+    )
+    .unwrap();
+    let info = engine.load_gguf(&bytes, &LoadOptions::default()).unwrap();
+    assert_eq!((info.layers, info.vocab_size), (6, 512));
+    let hf = expected("e2b_like");
+    for p in hf["prompts"].as_array().unwrap() {
+        let want = ids(&p["q4"]["greedy"]);
+        let request = GenerateRequest {
+            prompt_ids: Some(ids(&p["prompt"])),
+            max_new_tokens: want.len(),
+            ..GenerateRequest::default()
+        };
+        let out = generate(&mut engine, request, &mut |_| true).unwrap();
+        assert_eq!(out.tokens, want);
+    }
+    let err = err(engine.load_gguf(&bytes[..1000], &LoadOptions::default()));
+    assert!(err.contains("GGUF") && err.contains("truncated"), "{err}");
+}

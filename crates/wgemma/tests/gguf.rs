@@ -13,7 +13,9 @@ use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
 fn read(rel: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -29,8 +31,14 @@ fn options(format: WeightFormat) -> ModelOptions {
 /// Logits at every position of a fixed prompt.
 fn logits(source: &dyn WeightSource, config: &str, format: WeightFormat) -> Vec<f32> {
     let spec = parse_config(config).unwrap();
-    let mut model = Model::load(test_context(), source, spec, options(format), &mut |_, _| {})
-        .unwrap();
+    let mut model = Model::load(
+        test_context(),
+        source,
+        spec,
+        options(format),
+        &mut |_, _| {},
+    )
+    .unwrap();
     let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 500).collect();
     pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits))
         .unwrap()
@@ -53,7 +61,10 @@ fn f32_gguf_gives_the_hf_directory_logits_bit_for_bit() {
     assert_eq!(a.layers, b.layers, "layers from the GGUF metadata");
     assert_eq!(a.ple_dim, b.ple_dim);
     assert_eq!(a.config.vocab_size, b.config.vocab_size);
-    assert_eq!(a.config.final_logit_softcapping, b.config.final_logit_softcapping);
+    assert_eq!(
+        a.config.final_logit_softcapping,
+        b.config.final_logit_softcapping
+    );
     let weights = GgufWeights::new(&file);
     for format in [
         WeightFormat::F32,
@@ -67,7 +78,10 @@ fn f32_gguf_gives_the_hf_directory_logits_bit_for_bit() {
             .iter()
             .zip(&gg)
             .position(|(x, y)| x.to_bits() != y.to_bits());
-        assert!(first.is_none(), "{format:?}: first differing logit {first:?}");
+        assert!(
+            first.is_none(),
+            "{format:?}: first differing logit {first:?}"
+        );
     }
 }
 
@@ -92,14 +106,20 @@ fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
             .zip(b.chunks(vocab))
             .map(|(x, y)| {
                 let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-                x.iter().zip(y).fold(0.0f32, |m, (p, q)| m.max((p - q).abs())) / scale
+                x.iter()
+                    .zip(y)
+                    .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()))
+                    / scale
             })
             .fold(0.0f32, f32::max)
     };
     // The yardstick: wgemma's own Q4 (group 32) of the HF weights against HF. Tiny random
     // weights make logits small, so any 4-bit quantisation moves them by a good part of
     // their scale; a GGUF of llama.cpp's formats must do about as well.
-    let own_q4 = rel(&logits(&ck, &hf_config, WeightFormat::Q4 { group: 32 }), &reference);
+    let own_q4 = rel(
+        &logits(&ck, &hf_config, WeightFormat::Q4 { group: 32 }),
+        &reference,
+    );
     let (to_hf, q4_to_hf, q4_to_deq) = (
         rel(&dequantised, &reference),
         rel(&q4, &reference),
@@ -109,10 +129,22 @@ fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
         "max |diff| / logit scale: wgemma q4 of the HF dir {own_q4:.3}, Q4_0 GGUF dequantised \
          {to_hf:.3}, Q4_0 GGUF as q4 {q4_to_hf:.3}, q4 vs dequantised {q4_to_deq:.3}"
     );
-    assert!(to_hf <= 1.5 * own_q4, "dequantised GGUF vs HF: {to_hf} (own q4 {own_q4})");
-    assert!(q4_to_hf <= 1.5 * own_q4, "Q4 GGUF vs HF: {q4_to_hf} (own q4 {own_q4})");
+    assert!(
+        to_hf <= 1.5 * own_q4,
+        "dequantised GGUF vs HF: {to_hf} (own q4 {own_q4})"
+    );
+    assert!(
+        q4_to_hf <= 1.5 * own_q4,
+        "Q4 GGUF vs HF: {q4_to_hf} (own q4 {own_q4})"
+    );
     // The Q8_0 tables (embedding and tied lm_head) were requantised to 4 bits: that alone
     // is a 4-bit quantisation's error.
-    assert!(q4_to_deq <= 1.5 * own_q4, "Q4 vs dequantised GGUF: {q4_to_deq}");
-    assert!(q4_to_deq > 0.0, "the Q8_0 tables were requantised: a difference must show");
+    assert!(
+        q4_to_deq <= 1.5 * own_q4,
+        "Q4 vs dequantised GGUF: {q4_to_deq}"
+    );
+    assert!(
+        q4_to_deq > 0.0,
+        "the Q8_0 tables were requantised: a difference must show"
+    );
 }

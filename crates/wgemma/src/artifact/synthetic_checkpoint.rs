@@ -75,10 +75,7 @@ fn bf16_block(
     range: std::ops::Range<usize>,
 ) -> Vec<u8> {
     let encode = |r: std::ops::Range<usize>, out: &mut [u8]| {
-        for (o, v) in out
-            .chunks_exact_mut(2)
-            .zip(weights.values(name, shape, r))
-        {
+        for (o, v) in out.chunks_exact_mut(2).zip(weights.values(name, shape, r)) {
             o.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
         }
     };
@@ -86,7 +83,9 @@ fn bf16_block(
     let threads = if cfg!(target_arch = "wasm32") || range.len() < (1 << 20) {
         1
     } else {
-        std::thread::available_parallelism().map_or(1, |t| t.get()).min(32)
+        std::thread::available_parallelism()
+            .map_or(1, |t| t.get())
+            .min(32)
     };
     let per = range.len().div_ceil(threads);
     std::thread::scope(|scope| {

@@ -12,9 +12,9 @@ pub mod model;
 pub mod quant;
 pub mod reader;
 pub mod source;
-pub mod tokenizer;
 #[cfg(test)]
 mod tests;
+pub mod tokenizer;
 
 pub use reader::{GgufFile, TensorInfo, Value};
 pub use source::GgufWeights;

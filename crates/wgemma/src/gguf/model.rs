@@ -21,9 +21,18 @@ pub const ARCH: &str = "gemma4";
 /// Model-level tensors: (HF name without the `model.` prefix, GGUF name).
 const GLOBAL_NAMES: [(&str, &str); 5] = [
     ("embed_tokens.weight", "token_embd.weight"),
-    ("embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
-    ("per_layer_model_projection.weight", "per_layer_model_proj.weight"),
-    ("per_layer_projection_norm.weight", "per_layer_proj_norm.weight"),
+    (
+        "embed_tokens_per_layer.weight",
+        "per_layer_token_embd.weight",
+    ),
+    (
+        "per_layer_model_projection.weight",
+        "per_layer_model_proj.weight",
+    ),
+    (
+        "per_layer_projection_norm.weight",
+        "per_layer_proj_norm.weight",
+    ),
     ("norm.weight", "output_norm.weight"),
 ];
 
@@ -36,7 +45,10 @@ const LAYER_NAMES: [(&str, &str); 25] = [
     ("self_attn.o_proj.weight", "attn_output.weight"),
     ("self_attn.q_norm.weight", "attn_q_norm.weight"),
     ("self_attn.k_norm.weight", "attn_k_norm.weight"),
-    ("post_attention_layernorm.weight", "post_attention_norm.weight"),
+    (
+        "post_attention_layernorm.weight",
+        "post_attention_norm.weight",
+    ),
     ("pre_feedforward_layernorm.weight", "ffn_norm.weight"),
     ("post_feedforward_layernorm.weight", "post_ffw_norm.weight"),
     ("mlp.gate_proj.weight", "ffn_gate.weight"),
@@ -51,9 +63,18 @@ const LAYER_NAMES: [(&str, &str); 25] = [
     ("router.per_expert_scale", "ffn_down_exps.scale"),
     ("experts.gate_up_proj", "ffn_gate_up_exps.weight"),
     ("experts.down_proj", "ffn_down_exps.weight"),
-    ("pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"),
-    ("post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"),
-    ("post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"),
+    (
+        "pre_feedforward_layernorm_2.weight",
+        "pre_ffw_norm_2.weight",
+    ),
+    (
+        "post_feedforward_layernorm_1.weight",
+        "post_ffw_norm_1.weight",
+    ),
+    (
+        "post_feedforward_layernorm_2.weight",
+        "post_ffw_norm_2.weight",
+    ),
 ];
 
 /// Maps `name` through `global` or, after `from_layer{i}.`, through `layer` into
@@ -117,9 +138,8 @@ impl Meta<'_, '_> {
     }
 
     pub fn u(&self, suffix: &str) -> Result<usize> {
-        self.opt_u(suffix)?.ok_or_else(|| {
-            Error::invalid(OP, self.key(suffix), "an unsigned integer", "missing")
-        })
+        self.opt_u(suffix)?
+            .ok_or_else(|| Error::invalid(OP, self.key(suffix), "an unsigned integer", "missing"))
     }
 
     pub fn opt_f(&self, suffix: &str) -> Result<Option<f64>> {
@@ -164,14 +184,17 @@ impl Meta<'_, '_> {
                     .collect::<Result<Vec<_>>>()
                     .map(Some)
             }
-            Some(v) => Ok(Some(vec![self.u(suffix).map_err(|_| {
-                Error::invalid(
-                    OP,
-                    self.key(suffix),
-                    "an unsigned integer or an array of them",
-                    format!("a {}", v.type_name()),
-                )
-            })?; layers])),
+            Some(v) => Ok(Some(vec![
+                self.u(suffix).map_err(|_| {
+                    Error::invalid(
+                        OP,
+                        self.key(suffix),
+                        "an unsigned integer or an array of them",
+                        format!("a {}", v.type_name()),
+                    )
+                })?;
+                layers
+            ])),
         }
     }
 
@@ -209,9 +232,9 @@ impl Meta<'_, '_> {
 
 /// The rows of a 2-D tensor (`dims[1]`), or an error naming it.
 fn rows_of(file: &GgufFile<'_>, name: &str) -> Result<usize> {
-    let t = file.tensor(name).ok_or_else(|| {
-        Error::invalid(OP, format!("tensor `{name}`"), "present", "missing")
-    })?;
+    let t = file
+        .tensor(name)
+        .ok_or_else(|| Error::invalid(OP, format!("tensor `{name}`"), "present", "missing"))?;
     match t.dims[..] {
         [_, rows] => Ok(rows),
         _ => Err(Error::invalid(
@@ -272,7 +295,9 @@ pub fn text_config(file: &GgufFile<'_>) -> Result<serde_json::Value> {
     let heads = m.u("attention.head_count")?;
     let sliding = m.sliding_pattern(layers)?;
     let head_dim_full = m.u("attention.key_length")?;
-    let head_dim_swa = m.opt_u("attention.key_length_swa")?.unwrap_or(head_dim_full);
+    let head_dim_swa = m
+        .opt_u("attention.key_length_swa")?
+        .unwrap_or(head_dim_full);
     let kv_heads = m
         .per_layer("attention.head_count_kv", layers)?
         .unwrap_or(vec![heads; layers]);
@@ -284,7 +309,11 @@ pub fn text_config(file: &GgufFile<'_>) -> Result<serde_json::Value> {
     let kv_swa = kv_of(true).or(kv_of(false)).unwrap_or(heads);
     let kv_full = kv_of(false);
     for (i, &kv) in kv_heads.iter().enumerate() {
-        let want = if sliding[i] { kv_swa } else { kv_full.unwrap_or(kv_swa) };
+        let want = if sliding[i] {
+            kv_swa
+        } else {
+            kv_full.unwrap_or(kv_swa)
+        };
         if kv != want {
             return Err(Error::invalid(
                 OP,
@@ -309,7 +338,11 @@ pub fn text_config(file: &GgufFile<'_>) -> Result<serde_json::Value> {
     let first_shared = layers - shared;
     let double_wide = shared > 0 && ff[first_shared] == 2 * ff[0];
     for (i, &f) in ff.iter().enumerate() {
-        let want = if double_wide && i >= first_shared { 2 * ff[0] } else { ff[0] };
+        let want = if double_wide && i >= first_shared {
+            2 * ff[0]
+        } else {
+            ff[0]
+        };
         if f != want {
             return Err(Error::invalid(
                 OP,
@@ -347,7 +380,13 @@ pub fn text_config(file: &GgufFile<'_>) -> Result<serde_json::Value> {
     let factor = partial_rotary_factor(file, head_dim_full)?;
     let layer_types: Vec<&str> = sliding
         .iter()
-        .map(|&s| if s { "sliding_attention" } else { "full_attention" })
+        .map(|&s| {
+            if s {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+        })
         .collect();
     let mut c = json!({
         "model_type": "gemma4_text",

@@ -165,7 +165,9 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
             bytes.len(),
         ));
     }
-    let blocks = bytes.chunks_exact(ty.block_bytes()).zip(out.chunks_exact_mut(be));
+    let blocks = bytes
+        .chunks_exact(ty.block_bytes())
+        .zip(out.chunks_exact_mut(be));
     match ty {
         GgmlType::F32 => {
             for (b, o) in blocks {

@@ -18,11 +18,12 @@ use super::quant::{dequantize, q4_0_to_wgemma_q4, GgmlType};
 use super::reader::{GgufFile, TensorInfo};
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
-use crate::model::checkpoint::WeightSource;
 use crate::model::prepared::{Matrix, MatrixData, MatrixLayout};
+use crate::model::source::{experts_by_expert, WeightSource};
 use crate::model::upload::{
     upload_blocks, upload_raw_parts, RawTensor, StreamOptions, Uploaded, Uploader,
 };
+use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::ops::quantize::SourceDtype;
 use std::borrow::Cow;
 use std::ops::Range;
@@ -81,7 +82,10 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
         let shape = t.hf_shape();
         let same = shape == expected_shape
             || (expected_shape.iter().product::<usize>() == t.elements()
-                && expected_shape.iter().filter(|&&d| d != 1).eq(shape.iter().filter(|&&d| d != 1)));
+                && expected_shape
+                    .iter()
+                    .filter(|&&d| d != 1)
+                    .eq(shape.iter().filter(|&&d| d != 1)));
         if !same {
             return Err(Error::invalid(
                 OP,
@@ -236,6 +240,28 @@ impl WeightSource for GgufWeights<'_, '_> {
         }
         upload_blocks(up, name, n, k, layout, use_, parts.len(), &mut |p, r| {
             self.block(tensors[p], k, r, layout)
+        })
+    }
+
+    /// Expert by expert ([`experts_by_expert`]): ggml stores `[K, N, E]`, so each expert's
+    /// blocks are contiguous.
+    fn experts(
+        &self,
+        name: &str,
+        experts: usize,
+        n: usize,
+        k: usize,
+        format: ExpertFormat,
+    ) -> Result<ExpertHost> {
+        let t = self.tensor(name, &[experts, n, k])?;
+        let per = t.ty.bytes_of(n * k);
+        experts_by_expert(experts, n, k, format, &mut |e| {
+            let range = e * per..(e + 1) * per;
+            let mut values = vec![0.0f32; n * k];
+            dequantize(t.ty, &t.data[range.clone()], &mut values)?;
+            check_finite(&t.name, e * n * k, &values)?;
+            self.release(t, range);
+            Ok(values)
         })
     }
 }

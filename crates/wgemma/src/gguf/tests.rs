@@ -122,7 +122,10 @@ fn names_map_both_ways() {
         ("embed_tokens.weight", "token_embd.weight"),
         ("layers.12.self_attn.q_proj.weight", "blk.12.attn_q.weight"),
         ("layers.0.layer_scalar", "blk.0.layer_output_scale.weight"),
-        ("layers.3.router.per_expert_scale", "blk.3.ffn_down_exps.scale"),
+        (
+            "layers.3.router.per_expert_scale",
+            "blk.3.ffn_down_exps.scale",
+        ),
     ] {
         assert_eq!(gguf_name(hf).as_deref(), Some(gg));
         assert_eq!(hf_name(gg).as_deref(), Some(hf));
@@ -172,7 +175,10 @@ fn err_of(bytes: &[u8]) -> String {
 
 #[test]
 fn bad_files_get_errors_naming_what_is_wrong() {
-    let f32s: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let f32s: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let arch = ("general.architecture", 8u32, {
         let mut v = 6u64.to_le_bytes().to_vec();
         v.extend(b"gemma4");
@@ -181,7 +187,10 @@ fn bad_files_get_errors_naming_what_is_wrong() {
     let good = gguf_bytes(&[arch.clone()], &[("w", &[4], 0, 0)], &f32s);
     let file = GgufFile::parse(&good).unwrap();
     assert_eq!(file.architecture().unwrap(), "gemma4");
-    assert_eq!(dequantize_to_vec(file.tensors[0].ty, file.tensors[0].data).unwrap(), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(
+        dequantize_to_vec(file.tensors[0].ty, file.tensors[0].data).unwrap(),
+        [1.0, 2.0, 3.0, 4.0]
+    );
     // Truncated anywhere: never a panic, always an error.
     for cut in 0..good.len() {
         assert!(GgufFile::parse(&good[..cut]).is_err(), "cut at {cut}");
@@ -197,14 +206,20 @@ fn bad_files_get_errors_naming_what_is_wrong() {
     let mut lying = good.clone();
     lying[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
     let e = err_of(&lying);
-    assert!(e.contains("tensor count") && e.contains(&u64::MAX.to_string()), "{e}");
+    assert!(
+        e.contains("tensor count") && e.contains(&u64::MAX.to_string()),
+        "{e}"
+    );
     // A lying string length.
     let mut long_key = good.clone();
     long_key[24..32].copy_from_slice(&(1u64 << 40).to_le_bytes());
     assert!(err_of(&long_key).contains("key of metadata entry 0"));
     // Unknown and unread type ids.
     let e = err_of(&gguf_bytes(&[], &[("w", &[4], 99, 0)], &f32s));
-    assert!(e.contains("`w`") && e.contains("id 99 (not a ggml type)"), "{e}");
+    assert!(
+        e.contains("`w`") && e.contains("id 99 (not a ggml type)"),
+        "{e}"
+    );
     let e = err_of(&gguf_bytes(&[], &[("w", &[256], 13, 0)], &[0; 176]));
     assert!(e.contains("Q5_K (id 13, not read by this build)"), "{e}");
     let e = err_of(&gguf_bytes(&[("k", 77, vec![])], &[], &[]));
@@ -225,7 +240,11 @@ fn bad_files_get_errors_naming_what_is_wrong() {
     let e = err_of(&gguf_bytes(&[], &[("w", &[0], 0, 0)], &[]));
     assert!(e.contains("non-zero"), "{e}");
     // Two tensors of one name, a repeated key.
-    let e = err_of(&gguf_bytes(&[], &[("w", &[1], 0, 0), ("w", &[1], 0, 0)], &f32s));
+    let e = err_of(&gguf_bytes(
+        &[],
+        &[("w", &[1], 0, 0), ("w", &[1], 0, 0)],
+        &f32s,
+    ));
     assert!(e.contains("named once"), "{e}");
     let e = err_of(&gguf_bytes(&[arch.clone(), arch], &[], &[]));
     assert!(e.contains("present once"), "{e}");
@@ -241,9 +260,16 @@ fn config_errors_name_the_key() {
         v
     };
     let llama = gguf_bytes(&[("general.architecture", 8, s("llama"))], &[], &[]);
-    let e = super::config_json(&GgufFile::parse(&llama).unwrap()).unwrap_err().to_string();
+    let e = super::config_json(&GgufFile::parse(&llama).unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("\"gemma4\"") && e.contains("\"llama\""), "{e}");
     let bare = gguf_bytes(&[("general.architecture", 8, s("gemma4"))], &[], &[]);
-    let e = super::config_json(&GgufFile::parse(&bare).unwrap()).unwrap_err().to_string();
-    assert!(e.contains("gemma4.block_count") && e.contains("missing"), "{e}");
+    let e = super::config_json(&GgufFile::parse(&bare).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("gemma4.block_count") && e.contains("missing"),
+        "{e}"
+    );
 }

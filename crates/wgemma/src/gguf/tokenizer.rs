@@ -41,15 +41,20 @@ fn strings<'v>(file: &'v GgufFile<'_>, key: &str) -> Result<Option<Vec<&'v str>>
 pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Option<String>> {
     let model = match file.get("tokenizer.ggml.model") {
         None => return Ok(None),
-        Some(v) => v.as_str().ok_or_else(|| {
-            Error::invalid(OP, "tokenizer.ggml.model", "a string", v.type_name())
-        })?,
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| Error::invalid(OP, "tokenizer.ggml.model", "a string", v.type_name()))?,
     };
     if model == "no_vocab" || model == "none" {
         return Ok(None);
     }
     let tokens = strings(file, "tokenizer.ggml.tokens")?.ok_or_else(|| {
-        Error::invalid(OP, "tokenizer.ggml.tokens", "an array of strings", "missing")
+        Error::invalid(
+            OP,
+            "tokenizer.ggml.tokens",
+            "an array of strings",
+            "missing",
+        )
     })?;
     let merges = strings(file, "tokenizer.ggml.merges")?.unwrap_or_default();
     let types: Vec<u64> = match file.get("tokenizer.ggml.token_type") {
@@ -72,8 +77,10 @@ pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Option<String>> {
         // A repeated token string keeps its first id (the tokenizer maps text to one id).
         vocab.entry(t.to_string()).or_insert(json!(id));
         if ty == CONTROL || ty == USER_DEFINED {
-            added.push(json!({"id": id, "content": t, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": ty == CONTROL}));
+            added.push(
+                json!({"id": id, "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": ty == CONTROL}),
+            );
         }
     }
     let unk = tokens.contains(&"<unk>").then_some("<unk>");
@@ -99,7 +106,14 @@ pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Option<String>> {
                 OP,
                 "tokenizer.ggml.model",
                 "\"gemma4\" or \"gpt2\" with tokenizer.ggml.merges (BPE)",
-                format!("{other:?}{}", if merges.is_empty() { " without merges" } else { "" }),
+                format!(
+                    "{other:?}{}",
+                    if merges.is_empty() {
+                        " without merges"
+                    } else {
+                        ""
+                    }
+                ),
             ))
         }
     };

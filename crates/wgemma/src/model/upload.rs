@@ -12,8 +12,8 @@
 //! Either way the submissions in flight are bounded ([`MAX_IN_FLIGHT`] blocks), which
 //! bounds wgpu's staging copies, and the source's pages are released after each block.
 
+use super::linear_weight::{table_from_matrix, table_rows, LinearWeight};
 use super::prepared::{Matrix, MatrixData, MatrixLayout};
-use super::weights::{table_from_matrix, table_rows, LinearWeight};
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Step, Tensor};
