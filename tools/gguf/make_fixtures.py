@@ -13,6 +13,10 @@ Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
   must give bit-identical logits from it and from the HF directory, at every dtype.
 - fuzz/corpus/gguf_reader/mini-f32.gguf: the fuzz corpus's 2-layer checkpoint
   (`fuzz/corpus/checkpoint_config/mini`) as a GGUF seed.
+- e2b_like_assistant.f32.gguf: the golden assistant `e2b_like_assistant` as a
+  gemma4-assistant file (F32; `embedding_length_out` = the target's hidden size; the
+  centroid head's top-k under `gemma4-assistant.centroid_intermediate_top_k`, a key
+  llama.cpp does not define: its converter writes none).
 - e2b_like.q4_0.gguf: the same model with every matrix whose rows allow it in Q4_0 and the
   embedding tables in Q8_0 (llama.cpp's quantised files keep token_embd at 6-8 bits), norms
   F32. The fixture's rows (64, 128, 192 wide) are not multiples of 256, so no K-quant
@@ -126,9 +130,18 @@ def golden(np, fixture):
     return cfg.get("text_config", cfg), tensors
 
 
-def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised):
-    arch = gguf.MODEL_ARCH.GEMMA4
+def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised, assistant=None):
+    """`assistant`: the assistant's config.json (a gemma4-assistant file), else None."""
+    arch = gguf.MODEL_ARCH.GEMMA4_ASSISTANT if assistant else gguf.MODEL_ARCH.GEMMA4
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
+    if assistant:
+        # What llama.cpp's gemma4-assistant loader reads beside the gemma4 keys; the
+        # centroid head's top-k has no llama.cpp key (it drafts with the dense lm_head):
+        # wgemma reads this one when present.
+        w.add_embedding_length_out(assistant["backbone_hidden_size"])
+        if assistant.get("use_ordered_embeddings"):
+            w.add_uint32(f"{gguf.MODEL_ARCH_NAMES[arch]}.centroid_intermediate_top_k",
+                         assistant["centroid_intermediate_top_k"])
     n_layer = tc["num_hidden_layers"]
     tmap = gguf.get_tensor_name_map(arch, n_layer)
     layer_types = tc["layer_types"]
@@ -189,6 +202,9 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised):
     freqs = np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot), dtype=np.float32)
     w.add_tensor("rope_freqs.weight", freqs)
     for name in sorted(tensors):
+        if tensors[name].dtype.kind in "iu":  # the assistant's token_ordering
+            w.add_tensor(hf_to_gguf_name(gguf, tmap, name), np.ascontiguousarray(tensors[name]))
+            continue
         a = np.ascontiguousarray(tensors[name].astype(np.float32))
         new = hf_to_gguf_name(gguf, tmap, name)
         qt = T.F32
@@ -225,6 +241,11 @@ def main():
     tc, tensors = golden(np, "e2b_like")
     gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.f32.gguf"), False)
     gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.q4_0.gguf"), True)
+    d = os.path.join(GOLDEN, "e2b_like_assistant")
+    acfg = json.load(open(os.path.join(d, "config.json")))
+    atc, atensors = golden(np, "e2b_like_assistant")
+    gemma4_gguf(gguf, np, "e2b_like_assistant", atc, atensors,
+                os.path.join(args.out, "e2b_like_assistant.f32.gguf"), False, assistant=acfg)
     # Fuzz seeds: the fuzz corpus's 2-layer checkpoint as a GGUF (its rows of 8 are too
     # short for any block format; quant-blocks.gguf in that corpus is a copy of
     # dequant_reference.gguf, truncated the first 300 bytes of mini-f32.gguf).

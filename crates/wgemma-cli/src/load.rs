@@ -398,7 +398,8 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
     })
 }
 
-/// Loads `--assistant PATH` (a checkpoint directory, or an artifact holding an assistant)
+/// Loads `--assistant PATH` (a checkpoint directory, a gemma4-assistant GGUF file, or an
+/// artifact holding an assistant)
 /// for `target`; a directory's weights are converted to `format` (the target's).
 pub fn load_assistant(
     ctx: &GpuContext,
@@ -407,6 +408,27 @@ pub fn load_assistant(
     format: WeightFormat,
     verify: bool,
 ) -> Result<Assistant> {
+    if is_gguf(path) {
+        let map = GgufMap::open(path)?;
+        let file = map.parse(path)?;
+        let config = wgemma::gguf::assistant_config_json(&file)
+            .with_context(|| format!("{}", path.display()))?;
+        let spec = parse_assistant_config(&config).with_context(|| {
+            format!(
+                "the assistant config the metadata of {} describes",
+                path.display()
+            )
+        })?;
+        return Assistant::load(
+            ctx,
+            &wgemma::gguf::GgufAssistant { file: &file },
+            spec,
+            target,
+            &OpSet::with_mtp(),
+            AssistantOptions { format },
+        )
+        .with_context(|| format!("loading the assistant in {}", path.display()));
+    }
     if is_artifact(path) {
         let file = ArtifactFile::open(path)?;
         let artifact = file.parse(path)?;

@@ -206,6 +206,10 @@ fn a_gguf_file_loads_from_bytes_like_its_checkpoint() {
         let out = generate(&mut engine, request, &mut |_| true).unwrap();
         assert_eq!(out.tokens, want);
     }
+    // Cut short: the tensor table claims more entries than the bytes left can hold.
     let err = err(engine.load_gguf(&bytes[..1000], &LoadOptions::default()));
-    assert!(err.contains("GGUF") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("GGUF") && err.contains("tensor count"),
+        "{err}"
+    );
 }

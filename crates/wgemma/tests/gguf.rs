@@ -2,15 +2,23 @@
 //! from the golden fixture `e2b_like`): the same logits bit for bit from an F32 GGUF at
 //! every dtype, the config rebuilt from llama.cpp's metadata equal to config.json's, and a
 //! Q4_0/Q8_0 GGUF (llama.cpp's quantised layout) within quantisation error of HF with its
-//! Q4_0 matrices uploaded without requantising.
+//! Q4_0 matrices uploaded without requantising; and the MTP assistant from its
+//! gemma4-assistant GGUF drafting bit for bit as from its HF directory.
 
 use std::path::PathBuf;
-use wgemma::gguf::{config_json, GgufFile, GgufWeights};
+use wgemma::gguf::{assistant_config_json, config_json, GgufAssistant, GgufFile, GgufWeights};
 use wgemma::harness::test_context;
+use wgemma::model::assistant::{
+    parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
+};
 use wgemma::model::checkpoint::{Checkpoint, WeightSource};
+use wgemma::model::generate::GenerateOptions;
 use wgemma::model::parse_config;
+use wgemma::model::sampling::SamplingParams;
+use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
+use wgemma::ops::opset::OpSet;
 
 fn read(rel: &str) -> Vec<u8> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -147,4 +155,100 @@ fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
         q4_to_deq > 0.0,
         "the Q8_0 tables were requantised: a difference must show"
     );
+}
+
+fn speculative(target: &mut Model, assistant: &mut Assistant, prompt: &[u32]) -> SpecOut {
+    let options = GenerateOptions {
+        max_new_tokens: 12,
+        sampling: SamplingParams::default(),
+        stop_ids: vec![],
+    };
+    target.reset();
+    let out = pollster::block_on(generate_speculative(
+        target,
+        assistant,
+        test_context(),
+        prompt,
+        &options,
+        &SpeculativeOptions {
+            capture_draft_logits: true,
+            ..SpeculativeOptions::default()
+        },
+        &mut |_| true,
+    ))
+    .unwrap();
+    let drafts = out
+        .draft_logits
+        .iter()
+        .map(|row| row.iter().map(|v| v.to_bits()).collect())
+        .collect();
+    (out.tokens, drafts)
+}
+
+type SpecOut = (Vec<u32>, Vec<Vec<u32>>);
+
+/// The assistant as llama.cpp's gemma4-assistant layout stores it (F32, from the golden
+/// fixture): the same config, speculative tokens and draft logits bit for bit as from
+/// its HF directory, with both targets from their GGUF and HF forms.
+#[test]
+fn assistant_gguf_drafts_as_its_hf_directory() {
+    let read_str = |rel: &str| String::from_utf8(read(rel)).unwrap();
+    let (t_bytes, a_bytes) = (
+        read("golden/e2b_like/model.safetensors"),
+        read("golden/e2b_like_assistant/model.safetensors"),
+    );
+    let t_ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &t_bytes)]).unwrap();
+    let a_ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &a_bytes)]).unwrap();
+    let hf_spec =
+        parse_assistant_config(&read_str("golden/e2b_like_assistant/config.json")).unwrap();
+    let a_gguf_bytes = read("gguf/e2b_like_assistant.f32.gguf");
+    let a_file = GgufFile::parse(&a_gguf_bytes).unwrap();
+    let gguf_spec = parse_assistant_config(&assistant_config_json(&a_file).unwrap()).unwrap();
+    assert_eq!(gguf_spec.head, hf_spec.head);
+    assert_eq!(gguf_spec.backbone_hidden_size, hf_spec.backbone_hidden_size);
+    assert_eq!(gguf_spec.text.layers, hf_spec.text.layers);
+    let t_gguf_bytes = read("gguf/e2b_like.f32.gguf");
+    let t_file = GgufFile::parse(&t_gguf_bytes).unwrap();
+    let ctx = test_context();
+    for format in [WeightFormat::F32, WeightFormat::Q4 { group: 32 }] {
+        let hf_config = read_str("golden/e2b_like/config.json");
+        let mut t1 = Model::load(
+            ctx,
+            &t_ck,
+            parse_config(&hf_config).unwrap(),
+            options(format),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let weights = GgufWeights::new(&t_file);
+        let config = config_json(&t_file).unwrap();
+        let mut t2 = Model::load(
+            ctx,
+            &weights,
+            parse_config(&config).unwrap(),
+            options(format),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        let load = |source: &dyn AssistantSource, spec, target: &Model| {
+            Assistant::load(
+                ctx,
+                source,
+                spec,
+                target,
+                &OpSet::with_mtp(),
+                AssistantOptions { format },
+            )
+            .unwrap()
+        };
+        let mut a1 = load(&a_ck, hf_spec.clone(), &t1);
+        let mut a2 = load(&GgufAssistant { file: &a_file }, gguf_spec.clone(), &t2);
+        for prompt in [vec![2u32, 17, 9, 33], vec![5, 5, 5, 5, 5, 5]] {
+            let dir = speculative(&mut t1, &mut a1, &prompt);
+            let gg = speculative(&mut t2, &mut a2, &prompt);
+            assert_eq!(dir.0, gg.0, "{format:?}: tokens");
+            assert!(!dir.1.is_empty());
+            assert!(dir.1 == gg.1, "{format:?}: draft logits differ");
+        }
+    }
 }

@@ -1,4 +1,5 @@
-//! GGUF files as llama.cpp writes them: Gemma 4 text models (`gemma4`) loaded straight from
+//! GGUF files as llama.cpp writes them: Gemma 4 text models (`gemma4`) and MTP assistants
+//! (`gemma4-assistant`) loaded straight from
 //! the file users already have (Q4_0, Q4_K_M, Q8_0, F16, ...), with the tokenizer rebuilt
 //! from the file's metadata.
 //!
@@ -17,7 +18,7 @@ mod tests;
 pub mod tokenizer;
 
 pub use reader::{GgufFile, TensorInfo, Value};
-pub use source::GgufWeights;
+pub use source::{GgufAssistant, GgufWeights};
 
 /// Whether `bytes` start like a GGUF file.
 pub fn is_gguf(bytes: &[u8]) -> bool {
@@ -28,6 +29,12 @@ pub fn is_gguf(bytes: &[u8]) -> bool {
 /// [`crate::model::parse_config`].
 pub fn config_json(file: &GgufFile<'_>) -> crate::Result<String> {
     Ok(model::text_config(file)?.to_string())
+}
+
+/// The config.json text (HF `Gemma4AssistantConfig`) of a `gemma4-assistant` file, for
+/// [`crate::model::assistant::parse_assistant_config`].
+pub fn assistant_config_json(file: &GgufFile<'_>) -> crate::Result<String> {
+    Ok(model::assistant_config(file)?.to_string())
 }
 
 /// EOS ids of the file: `tokenizer.ggml.eos_token_id` and `eot_token_id` (Gemma 4's

@@ -17,6 +17,7 @@ use serde_json::json;
 
 const OP: &str = "gguf";
 pub const ARCH: &str = "gemma4";
+pub const ASSISTANT_ARCH: &str = "gemma4-assistant";
 
 /// Model-level tensors: (HF name without the `model.` prefix, GGUF name).
 const GLOBAL_NAMES: [(&str, &str); 5] = [
@@ -105,6 +106,21 @@ pub fn gguf_name(hf: &str) -> Option<String> {
 /// not read (`rope_freqs`, which becomes the config's partial rotary factor).
 pub fn hf_name(gguf: &str) -> Option<String> {
     map_name(gguf, "blk.", "layers.", |&(h, g)| (g, h))
+}
+
+/// The GGUF name of an assistant tensor given by its FULL HF name (`pre_projection.weight`,
+/// `model.layers.0.self_attn.q_proj.weight`, `masked_embedding.token_ordering`).
+pub fn assistant_gguf_name(hf: &str) -> Option<String> {
+    Some(
+        match hf {
+            "pre_projection.weight" => "nextn.pre_projection.weight",
+            "post_projection.weight" => "nextn.post_projection.weight",
+            "masked_embedding.centroids.weight" => "masked_embd_centroids.weight",
+            "masked_embedding.token_ordering" => "masked_embd_ordering",
+            _ => return gguf_name(hf.strip_prefix("model.")?),
+        }
+        .to_string(),
+    )
 }
 
 /// Typed access to `{arch}.` keys, each failure naming the key and what it held.
@@ -277,15 +293,51 @@ fn partial_rotary_factor(file: &GgufFile<'_>, head_dim: usize) -> Result<f64> {
 /// describes. Sizes come from the tensors where the metadata does not carry them
 /// (vocabulary, per-layer vocabulary, K = V on full layers, an untied lm_head).
 pub fn text_config(file: &GgufFile<'_>) -> Result<serde_json::Value> {
+    check_arch(file, ARCH, "a Gemma 4 text model")?;
+    decoder_config(file, ARCH)
+}
+
+/// The HF `Gemma4AssistantConfig` (config.json) of a `gemma4-assistant` file: its decoder
+/// as `text_config`, `backbone_hidden_size` from `embedding_length_out`, the centroid head
+/// when `masked_embd_centroids` is present. llama.cpp's converter writes no key for the
+/// head's top-k (llama.cpp drafts with the dense lm_head); `{arch}.centroid_intermediate_top_k`
+/// is read when present, else HF's default, 32.
+pub fn assistant_config(file: &GgufFile<'_>) -> Result<serde_json::Value> {
+    check_arch(file, ASSISTANT_ARCH, "a Gemma 4 MTP assistant")?;
+    let m = Meta {
+        file,
+        arch: ASSISTANT_ARCH,
+    };
+    let mut c = json!({
+        "model_type": "gemma4_assistant",
+        "backbone_hidden_size": m.u("embedding_length_out")?,
+        "tie_word_embeddings": true,
+        "text_config": decoder_config(file, ASSISTANT_ARCH)?,
+    });
+    if file.tensor("masked_embd_centroids.weight").is_some() {
+        c["use_ordered_embeddings"] = json!(true);
+        c["num_centroids"] = json!(rows_of(file, "masked_embd_centroids.weight")?);
+        c["centroid_intermediate_top_k"] =
+            json!(m.opt_u("centroid_intermediate_top_k")?.unwrap_or(32));
+    }
+    Ok(c)
+}
+
+fn check_arch(file: &GgufFile<'_>, want: &str, what: &str) -> Result<()> {
     let arch = file.architecture()?;
-    if arch != ARCH {
+    if arch != want {
         return Err(Error::invalid(
             OP,
             "general.architecture",
-            format!("\"{ARCH}\" (a Gemma 4 text model)"),
+            format!("\"{want}\" ({what})"),
             format!("{arch:?}"),
         ));
     }
+    Ok(())
+}
+
+/// The decoder's `Gemma4TextConfig` from the `{arch}.` keys and the tensors.
+fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> {
     let m = Meta { file, arch };
     let layers = m.u("block_count")?;
     if layers == 0 || layers > 1024 {

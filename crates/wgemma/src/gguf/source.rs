@@ -13,11 +13,12 @@
 //!   the file's own (measured in `tests.rs`: RMS error relative to the weights' RMS);
 //!   f16 / f32 keep the dequantised values (f16 rounds Q8_0 / K-quant values to 11 bits).
 
-use super::model::gguf_name;
+use super::model::{assistant_gguf_name, gguf_name};
 use super::quant::{dequantize, q4_0_to_wgemma_q4, GgmlType};
 use super::reader::{GgufFile, TensorInfo};
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
+use crate::model::assistant::AssistantSource;
 use crate::model::prepared::{Matrix, MatrixData, MatrixLayout};
 use crate::model::source::{experts_by_expert, WeightSource};
 use crate::model::upload::{
@@ -277,5 +278,87 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
                 "missing",
             )
         })
+    }
+}
+
+/// A `gemma4-assistant` GGUF file as the assistant's weight source (full HF names).
+pub struct GgufAssistant<'f, 'a> {
+    pub file: &'f GgufFile<'a>,
+}
+
+impl<'a> GgufAssistant<'_, 'a> {
+    fn tensor(&self, hf: &str, expected_shape: &[usize]) -> Result<&TensorInfo<'a>> {
+        let gguf = assistant_gguf_name(hf).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("assistant tensor `{hf}`"),
+                "a name llama.cpp's gemma4-assistant layout has",
+                "none",
+            )
+        })?;
+        let t = self.file.tensor(&gguf).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("tensor `{gguf}` (HF `{hf}`)"),
+                "present in the GGUF file",
+                "missing",
+            )
+        })?;
+        if t.elements() != expected_shape.iter().product::<usize>()
+            || t.dims[0] != expected_shape.last().copied().unwrap_or(1)
+        {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{gguf}` (HF `{hf}`, row-major)"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", t.hf_shape()),
+            ));
+        }
+        Ok(t)
+    }
+}
+
+impl AssistantSource for GgufAssistant<'_, '_> {
+    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        let t = self.tensor(name, expected_shape)?;
+        if !t.ty.is_float() {
+            return Err(Error::invalid(
+                OP,
+                format!("type of `{}`", t.name),
+                "a float or block-quantised type",
+                format!("{:?}", t.ty),
+            ));
+        }
+        let values = super::quant::dequantize_to_vec(t.ty, t.data)?;
+        check_finite(&t.name, 0, &values)?;
+        Ok(values)
+    }
+
+    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
+        let t = self.tensor(name, expected_shape)?;
+        Ok(match t.ty {
+            GgmlType::I64 => t
+                .data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8-byte chunks")))
+                .collect(),
+            GgmlType::I32 => t
+                .data
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4-byte chunks")) as i64)
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("type of `{}`", t.name),
+                    "I32 or I64",
+                    format!("{other:?}"),
+                ))
+            }
+        })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        assistant_gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
     }
 }
