@@ -33,6 +33,7 @@ fn options(format: WeightFormat) -> ModelOptions {
         max_context: 64,
         prefill_chunk: 16,
         max_verify_rows: 3,
+        sequences: 1,
     }
 }
 

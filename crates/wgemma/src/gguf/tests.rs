@@ -184,7 +184,7 @@ fn bad_files_get_errors_naming_what_is_wrong() {
         v.extend(b"gemma4");
         v
     });
-    let good = gguf_bytes(&[arch.clone()], &[("w", &[4], 0, 0)], &f32s);
+    let good = gguf_bytes(std::slice::from_ref(&arch), &[("w", &[4], 0, 0)], &f32s);
     let file = GgufFile::parse(&good).unwrap();
     assert_eq!(file.architecture().unwrap(), "gemma4");
     assert_eq!(
