@@ -94,3 +94,37 @@ pub fn chat_prompt(data: &[u8]) {
         });
     }
 }
+
+/// A GGUF file: header, metadata, tensor table; then what a load reads of a parsed one:
+/// the gemma4 config and its size check, the tokenizer rebuilt from the metadata, every
+/// tensor dequantised (bounded), and every decoder tensor through the weight source.
+pub fn gguf_reader(data: &[u8]) {
+    use wgemma::gguf::{config_json, quant, tokenizer, GgufFile, GgufWeights};
+    use wgemma::model::checkpoint::WeightSource;
+    let Ok(file) = GgufFile::parse(data) else {
+        return;
+    };
+    if let Ok(config) = config_json(&file) {
+        if let Ok(spec) = parse_config(&config) {
+            let limits = SizeLimits {
+                bytes_per_weight: 0.5625,
+                max_context: 4096,
+                max_rows: 64,
+                max_buffer_bytes: 1 << 31,
+                host_memory_bytes: Some(1 << 33),
+                device_is_host: true,
+            };
+            let _ = spec.check_sizes(&limits);
+        }
+    }
+    if let Ok(Some(json)) = tokenizer::tokenizer_json(&file) {
+        let _ = Tokenizer::from_bytes(json.as_bytes());
+    }
+    let weights = GgufWeights::new(&file);
+    for t in file.tensors.iter().filter(|t| t.elements() <= 1 << 20) {
+        let _ = quant::dequantize_to_vec(t.ty, t.data);
+        if let Some(hf) = wgemma::gguf::model::hf_name(&t.name) {
+            let _ = weights.f32(&hf, &t.hf_shape());
+        }
+    }
+}

@@ -77,6 +77,8 @@ class WorkerSession {
   loadModelFromUrls(urls, options) { return this.call('loadModelFromUrls', [absoluteUrls(urls), options]); }
   loadArtifact(file, options) { return this.call('loadArtifact', [file, options]); }
   loadArtifactFromUrl(url, options) { return this.call('loadArtifactFromUrl', [absolute(url), options]); }
+  loadGguf(file, options) { return this.call('loadGguf', [file, options]); }
+  loadGgufFromUrl(url, options) { return this.call('loadGgufFromUrl', [absolute(url), options]); }
   loadDemo(options) { return this.call('loadDemo', [options]); }
   loadAssistant(files) { return this.call('loadAssistant', [files]); }
   loadAssistantFromUrls(urls) { return this.call('loadAssistantFromUrls', [absoluteUrls(urls)]); }
@@ -214,6 +216,11 @@ function checkpointFiles(fileList, what) {
 
 async function loadFiles() {
   const artifact = $('artifact-file').files[0];
+  if (artifact && artifact.name.toLowerCase().endsWith('.gguf')) {
+    // A llama.cpp GGUF file: converted to the chosen dtype (Q4_0 as it is).
+    await load(artifact.name, () => page.session.loadGguf(artifact, { dtype: $('dtype').value }));
+    return;
+  }
   if (artifact) {
     await load(artifact.name, () => page.session.loadArtifact(artifact));
     return;

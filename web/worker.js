@@ -9,7 +9,8 @@ import init, { Session } from './pkg/wgemma_web.js';
 let session = null;
 
 const METHODS = new Set([
-  'loadModel', 'loadModelFromUrls', 'loadArtifact', 'loadArtifactFromUrl', 'loadDemo',
+  'loadModel', 'loadModelFromUrls', 'loadArtifact', 'loadArtifactFromUrl', 'loadGguf',
+  'loadGgufFromUrl', 'loadDemo',
   'loadAssistant', 'loadAssistantFromUrls', 'modelInfo',
 ]);
 

@@ -1,4 +1,5 @@
-//! Model loading for the CLI: an HF checkpoint directory, a model artifact or a synthetic
+//! Model loading for the CLI: an HF checkpoint directory, a model artifact, a llama.cpp
+//! GGUF file or a synthetic
 //! shape, into a ready [`Model`] (and an [`Assistant`]). Progress: a bar with bytes and
 //! ETA on a terminal, a plain line per phase otherwise.
 
@@ -194,7 +195,13 @@ pub fn load_model_with(
     req: LoadRequest,
     quantiser: Quantiser,
 ) -> Result<Loaded> {
-    if is_artifact(path) {
+    if is_gguf(path) {
+        let options = ModelOptions {
+            format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
+            ..req.options
+        };
+        load_gguf(ctx, path, options, quantiser)
+    } else if is_artifact(path) {
         load_artifact(ctx, path, req)
     } else {
         let options = ModelOptions {
@@ -260,6 +267,109 @@ fn load_dir(
         tokenizer,
         eos_ids,
         chat_template,
+        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        peak_rss_mb: peak_rss_mb(),
+    })
+}
+
+/// Whether `path` is a regular file that starts with GGUF's magic.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+        && wgemma::gguf::is_gguf(&magic)
+}
+
+/// A GGUF file, memory-mapped.
+pub struct GgufMap {
+    map: memmap2::Mmap,
+}
+
+impl GgufMap {
+    pub fn open(path: &Path) -> Result<GgufMap> {
+        crate::model_dir::check_regular_file(path, "--model")?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: read-only map held for the load; a file changed underneath a running
+        // process is outside what we can defend against.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(GgufMap { map })
+    }
+
+    pub fn parse(&self, path: &Path) -> Result<wgemma::gguf::GgufFile<'_>> {
+        wgemma::gguf::GgufFile::parse(&self.map).with_context(|| format!("{}", path.display()))
+    }
+
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        crate::artifact_file::release_pages(&self.map, range);
+    }
+}
+
+/// Loads a llama.cpp GGUF file (`general.architecture` gemma4): its config and tokenizer
+/// from the metadata, its weights converted to `options.format` (Q4_0 into Q4 group 32
+/// as it is).
+fn load_gguf(
+    ctx: &GpuContext,
+    path: &Path,
+    options: ModelOptions,
+    quantiser: Quantiser,
+) -> Result<Loaded> {
+    let start = std::time::Instant::now();
+    let map = GgufMap::open(path)?;
+    let file = map.parse(path)?;
+    let config = wgemma::gguf::config_json(&file).with_context(|| format!("{}", path.display()))?;
+    let spec = parse_config(&config)
+        .with_context(|| format!("the config the metadata of {} describes", path.display()))?;
+    spec.check_sizes(&size_limits(ctx, &options))
+        .with_context(|| format!("{}", path.display()))?;
+    let tokenizer = wgemma::gguf::tokenizer::tokenizer_json(&file)
+        .and_then(|json| {
+            json.map(|j| Tokenizer::from_bytes(j.as_bytes()))
+                .transpose()
+        })
+        .with_context(|| format!("the tokenizer metadata of {}", path.display()))?;
+    let mut eos_ids = wgemma::gguf::eos_ids(&file);
+    if eos_ids.is_empty() {
+        eos_ids = spec.eos_ids();
+    }
+    let total = map.map.len() as u64;
+    let progress = LoadProgress::new("loading", total);
+    progress.phase(&format!(
+        "opened {} (GGUF v{}, {} tensors, {:.2} GB)",
+        path.display(),
+        file.version,
+        file.tensors.len(),
+        gb(total)
+    ));
+    let release = |range: std::ops::Range<usize>| {
+        progress.add(range.len() as u64);
+        map.release(range);
+    };
+    let stream = wgemma::model::upload::StreamOptions {
+        quantiser,
+        ..Default::default()
+    };
+    let weights = wgemma::gguf::GgufWeights::new(&file)
+        .with_release(&release)
+        .with_stream(stream);
+    let model = Model::load(ctx, &weights, spec, options, &mut |_, _| {})
+        .with_context(|| format!("loading {}", path.display()))?;
+    progress.finish(&format!(
+        "{:.2} GB of weights on the GPU ({:?})",
+        gb(model.weight_bytes()),
+        options.format
+    ));
+    Ok(Loaded {
+        model,
+        tokenizer,
+        eos_ids,
+        // GGUF chat templates (`tokenizer.chat_template`) are not read yet: the built-in
+        // Gemma 4 turn format applies.
+        chat_template: None,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })
@@ -333,7 +443,8 @@ fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Load
     })
 }
 
-/// Loads `--assistant PATH` (a checkpoint directory, or an artifact holding an assistant)
+/// Loads `--assistant PATH` (a checkpoint directory, a gemma4-assistant GGUF file, or an
+/// artifact holding an assistant)
 /// for `target`; a directory's weights are converted to `format` (the target's).
 pub fn load_assistant(
     ctx: &GpuContext,
@@ -342,6 +453,27 @@ pub fn load_assistant(
     format: WeightFormat,
     verify: bool,
 ) -> Result<Assistant> {
+    if is_gguf(path) {
+        let map = GgufMap::open(path)?;
+        let file = map.parse(path)?;
+        let config = wgemma::gguf::assistant_config_json(&file)
+            .with_context(|| format!("{}", path.display()))?;
+        let spec = parse_assistant_config(&config).with_context(|| {
+            format!(
+                "the assistant config the metadata of {} describes",
+                path.display()
+            )
+        })?;
+        return Assistant::load(
+            ctx,
+            &wgemma::gguf::GgufAssistant { file: &file },
+            spec,
+            target,
+            &OpSet::with_mtp(),
+            AssistantOptions { format },
+        )
+        .with_context(|| format!("loading the assistant in {}", path.display()));
+    }
     if is_artifact(path) {
         let file = ArtifactFile::open(path)?;
         let artifact = file.parse(path)?;

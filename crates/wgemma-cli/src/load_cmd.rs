@@ -54,9 +54,16 @@ pub fn run(args: LoadArgs) -> Result<()> {
         "format": format!("{:?}", loaded.model.options.format),
         "verified": !args.model.no_verify,
         "quantised_on": if args.model.model.is_dir() {
-            if quantiser.on_gpu(&ctx) { "gpu" } else { "cpu" }
+            (if quantiser.on_gpu(&ctx) { "gpu" } else { "cpu" }).to_string()
+        } else if crate::load::is_gguf(&args.model.model) {
+            // Per tensor in a GGUF: Q4_0 into Q4 group 32 as stored, float rows like a
+            // checkpoint's, other block types dequantised and quantised on the CPU.
+            format!(
+                "gguf: Q4_0 stored, float tensors on the {}, other block types on the cpu",
+                if quantiser.on_gpu(&ctx) { "gpu" } else { "cpu" }
+            )
         } else {
-            "stored"
+            "stored".to_string()
         },
         "load_ms": total_ms,
         "target_load_ms": target_ms,

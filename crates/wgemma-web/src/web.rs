@@ -344,6 +344,27 @@ impl Session {
         self.load_artifact_file(file, options, false)
     }
 
+    /// Loads a llama.cpp GGUF file (Gemma 4, `gemma4`) from bytes, a Blob/File or a Response:
+    /// config and tokenizer come from its metadata.
+    #[wasm_bindgen(js_name = loadGguf, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_gguf(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "FileSource")] file: JsValue,
+        #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
+    ) -> Promise {
+        self.load_gguf_file(file, options, false)
+    }
+
+    /// Loads a llama.cpp GGUF file from a URL.
+    #[wasm_bindgen(js_name = loadGgufFromUrl, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_gguf_from_url(
+        &self,
+        url: String,
+        #[wasm_bindgen(unchecked_optional_param_type = "LoadOptions")] options: JsValue,
+    ) -> Promise {
+        self.load_gguf_file(url.into(), options, true)
+    }
+
     /// Loads a model artifact from a URL.
     #[wasm_bindgen(js_name = loadArtifactFromUrl, unchecked_return_type = "Promise<ModelInfo>")]
     pub fn load_artifact_from_url(
@@ -472,6 +493,25 @@ impl Session {
             let info = lease
                 .get()
                 .load_checkpoint(&files, &options)
+                .map_err(wgemma_error)?;
+            *shared.model.borrow_mut() = Some(info.clone());
+            to_js(&info)
+        })
+    }
+
+    fn load_gguf_file(&self, file: JsValue, options: JsValue, urls: bool) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let options: LoadOptions = parse_options(&options, "load options")?;
+            if shared.engine.borrow().is_none() {
+                return Err(busy_error());
+            }
+            let bytes = bytes(&file, "GGUF file", urls).await?;
+            let mut lease = EngineLease::take(&shared)?;
+            *shared.model.borrow_mut() = None;
+            let info = lease
+                .get()
+                .load_gguf(&bytes, &options)
                 .map_err(wgemma_error)?;
             *shared.model.borrow_mut() = Some(info.clone());
             to_js(&info)

@@ -11,6 +11,7 @@
 
 pub mod artifact;
 pub mod error;
+pub mod gguf;
 pub mod gpu;
 pub mod harness;
 pub mod model;

@@ -54,3 +54,8 @@ fn prompt_ids_corpus() {
 fn chat_prompt_corpus() {
     run("chat_prompt", targets::chat_prompt);
 }
+
+#[test]
+fn gguf_reader_corpus() {
+    run("gguf_reader", targets::gguf_reader);
+}

@@ -382,3 +382,36 @@ fn batched_streams_match_their_solo_runs_joining_and_leaving() {
     let e = err(pollster::block_on(engine.start_stream(&requests[0])).map(|_| ()));
     assert!(e.contains("free sequence slot"), "{e}");
 }
+
+/// A GGUF file picked in the page (`loadGguf`): the F32 GGUF of the e2b_like fixture
+/// (tools/gguf) gives HF's Q4 greedy tokens, as its HF directory does.
+#[test]
+fn a_gguf_file_loads_from_bytes_like_its_checkpoint() {
+    let mut engine = pollster::block_on(Engine::new(None)).unwrap();
+    let bytes = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf/e2b_like.f32.gguf"),
+    )
+    .unwrap();
+    let info = engine.load_gguf(&bytes, &LoadOptions::default()).unwrap();
+    assert_eq!((info.layers, info.vocab_size), (6, 512));
+    let hf = expected("e2b_like");
+    for p in hf["prompts"].as_array().unwrap() {
+        let want = ids(&p["q4"]["greedy"]);
+        let request = GenerateRequest {
+            prompt_ids: Some(ids(&p["prompt"])),
+            max_new_tokens: want.len(),
+            ..GenerateRequest::default()
+        };
+        let out = generate(&mut engine, request, &mut |_| true).unwrap();
+        assert_eq!(out.tokens, want);
+    }
+    // Cut short: the tensor table claims more entries than the bytes left can hold.
+    let err = engine
+        .load_gguf(&bytes[..1000], &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("GGUF") && err.contains("tensor count"),
+        "{err}"
+    );
+}

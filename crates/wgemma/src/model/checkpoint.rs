@@ -2,12 +2,14 @@
 //! browser fetches them). One or more shards; tensor names with the multimodal prefix
 //! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
 
-use super::prepared::{prepare_parts, Matrix, MatrixLayout};
+use super::prepared::MatrixLayout;
+use super::source::experts_by_expert;
+pub use super::source::{embed_scale, WeightSource};
 use super::upload::{upload_raw_parts, Quantiser, RawTensor, StreamOptions, Uploaded, Uploader};
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::ops::moe::{ExpertFormat, ExpertHost};
-use crate::ops::quantize::SourceDtype;
+use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -16,61 +18,6 @@ const OP: &str = "checkpoint";
 
 /// The tensor-name prefixes of the text decoder, tried in order.
 const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
-
-/// Where the model's weights come from: a checkpoint, synthetic random weights for
-/// benchmarks and the demo, or a model artifact. Names are the decoder's HF names without
-/// the prefix.
-pub trait WeightSource {
-    /// The tensor converted to f32, checked against the expected shape.
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>>;
-    fn has(&self, name: &str) -> bool;
-    /// The embedding's storage dtype (HF rounds sqrt(hidden) to it).
-    fn embedding_dtype(&self) -> Result<Dtype>;
-
-    /// The matrix the loader uploads as `name`, `[n, k]`: the equal row blocks `parts`
-    /// stacked (`gate_proj` over `up_proj` for `gate_up_proj`), in `layout`. By default
-    /// read as f32 and prepared here; an artifact hands over what it stores under `name`.
-    fn matrix(
-        &self,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'_>> {
-        let _ = name;
-        prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
-    }
-
-    /// The matrix of [`WeightSource::matrix`] uploaded for `use_`. By default prepared whole
-    /// on the host and uploaded; a checkpoint streams it a block of rows at a time.
-    #[allow(clippy::too_many_arguments)]
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-        use_: MatrixUse,
-    ) -> Result<Uploaded> {
-        let m = self.matrix(name, parts, n, k, layout)?;
-        Uploaded::from_matrix(up.ctx, name, &m, use_)
-    }
-
-    /// Expert weights `[E, N, K]` in `format` (by default read as f32 and converted).
-    fn experts(
-        &self,
-        name: &str,
-        experts: usize,
-        n: usize,
-        k: usize,
-        format: ExpertFormat,
-    ) -> Result<ExpertHost> {
-        ExpertHost::from_f32(&self.f32(name, &[experts, n, k])?, experts, n, k, format)
-    }
-}
 
 impl WeightSource for Checkpoint<'_> {
     fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
@@ -98,28 +45,31 @@ impl WeightSource for Checkpoint<'_> {
             .iter()
             .map(|part| self.raw(part, &[rows, k]))
             .collect::<Result<Vec<_>>>()?;
-        let releases: Vec<_> = raw
-            .iter()
-            .map(|r| {
-                let (shard, offset) = (r.shard, r.offset);
-                move |range: Range<usize>| {
-                    if let Some(release) = self.release {
-                        release(shard, offset + range.start..offset + range.end);
-                    }
-                }
-            })
-            .collect();
-        let tensors: Vec<RawTensor<'_>> = raw
-            .iter()
-            .zip(&releases)
-            .map(|(r, release)| RawTensor {
-                data: r.data,
-                dtype: r.dtype,
-                what: &r.what,
-                release,
-            })
-            .collect();
-        upload_raw_parts(up, self.stream, name, &tensors, n, k, layout, use_)
+        self.upload_raw(up, name, &raw, n, k, layout, use_)
+    }
+
+    /// Expert by expert from the stored bytes ([`experts_by_expert`]), each expert's pages
+    /// released once converted.
+    fn experts(
+        &self,
+        name: &str,
+        experts: usize,
+        n: usize,
+        k: usize,
+        format: ExpertFormat,
+    ) -> Result<ExpertHost> {
+        let raw = self.raw(name, &[experts, n, k])?;
+        let per = n * k * raw.dtype.bytes();
+        experts_by_expert(experts, n, k, format, &mut |e| {
+            let range = e * per..(e + 1) * per;
+            let bytes = &raw.data[range.clone()];
+            check_finite_source(bytes, raw.dtype, e * n * k, &raw.what)?;
+            let values = source_to_f32(bytes, raw.dtype);
+            if let Some(release) = self.release {
+                release(raw.shard, raw.offset + range.start..raw.offset + range.end);
+            }
+            Ok(values)
+        })
     }
 }
 
@@ -224,8 +174,12 @@ impl<'a> Checkpoint<'a> {
 
     /// The stored bytes of a decoder tensor, checked against the expected shape.
     fn raw(&self, name: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
-        let full = self.full_name(name);
-        let (file, view) = self.view_full(&full)?;
+        self.raw_full(&self.full_name(name), expected_shape)
+    }
+
+    /// The stored bytes of a tensor by its full name, checked against the expected shape.
+    fn raw_full(&self, full: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
+        let (file, view) = self.view_full(full)?;
         if view.shape() != expected_shape {
             return Err(Error::invalid(
                 OP,
@@ -247,7 +201,7 @@ impl<'a> Checkpoint<'a> {
                 ))
             }
         };
-        let shard = self.index[&full];
+        let shard = self.index[full];
         let data = view.data();
         let offset = data.as_ptr() as usize - self.bytes[shard].as_ptr() as usize;
         Ok(RawView {
@@ -256,6 +210,72 @@ impl<'a> Checkpoint<'a> {
             dtype,
             data,
             what: format!("`{full}` in `{file}`"),
+        })
+    }
+
+    /// Uploads the stored row blocks `raw` stacked as one `[n, k]` matrix, a block of rows
+    /// at a time, each block's pages released once uploaded.
+    #[allow(clippy::too_many_arguments)]
+    fn upload_raw(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        raw: &[RawView<'_>],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+        use_: MatrixUse,
+    ) -> Result<Uploaded> {
+        let releases: Vec<_> = raw
+            .iter()
+            .map(|r| {
+                let (shard, offset) = (r.shard, r.offset);
+                move |range: Range<usize>| {
+                    if let Some(release) = self.release {
+                        release(shard, offset + range.start..offset + range.end);
+                    }
+                }
+            })
+            .collect();
+        let tensors: Vec<RawTensor<'_>> = raw
+            .iter()
+            .zip(&releases)
+            .map(|(r, release)| RawTensor {
+                data: r.data,
+                dtype: r.dtype,
+                what: &r.what,
+                release,
+            })
+            .collect();
+        upload_raw_parts(up, self.stream, name, &tensors, n, k, layout, use_)
+    }
+
+    /// A linear weight stacked from tensors given by their FULL names (the assistant's
+    /// `pre_projection`, `model.layers.0...`), streamed like the target's.
+    pub fn upload_linear_full(
+        &self,
+        ctx: &crate::gpu::GpuContext,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<crate::model::linear_weight::LinearWeight> {
+        let rows = n / parts.len().max(1);
+        let raw = parts
+            .iter()
+            .map(|part| self.raw_full(part, &[rows, k]))
+            .collect::<Result<Vec<_>>>()?;
+        let mut up = Uploader::new(ctx);
+        let uploaded = self.upload_raw(&mut up, name, &raw, n, k, layout, MatrixUse::Linear)?;
+        up.flush();
+        uploaded.linear.ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("upload of `{name}`"),
+                "a linear weight",
+                "nothing",
+            )
         })
     }
 
@@ -428,17 +448,6 @@ impl<'a> Checkpoint<'a> {
     /// The storage dtype of the embedding (HF casts `sqrt(hidden)` to it).
     pub fn embedding_dtype(&self) -> Result<Dtype> {
         Ok(self.view("embed_tokens.weight")?.1.dtype())
-    }
-}
-
-/// `sqrt(hidden)` as HF's scaled embedding applies it: rounded to the weight dtype first
-/// (for bf16 weights, sqrt(1536) = 39.19... becomes 39.25).
-pub fn embed_scale(hidden: usize, dtype: Dtype) -> f32 {
-    let s = (hidden as f64).sqrt() as f32;
-    match dtype {
-        Dtype::BF16 => half::bf16::from_f32(s).to_f32(),
-        Dtype::F16 => half::f16::from_f32(s).to_f32(),
-        _ => s,
     }
 }
 

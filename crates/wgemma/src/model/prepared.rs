@@ -3,11 +3,49 @@
 //! (quantised to Q4, rounded to f16); an artifact stores the prepared form and hands it
 //! over as it is, borrowed from its bytes, so both paths upload bit-identical buffers.
 
-use super::weights::WeightFormat;
 use crate::error::{Error, Result};
 use crate::ops::linear::quantize_q4;
+use crate::ops::moe::ExpertFormat;
 use half::f16;
 use std::borrow::Cow;
+
+/// How weights are stored on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    F32,
+    F16,
+    /// The project's Q4 with this group size (32, 64 or 128).
+    Q4 {
+        group: usize,
+    },
+}
+
+impl WeightFormat {
+    /// Parses `f32`, `f16`, `q4` (group 32), `q4g64`, `q4g128`.
+    pub fn parse(s: &str) -> Result<WeightFormat> {
+        match s {
+            "f32" => Ok(WeightFormat::F32),
+            "f16" => Ok(WeightFormat::F16),
+            "q4" | "q4g32" => Ok(WeightFormat::Q4 { group: 32 }),
+            "q4g64" => Ok(WeightFormat::Q4 { group: 64 }),
+            "q4g128" => Ok(WeightFormat::Q4 { group: 128 }),
+            other => Err(Error::invalid(
+                "weights",
+                "--dtype",
+                "f32, f16, q4, q4g64 or q4g128",
+                other,
+            )),
+        }
+    }
+
+    pub fn expert_format(self) -> ExpertFormat {
+        match self {
+            WeightFormat::F32 => ExpertFormat::F32,
+            WeightFormat::F16 => ExpertFormat::F16,
+            WeightFormat::Q4 { group } => ExpertFormat::Q4 { group },
+        }
+    }
+}
 
 /// How a `[n, k]` matrix is stored under a [`WeightFormat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

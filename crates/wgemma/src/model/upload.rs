@@ -12,8 +12,8 @@
 //! Either way the submissions in flight are bounded ([`MAX_IN_FLIGHT`] blocks), which
 //! bounds wgpu's staging copies, and the source's pages are released after each block.
 
+use super::linear_weight::{table_from_matrix, table_rows, LinearWeight};
 use super::prepared::{Matrix, MatrixData, MatrixLayout};
-use super::weights::{table_from_matrix, table_rows, LinearWeight};
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Step, Tensor};
@@ -376,6 +376,60 @@ pub fn upload_raw_parts(
                 }
             }
             (part.release)(range);
+            r0 = r1;
+        }
+    }
+    Ok(dest)
+}
+
+/// Uploads an `[n, k]` matrix stacked from `parts` equal row blocks, a block of at most
+/// [`BLOCK_BYTES`] of f32 rows (whole multiples of 64 rows) at a time, each block prepared
+/// on the host by `produce(part, rows of that part)` in `layout`. For sources whose rows are
+/// not plain bf16/f16/f32 (GGUF block formats): they are converted on the CPU, or, where a
+/// block format maps onto `layout`, rewritten without requantising. A part's rows must
+/// start on a whole scale word (`parts == 1`, or `n / parts * groups` even).
+#[allow(clippy::too_many_arguments)]
+pub fn upload_blocks(
+    up: &mut Uploader<'_>,
+    name: &str,
+    n: usize,
+    k: usize,
+    layout: MatrixLayout,
+    use_: MatrixUse,
+    parts: usize,
+    produce: &mut dyn FnMut(usize, Range<usize>) -> Result<Matrix<'static>>,
+) -> Result<Uploaded> {
+    let part_elems = match layout {
+        MatrixLayout::Q4 { group } => n / parts.max(1) * (k / group.max(1)),
+        _ => n / parts.max(1) * k,
+    };
+    if parts == 0 || n % parts != 0 || k == 0 || (parts > 1 && part_elems % 2 == 1) {
+        return Err(Error::invalid(
+            "upload",
+            format!("row blocks of a [{n}, {k}] matrix `{name}`"),
+            "at least one, dividing the rows evenly, each starting on a whole word",
+            parts,
+        ));
+    }
+    let dest = Uploaded::zeros(up, name, n, k, layout, use_)?;
+    let part_rows = n / parts;
+    let block_rows = (BLOCK_BYTES / (4 * k) / 64 * 64).max(64);
+    for p in 0..parts {
+        let mut r0 = 0;
+        while r0 < part_rows {
+            let r1 = (r0 + block_rows).min(part_rows);
+            let block = produce(p, r0..r1)?;
+            if block.n != r1 - r0 || block.k != k || block.layout() != layout {
+                return Err(Error::invalid(
+                    "upload",
+                    format!("block of rows {r0}..{r1} of part {p} of `{name}`"),
+                    format!("[{}, {k}] in {layout:?}", r1 - r0),
+                    format!("[{}, {}] in {:?}", block.n, block.k, block.layout()),
+                ));
+            }
+            block.validate(name)?;
+            dest.write_rows(up.ctx, p * part_rows + r0, &block)?;
+            up.flush();
             r0 = r1;
         }
     }

@@ -1,144 +1,17 @@
 //! The target model's weights on the GPU, uploaded once, in the dtype the user chose:
 //! f32 (parity), f16, or Q4 (default). Names follow the HF checkpoint.
 
-use super::checkpoint::{embed_scale, WeightSource};
 use super::config::{KvSource, ModelSpec};
-use super::prepared::{Matrix, MatrixData, MatrixLayout};
+pub use super::linear_weight::{table_from_matrix, table_rows, LinearWeight};
+use super::prepared::MatrixLayout;
+pub use super::prepared::WeightFormat;
+use super::source::{embed_scale, Scope, WeightSource};
 use super::upload::Uploader;
 use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
-use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
-use crate::ops::linear::{dense_linear, q4_linear, Linear, Q4Weight, Q4Words};
-use crate::ops::moe::{ExpertFormat, ExpertWeight};
-
-/// How weights are stored on the GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WeightFormat {
-    F32,
-    F16,
-    /// The project's Q4 with this group size (32, 64 or 128).
-    Q4 {
-        group: usize,
-    },
-}
-
-impl WeightFormat {
-    /// Parses `f32`, `f16`, `q4` (group 32), `q4g64`, `q4g128`.
-    pub fn parse(s: &str) -> Result<WeightFormat> {
-        match s {
-            "f32" => Ok(WeightFormat::F32),
-            "f16" => Ok(WeightFormat::F16),
-            "q4" | "q4g32" => Ok(WeightFormat::Q4 { group: 32 }),
-            "q4g64" => Ok(WeightFormat::Q4 { group: 64 }),
-            "q4g128" => Ok(WeightFormat::Q4 { group: 128 }),
-            other => Err(Error::invalid(
-                "weights",
-                "--dtype",
-                "f32, f16, q4, q4g64 or q4g128",
-                other,
-            )),
-        }
-    }
-
-    pub fn expert_format(self) -> ExpertFormat {
-        match self {
-            WeightFormat::F32 => ExpertFormat::F32,
-            WeightFormat::F16 => ExpertFormat::F16,
-            WeightFormat::Q4 { group } => ExpertFormat::Q4 { group },
-        }
-    }
-}
-
-/// A linear layer's weight `[N, K]` in one of the formats.
-#[derive(Debug, Clone)]
-pub enum LinearWeight {
-    Q4(Q4Weight),
-    Dense(Tensor),
-}
-
-impl LinearWeight {
-    /// Uploads `w` (`[n, k]` row-major f32) in `format` ([`MatrixLayout::of`]: Q4 needs K
-    /// to be a multiple of the group, else f16).
-    pub fn upload(
-        ctx: &GpuContext,
-        name: &str,
-        w: &[f32],
-        n: usize,
-        k: usize,
-        format: WeightFormat,
-    ) -> Result<Self> {
-        let matrix = Matrix::prepare(w.to_vec(), n, k, MatrixLayout::of(format, k))?;
-        LinearWeight::from_matrix(ctx, name, &matrix)
-    }
-
-    /// Uploads a prepared matrix as it is (no conversion).
-    pub fn from_matrix(ctx: &GpuContext, name: &str, m: &Matrix<'_>) -> Result<Self> {
-        m.validate(name)?;
-        let (n, k) = (m.n, m.k);
-        Ok(match &m.data {
-            MatrixData::Q4 {
-                group,
-                packed,
-                scales,
-            } => LinearWeight::Q4(Q4Weight::upload_words(
-                ctx,
-                Q4Words {
-                    n,
-                    k,
-                    group: *group,
-                    packed,
-                    scales,
-                },
-            )?),
-            MatrixData::F32(w) => LinearWeight::Dense(Tensor::from_f32(ctx, name, &[n, k], w)?),
-            MatrixData::F16(w) => LinearWeight::Dense(Tensor::from_f16(ctx, name, &[n, k], w)?),
-        })
-    }
-
-    /// Builds `y = x W^T`.
-    pub fn linear(&self, ctx: &GpuContext, x: &Tensor, y: &Tensor) -> Result<Linear> {
-        match self {
-            LinearWeight::Q4(w) => q4_linear(ctx, x, w, y),
-            LinearWeight::Dense(w) => dense_linear(ctx, x, w, y),
-        }
-    }
-
-    pub fn bytes(&self) -> u64 {
-        match self {
-            LinearWeight::Q4(w) => w.bytes(),
-            LinearWeight::Dense(t) => t.byte_size(),
-        }
-    }
-}
-
-/// Uploads a prepared `[rows, dim]` matrix as an embedding table in its own layout.
-pub fn table_from_matrix(ctx: &GpuContext, label: &str, m: &Matrix<'_>) -> Result<EmbeddingTable> {
-    m.validate(label)?;
-    let (format, rows) = table_rows(m);
-    EmbeddingTable::from_rows(ctx, label, m.k, format, rows, None)
-}
-
-/// A prepared matrix's rows as an embedding table takes them, and that table's format.
-pub fn table_rows<'m>(m: &'m Matrix<'_>) -> (TableFormat, TableRows<'m>) {
-    match &m.data {
-        MatrixData::F32(w) => (TableFormat::F32, TableRows::F32(w)),
-        MatrixData::F16(h) => (TableFormat::F16, TableRows::F16(h)),
-        MatrixData::Q4 {
-            group,
-            packed,
-            scales,
-        } => {
-            // f16 scales two per word; the last word's high half is padding when odd.
-            let scales: &[half::f16] = bytemuck::cast_slice(scales);
-            let rows = TableRows::Q4 {
-                words: packed,
-                scales: &scales[..m.n * m.k / group],
-            };
-            (TableFormat::Q4 { group: *group }, rows)
-        }
-    }
-}
+use crate::ops::embedding::EmbeddingTable;
+use crate::ops::moe::ExpertWeight;
 
 fn table_bytes(t: &EmbeddingTable) -> u64 {
     t.chunks()
@@ -148,25 +21,25 @@ fn table_bytes(t: &EmbeddingTable) -> u64 {
 }
 
 /// An f32 vector (norm weights).
-fn vector(ctx: &GpuContext, ck: &dyn WeightSource, name: &str, len: usize) -> Result<Tensor> {
-    Tensor::from_f32(ctx, name, &[len], &ck.f32(name, &[len])?)
+fn vector(ctx: &GpuContext, src: &Scope<'_>, name: &str, len: usize) -> Result<Tensor> {
+    Tensor::from_f32(ctx, &src.name(name), &[len], &src.f32(name, &[len])?)
 }
 
 fn linear(
     up: &mut Uploader<'_>,
-    ck: &dyn WeightSource,
+    src: &Scope<'_>,
     name: &str,
     n: usize,
     k: usize,
     format: WeightFormat,
 ) -> Result<LinearWeight> {
-    stacked_linear(up, ck, name, &[name], n, k, format)
+    stacked_linear(up, src, name, &[name], n, k, format)
 }
 
 /// A linear weight stacked from the row blocks `parts` (one part: the tensor itself).
 fn stacked_linear(
     up: &mut Uploader<'_>,
-    ck: &dyn WeightSource,
+    src: &Scope<'_>,
     name: &str,
     parts: &[&str],
     n: usize,
@@ -174,9 +47,9 @@ fn stacked_linear(
     format: WeightFormat,
 ) -> Result<LinearWeight> {
     let layout = MatrixLayout::of(format, k);
-    ck.upload_matrix(up, name, parts, n, k, layout, MatrixUse::Linear)?
+    src.upload_matrix(up, name, parts, n, k, layout, MatrixUse::Linear)?
         .linear
-        .ok_or_else(|| missing(name, "linear weight"))
+        .ok_or_else(|| missing(&src.name(name), "linear weight"))
 }
 
 fn missing(name: &str, what: &str) -> Error {
@@ -329,10 +202,12 @@ impl Weights {
         let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
         let total = spec.layers.len() + 2;
         let up = &mut Uploader::new(ctx);
+        let root = Scope::root(ck);
         // The tied lm_head and the embedding table are the same prepared matrix.
         let name = "embed_tokens.weight";
         let layout = MatrixLayout::of(format, h);
-        let embed = ck.upload_matrix(up, name, &[name], v, h, layout, MatrixUse::TableAndLinear)?;
+        let embed =
+            root.upload_matrix(up, name, &[name], v, h, layout, MatrixUse::TableAndLinear)?;
         let embed_tokens = embed
             .table
             .ok_or_else(|| missing(name, "embedding table"))?;
@@ -347,12 +222,13 @@ impl Weights {
             let width = spec.layers.len() * spec.ple_dim;
             let name = "embed_tokens_per_layer.weight";
             let layout = MatrixLayout::of(format, width);
-            let table = ck.upload_matrix(up, name, &[name], v, width, layout, MatrixUse::Table)?;
+            let table =
+                root.upload_matrix(up, name, &[name], v, width, layout, MatrixUse::Table)?;
             Some(PleWeights {
                 embed_tokens_per_layer: table.table.ok_or_else(|| missing(name, "table"))?,
                 per_layer_model_projection: linear(
                     up,
-                    ck,
+                    &root,
                     "per_layer_model_projection.weight",
                     width,
                     h,
@@ -360,7 +236,7 @@ impl Weights {
                 )?,
                 per_layer_projection_norm: vector(
                     ctx,
-                    ck,
+                    &root,
                     "per_layer_projection_norm.weight",
                     spec.ple_dim,
                 )?,
@@ -371,27 +247,22 @@ impl Weights {
         progress(1, total);
         let mut layers = Vec::with_capacity(spec.layers.len());
         for l in &spec.layers {
-            let p = |name: &str| format!("layers.{}.{name}", l.index);
+            // Names as HF's module tree has them: `layers.{i}.self_attn.k_proj.weight`.
+            let src = root.pp("layers").pp(l.index);
+            let attn = src.pp("self_attn");
             let d = l.head_dim;
             let kv = match l.kv {
                 KvSource::Own => Some({
-                    let k_norm_host = ck.f32(&p("self_attn.k_norm.weight"), &[d])?;
+                    let k_norm_host = attn.f32("k_norm.weight", &[d])?;
                     KvWeights {
-                        k_proj: linear(
-                            up,
-                            ck,
-                            &p("self_attn.k_proj.weight"),
-                            l.num_kv_heads * d,
-                            h,
-                            format,
-                        )?,
+                        k_proj: linear(up, &attn, "k_proj.weight", l.num_kv_heads * d, h, format)?,
                         v_proj: if l.k_eq_v {
                             None
                         } else {
                             Some(linear(
                                 up,
-                                ck,
-                                &p("self_attn.v_proj.weight"),
+                                &attn,
+                                "v_proj.weight",
                                 l.num_kv_heads * d,
                                 h,
                                 format,
@@ -406,9 +277,9 @@ impl Weights {
             let i = l.intermediate_size;
             let gate_up_proj = stacked_linear(
                 up,
-                ck,
-                &p("mlp.gate_up_proj"),
-                &[&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")],
+                &src,
+                "mlp.gate_up_proj",
+                &["mlp.gate_proj.weight", "mlp.up_proj.weight"],
                 2 * i,
                 h,
                 format,
@@ -417,24 +288,24 @@ impl Weights {
                 Some(PleLayerWeights {
                     per_layer_input_gate: linear(
                         up,
-                        ck,
-                        &p("per_layer_input_gate.weight"),
+                        &src,
+                        "per_layer_input_gate.weight",
                         spec.ple_dim,
                         h,
                         format,
                     )?,
                     per_layer_projection: linear(
                         up,
-                        ck,
-                        &p("per_layer_projection.weight"),
+                        &src,
+                        "per_layer_projection.weight",
                         h,
                         spec.ple_dim,
                         format,
                     )?,
                     post_per_layer_input_norm: vector(
                         ctx,
-                        ck,
-                        &p("post_per_layer_input_norm.weight"),
+                        &src,
+                        "post_per_layer_input_norm.weight",
                         h,
                     )?,
                 })
@@ -445,78 +316,73 @@ impl Weights {
                 Some(m) => {
                     let experts = |name: &str, n: usize, k: usize| -> Result<ExpertWeight> {
                         let host =
-                            ck.experts(&p(name), m.num_experts, n, k, format.expert_format())?;
+                            src.experts(name, m.num_experts, n, k, format.expert_format())?;
                         ExpertWeight::upload(ctx, &host)
                     };
                     Some(MoeWeights {
                         router_proj: linear(
                             up,
-                            ck,
-                            &p("router.proj.weight"),
+                            &src,
+                            "router.proj.weight",
                             m.num_experts,
                             h,
                             format,
                         )?,
-                        router_scale: vector(ctx, ck, &p("router.scale"), h)?,
+                        router_scale: vector(ctx, &src, "router.scale", h)?,
                         per_expert_scale: vector(
                             ctx,
-                            ck,
-                            &p("router.per_expert_scale"),
+                            &src,
+                            "router.per_expert_scale",
                             m.num_experts,
                         )?,
                         gate_up_proj: experts("experts.gate_up_proj", 2 * m.intermediate_size, h)?,
                         down_proj: experts("experts.down_proj", h, m.intermediate_size)?,
                         pre_feedforward_layernorm_2: vector(
                             ctx,
-                            ck,
-                            &p("pre_feedforward_layernorm_2.weight"),
+                            &src,
+                            "pre_feedforward_layernorm_2.weight",
                             h,
                         )?,
                         post_feedforward_layernorm_1: vector(
                             ctx,
-                            ck,
-                            &p("post_feedforward_layernorm_1.weight"),
+                            &src,
+                            "post_feedforward_layernorm_1.weight",
                             h,
                         )?,
                         post_feedforward_layernorm_2: vector(
                             ctx,
-                            ck,
-                            &p("post_feedforward_layernorm_2.weight"),
+                            &src,
+                            "post_feedforward_layernorm_2.weight",
                             h,
                         )?,
                     })
                 }
                 None => None,
             };
-            let layer_scalar = if ck.has(&p("layer_scalar")) {
-                ck.f32(&p("layer_scalar"), &[1])?[0]
+            let layer_scalar = if src.has("layer_scalar") {
+                src.f32("layer_scalar", &[1])?[0]
             } else {
                 1.0
             };
             layers.push(LayerWeights {
-                input_layernorm: vector(ctx, ck, &p("input_layernorm.weight"), h)?,
-                q_proj: linear(up, ck, &p("self_attn.q_proj.weight"), nh * d, h, format)?,
-                q_norm: vector(ctx, ck, &p("self_attn.q_norm.weight"), d)?,
+                input_layernorm: vector(ctx, &src, "input_layernorm.weight", h)?,
+                q_proj: linear(up, &attn, "q_proj.weight", nh * d, h, format)?,
+                q_norm: vector(ctx, &attn, "q_norm.weight", d)?,
                 kv,
-                o_proj: linear(up, ck, &p("self_attn.o_proj.weight"), h, nh * d, format)?,
-                post_attention_layernorm: vector(
-                    ctx,
-                    ck,
-                    &p("post_attention_layernorm.weight"),
-                    h,
-                )?,
+                o_proj: linear(up, &attn, "o_proj.weight", h, nh * d, format)?,
+                post_attention_layernorm: vector(ctx, &src, "post_attention_layernorm.weight", h)?,
                 pre_feedforward_layernorm: vector(
                     ctx,
-                    ck,
-                    &p("pre_feedforward_layernorm.weight"),
+                    &src,
+                    "pre_feedforward_layernorm.weight",
                     h,
                 )?,
                 gate_up_proj,
-                down_proj: linear(up, ck, &p("mlp.down_proj.weight"), h, i, format)?,
+                down_proj: linear(up, &src, "mlp.down_proj.weight", h, i, format)?,
                 post_feedforward_layernorm: vector(
                     ctx,
-                    ck,
-                    &p("post_feedforward_layernorm.weight"),
+                    &src,
+                    "post_feedforward_layernorm.weight",
                     h,
                 )?,
                 ple,
@@ -528,7 +394,7 @@ impl Weights {
             up.flush();
             progress(layers.len() + 1, total);
         }
-        let norm = vector(ctx, ck, "norm.weight", h)?;
+        let norm = vector(ctx, &root, "norm.weight", h)?;
         progress(total, total);
         Ok(Weights {
             embed_tokens,

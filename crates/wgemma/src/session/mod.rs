@@ -22,6 +22,7 @@ pub use types::*;
 
 use crate::artifact::{self, Artifact, LoadHooks, Which};
 use crate::error::{Error, Result};
+use crate::gguf::{self, GgufFile, GgufWeights};
 use crate::gpu::{ContextOptions, GpuContext};
 use crate::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource, AssistantSpec,
@@ -326,6 +327,46 @@ impl Session {
             c.num_hidden_layers, c.hidden_size, c.vocab_size, options.dtype
         );
         let load = |ctx: &GpuContext| Model::load(ctx, &ck, spec, model_options, &mut |_, _| {});
+        self.load_target(load, text, options.dtype.clone(), description, start)?;
+        self.check_gpu_errors()?;
+        self.model_info()
+    }
+
+    /// Loads a llama.cpp GGUF file (`gemma4`): config and tokenizer from its metadata,
+    /// weights converted to `options.dtype` (Q4_0 into Q4 group 32 as it is).
+    pub fn load_gguf(&mut self, bytes: &[u8], options: &LoadOptions) -> Result<ModelInfo> {
+        let start = Instant::now();
+        let model_options = ModelOptions {
+            format: WeightFormat::parse(&options.dtype)?,
+            max_context: options.context,
+            prefill_chunk: options.prefill_chunk,
+            sequences: options.sequences,
+            ..ModelOptions::default()
+        };
+        let file = GgufFile::parse(bytes).map_err(|e| e.within("GGUF"))?;
+        let spec = parse_config(&gguf::config_json(&file).map_err(|e| e.within("GGUF metadata"))?)
+            .map_err(|e| e.within("the config the GGUF metadata describes"))?;
+        let tokenizer = gguf::tokenizer::tokenizer_json(&file)
+            .map_err(|e| e.within("the GGUF tokenizer metadata"))?;
+        let mut eos_ids = gguf::eos_ids(&file);
+        if eos_ids.is_empty() {
+            eos_ids = spec.eos_ids();
+        }
+        let text = TextSetup::from_files(
+            tokenizer.as_deref().map(str::as_bytes),
+            None,
+            eos_ids,
+            None,
+            None,
+        )?;
+        let c = &spec.config;
+        let description = format!(
+            "Gemma 4 GGUF ({} layers, hidden {}, vocab {}), {}",
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, options.dtype
+        );
+        let weights = GgufWeights::new(&file);
+        let load =
+            |ctx: &GpuContext| Model::load(ctx, &weights, spec, model_options, &mut |_, _| {});
         self.load_target(load, text, options.dtype.clone(), description, start)?;
         self.check_gpu_errors()?;
         self.model_info()

@@ -2,8 +2,10 @@
 //! from.
 
 use crate::error::{Error, Result};
+use crate::gpu::GpuContext;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{ModelSpec, TextConfig};
+use crate::model::linear_weight::LinearWeight;
 use crate::model::prepared::{prepare_parts, Matrix, MatrixLayout};
 use crate::model::weights::WeightFormat;
 
@@ -184,9 +186,35 @@ pub trait AssistantSource {
         let _ = name;
         prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
     }
+
+    /// The matrix of [`AssistantSource::matrix`] as a linear weight on the GPU: by default
+    /// prepared whole on the host; a checkpoint streams it a block of rows at a time.
+    fn linear(
+        &self,
+        ctx: &GpuContext,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<LinearWeight> {
+        let m = self.matrix(name, parts, n, k, layout)?;
+        LinearWeight::from_matrix(ctx, name, &m)
+    }
 }
 
 impl AssistantSource for Checkpoint<'_> {
+    fn linear(
+        &self,
+        ctx: &GpuContext,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<LinearWeight> {
+        self.upload_linear_full(ctx, name, parts, n, k, layout)
+    }
     fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
         self.f32_full(name, expected_shape)
     }

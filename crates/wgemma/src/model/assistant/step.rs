@@ -177,10 +177,14 @@ impl StepBuilder<'_> {
     }
 
     fn linear(&self, name: &str, n: usize, k: usize) -> Result<LinearWeight> {
-        let m = self
-            .source
-            .matrix(name, &[name], n, k, MatrixLayout::of(self.format, k))?;
-        LinearWeight::from_matrix(self.ctx, name, &m)
+        self.source.linear(
+            self.ctx,
+            name,
+            &[name],
+            n,
+            k,
+            MatrixLayout::of(self.format, k),
+        )
     }
 
     /// `h = pre_projection(concat(target_embed(token) * scale, h_prev))`: the embedding
@@ -277,14 +281,14 @@ impl StepBuilder<'_> {
 
         // MLP: gate_proj and up_proj stacked [2I, H], GeGLU, down_proj.
         let pre_feedforward_layernorm = self.vector(&p("pre_feedforward_layernorm.weight"), ha)?;
-        let gate_up = self.source.matrix(
+        let gate_up_proj = self.source.linear(
+            ctx,
             &p("mlp.gate_up_proj"),
             &[&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")],
             2 * i,
             ha,
             MatrixLayout::of(self.format, ha),
         )?;
-        let gate_up_proj = LinearWeight::from_matrix(ctx, &p("mlp.gate_up_proj"), &gate_up)?;
         let down_proj = self.linear(&p("mlp.down_proj.weight"), ha, i)?;
         let post_feedforward_layernorm =
             self.vector(&p("post_feedforward_layernorm.weight"), ha)?;

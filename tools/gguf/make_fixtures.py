@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Write wgemma's GGUF test fixtures with the `gguf` Python package (llama.cpp's gguf-py).
+
+Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
+
+- dequant_reference.gguf: for each of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, a tensor
+  `<TYPE>.blocks` of random blocks stored in that type and `<TYPE>.expected` (F32), the
+  values `gguf.quants.dequantize` gives for them. Block scales (f16 `d`, `dmin`) are drawn
+  finite; every other byte is random, so every nibble, 6-bit scale and sign pattern occurs.
+- e2b_like.f32.gguf: the golden fixture `e2b_like` (HF checkpoint, f32) written as
+  llama.cpp's converter writes a gemma4 model (metadata keys, tensor names through
+  gguf-py's tensor_mapping, rope_freqs for proportional RoPE), every tensor F32: wgemma
+  must give bit-identical logits from it and from the HF directory, at every dtype.
+- fuzz/corpus/gguf_reader/mini-f32.gguf: the fuzz corpus's 2-layer checkpoint
+  (`fuzz/corpus/checkpoint_config/mini`) as a GGUF seed.
+- e2b_like_assistant.f32.gguf: the golden assistant `e2b_like_assistant` as a
+  gemma4-assistant file (F32; `embedding_length_out` = the target's hidden size; the
+  centroid head's top-k under `gemma4-assistant.centroid_intermediate_top_k`, a key
+  llama.cpp does not define: its converter writes none).
+- e2b_like.q4_0.gguf: the same model with every matrix whose rows allow it in Q4_0 and the
+  embedding tables in Q8_0 (llama.cpp's quantised files keep token_embd at 6-8 bits), norms
+  F32. The fixture's rows (64, 128, 192 wide) are not multiples of 256, so no K-quant
+  applies to them (llama-quantize falls back the same way); Q4_K / Q6_K are covered by the
+  bit-exact dequantisation fixture and by the load tests' synthetic tensors.
+
+Usage: python3 tools/gguf/make_fixtures.py [--gguf-py DIR] [--out DIR]
+  DIR: gguf-py of a llama.cpp checkout (or `pip install gguf numpy`); default $GGUF_PY.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+GOLDEN = os.path.join(ROOT, "crates/wgemma/tests/data/golden")
+
+
+def read_safetensors(raw, np):
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    base = 8 + n
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dt = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}[info["dtype"]]
+        a, b = info["data_offsets"]
+        out[name] = np.frombuffer(raw[base + a : base + b], dtype=dt).reshape(info["shape"])
+    return out
+
+
+def dequant_reference(gguf, np, out):
+    rng = np.random.default_rng(1234)
+    w = gguf.GGUFWriter(out, "wgemma-dequant-reference")
+    T = gguf.GGMLQuantizationType
+
+    def f16_bytes(n, lo, hi):
+        return np.asarray(rng.uniform(lo, hi, n) * rng.choice([-1, 1], n), dtype=np.float16).view(np.uint8).reshape(n, 2)
+
+    cases = [
+        (T.F32, 256, 4, None),
+        (T.F16, 256, 2, None),
+        (T.BF16, 256, 2, None),
+        (T.Q8_0, 64 * 32, 34, [(0, 2)]),
+        (T.Q4_0, 64 * 32, 18, [(0, 2)]),
+        (T.Q4_K, 16 * 256, 144, [(0, 2), (2, 4)]),
+        (T.Q6_K, 16 * 256, 210, [(208, 210)]),
+    ]
+    for qt, elements, block_bytes, scale_fields in cases:
+        name = qt.name
+        if qt == T.F32:
+            values = rng.standard_normal(elements).astype(np.float32)
+            blocks = values.view(np.uint8)
+        elif qt in (T.F16, T.BF16):
+            blocks = rng.integers(0, 256, elements * 2, dtype=np.uint8)
+            halves = blocks.view(np.uint16)
+            if qt == T.F16:  # keep them finite: exponent bits not all ones
+                halves &= np.uint16(0xBBFF)
+            else:
+                halves &= np.uint16(0xBF7F)
+        else:
+            block_elems = gguf.GGML_QUANT_SIZES[qt][0]
+            nb = elements // block_elems
+            blocks = rng.integers(0, 256, (nb, block_bytes), dtype=np.uint8)
+            for a, b in scale_fields:
+                blocks[:, a:b] = f16_bytes(nb, 1e-3, 2.0)
+            blocks = blocks.reshape(-1)
+        # one row of `elements` values, stored as the raw blocks of `qt`
+        raw = blocks.reshape(1, -1)
+        expected = gguf.quants.dequantize(raw, qt).astype(np.float32).reshape(-1)
+        assert expected.size == elements and np.all(np.isfinite(expected)), name
+        w.add_tensor(f"{name}.blocks", raw, raw_shape=raw.shape, raw_dtype=qt)
+        w.add_tensor(f"{name}.expected", expected)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def hf_to_gguf_name(gguf, tmap, name):
+    """What convert_hf_to_gguf.py's Gemma4Model names an HF tensor."""
+    name = name.replace("model.language_model.", "model.")
+    if name.endswith("layer_scalar"):
+        name += ".weight"
+    bid = None
+    parts = name.split(".")
+    if len(parts) > 2 and parts[1] == "layers":
+        bid = int(parts[2])
+    if name.endswith("router.scale"):
+        return gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_GATE_INP].format(bid=bid) + ".scale"
+    if name.endswith("router.per_expert_scale"):
+        return gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_DOWN_EXP].format(bid=bid) + ".scale"
+    if ".experts." in name and not name.endswith(".weight"):
+        name += ".weight"
+    new = tmap.get_name(name, try_suffixes=(".weight", ".bias", ".scale"))
+    if new is None:
+        raise SystemExit(f"no gguf name for {name}")
+    return new
+
+
+def golden(np, fixture):
+    d = os.path.join(GOLDEN, fixture)
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    with open(os.path.join(d, "model.safetensors"), "rb") as f:
+        tensors = read_safetensors(f.read(), np)
+    return cfg.get("text_config", cfg), tensors
+
+
+def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised, assistant=None):
+    """`assistant`: the assistant's config.json (a gemma4-assistant file), else None."""
+    arch = gguf.MODEL_ARCH.GEMMA4_ASSISTANT if assistant else gguf.MODEL_ARCH.GEMMA4
+    w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
+    if assistant:
+        # What llama.cpp's gemma4-assistant loader reads beside the gemma4 keys; the
+        # centroid head's top-k has no llama.cpp key (it drafts with the dense lm_head):
+        # wgemma reads this one when present.
+        w.add_embedding_length_out(assistant["backbone_hidden_size"])
+        if assistant.get("use_ordered_embeddings"):
+            w.add_uint32(f"{gguf.MODEL_ARCH_NAMES[arch]}.centroid_intermediate_top_k",
+                         assistant["centroid_intermediate_top_k"])
+    n_layer = tc["num_hidden_layers"]
+    tmap = gguf.get_tensor_name_map(arch, n_layer)
+    layer_types = tc["layer_types"]
+    swa = [t == "sliding_attention" for t in layer_types]
+    head_dim_swa = tc["head_dim"]
+    per_layer = tc.get("per_layer_config") or {}
+    head_dim_full = tc.get("global_head_dim") or next(
+        (v["head_dim"] for v in per_layer.values() if "head_dim" in v), head_dim_swa
+    )
+    shared = tc.get("num_kv_shared_layers", 0)
+    # what Gemma3Model / Gemma4Model.set_gguf_parameters write
+    w.add_name(f"wgemma-golden-{fixture}")
+    w.add_block_count(n_layer)
+    w.add_context_length(tc.get("max_position_embeddings", 131072))
+    w.add_embedding_length(tc["hidden_size"])
+    ff = tc["intermediate_size"]
+    first_shared = n_layer - shared
+    if tc.get("use_double_wide_mlp"):
+        w.add_feed_forward_length([ff if i < first_shared else 2 * ff for i in range(n_layer)])
+    else:
+        w.add_feed_forward_length(ff)
+    w.add_head_count(tc["num_attention_heads"])
+    kv_swa = tc["num_key_value_heads"]
+    kv_full = tc.get("num_global_key_value_heads")
+    if kv_full is not None:
+        w.add_head_count_kv([kv_swa if s else kv_full for s in swa])
+    else:
+        w.add_head_count_kv(kv_swa)
+    w.add_layer_norm_rms_eps(tc.get("rms_norm_eps", 1e-6))
+    w.add_key_length(head_dim_full)
+    w.add_value_length(head_dim_full)
+    w.add_key_length_swa(head_dim_swa)
+    w.add_value_length_swa(head_dim_swa)
+    rope = tc["rope_parameters"]
+    w.add_rope_freq_base(rope["full_attention"]["rope_theta"])
+    w.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+    w.add_rope_dimension_count(head_dim_full)
+    w.add_rope_dimension_count_swa(head_dim_swa)
+    if tc.get("final_logit_softcapping"):
+        w.add_final_logit_softcapping(tc["final_logit_softcapping"])
+    w.add_sliding_window(tc["sliding_window"])
+    w.add_sliding_window_pattern(swa)
+    w.add_shared_kv_layers(shared)
+    w.add_embedding_length_per_layer_input(tc.get("hidden_size_per_layer_input") or 0)
+    if tc.get("enable_moe_block"):
+        w.add_expert_count(tc["num_experts"])
+        w.add_expert_used_count(tc["top_k_experts"])
+        w.add_expert_feed_forward_length(tc["moe_intermediate_size"])
+    w.add_bos_token_id(tc.get("bos_token_id", 2))
+    w.add_eos_token_id(tc.get("eos_token_id", 1))
+    w.add_pad_token_id(tc.get("pad_token_id", 0))
+    T = gguf.GGMLQuantizationType
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if quantised else gguf.LlamaFileType.ALL_F32)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    factor = rope["full_attention"].get("partial_rotary_factor", 1.0)
+    n_rot = int(head_dim_full * factor / 2)
+    freqs = np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot), dtype=np.float32)
+    w.add_tensor("rope_freqs.weight", freqs)
+    for name in sorted(tensors):
+        if tensors[name].dtype.kind in "iu":  # the assistant's token_ordering
+            w.add_tensor(hf_to_gguf_name(gguf, tmap, name), np.ascontiguousarray(tensors[name]))
+            continue
+        a = np.ascontiguousarray(tensors[name].astype(np.float32))
+        new = hf_to_gguf_name(gguf, tmap, name)
+        qt = T.F32
+        if quantised and a.ndim >= 2 and a.shape[-1] % 32 == 0:
+            qt = T.Q8_0 if "token_embd" in new else T.Q4_0
+        if qt == T.F32:
+            w.add_tensor(new, a)
+        else:
+            q = gguf.quants.quantize(a, qt)
+            w.add_tensor(new, q, raw_shape=q.shape, raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gguf-py", default=os.environ.get("GGUF_PY"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "crates/wgemma/tests/data/gguf"))
+    args = ap.parse_args()
+    if args.gguf_py:
+        sys.path.insert(0, args.gguf_py)
+    import numpy as np
+
+    try:
+        import yaml  # noqa: F401  (gguf-py's metadata module imports it; unused here)
+    except ImportError:
+        sys.modules["yaml"] = types.ModuleType("yaml")
+    import gguf
+
+    os.makedirs(args.out, exist_ok=True)
+    dequant_reference(gguf, np, os.path.join(args.out, "dequant_reference.gguf"))
+    tc, tensors = golden(np, "e2b_like")
+    gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.f32.gguf"), False)
+    gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.q4_0.gguf"), True)
+    d = os.path.join(GOLDEN, "e2b_like_assistant")
+    acfg = json.load(open(os.path.join(d, "config.json")))
+    atc, atensors = golden(np, "e2b_like_assistant")
+    gemma4_gguf(gguf, np, "e2b_like_assistant", atc, atensors,
+                os.path.join(args.out, "e2b_like_assistant.f32.gguf"), False, assistant=acfg)
+    # Fuzz seeds: the fuzz corpus's 2-layer checkpoint as a GGUF (its rows of 8 are too
+    # short for any block format; quant-blocks.gguf in that corpus is a copy of
+    # dequant_reference.gguf, truncated the first 300 bytes of mini-f32.gguf).
+    seeds = os.path.join(ROOT, "fuzz/corpus/gguf_reader")
+    os.makedirs(seeds, exist_ok=True)
+    with open(os.path.join(ROOT, "fuzz/corpus/checkpoint_config/mini"), "rb") as f:
+        raw = f.read()
+    split = raw.index(b"\0")
+    tc, tensors = json.loads(raw[:split]), read_safetensors(raw[split + 1 :], np)
+    gemma4_gguf(gguf, np, "mini", tc, tensors, os.path.join(seeds, "mini-f32.gguf"), False)
+    for f in sorted(os.listdir(args.out)):
+        print(f, os.path.getsize(os.path.join(args.out, f)))
+
+
+if __name__ == "__main__":
+    main()
