@@ -160,7 +160,10 @@ pub fn size_limits(ctx: &GpuContext, options: &ModelOptions) -> SizeLimits {
             WeightFormat::Q4 { group } => 0.5 + 2.0 / group.max(1) as f64,
         },
         max_context: options.max_context,
-        max_rows: options.prefill_chunk.max(options.max_verify_rows),
+        // Forwards that return every row's logits: verify forwards in one piece (prefill
+        // chunks compute the last row's only; `Model::forward` cuts all-row requests into
+        // pieces whose logits fit a buffer).
+        max_rows: options.max_verify_rows,
         max_buffer_bytes: ctx.limits.max_buffer_size,
         host_memory_bytes: host_memory_bytes(),
         device_is_host: ctx.info.device_type == wgpu::DeviceType::Cpu,

@@ -315,7 +315,8 @@ pub struct SizeLimits {
     pub bytes_per_weight: f64,
     /// `--context`: positions each own KV cache holds (a sliding layer: its window).
     pub max_context: usize,
-    /// Rows of the largest forward (`--prefill-chunk`, verify rows).
+    /// Rows of the largest forward that keeps every row's logits (verify rows; prefill
+    /// chunks keep the last row's only).
     pub max_rows: usize,
     /// The device's `max_buffer_size`.
     pub max_buffer_bytes: u64,
@@ -388,7 +389,7 @@ impl ModelSpec {
             return Err(Error::invalid(
                 OP,
                 format!(
-                    "logits of one forward ({} rows (--prefill-chunk) x vocab_size {}, f32)",
+                    "logits of one verify forward ({} rows x vocab_size {}, f32)",
                     limits.max_rows, c.vocab_size
                 ),
                 format!("<= the device's max_buffer_size = {}", gib(max_buffer)),

@@ -194,6 +194,10 @@ pub struct Model {
     /// Plans run decode attention as one dispatch where the device allows (off by default:
     /// measured no faster on the H200, BENCHMARKS.md run 17; `bench --fused-attention`).
     fused_attention: bool,
+    /// Rows whose logits fit one buffer binding (rows x vocab f32): forwards that return
+    /// every row's logits run in pieces of at most this many rows, so a large prefill chunk
+    /// (which computes the last row's logits only) is not bounded by the vocabulary.
+    max_logit_rows: usize,
     host_encode_seconds: f64,
 }
 
@@ -255,6 +259,23 @@ impl Model {
             })
             .collect::<Result<Vec<_>>>()?;
         let shared = Shared::new(ctx, &spec)?;
+        let row_bytes = spec.config.vocab_size.max(1) as u64 * 4;
+        let max_binding = ctx
+            .limits
+            .max_buffer_size
+            .min(ctx.limits.max_storage_buffer_binding_size);
+        let max_logit_rows = (max_binding / row_bytes) as usize;
+        if max_logit_rows < options.max_verify_rows {
+            return Err(Error::invalid(
+                "model",
+                format!(
+                    "logits of a verify forward ({} rows x vocab_size {}, f32)",
+                    options.max_verify_rows, spec.config.vocab_size
+                ),
+                format!("<= the device's largest storage binding, {max_binding} bytes"),
+                options.max_verify_rows as u64 * row_bytes,
+            ));
+        }
         // One cursor stands for every cache: all advance together. Rings bound rollbacks by
         // the most rows one forward appends.
         let ring_rows = caches
@@ -286,6 +307,7 @@ impl Model {
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             fold_kv_append: true,
             fused_attention: false,
+            max_logit_rows,
             host_encode_seconds: 0.0,
         })
     }
@@ -586,7 +608,10 @@ impl Model {
         want: Want,
     ) -> Result<ForwardOutput> {
         self.validate_tokens(tokens)?;
-        let chunk = self.options.prefill_chunk;
+        let chunk = match want {
+            Want::AllLogits | Want::AllNext => self.options.prefill_chunk.min(self.max_logit_rows),
+            Want::NextToken | Want::LastLogits => self.options.prefill_chunk,
+        };
         let mut out = ForwardOutput::default();
         let pieces: Vec<&[u32]> = tokens.chunks(chunk).collect();
         for (i, piece) in pieces.iter().enumerate() {
@@ -668,7 +693,11 @@ impl Model {
                 format!("{want:?}"),
             ));
         }
-        let limit = self.options.prefill_chunk.max(self.options.max_verify_rows);
+        let limit = self
+            .options
+            .prefill_chunk
+            .max(self.options.max_verify_rows)
+            .min(self.max_logit_rows);
         if m == 0 || m > limit {
             return Err(Error::invalid(
                 "model",
