@@ -609,22 +609,11 @@ fn compare_norm_kernels(
     };
     let default_rows = model.norm_prologue_rows();
     model.set_norm_prologue_rows(0);
-    model.reset();
-    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
-    pollster::block_on(model.decode_greedy(ctx, next, 2, &mut |_| true))?;
-    model.reset();
-    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
-    let (d0, _, _) = ctx.counters().snapshot();
-    let b0 = ctx.counters().barriers();
-    let t = Instant::now();
-    pollster::block_on(model.decode_greedy(ctx, next, steps, &mut |_| true))?;
-    let decode_s = t.elapsed().as_secs_f64();
-    let (d1, _, _) = ctx.counters().snapshot();
-    let b1 = ctx.counters().barriers();
+    let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
     let mut out = serde_json::json!({
-        "norm_kernels_decode_tokens_per_s": steps as f64 / decode_s,
-        "norm_kernels_dispatches_per_token": (d1 - d0) as f64 / steps as f64,
-        "norm_kernels_barriers_per_token": (b1 - b0) as f64 / steps as f64,
+        "norm_kernels_decode_tokens_per_s": tps,
+        "norm_kernels_dispatches_per_token": dispatches,
+        "norm_kernels_barriers_per_token": barriers,
     });
     if draft_tokens > 0 {
         out["norm_kernels_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();

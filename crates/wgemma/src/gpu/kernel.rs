@@ -209,6 +209,12 @@ impl Hasher for AddressHasher {
     }
 }
 
+/// `WGEMMA_TRACE_BARRIERS=1`, read once (passes are recorded per forward).
+fn trace_barriers() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("WGEMMA_TRACE_BARRIERS").is_some_and(|v| v == "1"))
+}
+
 /// One compute pass inside a [`Step`].
 ///
 /// It also counts the barriers wgpu records: a buffer's usage in a pass is read-only or
@@ -309,7 +315,7 @@ impl<'c> Step<'c> {
             dispatches: 0,
             barriers: 0,
             usage: HashMap::default(),
-            trace: std::env::var_os("WGEMMA_TRACE_BARRIERS").is_some_and(|v| v == "1"),
+            trace: trace_barriers(),
             profiler: self.ctx.profiler(),
         };
         if let Some(p) = pass.profiler {
