@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::harness;
+use wgemma::model::speculative::{DraftSchedule, MAX_DRAFT_TOKENS};
 use wgemma::model::synthetic::SyntheticShape;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
@@ -38,9 +39,15 @@ pub struct BenchArgs {
     /// tokens; lower = each draft replaced by a rejected token with probability 1 - p).
     #[arg(long, value_delimiter = ',', default_value = "1.0")]
     acceptance: Vec<f64>,
-    /// Drafts per round of the oracle speculative run (0 = skip it).
+    /// Drafts per round of the oracle speculative run (0 = skip it). The runs with the real
+    /// drafter (E2B / E4B shapes: the published assistant's, random weights) report
+    /// `drafted` and `drafter_ms_per_round` beside each acceptance rate.
     #[arg(long, default_value_t = 2)]
     draft_tokens: usize,
+    /// Also run the adaptive schedule with the real drafter at each acceptance rate (k in
+    /// 0..=8 from the measured acceptance and costs; plain steps when drafting does not pay).
+    #[arg(long)]
+    adaptive_draft: bool,
     /// Also time every dispatch of a few decode steps and one verify forward (GPU
     /// timestamps) and report where the time goes, by shader.
     #[arg(long)]
@@ -287,9 +294,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let options = ModelOptions {
         format: WeightFormat::parse(&args.quant)?,
-        max_context: args.prompt_len + args.gen + 8 + args.draft_tokens,
+        max_context: args.prompt_len + args.gen + 16,
         prefill_chunk: args.prefill_chunk.min(args.prompt_len),
-        max_verify_rows: args.draft_tokens + 1,
+        max_verify_rows: if args.adaptive_draft {
+            MAX_DRAFT_TOKENS + 1
+        } else {
+            args.draft_tokens + 1
+        },
         sequences: 1,
     };
     let prefill_chunk = options.prefill_chunk;
@@ -404,6 +415,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
 
+    // The same rounds with the real drafter (its cost paid), fixed and adaptive.
+    let shape = match &args.synthetic {
+        Some(name) => Some(SyntheticShape::parse(name)?),
+        None => crate::bench_spec::assistant_shape(&model),
+    };
+    let drafted = match shape {
+        Some(shape) if args.draft_tokens > 0 => crate::bench_spec::drafted_runs(
+            &ctx,
+            &mut model,
+            shape,
+            crate::bench_spec::DraftedRuns {
+                prompt: &prompt,
+                greedy: &greedy,
+                k: args.draft_tokens,
+                acceptance: &args.acceptance,
+                adaptive: args.adaptive_draft,
+                seed: args.seed,
+            },
+        )?,
+        _ => Vec::new(),
+    };
+
     let profile = if args.profile {
         ctx.enable_profiling()?;
         model.reset();
@@ -505,6 +538,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if !oracle.is_empty() {
         report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
+        for (i, runs) in drafted.iter().enumerate() {
+            let entry = &mut report["speculative"][i];
+            for run in runs {
+                let key = match run.schedule {
+                    DraftSchedule::Adaptive => "adaptive",
+                    _ => "drafted",
+                };
+                entry[key] = run.json(decode_tps);
+                if run.schedule == DraftSchedule::Fixed {
+                    // The drafter's share: the same rounds, drafts from the host vs drafted.
+                    entry["drafter_ms_per_round"] = run
+                        .ms_per_round
+                        .map(|ms| ms - oracle[i].ms_per_round)
+                        .into();
+                }
+            }
+        }
     }
     if args.json {
         if let Some((decode, verify, rounds, prefill)) = profile {

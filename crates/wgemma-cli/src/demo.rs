@@ -12,9 +12,12 @@ use clap::Args;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
+use wgemma::model::forward::LogitRows;
 use wgemma::model::generate::{generate, GenerateOptions, GenerateStats};
 use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions, SpeculativeStats};
+use wgemma::model::speculative::{
+    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeStats, MAX_DRAFT_TOKENS,
+};
 use wgemma::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
 use wgemma::model::tokenizer::Tokenizer;
@@ -41,12 +44,16 @@ pub struct DemoArgs {
     prompt: String,
     #[arg(long, default_value_t = 64)]
     max_new_tokens: usize,
-    /// Drafts per speculative round (1..=8).
+    /// Drafts per speculative round (1..=8; with the adaptive schedule, the first round's).
     #[arg(long, default_value_t = 3)]
     draft_tokens: usize,
-    /// HF's heuristic schedule: +2 drafts after a fully accepted round, -1 otherwise.
-    #[arg(long)]
+    /// The adaptive schedule (the default): k in 0..=8 from the acceptance and the round
+    /// costs measured on this device, plain pipelined steps when drafting does not pay.
+    #[arg(long, conflicts_with = "fixed_draft")]
     adaptive_draft: bool,
+    /// --draft-tokens drafts every round instead of the adaptive schedule.
+    #[arg(long)]
+    fixed_draft: bool,
     /// 0 = greedy (outputs checked identical); above 0 both runs sample with --seed, and
     /// speculative sampling keeps the distribution, not the exact tokens.
     #[arg(long, default_value_t = 0.0)]
@@ -207,7 +214,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
     };
     let spec_options = SpeculativeOptions {
         draft_tokens: args.draft_tokens,
-        adaptive: args.adaptive_draft,
+        schedule: if args.fixed_draft {
+            DraftSchedule::Fixed
+        } else {
+            DraftSchedule::Adaptive
+        },
         trace: false,
         capture_draft_logits: false,
     };
@@ -225,6 +236,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
         ..generate_options.clone()
     };
     pollster::block_on(generate(target, &ctx, prompt, &warm, &mut |_| true))?;
+    // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
+    for m in 1..=target.options.max_verify_rows.min(MAX_DRAFT_TOKENS + 1) {
+        target.plan(&ctx, m, LogitRows::All)?;
+    }
     pollster::block_on(generate_speculative(
         target,
         assistant,
@@ -269,6 +284,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             "prompt_text": prompt_text,
             "temperature": args.temperature,
             "draft_tokens": args.draft_tokens,
+            "draft_schedule": spec_options.schedule,
             "identical": identical,
             "speedup": gain,
             "plain": { "tokens": plain_tokens, "text": plain_text, "stats": plain },
@@ -297,15 +313,18 @@ pub fn run(args: DemoArgs) -> Result<()> {
         println!("---");
         println!("plain       | {}", plain.summary());
         println!("speculative | {}", speculative.stats.summary());
-        println!(
-            "speedup     | x{gain:.2} decode tok/s with {} drafts per round{}",
-            args.draft_tokens,
-            if args.adaptive_draft {
-                " (adaptive)"
-            } else {
-                ""
-            }
-        );
+        if args.fixed_draft {
+            println!(
+                "speedup     | x{gain:.2} decode tok/s with {} drafts per round",
+                args.draft_tokens
+            );
+        } else {
+            println!(
+                "speedup     | x{gain:.2} decode tok/s, adaptive drafts (k in 0..=8 from the \
+                 measured acceptance and costs; {} plain steps)",
+                speculative.stats.plain_steps
+            );
+        }
         if greedy && identical {
             println!(
                 "outputs identical: {} tokens (greedy speculative == plain greedy)",

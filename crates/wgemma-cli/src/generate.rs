@@ -159,7 +159,9 @@ pub struct GenerateArgs {
     /// Drafts per speculative round (1..=8).
     #[arg(long, default_value_t = 2, requires = "assistant")]
     draft_tokens: usize,
-    /// HF's heuristic schedule: +2 drafts after a fully accepted round, -1 otherwise.
+    /// Adaptive drafts per round: k in 0..=8 chosen from the acceptance and the round costs
+    /// measured so far on this device (maximising expected tokens/s), plain pipelined
+    /// decode steps when drafting does not pay; --draft-tokens is the first round's k.
     #[arg(long, requires = "assistant")]
     adaptive_draft: bool,
     /// Add every round's drafts to the JSON stats (`draft_rounds`).

@@ -3,6 +3,7 @@
 
 mod artifact_file;
 mod bench;
+mod bench_spec;
 mod convert;
 mod demo;
 mod generate;

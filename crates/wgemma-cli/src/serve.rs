@@ -49,7 +49,9 @@ pub struct ServeArgs {
     /// directory or an artifact holding one; it may be the --model artifact itself).
     #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
-    /// Drafts per speculative round (1..=8).
+    /// Drafts of the first speculative round (1..=8); the adaptive schedule then picks k in
+    /// 0..=8 from the measured acceptance and round costs (plain steps when drafting does
+    /// not pay).
     #[arg(long, default_value_t = 2, requires = "assistant")]
     draft_tokens: usize,
     /// Address to listen on. The default, loopback, is reachable from this machine only;

@@ -84,6 +84,8 @@ export interface GenerateRequest {
   speculative?: boolean;
   /** Drafts per round, 1..=8 (default 2). */
   draftTokens?: number;
+  /** Adaptive drafts per round (default true): k in 0..=8 from the measured acceptance and
+   *  round costs, plain decode steps when drafting does not pay. */
   adaptiveDraft?: boolean;
   /** Text that ends the generation (cut before it). */
   stop?: string[];

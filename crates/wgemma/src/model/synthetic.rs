@@ -322,6 +322,90 @@ impl crate::model::assistant::AssistantSource for SyntheticAssistant {
     }
 }
 
+/// The published Gemma 4 E2B / E4B assistant shapes (`google/gemma-4-E2B-it-assistant`,
+/// `-E4B-it-assistant` config.json, HF transformers 5.x `Gemma4AssistantConfig`): 4 layers
+/// [S, S, S, F] of hidden 256, MLP 2048, 4 query heads over the target's K/V (1 KV head for
+/// E2B, 2 for E4B; head dims 256 / 512, window 512), `backbone_hidden_size` = the target's
+/// hidden size, the centroid head 2048 -> top 32 over the 262,144 vocabulary, tied lm_head.
+/// Random weights (a seeded permutation for `token_ordering`): for measuring what the
+/// drafter costs, not what it drafts.
+pub struct RandomAssistant {
+    pub shape: SyntheticShape,
+    pub seed: u64,
+}
+
+impl RandomAssistant {
+    /// The assistant of `shape` (E2B or E4B: the shapes with a published assistant of
+    /// known config).
+    pub fn new(shape: SyntheticShape, seed: u64) -> Result<RandomAssistant> {
+        match shape {
+            SyntheticShape::E2b | SyntheticShape::E4b => Ok(RandomAssistant { shape, seed }),
+            _ => Err(Error::invalid(
+                "synthetic assistant",
+                "target shape",
+                "e2b or e4b (a published assistant of known shape)",
+                format!("{shape:?}"),
+            )),
+        }
+    }
+
+    /// The assistant's `config.json`.
+    pub fn config_json(&self) -> String {
+        let t = self.shape.spec().config;
+        serde_json::json!({
+            "model_type": "gemma4_assistant",
+            "backbone_hidden_size": t.hidden_size,
+            "use_ordered_embeddings": true,
+            "num_centroids": 2048,
+            "centroid_intermediate_top_k": 32,
+            "tie_word_embeddings": true,
+            "text_config": {
+                "model_type": "gemma4_text",
+                "vocab_size": t.vocab_size, "hidden_size": 256, "intermediate_size": 2048,
+                "num_hidden_layers": 4, "num_attention_heads": 4,
+                "num_key_value_heads": t.num_key_value_heads, "head_dim": 256,
+                "global_head_dim": 512, "sliding_window": 512, "num_kv_shared_layers": 4,
+                "hidden_size_per_layer_input": 0, "final_logit_softcapping": null,
+                "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
+                                "full_attention"],
+            },
+        })
+        .to_string()
+    }
+
+    fn vocab(&self) -> usize {
+        self.shape.spec().config.vocab_size
+    }
+}
+
+impl crate::model::assistant::AssistantSource for RandomAssistant {
+    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+        SyntheticWeights { seed: self.seed }.f32(name, shape)
+    }
+
+    fn i64(&self, name: &str, shape: &[usize]) -> Result<Vec<i64>> {
+        let vocab = self.vocab();
+        if name != "masked_embedding.token_ordering" || shape != [vocab] {
+            return Err(Error::invalid(
+                "synthetic assistant",
+                format!("integer tensor `{name}` {shape:?}"),
+                format!("masked_embedding.token_ordering [{vocab}]"),
+                "another tensor",
+            ));
+        }
+        let ordering = SyntheticAssistant {
+            target_seed: 0,
+            seed: self.seed,
+        }
+        .ordering(vocab);
+        Ok(ordering.into_iter().map(|v| v as i64).collect())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        name != "lm_head.weight"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +426,12 @@ mod tests {
         assert_eq!(e2b.layers[34].intermediate_size, 12288);
         let b31 = SyntheticShape::B31.spec();
         assert!(b31.layers[5].k_eq_v && b31.layers[5].num_kv_heads == 4);
+        let assistant = RandomAssistant::new(SyntheticShape::E2b, 0).unwrap();
+        let a = crate::model::assistant::parse_assistant_config(&assistant.config_json()).unwrap();
+        assert_eq!(a.backbone_hidden_size, 1536);
+        assert_eq!(a.text.layers.len(), 4);
+        assert_eq!(a.text.layers[3].head_dim, 512);
+        assert!(RandomAssistant::new(SyntheticShape::Tiny, 0).is_err());
         let w = SyntheticWeights { seed: 7 };
         let a = w.f32("layers.0.mlp.down_proj.weight", &[4, 8]).unwrap();
         assert_eq!(a, w.f32("layers.0.mlp.down_proj.weight", &[4, 8]).unwrap());

@@ -31,7 +31,7 @@ use crate::model::checkpoint::Checkpoint;
 use crate::model::generate::{generate, GenerateOptions};
 use crate::model::parse_config;
 use crate::model::sampling::SamplingParams;
-use crate::model::speculative::{generate_speculative, SpeculativeOptions};
+use crate::model::speculative::{generate_speculative, DraftSchedule, SpeculativeOptions};
 use crate::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
 use crate::model::target::{Model, ModelOptions};
 use crate::model::tokenizer::{TextStream, Tokenizer, TURN_END, TURN_START};
@@ -646,7 +646,11 @@ impl Session {
             })?;
             let spec = SpeculativeOptions {
                 draft_tokens: request.draft_tokens,
-                adaptive: request.adaptive_draft,
+                schedule: if request.adaptive_draft {
+                    DraftSchedule::Adaptive
+                } else {
+                    DraftSchedule::Fixed
+                },
                 trace: request.trace_drafts,
                 capture_draft_logits: false,
             };

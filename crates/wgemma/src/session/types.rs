@@ -115,7 +115,9 @@ pub struct GenerateRequest {
     pub speculative: bool,
     /// Drafts per round, 1..=8.
     pub draft_tokens: usize,
-    /// HF's heuristic schedule: +2 after a fully accepted round, -1 otherwise.
+    /// The adaptive schedule (default): k in 0..=8 from the acceptance and round costs
+    /// measured so far, plain pipelined steps when drafting does not pay; `draft_tokens` is
+    /// the first round's k. `false`: `draft_tokens` every round.
     pub adaptive_draft: bool,
     /// Keep every speculative round's drafts ([`GenerateResult::draft_rounds`]).
     pub trace_drafts: bool,
@@ -136,7 +138,7 @@ impl Default for GenerateRequest {
             stop: Vec::new(),
             speculative: false,
             draft_tokens: SpeculativeOptions::default().draft_tokens,
-            adaptive_draft: false,
+            adaptive_draft: true,
             trace_drafts: false,
         }
     }

@@ -63,6 +63,21 @@ impl DraftView {
     }
 }
 
+impl DraftView {
+    /// The view when drafting at `p = r + 1` after a one-row (plain) forward of row `r`:
+    /// full layers see rows `0..=r`, sliding layers the `W + 1` rows ending at `r`. HF has no
+    /// such round (its assisted rounds always draft, so no one-row forward precedes one past
+    /// the window) and its cut would leave `W` rows, which the kernels cannot express; the
+    /// drafts only steer speculation, so the output stays the target's either way.
+    pub fn after_plain_step(p: usize, r: usize) -> DraftView {
+        DraftView {
+            position: p,
+            full_end: r.min(p),
+            sliding_end: r,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
