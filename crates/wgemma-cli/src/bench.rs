@@ -218,9 +218,8 @@ fn oracle_rounds(
     acceptance: f64,
     profiling: bool,
 ) -> Result<OracleRun> {
-    use rand::{Rng, SeedableRng};
-    let vocab = model.spec.config.vocab_size as u32;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let mut oracle =
+        crate::bench_spec::FixedRateDrafts::new(acceptance, model.spec.config.vocab_size);
     model.reset();
     let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
     let host0 = model.host_encode_seconds();
@@ -233,16 +232,7 @@ fn oracle_rounds(
     while committed.len() < greedy.len() {
         let seed = *committed.last().expect("at least the first token");
         let at = committed.len();
-        let drafts: Vec<u32> = greedy[at..(at + k).min(greedy.len())]
-            .iter()
-            .map(|&t| {
-                if rng.random_bool(acceptance) {
-                    t
-                } else {
-                    (t + 1) % vocab
-                }
-            })
-            .collect();
+        let drafts = oracle.drafts(&greedy[at..(at + k).min(greedy.len())]);
         let mut input = vec![seed];
         input.extend(&drafts);
         let base = model.len();

@@ -60,6 +60,39 @@ pub fn build_verify_plans(ctx: &GpuContext, model: &mut Model) -> Result<()> {
     Ok(())
 }
 
+/// Drafts at a fixed acceptance rate: each of the target's own greedy tokens kept with
+/// probability `acceptance`, else replaced by a token the target rejects. One random
+/// stream (seed 7) for every run, so runs at one rate see the same pattern.
+pub struct FixedRateDrafts {
+    rng: rand_chacha::ChaCha8Rng,
+    acceptance: f64,
+    vocab: u32,
+}
+
+impl FixedRateDrafts {
+    pub fn new(acceptance: f64, vocab: usize) -> FixedRateDrafts {
+        FixedRateDrafts {
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(7),
+            acceptance,
+            vocab: vocab as u32,
+        }
+    }
+
+    /// The drafts standing for `greedy` (the target's tokens at those positions).
+    pub fn drafts(&mut self, greedy: &[u32]) -> Vec<u32> {
+        greedy
+            .iter()
+            .map(|&t| {
+                if self.rng.random_bool(self.acceptance) {
+                    t
+                } else {
+                    (t + 1) % self.vocab
+                }
+            })
+            .collect()
+    }
+}
+
 /// One speculative run with the assistant drafting.
 pub struct DraftedRun {
     pub schedule: DraftSchedule,
@@ -102,20 +135,8 @@ pub fn drafted_run(
     acceptance: f64,
     schedule: DraftSchedule,
 ) -> Result<DraftedRun> {
-    let vocab = model.spec.config.vocab_size as u32;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let mut replace = |committed: usize, n: usize| -> Vec<u32> {
-        greedy[committed..committed + n]
-            .iter()
-            .map(|&t| {
-                if rng.random_bool(acceptance) {
-                    t
-                } else {
-                    (t + 1) % vocab
-                }
-            })
-            .collect()
-    };
+    let mut oracle = FixedRateDrafts::new(acceptance, model.spec.config.vocab_size);
+    let mut replace = |committed: usize, n: usize| oracle.drafts(&greedy[committed..committed + n]);
     let options = GenerateOptions {
         max_new_tokens: greedy.len(),
         sampling: SamplingParams::default(),

@@ -154,6 +154,34 @@ impl WeightSource for SyntheticWeights {
     }
 }
 
+/// The synthetic assistants' only integer tensor is `token_ordering` `[vocab]`.
+fn check_token_ordering(name: &str, shape: &[usize], vocab: usize) -> Result<()> {
+    if name != "masked_embedding.token_ordering" || shape != [vocab] {
+        return Err(Error::invalid(
+            "synthetic assistant",
+            format!("integer tensor `{name}` {shape:?}"),
+            format!("masked_embedding.token_ordering [{vocab}]"),
+            "another tensor",
+        ));
+    }
+    Ok(())
+}
+
+/// A `gemma4_assistant` config.json with the E2B / E4B centroid head (2048 centroids, top
+/// 32, tied lm_head) over `text_config`, drafting for a target of hidden size `backbone`.
+fn centroid_assistant_config(backbone: usize, text_config: serde_json::Value) -> String {
+    serde_json::json!({
+        "model_type": "gemma4_assistant",
+        "backbone_hidden_size": backbone,
+        "use_ordered_embeddings": true,
+        "num_centroids": 2048,
+        "centroid_intermediate_top_k": 32,
+        "tie_word_embeddings": true,
+        "text_config": text_config,
+    })
+    .to_string()
+}
+
 /// The demo's assistant for [`SyntheticShape::Tiny`]: a 4-layer `gemma4_assistant` (hidden
 /// 128, layers [S, S, S, F] reading the target's K/V) with the centroid head at the E2B
 /// head's shape (2048 centroids, top 32; 2 tokens each on the 4096 vocab), so the fast TopK
@@ -179,14 +207,9 @@ impl SyntheticAssistant {
     /// The assistant's `config.json` (a `gemma4_assistant` for the Tiny target).
     pub fn config_json(&self) -> String {
         let t = SyntheticShape::Tiny.spec().config;
-        serde_json::json!({
-            "model_type": "gemma4_assistant",
-            "backbone_hidden_size": t.hidden_size,
-            "use_ordered_embeddings": true,
-            "num_centroids": 2048,
-            "centroid_intermediate_top_k": 32,
-            "tie_word_embeddings": true,
-            "text_config": {
+        centroid_assistant_config(
+            t.hidden_size,
+            serde_json::json!({
                 "model_type": "gemma4_text",
                 "vocab_size": t.vocab_size, "hidden_size": ASSISTANT_HIDDEN,
                 "intermediate_size": 2 * ASSISTANT_HIDDEN, "num_hidden_layers": 4,
@@ -196,9 +219,8 @@ impl SyntheticAssistant {
                 "hidden_size_per_layer_input": 0,
                 "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
                                 "full_attention"],
-            },
-        })
-        .to_string()
+            }),
+        )
     }
 
     /// A: `[rows, cols]` with orthonormal rows (Gram-Schmidt on seeded uniform rows).
@@ -306,14 +328,7 @@ impl crate::model::assistant::AssistantSource for SyntheticAssistant {
 
     fn i64(&self, name: &str, shape: &[usize]) -> Result<Vec<i64>> {
         let vocab = SyntheticShape::Tiny.spec().config.vocab_size;
-        if name != "masked_embedding.token_ordering" || shape != [vocab] {
-            return Err(Error::invalid(
-                "synthetic assistant",
-                format!("integer tensor `{name}` {shape:?}"),
-                format!("masked_embedding.token_ordering [{vocab}]"),
-                "another tensor",
-            ));
-        }
+        check_token_ordering(name, shape, vocab)?;
         Ok(self.ordering(vocab).into_iter().map(|v| v as i64).collect())
     }
 
@@ -352,14 +367,9 @@ impl RandomAssistant {
     /// The assistant's `config.json`.
     pub fn config_json(&self) -> String {
         let t = self.shape.spec().config;
-        serde_json::json!({
-            "model_type": "gemma4_assistant",
-            "backbone_hidden_size": t.hidden_size,
-            "use_ordered_embeddings": true,
-            "num_centroids": 2048,
-            "centroid_intermediate_top_k": 32,
-            "tie_word_embeddings": true,
-            "text_config": {
+        centroid_assistant_config(
+            t.hidden_size,
+            serde_json::json!({
                 "model_type": "gemma4_text",
                 "vocab_size": t.vocab_size, "hidden_size": 256, "intermediate_size": 2048,
                 "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -368,9 +378,8 @@ impl RandomAssistant {
                 "hidden_size_per_layer_input": 0, "final_logit_softcapping": null,
                 "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention",
                                 "full_attention"],
-            },
-        })
-        .to_string()
+            }),
+        )
     }
 
     fn vocab(&self) -> usize {
@@ -385,14 +394,7 @@ impl crate::model::assistant::AssistantSource for RandomAssistant {
 
     fn i64(&self, name: &str, shape: &[usize]) -> Result<Vec<i64>> {
         let vocab = self.vocab();
-        if name != "masked_embedding.token_ordering" || shape != [vocab] {
-            return Err(Error::invalid(
-                "synthetic assistant",
-                format!("integer tensor `{name}` {shape:?}"),
-                format!("masked_embedding.token_ordering [{vocab}]"),
-                "another tensor",
-            ));
-        }
+        check_token_ordering(name, shape, vocab)?;
         let ordering = SyntheticAssistant {
             target_seed: 0,
             seed: self.seed,
