@@ -442,6 +442,55 @@ fn adaptive_schedule_equals_plain_greedy() {
     assert_eq!(committed + 1, out.tokens.len());
 }
 
+/// The benchmarks' rounds: the assistant drafts, then its drafts are replaced on the GPU
+/// before the verify. With the target's own tokens every draft is accepted; with tokens it
+/// rejects none is; the output is plain greedy's either way.
+#[test]
+fn replaced_drafts_set_the_acceptance() {
+    use wgemma::model::speculative::generate_speculative_replacing_drafts;
+    let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
+    let prompt: Vec<u32> = vec![2, 17, 391, 3000, 45, 45, 1024];
+    let options = greedy_options(20);
+    let want = plain(&mut target, &prompt, &options);
+    for (shift, schedule) in [
+        (0u32, DraftSchedule::Fixed),
+        (1, DraftSchedule::Fixed),
+        (0, DraftSchedule::Adaptive),
+    ] {
+        let mut replace = |committed: usize, k: usize| -> Vec<u32> {
+            want[committed..committed + k]
+                .iter()
+                .map(|&t| (t + shift) % 4096)
+                .collect()
+        };
+        let spec = SpeculativeOptions {
+            draft_tokens: 3,
+            schedule,
+            ..Default::default()
+        };
+        let out = pollster::block_on(generate_speculative_replacing_drafts(
+            &mut target,
+            &mut assistant,
+            test_context(),
+            &prompt,
+            &options,
+            &spec,
+            &mut replace,
+        ))
+        .unwrap();
+        assert_eq!(out.tokens, want, "shift {shift} {schedule:?}");
+        let s = &out.stats;
+        assert!(s.drafted > 0, "{}", s.summary());
+        let expected = if shift == 0 { s.drafted } else { 0 };
+        assert_eq!(
+            s.accepted,
+            expected,
+            "shift {shift} {schedule:?}: {}",
+            s.summary()
+        );
+    }
+}
+
 /// A checkpoint whose `token_ordering` is replaced.
 struct Ordering<'a> {
     inner: Checkpoint<'a>,
