@@ -130,6 +130,7 @@ impl OpCase for AttentionCase {
             match self.route {
                 Some(AttentionRoute::Decode) => " route=decode",
                 Some(AttentionRoute::SplitK) => " route=split_k",
+                Some(AttentionRoute::Tiled) => " route=tiled",
                 None => "",
             },
         )
@@ -241,7 +242,8 @@ impl OpCase for AttentionCase {
 }
 
 /// Random shapes: head dims 64/256/512, GQA ratios, M = 1, 3, 17, windows smaller and larger
-/// than the context, rings far past their size, K = V, chunked caches, forced splits.
+/// than the context, rings far past their size, K = V, chunked caches, forced splits, and a
+/// prefill chunk of 16..80 rows on the tiled route.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let dims = [64, 256, 512];
     let gqa = [(1, 1), (2, 1), (8, 1), (4, 2), (6, 3), (16, 4)];
@@ -280,6 +282,17 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut generic = pick(rng, m, 600);
     generic.head_dim = [24, 48, 40, 200][rng.random_range(0..4)];
     cases.push(generic);
+    // A prefill chunk on the tiled route: a partial last tile, sometimes a window shorter
+    // than the chunk, sometimes split along keys.
+    let m = rng.random_range(16..80);
+    let mut tiled = pick(rng, m, 300);
+    tiled.head_dim = [128, 256, 512][rng.random_range(0..3)];
+    if rng.random_range(0..2) == 1 {
+        tiled = tiled.sliding(rng.random_range(8..200), m);
+    }
+    tiled.route = Some(AttentionRoute::Tiled);
+    tiled.splits = [None, Some(2)][rng.random_range(0..2)];
+    cases.push(tiled);
     cases
         .into_iter()
         .map(|c| Box::new(c) as Box<dyn OpCase>)
@@ -302,10 +315,17 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
             cases.push(full);
         }
     }
-    let mut prefill = AttentionCase::new(8, 1, 512, 512, 0);
-    prefill.max_len = 4096;
-    cases.push(prefill);
-    cases.push(AttentionCase::new(8, 1, 256, 512, 0).sliding(512, 512));
+    // 512-row prefill chunks, full (D 512) and sliding (D 256): the planner's route (tiled)
+    // and split_k, the route before it.
+    for route in [None, Some(AttentionRoute::SplitK)] {
+        let mut full = AttentionCase::new(8, 1, 512, 512, 0);
+        full.max_len = 4096;
+        full.route = route;
+        let mut sliding = AttentionCase::new(8, 1, 256, 512, 0).sliding(512, 512);
+        sliding.route = route;
+        cases.push(full);
+        cases.push(sliding);
+    }
     cases
         .into_iter()
         .map(|c| Box::new(c) as Box<dyn OpCase>)

@@ -15,6 +15,13 @@
 //! - `decode` (steps of <= 9 rows when its guards pass, see [`decode`]): coalesced key-row
 //!   reads, q in registers, its own combine; split_k stays the fallback.
 //!
+//! - `tiled` (`attention_tiled.wgsl`, prefill chunks of >= [`plan::TILED_MIN_ROWS`] rows):
+//!   flash attention over tiles of rows x the query heads of a kv head, so every K and V row
+//!   is loaded once per tile instead of once per row, and no rows x keys matrix exists; split
+//!   along keys (with split_k's combine) where a short prompt leaves the GPU idle. Guards:
+//!   one cache chunk, one sequence, keys stored (not K = V), head_dim 128, 256 or 512;
+//!   split_k serves the rest.
+//!
 //! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
 //!   powers of two (a multiple of 4 in 4..=512, of 8 for K = V): HF runs Gemma 4 configs with
 //!   head dims such as 24 or 48. Chosen at build time by head_dim; planned like split_k.
@@ -38,6 +45,8 @@ pub mod decode;
 mod decode_tests;
 #[cfg(test)]
 mod generic_tests;
+#[cfg(test)]
+mod tiled_tests;
 
 pub use cases::{bench_cases, random_cases, AttentionCase};
 pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
@@ -53,6 +62,7 @@ use crate::ops::rope::{rope_inv_freq, RopeConfig};
 
 const SHADER: &str = "attention";
 const GENERIC_SHADER: &str = "attention_generic";
+const TILED_SHADER: &str = "attention_tiled";
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -152,6 +162,34 @@ pub struct Attention {
     /// The decode route's kernels (boxed: `Attention` sits in model op enums), or the guards
     /// that failed for this layer.
     decode: std::result::Result<Box<DecodeKernels>, Vec<String>>,
+    /// The tiled route's kernels, or the guards that failed for this layer.
+    tiled: std::result::Result<TiledKernels, Vec<String>>,
+}
+
+/// The tiled route: one kernel writing the output (one split) and one writing split-K
+/// partials for the combine.
+#[derive(Debug)]
+struct TiledKernels {
+    direct: Kernel,
+    split: Kernel,
+}
+
+/// Why a layer has no tiled route (empty: it has one).
+fn tiled_guards(geo: &Geometry, k_eq_v: bool) -> Vec<String> {
+    let mut failed = Vec::new();
+    if plan::tiled_tile(geo.head_dim).is_none() {
+        failed.push(format!("head_dim {} is not 128, 256 or 512", geo.head_dim));
+    }
+    if geo.chunks.len() != 1 {
+        failed.push(format!("{} cache chunks (needs one)", geo.chunks.len()));
+    }
+    if geo.sequences != 1 {
+        failed.push(format!("{} sequences (needs one)", geo.sequences));
+    }
+    if k_eq_v {
+        failed.push("a K = V cache (keys are not stored)".into());
+    }
+    failed
 }
 
 /// The split-K shader for `head_dim`: `attention` for a power of two in 8..=512, else the
@@ -385,6 +423,32 @@ impl Attention {
             .tensor(&scratch.acc)
             .tensor(&scratch.ml)
             .build(one)?;
+        let tiled_failed = tiled_guards(&geo, cfg.k_eq_v);
+        let tiled = if tiled_failed.is_empty() {
+            let (qpt, cpt) = plan::tiled_tile(d).expect("the tiled guards passed");
+            let kernel = |direct: bool| {
+                KernelBuilder::new(ctx, TILED_SHADER)
+                    .entry("tiled")
+                    .constant("DIRECT", direct as u64)
+                    .constant("QPT", qpt as u64)
+                    .constant("CPT", cpt as u64)
+                    .uniform(&params(0))
+                    .tensor(out)
+                    .tensor(&scratch.acc)
+                    .tensor(&scratch.ml)
+                    .tensor(positions)
+                    .tensor(q)
+                    .tensor(cache.chunks()[0].k.as_ref().expect("keys are stored"))
+                    .tensor(&cache.chunks()[0].v)
+                    .build(one)
+            };
+            Ok(TiledKernels {
+                direct: kernel(true)?,
+                split: kernel(false)?,
+            })
+        } else {
+            Err(tiled_failed)
+        };
         let decode_failed = decode::decode_guards(&geo, &ctx.limits);
         let decode = if decode_failed.is_empty() {
             let bindings = decode::DecodeBindings {
@@ -406,6 +470,7 @@ impl Attention {
             direct,
             combine,
             decode,
+            tiled,
         })
     }
 
@@ -415,12 +480,21 @@ impl Attention {
 
     /// The plan of a step of `m` rows with `kv_len` positions in the cache (after the append):
     /// the decode route for steps of at most [`DECODE_MAX_ROWS`] rows when this layer has
-    /// it, else split_k.
+    /// it, the tiled route for steps of at least [`plan::TILED_MIN_ROWS`] when it has that,
+    /// else split_k.
     pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
-        match &self.decode {
-            Ok(_) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
+        match (&self.decode, &self.tiled) {
+            (Ok(_), _) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
+            (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => {
+                plan::plan_tiled(&self.geo, m, kv_len, None)
+            }
             _ => plan::plan(&self.geo, m, kv_len),
         }
+    }
+
+    /// The guards that kept this layer from the tiled route (empty: it has it).
+    pub fn tiled_route_failed(&self) -> &[String] {
+        self.tiled.as_ref().map_or_else(|f| f.as_slice(), |_| &[])
     }
 
     /// A plan on a chosen route, with a forced split count per chunk when `splits` is set
@@ -438,14 +512,22 @@ impl Attention {
                 None => plan::plan(&self.geo, m, kv_len),
             },
             (AttentionRoute::Decode, Ok(_)) => decode::plan_decode(&self.geo, m, kv_len, splits),
-            (AttentionRoute::Decode, Err(failed)) => Err(Error::NoRoute {
-                op: "attention",
-                shapes: format!(
-                    "rows {}, heads {}, kv_heads {}, head_dim {}",
-                    self.geo.rows, self.geo.heads, self.geo.kv_heads, self.geo.head_dim
-                ),
-                failed: failed.clone(),
-            }),
+            (AttentionRoute::Tiled, _) => match &self.tiled {
+                Ok(_) => plan::plan_tiled(&self.geo, m, kv_len, splits),
+                Err(failed) => Err(self.no_route(failed)),
+            },
+            (AttentionRoute::Decode, Err(failed)) => Err(self.no_route(failed)),
+        }
+    }
+
+    fn no_route(&self, failed: &[String]) -> Error {
+        Error::NoRoute {
+            op: "attention",
+            shapes: format!(
+                "rows {}, heads {}, kv_heads {}, head_dim {}",
+                self.geo.rows, self.geo.heads, self.geo.kv_heads, self.geo.head_dim
+            ),
+            failed: failed.to_vec(),
         }
     }
 
@@ -470,6 +552,18 @@ impl Attention {
                 .decode
                 .as_ref()
                 .map_or_else(|_| Vec::new(), |d| d.kernels_for_plan(plan));
+        }
+        if plan.route == AttentionRoute::Tiled {
+            return self.tiled.as_ref().map_or_else(
+                |_| Vec::new(),
+                |t| match plan.direct {
+                    true => vec![t.direct.with_grid(plan.partial_grid)],
+                    false => vec![
+                        t.split.with_grid(plan.partial_grid),
+                        self.combine.with_grid(plan.combine_grid),
+                    ],
+                },
+            );
         }
         match (&self.direct, plan.direct) {
             (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
@@ -500,6 +594,17 @@ impl Attention {
         if plan.route == AttentionRoute::Decode {
             if let Ok(d) = &self.decode {
                 d.record_plan(pass, plan);
+            }
+            return;
+        }
+        if plan.route == AttentionRoute::Tiled {
+            if let Ok(t) = &self.tiled {
+                if plan.direct {
+                    pass.dispatch_grid(&t.direct, plan.partial_grid);
+                } else {
+                    pass.dispatch_grid(&t.split, plan.partial_grid);
+                    pass.dispatch_grid(&self.combine, plan.combine_grid);
+                }
             }
             return;
         }

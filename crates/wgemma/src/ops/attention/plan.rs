@@ -73,7 +73,75 @@ pub enum AttentionRoute {
     SplitK,
     /// `attention_decode.wgsl`: steps of at most `decode::DECODE_MAX_ROWS` rows.
     Decode,
+    /// `attention_tiled.wgsl` (+ `attention.wgsl`'s combine when split): prefill chunks of at
+    /// least [`TILED_MIN_ROWS`] rows; K and V rows loaded once per tile of rows.
+    Tiled,
 }
+
+/// Steps of at least this many rows take the tiled route where a layer has it.
+pub const TILED_MIN_ROWS: usize = 16;
+
+/// The tiled kernel's tile for `head_dim`: (queries per thread QPT, vec4 columns per thread
+/// CPT); a tile holds 8 * QPT queries. None for head dims it does not serve.
+pub fn tiled_tile(head_dim: usize) -> Option<(usize, usize)> {
+    match head_dim {
+        128 => Some((8, 1)),
+        256 => Some((8, 2)),
+        512 => Some((4, 4)),
+        _ => None,
+    }
+}
+
+/// Plans a step of the tiled route: grid (splits, m, kv_heads * head_tiles), where only the
+/// first ceil(m / rows_per_tile) workgroups of y work. Splits cut each tile's key span (for
+/// parallelism at short prompts) while the scratch holds their partials; one split writes
+/// the output directly.
+pub fn plan_tiled(
+    geo: &Geometry,
+    m: usize,
+    kv_len: usize,
+    forced: Option<u32>,
+) -> Result<AttentionPlan> {
+    let base = plan_inner(geo, m, kv_len, Some(1))?;
+    let (qpt, _) = tiled_tile(geo.head_dim).ok_or_else(|| Error::NoRoute {
+        op: "attention",
+        shapes: format!("head_dim {}", geo.head_dim),
+        failed: vec!["the tiled route serves head_dim 128, 256 and 512".into()],
+    })?;
+    let (gt, head_tiles) = geo.tiles();
+    let rows_per_tile = (8 * qpt / gt).max(1);
+    let tiles = m.div_ceil(rows_per_tile) * geo.kv_heads * head_tiles;
+    let span = match geo.window {
+        Some(w) => kv_len.min(w + rows_per_tile - 1),
+        None => kv_len,
+    };
+    let most = (MAX_SPLITS.min(geo.max_per_dim as usize)).min(geo.max_query_splits / (m * geo.heads));
+    let splits = match forced {
+        Some(s) if s as usize > most.max(1) => {
+            return Err(Error::invalid(
+                "attention",
+                "forced split count",
+                format!("<= {} (limits and scratch)", most.max(1)),
+                s,
+            ))
+        }
+        Some(s) => s.max(1) as usize,
+        None => (TILED_TARGET_WORKGROUPS.div_ceil(tiles))
+            .min(span.div_ceil(MIN_KEYS_PER_SPLIT))
+            .min(most)
+            .max(1),
+    };
+    Ok(AttentionPlan {
+        route: AttentionRoute::Tiled,
+        splits: splits as u32,
+        direct: splits == 1,
+        partial_grid: Grid::new(splits as u32, m as u32, (geo.kv_heads * head_tiles) as u32),
+        ..base
+    })
+}
+
+/// Workgroups (of 256 threads) the tiled planner aims for: two per SM of a 132-SM GPU.
+const TILED_TARGET_WORKGROUPS: usize = 264;
 
 /// One step's dispatch plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +387,38 @@ mod tests {
                 assert_eq!(next, hi.max(lo));
             }
         }
+    }
+
+    #[test]
+    fn tiled_plans_split_short_prompts_and_go_direct_on_long_ones() {
+        let geo = |rows: usize| Geometry {
+            rows,
+            ..e2b_full(8192, 1 << 31)
+        };
+        // E2B full layer, 512 rows: 128 tiles of 4 rows x 8 heads; split while the scratch
+        // holds the partials (16384 / (512 x 8) = 4).
+        let p = plan_tiled(&geo(512), 512, 512, None).unwrap();
+        assert_eq!(p.route, AttentionRoute::Tiled);
+        assert_eq!(p.partial_grid, Grid::new(p.splits, 512, 1));
+        assert!((2..=4).contains(&p.splits) && !p.direct, "{p:?}");
+        assert_eq!(p.combine_grid, Grid::new(8, 512, 1));
+        // 4096 rows: 1024 tiles fill the GPU, and the scratch holds no split: direct.
+        let p = plan_tiled(&geo(4096), 4096, 4096, None).unwrap();
+        assert!(p.direct && p.splits == 1);
+        assert_eq!(p.partial_grid, Grid::new(1, 4096, 1));
+        // Forced splits within the limits, and refused past them.
+        assert_eq!(plan_tiled(&geo(512), 512, 512, Some(4)).unwrap().splits, 4);
+        assert!(plan_tiled(&geo(512), 512, 512, Some(5)).is_err());
+        assert!(plan_tiled(&geo(512), 0, 512, None).is_err());
+        assert!(plan_tiled(&geo(512), 513, 513, None).is_err());
+        let d64 = Geometry {
+            head_dim: 64,
+            ..geo(512)
+        };
+        assert!(matches!(
+            plan_tiled(&d64, 64, 64, None),
+            Err(Error::NoRoute { .. })
+        ));
     }
 
     #[test]
