@@ -594,3 +594,43 @@ fn plan_cache_stays_bounded() {
     }
     assert_eq!(next, want);
 }
+
+/// The persistent MLP (the whole MLP block of a one-row step in one dispatch; native GPUs
+/// only) gives the two-dispatch plan's logits. Where the device refuses it (lavapipe: a CPU
+/// adapter with 8-lane subgroups) the plan keeps the same dispatches and the same bits;
+/// where it runs, one dispatch less per layer it takes and logits within f32 rounding.
+#[test]
+fn persistent_mlp_equals_the_two_dispatch_mlp() {
+    let fx = Fixture::open("e2b_like");
+    let (prompt, _) = &fx.prompts()[1];
+    let run = |persistent: Option<u32>| {
+        let mut model = fx.model(ModelOptions {
+            prefill_chunk: 1,
+            ..options(WeightFormat::Q4)
+        });
+        model.set_persistent_mlp(persistent);
+        let out =
+            pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits)).unwrap();
+        let dispatches = model
+            .built_plan(1, wgemma::model::forward::LogitRows::All)
+            .map(|p| p.dispatch_count())
+            .unwrap();
+        (out, dispatches)
+    };
+    let (plain, plain_dispatches) = run(None);
+    let (persistent, persistent_dispatches) = run(Some(64));
+    let refused = !wgemma::ops::persistent_mlp::device_guards(test_context()).is_empty();
+    if refused {
+        assert_eq!(persistent.logits, plain.logits);
+        assert_eq!(persistent_dispatches, plain_dispatches);
+    } else {
+        assert!(persistent_dispatches < plain_dispatches);
+        let diff = persistent
+            .logits
+            .iter()
+            .zip(&plain.logits)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 1e-4, "max |diff| {diff}");
+    }
+    assert_eq!(persistent.next, plain.next);
+}
