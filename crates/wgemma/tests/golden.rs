@@ -606,7 +606,7 @@ fn persistent_mlp_equals_the_two_dispatch_mlp() {
     let run = |persistent: Option<u32>| {
         let mut model = fx.model(ModelOptions {
             prefill_chunk: 1,
-            ..options(WeightFormat::Q4)
+            ..options(WeightFormat::Q4 { group: 32 })
         });
         model.set_persistent_mlp(persistent);
         let out =
