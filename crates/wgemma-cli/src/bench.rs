@@ -62,18 +62,10 @@ pub struct BenchArgs {
     /// the device has coherent storage, instead of partial + combine.
     #[arg(long)]
     fused_attention: bool,
-    /// Run each decode step's MLP block (norm prologue, gate_up + GeGLU, down) as ONE
-    /// persistent dispatch of this many workgroups (default 264 when given without a value)
-    /// where the device passes its guards (native GPU, coherent storage, 32-lane
-    /// subgroups), instead of two dispatches.
-    #[arg(long, value_name = "WORKGROUPS", num_args = 0..=1,
-          default_missing_value = "264")]
-    persistent_mlp: Option<u32>,
     /// Also measure, in this run, decode with the K/V append kernel and partial + combine
     /// attention (`unfused_*`), with the append folded (`fold_only_*`), and with the append
-    /// folded and one-dispatch attention (`fold_and_fused_*`), and with the append folded
-    /// and the persistent MLP at 132, 264 and 528 workgroups (`persistent_mlp_N_*`): those
-    /// fusions' before/after on one load.
+    /// folded and one-dispatch attention (`fold_and_fused_*`): those fusions' before/after
+    /// on one load.
     #[arg(long)]
     compare_fusions: bool,
     /// The fastest GEMM family prefill may use: coop (tensor cores where offered), f16
@@ -324,7 +316,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
     model.set_norm_prologue_rows(args.norm_prologue_rows);
     model.set_fold_kv_append(!args.no_fold_kv_append);
     model.set_fused_attention(args.fused_attention);
-    model.set_persistent_mlp(args.persistent_mlp);
     let vocab = model.spec.config.vocab_size as u64;
     let prompt: Vec<u32> = (0..args.prompt_len as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
@@ -578,19 +569,14 @@ fn compare_fusions(
     steps: usize,
 ) -> Result<serde_json::Value> {
     let (fold, fused) = (model.fold_kv_append(), model.fused_attention());
-    let persistent = model.persistent_mlp();
     let mut out = serde_json::json!({});
-    for (name, fold_now, fused_now, persistent_now) in [
-        ("unfused", false, false, None),
-        ("fold_only", true, false, None),
-        ("fold_and_fused", true, true, None),
-        ("persistent_mlp_132", true, false, Some(132)),
-        ("persistent_mlp_264", true, false, Some(264)),
-        ("persistent_mlp_528", true, false, Some(528)),
+    for (name, fold_now, fused_now) in [
+        ("unfused", false, false),
+        ("fold_only", true, false),
+        ("fold_and_fused", true, true),
     ] {
         model.set_fold_kv_append(fold_now);
         model.set_fused_attention(fused_now);
-        model.set_persistent_mlp(persistent_now);
         let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
         out[format!("{name}_decode_tokens_per_s")] = tps.into();
         out[format!("{name}_dispatches_per_token")] = dispatches.into();
@@ -598,7 +584,6 @@ fn compare_fusions(
     }
     model.set_fold_kv_append(fold);
     model.set_fused_attention(fused);
-    model.set_persistent_mlp(persistent);
     model.reset();
     Ok(out)
 }

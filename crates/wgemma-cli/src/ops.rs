@@ -42,8 +42,6 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             // The f16 and tensor-core prefill GEMMs where this device has them.
             let caps = wgemma::ops::linear::DeviceCaps::of(&ctx);
             cases.extend(wgemma::ops::linear::prefill_cases(&caps, &mut rng));
-            // The persistent MLP where this device passes its guards (native GPUs).
-            cases.extend(wgemma::ops::persistent_mlp::check_cases(&ctx));
             cases
         }
         Mode::Bench => wgemma::ops::bench_cases(),

@@ -110,9 +110,6 @@ pub struct PlanShape {
     /// Decode attention in one dispatch (partial + last-workgroup merge) where the device
     /// allows.
     pub fused_attention: bool,
-    /// The MLP block as one persistent dispatch of this many workgroups where the device
-    /// and the layer allow (`ops::persistent_mlp`); None: two dispatches.
-    pub persistent_mlp: Option<u32>,
 }
 
 /// Everything one forward of M rows needs, built once.
@@ -210,7 +207,6 @@ impl ForwardPlan {
             norm_prologues,
             fold_kv_append,
             fused_attention,
-            persistent_mlp,
         } = shape;
         let c = &spec.config;
         let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
@@ -345,7 +341,6 @@ impl ForwardPlan {
             eps,
             fold_kv_append,
             fused_attention,
-            persistent_mlp,
         };
         // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
         for l in &spec.layers {

@@ -194,10 +194,6 @@ pub struct Model {
     /// Plans run decode attention as one dispatch where the device allows (off by default:
     /// measured no faster on the H200, BENCHMARKS.md run 17; `bench --fused-attention`).
     fused_attention: bool,
-    /// Plans run a decode step's MLP block as one persistent dispatch of this many
-    /// workgroups where the device allows (off by default until measured faster;
-    /// `bench --persistent-mlp`).
-    persistent_mlp: Option<u32>,
     /// Rows whose logits fit one buffer binding (rows x vocab f32): forwards that return
     /// every row's logits run in pieces of at most this many rows, so a large prefill chunk
     /// (which computes the last row's logits only) is not bounded by the vocabulary.
@@ -311,7 +307,6 @@ impl Model {
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             fold_kv_append: true,
             fused_attention: false,
-            persistent_mlp: None,
             max_logit_rows,
             host_encode_seconds: 0.0,
         })
@@ -423,7 +418,6 @@ impl Model {
                     norm_prologues: m <= self.norm_prologue_rows,
                     fold_kv_append: self.fold_kv_append,
                     fused_attention: self.fused_attention,
-                    persistent_mlp: self.persistent_mlp,
                 },
             )?;
             self.plans.insert(key, plan, now);
@@ -472,22 +466,6 @@ impl Model {
     pub fn set_fused_attention(&mut self, fused: bool) {
         if self.fused_attention != fused {
             self.fused_attention = fused;
-            self.plans.clear();
-        }
-    }
-
-    /// The grid of the persistent MLP dispatch plans use, if any (see
-    /// [`Model::set_persistent_mlp`]).
-    pub fn persistent_mlp(&self) -> Option<u32> {
-        self.persistent_mlp
-    }
-
-    /// Runs each decode step's MLP block (norm prologue, gate_up + GeGLU, down) as ONE
-    /// persistent dispatch of `workgroups` workgroups where the device and the layer pass
-    /// its guards (`ops::persistent_mlp`), else as two; None: always two. Drops the plans.
-    pub fn set_persistent_mlp(&mut self, workgroups: Option<u32>) {
-        if self.persistent_mlp != workgroups {
-            self.persistent_mlp = workgroups;
             self.plans.clear();
         }
     }

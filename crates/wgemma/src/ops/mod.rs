@@ -12,7 +12,6 @@ pub mod linear;
 pub mod min_fill;
 pub mod moe;
 pub mod opset;
-pub mod persistent_mlp;
 pub mod quantize;
 pub mod read_bandwidth;
 pub mod rmsnorm;

@@ -35,9 +35,6 @@ pub(super) struct BlockCx<'a> {
     pub fold_kv_append: bool,
     /// Decode attention as one dispatch where the device allows (see `attention`).
     pub fused_attention: bool,
-    /// The MLP block as one persistent dispatch of this many workgroups where the device
-    /// allows (see `mlp`).
-    pub persistent_mlp: Option<u32>,
 }
 
 /// The next block's input from the residual stream (a norm kernel pushed to `ops` when

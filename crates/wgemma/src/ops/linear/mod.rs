@@ -89,23 +89,21 @@ impl Linear {
     }
 }
 
-/// The matvec kernels' uniform (`Params` of q4_matvec_common.wgsli); the persistent MLP
-/// kernel builds one for its gate_up phase.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct Q4Params {
-    pub(crate) m: u32,
-    pub(crate) n: u32,
-    pub(crate) k: u32,
-    pub(crate) groups: u32,
-    pub(crate) y_stride: u32,
-    pub(crate) y_offset: u32,
-    pub(crate) aux0: u32,
-    pub(crate) aux1: u32,
-    pub(crate) eps: f32,
-    pub(crate) out_scale: f32,
-    pub(crate) write_resid: u32,
-    pub(crate) _pad: u32,
+struct Q4Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    groups: u32,
+    y_stride: u32,
+    y_offset: u32,
+    aux0: u32,
+    aux1: u32,
+    eps: f32,
+    out_scale: f32,
+    write_resid: u32,
+    _pad: u32,
 }
 
 /// What a Q4 matvec writes besides the plain product: GeGLU fused into the projection
@@ -296,8 +294,7 @@ pub enum NormPrologueMode {
 }
 
 impl NormPrologueMode {
-    /// The shaders' `PROLOGUE` constant.
-    pub(crate) fn code(self) -> u64 {
+    fn code(self) -> u64 {
         match self {
             NormPrologueMode::Norm => 1,
             NormPrologueMode::AddNorm => 2,
@@ -405,21 +402,6 @@ pub fn q4_linear_norm_with(
             )],
         });
     }
-    check_norm_prologue(OP, prologue, m, k, &[y])?;
-    build_q4(ctx, resid, w, y, options, epilogue, Some(prologue))
-}
-
-/// Checks a norm prologue's inputs for `m` rows of width `k` (mode, shapes) and that
-/// `outputs` and `resid_out` alias no input: every workgroup reads the old stream while
-/// one writes the new one.
-pub(crate) fn check_norm_prologue(
-    op: &'static str,
-    prologue: &NormPrologue,
-    m: usize,
-    k: usize,
-    outputs: &[&Tensor],
-) -> Result<()> {
-    let resid = prologue.resid;
     let (needs_branch, needs_w_in) = match prologue.mode {
         NormPrologueMode::Norm => (false, true),
         NormPrologueMode::AddNorm => (true, true),
@@ -427,7 +409,7 @@ pub(crate) fn check_norm_prologue(
     };
     if prologue.branch.is_some() != needs_branch || prologue.w_in.is_some() != needs_w_in {
         return Err(Error::invalid(
-            op,
+            OP,
             format!("inputs of the {:?} prologue", prologue.mode),
             format!("branch {needs_branch}, w_in {needs_w_in}"),
             format!(
@@ -449,7 +431,7 @@ pub(crate) fn check_norm_prologue(
     if let Some(out) = prologue.resid_out {
         if !needs_branch {
             return Err(Error::invalid(
-                op,
+                OP,
                 "resid_out of the Norm prologue",
                 "none (the residual is not updated)",
                 "a tensor",
@@ -460,7 +442,7 @@ pub(crate) fn check_norm_prologue(
     for (t, name) in rows {
         if t.dtype() != DType::F32 || t.numel() != m * k {
             return Err(Error::invalid(
-                op,
+                OP,
                 name,
                 format!("f32 [{m}, {k}]"),
                 format!("{:?} {:?}", t.dtype(), t.shape()),
@@ -470,7 +452,7 @@ pub(crate) fn check_norm_prologue(
     for (t, name) in vectors {
         if t.dtype() != DType::F32 || t.numel() != k {
             return Err(Error::invalid(
-                op,
+                OP,
                 name,
                 format!("f32 [{k}]"),
                 format!("{:?} {:?}", t.dtype(), t.shape()),
@@ -478,23 +460,23 @@ pub(crate) fn check_norm_prologue(
         }
     }
     // The residual output is written while every workgroup still reads the old stream.
-    let written = outputs.iter().copied().chain(prologue.resid_out);
+    let written = [Some(y), prologue.resid_out];
     let read = [Some(resid), prologue.branch.map(|b| b.0)];
-    for out in written {
+    for out in written.iter().flatten() {
         if read.iter().flatten().any(|r| r.buffer() == out.buffer()) {
             return Err(Error::invalid(
-                op,
-                "output buffers (y, resid_out, ...)",
+                OP,
+                "output buffers (y, resid_out)",
                 "distinct from resid and branch",
                 "shared",
             ));
         }
     }
-    Ok(())
+    build_q4(ctx, resid, w, y, options, epilogue, Some(prologue))
 }
 
 /// (subgroup reduction usable, device caps) for the matvec routes.
-pub(crate) fn matvec_caps(ctx: &GpuContext, options: &LinearOptions) -> (bool, DeviceCaps) {
+fn matvec_caps(ctx: &GpuContext, options: &LinearOptions) -> (bool, DeviceCaps) {
     let caps = DeviceCaps::of(ctx);
     // The subgroup matvec maps one 32-lane unit to one subgroup.
     let subgroup = caps.subgroups

@@ -16,7 +16,6 @@
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 
 #include "q4_matvec_common.wgsli"
-#include "q4_matvec_y.wgsli"
 #include "q4_matvec_finish_wg.wgsli"
 
 @compute @workgroup_size(WG)

@@ -4,7 +4,6 @@
 // contract, geometry, epilogues and accumulation as q4_matvec.wgsl otherwise.
 
 #include "q4_matvec_common.wgsli"
-#include "q4_matvec_y.wgsli"
 #include "q4_matvec_norm_prologue.wgsli"
 #include "q4_matvec_finish_wg.wgsli"
 
