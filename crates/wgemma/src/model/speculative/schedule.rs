@@ -9,8 +9,9 @@
 //! seconds (the measured wall time of rounds of k drafts: the drafter's steps, the verify
 //! forward, the host's encode and the readback), while a plain pipelined step costs
 //! `plain_step_s`. The schedule picks the k with the most expected tokens per second. Plain
-//! decoding runs in chunks (8 tokens, doubling up to 64 while it keeps winning), each
-//! followed by one probe round so that a rising acceptance is noticed.
+//! decoding runs in chunks, each followed by one probe round (one draft) so that a rising
+//! acceptance is noticed; a chunk is long enough that its probe costs at most ~2% of it
+//! (16 tokens at least, doubling while plain keeps winning, 256 at most).
 
 use super::MAX_DRAFT_TOKENS;
 
@@ -67,8 +68,10 @@ pub enum NextRound {
 }
 
 /// Plain chunks: the first after a round that drafted, and the longest.
-const MIN_PLAIN_RUN: usize = 8;
-const MAX_PLAIN_RUN: usize = 64;
+const MIN_PLAIN_RUN: usize = 16;
+const MAX_PLAIN_RUN: usize = 256;
+/// The most a probe round may cost over plain steps, as a share of its chunk's time.
+const PROBE_SHARE: f64 = 0.02;
 /// Weight of the newest round in the acceptance estimate (decay 0.9: ~10 rounds).
 const ACCEPTANCE_DECAY: f64 = 0.9;
 /// Weight of the newest measurement in a cost's moving average.
@@ -98,7 +101,7 @@ impl AdaptiveDrafts {
     pub fn new(k_init: usize, k_cap: usize) -> AdaptiveDrafts {
         let k_cap = k_cap.clamp(1, MAX_DRAFT_TOKENS);
         let mut calibration = Vec::new();
-        for k in [k_init.clamp(1, k_cap), 1, 4.min(k_cap)] {
+        for k in [k_init.clamp(1, k_cap), 1] {
             if !calibration.contains(&k) {
                 calibration.push(k);
             }
@@ -202,9 +205,13 @@ impl AdaptiveDrafts {
                 NextRound::Draft(probe)
             }
             0 => {
-                let run = self.plain_run.min(budget);
+                // Long enough that the next probe (a one-draft round) costs at most
+                // PROBE_SHARE of the chunk over plain steps.
+                let probe_loss = (costs[0] - expected_tokens(a, 1) * plain).max(0.0);
+                let floor = (probe_loss / (plain * PROBE_SHARE)).ceil() as usize;
+                let run = self.plain_run.max(floor).min(MAX_PLAIN_RUN);
                 self.plain_run = (self.plain_run * 2).min(MAX_PLAIN_RUN);
-                NextRound::Plain(run)
+                NextRound::Plain(run.min(budget))
             }
             k => {
                 self.plain_run = MIN_PLAIN_RUN;
@@ -303,7 +310,7 @@ mod tests {
         let mut s = AdaptiveDrafts::new(2, 8);
         let c = costs(8);
         s.record_plain(Some(4.2));
-        for k in [2, 1, 4] {
+        for k in [2, 1] {
             s.record_round(k, 0, Some(c[k - 1]));
         }
         for _ in 0..10 {
@@ -334,9 +341,7 @@ mod tests {
         assert_eq!(s.next(100), NextRound::Draft(2));
         s.record_round(2, 1, Some(7.0));
         assert_eq!(s.next(100), NextRound::Draft(1));
-        s.record_round(1, 1, Some(6.5));
-        assert_eq!(s.next(100), NextRound::Draft(4));
-        s.record_round(4, 1, Some(9.0));
+        s.record_round(1, 1, Some(6.1));
         assert_eq!(s.next(100), NextRound::Plain(MIN_PLAIN_RUN));
         assert_eq!(s.next(1), NextRound::Plain(1));
         assert!(matches!(
@@ -345,6 +350,6 @@ mod tests {
         ));
         // Unmeasured ks come from the line through the measured ones.
         let five = s.round_cost(5).unwrap();
-        assert!(five > 9.0 && five < 11.0, "{five}");
+        assert!((five - 9.7).abs() < 1e-9, "{five}");
     }
 }
