@@ -58,10 +58,12 @@ fn tiled_key_splits_agree_and_empty_splits_weigh_nothing() {
 
 #[test]
 fn tiled_softmax_is_stable_for_large_scores() {
+    // Scores of std ~32 and maxima past 88, where exp overflows f32 without the running max
+    // (a larger scale only adds f32 rounding of the scores themselves, which grows with them).
     let mut cases = Vec::new();
     for splits in [None, Some(3)] {
-        let mut c = tiled(AttentionCase::new(8, 1, 256, 19, 300));
-        c.q_scale = 40.0;
+        let mut c = tiled(AttentionCase::new(4, 1, 256, 16, 300));
+        c.q_scale = 6.0;
         c.splits = splits;
         cases.push(c);
     }
