@@ -485,9 +485,7 @@ impl Attention {
     pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
         match (&self.decode, &self.tiled) {
             (Ok(_), _) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
-            (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => {
-                plan::plan_tiled(&self.geo, m, kv_len, None)
-            }
+            (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => plan::plan_tiled(&self.geo, m, kv_len, None),
             _ => plan::plan(&self.geo, m, kv_len),
         }
     }

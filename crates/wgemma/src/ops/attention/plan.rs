@@ -115,7 +115,8 @@ pub fn plan_tiled(
         Some(w) => kv_len.min(w + rows_per_tile - 1),
         None => kv_len,
     };
-    let most = (MAX_SPLITS.min(geo.max_per_dim as usize)).min(geo.max_query_splits / (m * geo.heads));
+    let most =
+        (MAX_SPLITS.min(geo.max_per_dim as usize)).min(geo.max_query_splits / (m * geo.heads));
     let splits = match forced {
         Some(s) if s as usize > most.max(1) => {
             return Err(Error::invalid(
