@@ -19,7 +19,7 @@
 //!   flash attention over tiles of rows x the query heads of a kv head, so every K and V row
 //!   is loaded once per tile instead of once per row, and no rows x keys matrix exists; split
 //!   along keys (with split_k's combine) where a short prompt leaves the GPU idle. Guards:
-//!   one cache chunk, one sequence, keys stored (not K = V), head_dim 128, 256 or 512;
+//!   one cache chunk, one sequence, keys stored (not K = V), head_dim 256 or 512;
 //!   split_k serves the rest.
 //!
 //! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
@@ -178,7 +178,7 @@ struct TiledKernels {
 fn tiled_guards(geo: &Geometry, k_eq_v: bool) -> Vec<String> {
     let mut failed = Vec::new();
     if plan::tiled_tile(geo.head_dim).is_none() {
-        failed.push(format!("head_dim {} is not 128, 256 or 512", geo.head_dim));
+        failed.push(format!("head_dim {} is not 256 or 512", geo.head_dim));
     }
     if geo.chunks.len() != 1 {
         failed.push(format!("{} cache chunks (needs one)", geo.chunks.len()));
@@ -425,13 +425,13 @@ impl Attention {
             .build(one)?;
         let tiled_failed = tiled_guards(&geo, cfg.k_eq_v);
         let tiled = if tiled_failed.is_empty() {
-            let (qpt, cpt) = plan::tiled_tile(d).expect("the tiled guards passed");
+            let (tile_queries, lanes) = plan::tiled_tile(d).expect("the tiled guards passed");
             let kernel = |direct: bool| {
                 KernelBuilder::new(ctx, TILED_SHADER)
                     .entry("tiled")
                     .constant("DIRECT", direct as u64)
-                    .constant("QPT", qpt as u64)
-                    .constant("CPT", cpt as u64)
+                    .constant("BQ", tile_queries as u64)
+                    .constant("LANES", lanes as u64)
                     .uniform(&params(0))
                     .tensor(out)
                     .tensor(&scratch.acc)

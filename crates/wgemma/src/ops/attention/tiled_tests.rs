@@ -1,5 +1,5 @@
-//! The tiled (flash-attention) prefill route against the f64 reference: head dims 128, 256
-//! and 512, GQA groups smaller and larger than a tile, row counts that leave a partial tile,
+//! The tiled (flash-attention) prefill route against the f64 reference: head dims 256 and
+//! 512, GQA groups smaller and larger than a tile, row counts that leave a partial tile,
 //! sliding windows shorter than the chunk, rings far past their size, forced key splits,
 //! large scores; and the planner's choice between tiled and split_k.
 
@@ -26,13 +26,13 @@ fn tiled_route_matches_the_reference() {
         // E2B sliding layer, a window shorter than the chunk, a partial last tile.
         tiled(AttentionCase::new(8, 1, 256, 37, 5).sliding(16, 37)),
         // 64-query tiles (8 rows x 8 heads) after earlier chunks, one partial tile.
-        tiled(AttentionCase::new(8, 1, 128, 70, 100)),
+        tiled(AttentionCase::new(8, 1, 256, 70, 100)),
         // Two kv heads, group 2.
         tiled(AttentionCase::new(4, 2, 256, 20, 30)),
         // Group 16 at D 512: two head tiles of 8 per kv head.
         tiled(AttentionCase::new(16, 1, 512, 17, 3)),
         // No GQA: 64 rows of one head per tile, then a tile of one row.
-        tiled(AttentionCase::new(1, 1, 128, 65, 0)),
+        tiled(AttentionCase::new(1, 1, 256, 65, 0)),
         // Group 2 over 3 kv heads.
         tiled(AttentionCase::new(6, 3, 512, 18, 9)),
         // A ring wrapped many times.
@@ -115,7 +115,7 @@ fn the_planner_takes_tiled_for_prefill_where_its_guards_pass() {
     assert_eq!(a.plan(1, 20).unwrap().route, AttentionRoute::Decode);
     // Layers the kernel does not serve keep split_k, and a forced tiled plan names why.
     for (layer, why) in [
-        (build(64, 32, false, None), "head_dim 64"),
+        (build(128, 32, false, None), "head_dim 128"),
         (build(512, 32, true, None), "K = V"),
         (build(256, 32, false, Some(256 * 4 * 64)), "cache chunks"),
     ] {
