@@ -3,19 +3,13 @@
 //! sliding windows shorter than the chunk, rings far past their size, forced key splits,
 //! large scores; and the planner's choice between tiled and split_k.
 
+use super::tests::boxed;
 use super::*;
-use crate::harness::{assert_cases_pass, test_context, OpCase};
+use crate::harness::{assert_cases_pass, test_context};
 
 fn tiled(mut c: AttentionCase) -> AttentionCase {
     c.route = Some(AttentionRoute::Tiled);
     c
-}
-
-fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {
-    cases
-        .into_iter()
-        .map(|c| Box::new(c) as Box<dyn OpCase>)
-        .collect()
 }
 
 #[test]
