@@ -15,33 +15,7 @@
 // Entry `partial` (DIRECT: out = acc / l) and entry `combine`: as in attention.wgsl.
 // Workgroups of 128 threads.
 
-struct Params {
-    heads: u32,
-    kv_heads: u32,
-    group: u32,
-    d4: u32,
-    gt: u32,
-    head_tiles: u32,
-    window: u32,
-    slots: u32,
-    ring: u32,
-    chunk_start: u32,
-    chunk_slots: u32,
-    chunk_index: u32,
-    rot_pairs: u32,
-    sequences: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> part_acc: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> part_ml: array<vec2<f32>>;
-@group(0) @binding(4) var<storage, read> positions: array<u32>;
-@group(0) @binding(5) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read> v_cache: array<vec4<f32>>;
+#include "attention_io.wgsli"
 @group(0) @binding(8) var<storage, read> key_rope: array<vec4<f32>>;
 
 const WG: u32 = 128u;

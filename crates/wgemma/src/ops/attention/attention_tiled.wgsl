@@ -4,49 +4,26 @@
 // ONE chunk and ONE sequence, keys stored (not K = V).
 // Inputs: q [rows, heads, D] f32 (rows = grid y, exact), positions [rows] u32 (any order; each
 // row masks its own keys), K, V cache [kv_heads, slots, D] f32 (key k in slot k % slots for a
-// ring, slot k for a full cache). D = 4 * d4 with d4 = 32 * CPT, CPT in {1, 2, 4}.
+// ring, slot k for a full cache). D = 256 or 512.
 //
 // Entry `tiled`: grid (splits, rows, kv_heads * head_tiles). Workgroup y < T = ceil(rows / R)
 // takes a tile of R = BQ / gt consecutive rows x the gt query heads of one head tile (BQ =
-// 8 * QPT queries share every K and V row they load); workgroups y >= T return at once (the
+// 16384 / D queries share every K and V row they load); workgroups y >= T return at once (the
 // grid's y carries the row count). Tiles run latest rows (the most keys) first. A workgroup
 // scans split x of the union of its rows' visible keys in blocks of BK = 32 keys:
 //   S = Q K^T, Q and K staged through workgroup memory 32 floats of D at a time (each thread
 //     a register tile of BQ/16 queries x 2 keys), masked per row;
 //   an online-softmax update per query (one thread per query);
-//   O = O * alpha + P V, O in registers (each thread QPT queries x CPT vec4 columns).
+//   O = O * alpha + P V, O in registers: each thread 4 queries x 4 vec4 columns (LANES =
+//     D / 16 threads across the columns, WG / LANES query blocks).
+// Every per-thread value is a named variable, never an array indexed in a loop: NVIDIA's
+// compiler keeps such arrays in local memory (q4_gemm_f16 ran 6.8x faster without them).
 // Memory is O(BQ x D) per workgroup whatever the context: no rows x keys score matrix.
 // DIRECT (one split): out = O / l. Otherwise the partials go where `attention.wgsl`'s partial
 // puts them (part_acc, part_ml, part_ml[0].x = splits) for its `combine` entry.
 // Workgroups of 256 threads; ~15 KB of workgroup memory (under WebGPU's default 16 KiB).
 
-struct Params {
-    heads: u32,
-    kv_heads: u32,
-    group: u32,
-    d4: u32,
-    gt: u32,
-    head_tiles: u32,
-    window: u32,
-    slots: u32,
-    ring: u32,
-    chunk_start: u32,
-    chunk_slots: u32,
-    chunk_index: u32,
-    rot_pairs: u32,
-    sequences: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
-
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> part_acc: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> part_ml: array<vec2<f32>>;
-@group(0) @binding(4) var<storage, read> positions: array<u32>;
-@group(0) @binding(5) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read> k_cache: array<vec4<f32>>;
-@group(0) @binding(7) var<storage, read> v_cache: array<vec4<f32>>;
+#include "attention_io.wgsli"
 
 const WG: u32 = 256u;
 const BK: u32 = 32u; // keys per block
@@ -58,10 +35,9 @@ const PS_ROW: u32 = 33u; // score row stride in floats (padded)
 const NEG: f32 = -3.0e38;
 
 override DIRECT: bool = false;
-// Queries per thread in O += P V (BQ = 8 * QPT, at most 64) and vec4 columns per thread
-// (d4 / 32); QPT * CPT <= 16.
-override QPT: u32 = 4u;
-override CPT: u32 = 4u;
+// Queries per tile: 32 (D 512) or 64 (D 256); threads across an output row: D / 16.
+override BQ: u32 = 32u;
+override LANES: u32 = 32u;
 
 // Q chunk [BQ][ROW4] at 0 and K chunk [BK][ROW4] at K_BASE; the scores / probabilities
 // [BQ][PS_ROW] (f32) reuse the Q part once S is complete.
@@ -83,6 +59,55 @@ fn score_set(i: u32, v: f32) {
     stage[i / 4u][i % 4u] = v;
 }
 
+// Scores of query qi against keys kj and kj + 16 of the block at kb, masked by the query's
+// row range and the block's nk keys.
+fn store_scores(qi: u32, kj: u32, kb: u32, nk: u32, gt: u32, sa: f32, sb: f32) {
+    let rl = qi / gt;
+    let lo = row_lo[rl];
+    let hi = row_hi[rl];
+    let ka = kb + kj;
+    let kc = ka + 16u;
+    score_set(qi * PS_ROW + kj, select(NEG, sa, kj < nk && ka >= lo && ka < hi));
+    score_set(qi * PS_ROW + kj + 16u, select(NEG, sb, kj + 16u < nk && kc >= lo && kc < hi));
+}
+
+// The tile's geometry, shared by the epilogue's writes.
+struct Tile {
+    r0: u32,
+    nr: u32,
+    h0: u32,
+    nq: u32,
+    gt: u32,
+    rows: u32,
+    split: u32,
+}
+
+// Writes output row qi of the tile, columns col + LANES i: the normalised output (DIRECT)
+// or the split's partial accumulator.
+fn emit(t: Tile, qi: u32, col: u32, o0: vec4<f32>, o1: vec4<f32>, o2: vec4<f32>, o3: vec4<f32>) {
+    let rl = qi / t.gt;
+    let hl = qi % t.gt;
+    if (rl >= t.nr || hl >= t.nq) {
+        return;
+    }
+    let query = (t.r0 + rl) * params.heads + t.h0 + hl;
+    var at = query * params.d4 + col;
+    if (DIRECT) {
+        let l = l_run[qi];
+        let inv = select(1.0 / l, 0.0, l == 0.0);
+        out[at] = o0 * inv;
+        out[at + LANES] = o1 * inv;
+        out[at + 2u * LANES] = o2 * inv;
+        out[at + 3u * LANES] = o3 * inv;
+    } else {
+        at += t.split * t.rows * params.heads * params.d4;
+        part_acc[at] = o0;
+        part_acc[at + LANES] = o1;
+        part_acc[at + 2u * LANES] = o2;
+        part_acc[at + 3u * LANES] = o3;
+    }
+}
+
 @compute @workgroup_size(WG)
 fn tiled(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -90,9 +115,8 @@ fn tiled(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let rows = nwg.y;
-    let bq = 8u * QPT;
     let gt = params.gt;
-    let tile_rows = bq / gt;
+    let tile_rows = BQ / gt;
     let tiles = (rows + tile_rows - 1u) / tile_rows;
     if (wid.y >= tiles) {
         return;
@@ -135,26 +159,43 @@ fn tiled(
     }
     let span = workgroupUniformLoad(&span_wg);
 
-    // Scores: thread (sk, sq) owns keys sk and sk + 16 of a block x queries sq + 16 j.
+    // Scores: thread (sk, sq) owns keys sk and sk + 16 of a block x queries sq + 16 j
+    // (j < 2, or < 4 when BQ = 64).
     let sk = lid % 16u;
     let sq = lid / 16u;
-    let sqn = bq / 16u;
-    // Output: thread (oc, ob) owns columns oc + 32 i x queries ob * QPT + j.
-    let oc = lid % 32u;
-    let ob = lid / 32u;
-    var acc: array<vec4<f32>, 16>;
-    for (var i = 0u; i < 16u; i++) {
-        acc[i] = vec4<f32>(0.0);
-    }
+    // Output: thread (oc, ob) owns columns oc + LANES i (i < 4) of queries 4 ob + j (j < 4).
+    let oc = lid % LANES;
+    let ob = lid / LANES;
+    let q0 = 4u * ob;
+    var a00 = vec4<f32>(0.0);
+    var a01 = a00;
+    var a02 = a00;
+    var a03 = a00;
+    var a10 = a00;
+    var a11 = a00;
+    var a12 = a00;
+    var a13 = a00;
+    var a20 = a00;
+    var a21 = a00;
+    var a22 = a00;
+    var a23 = a00;
+    var a30 = a00;
+    var a31 = a00;
+    var a32 = a00;
+    var a33 = a00;
 
     for (var kb = span.x; kb < span.y; kb += BK) {
         let nk = min(BK, span.y - kb);
-        var s: array<f32, 8>;
-        for (var i = 0u; i < 8u; i++) {
-            s[i] = 0.0;
-        }
+        var s0 = 0.0;
+        var s1 = 0.0;
+        var s2 = 0.0;
+        var s3 = 0.0;
+        var s4 = 0.0;
+        var s5 = 0.0;
+        var s6 = 0.0;
+        var s7 = 0.0;
         for (var d0 = 0u; d0 < d4n; d0 += DC4) {
-            for (var i = lid; i < bq * DC4; i += WG) {
+            for (var i = lid; i < BQ * DC4; i += WG) {
                 let qi = i / DC4;
                 let c = i % DC4;
                 let rl = qi / gt;
@@ -177,32 +218,35 @@ fn tiled(
             for (var c = 0u; c < DC4; c++) {
                 let k1 = stage[K_BASE + sk * ROW4 + c];
                 let k2 = stage[K_BASE + (sk + 16u) * ROW4 + c];
-                for (var j = 0u; j < sqn; j++) {
-                    let qv = stage[(sq + 16u * j) * ROW4 + c];
-                    s[2u * j] += dot(qv, k1);
-                    s[2u * j + 1u] += dot(qv, k2);
+                let x0 = stage[sq * ROW4 + c];
+                let x1 = stage[(sq + 16u) * ROW4 + c];
+                s0 += dot(x0, k1);
+                s1 += dot(x0, k2);
+                s2 += dot(x1, k1);
+                s3 += dot(x1, k2);
+                if (BQ > 32u) {
+                    let x2 = stage[(sq + 32u) * ROW4 + c];
+                    let x3 = stage[(sq + 48u) * ROW4 + c];
+                    s4 += dot(x2, k1);
+                    s5 += dot(x2, k2);
+                    s6 += dot(x3, k1);
+                    s7 += dot(x3, k2);
                 }
             }
             workgroupBarrier();
         }
 
         // Masked scores into the (now free) Q part of the stage.
-        for (var j = 0u; j < sqn; j++) {
-            let qi = sq + 16u * j;
-            let rl = qi / gt;
-            let lo = row_lo[rl];
-            let hi = row_hi[rl];
-            for (var t = 0u; t < 2u; t++) {
-                let kj = sk + 16u * t;
-                let key = kb + kj;
-                let visible = kj < nk && key >= lo && key < hi;
-                score_set(qi * PS_ROW + kj, select(NEG, s[2u * j + t], visible));
-            }
+        store_scores(sq, sk, kb, nk, gt, s0, s1);
+        store_scores(sq + 16u, sk, kb, nk, gt, s2, s3);
+        if (BQ > 32u) {
+            store_scores(sq + 32u, sk, kb, nk, gt, s4, s5);
+            store_scores(sq + 48u, sk, kb, nk, gt, s6, s7);
         }
         workgroupBarrier();
 
         // Online softmax: one thread per query.
-        if (lid < bq) {
+        if (lid < BQ) {
             let row = lid * PS_ROW;
             var mx = NEG;
             for (var j = 0u; j < nk; j++) {
@@ -225,52 +269,67 @@ fn tiled(
         workgroupBarrier();
 
         // O = O * alpha + P V.
-        for (var j = 0u; j < QPT; j++) {
-            let a = alpha[ob * QPT + j];
-            for (var i = 0u; i < CPT; i++) {
-                acc[j * CPT + i] *= a;
-            }
-        }
+        let al0 = alpha[q0];
+        let al1 = alpha[q0 + 1u];
+        let al2 = alpha[q0 + 2u];
+        let al3 = alpha[q0 + 3u];
+        a00 *= al0;
+        a01 *= al0;
+        a02 *= al0;
+        a03 *= al0;
+        a10 *= al1;
+        a11 *= al1;
+        a12 *= al1;
+        a13 *= al1;
+        a20 *= al2;
+        a21 *= al2;
+        a22 *= al2;
+        a23 *= al2;
+        a30 *= al3;
+        a31 *= al3;
+        a32 *= al3;
+        a33 *= al3;
         for (var t = 0u; t < nk; t++) {
             let vrow = key_row(kb + t, kvh) + oc;
-            var p: array<f32, 8>;
-            for (var j = 0u; j < QPT; j++) {
-                p[j] = score_get((ob * QPT + j) * PS_ROW + t);
-            }
-            for (var i = 0u; i < CPT; i++) {
-                let v = v_cache[vrow + 32u * i];
-                for (var j = 0u; j < QPT; j++) {
-                    acc[j * CPT + i] += p[j] * v;
-                }
-            }
+            let v0 = v_cache[vrow];
+            let v1 = v_cache[vrow + LANES];
+            let v2 = v_cache[vrow + 2u * LANES];
+            let v3 = v_cache[vrow + 3u * LANES];
+            let p0 = score_get(q0 * PS_ROW + t);
+            let p1 = score_get((q0 + 1u) * PS_ROW + t);
+            let p2 = score_get((q0 + 2u) * PS_ROW + t);
+            let p3 = score_get((q0 + 3u) * PS_ROW + t);
+            a00 += p0 * v0;
+            a01 += p0 * v1;
+            a02 += p0 * v2;
+            a03 += p0 * v3;
+            a10 += p1 * v0;
+            a11 += p1 * v1;
+            a12 += p1 * v2;
+            a13 += p1 * v3;
+            a20 += p2 * v0;
+            a21 += p2 * v1;
+            a22 += p2 * v2;
+            a23 += p2 * v3;
+            a30 += p3 * v0;
+            a31 += p3 * v1;
+            a32 += p3 * v2;
+            a33 += p3 * v3;
         }
         workgroupBarrier();
     }
 
-    let qcount = rows * params.heads;
-    for (var j = 0u; j < QPT; j++) {
-        let qi = ob * QPT + j;
-        let rl = qi / gt;
-        let hl = qi % gt;
-        if (rl < nr && hl < nq) {
-            let query = (r0 + rl) * params.heads + h0 + hl;
-            let l = l_run[qi];
-            for (var i = 0u; i < CPT; i++) {
-                let col = oc + 32u * i;
-                if (DIRECT) {
-                    out[query * d4n + col] = select(acc[j * CPT + i] / l, vec4<f32>(0.0), l == 0.0);
-                } else {
-                    part_acc[(wid.x * qcount + query) * d4n + col] = acc[j * CPT + i];
-                }
-            }
-        }
-    }
+    let t = Tile(r0, nr, h0, nq, gt, rows, wid.x);
+    emit(t, q0, oc, a00, a01, a02, a03);
+    emit(t, q0 + 1u, oc, a10, a11, a12, a13);
+    emit(t, q0 + 2u, oc, a20, a21, a22, a23);
+    emit(t, q0 + 3u, oc, a30, a31, a32, a33);
     if (!DIRECT) {
         let rl = lid / gt;
         let hl = lid % gt;
-        if (lid < bq && rl < nr && hl < nq) {
+        if (lid < BQ && rl < nr && hl < nq) {
             let query = (r0 + rl) * params.heads + h0 + hl;
-            part_ml[1u + wid.x * qcount + query] = vec2<f32>(m_run[lid], l_run[lid]);
+            part_ml[1u + wid.x * rows * params.heads + query] = vec2<f32>(m_run[lid], l_run[lid]);
         }
         if (lid == 0u && wid.x == 0u && wid.y == 0u && wid.z == 0u) {
             part_ml[0] = vec2<f32>(f32(nwg.x), 0.0);

@@ -19,7 +19,7 @@
 //!   flash attention over tiles of rows x the query heads of a kv head, so every K and V row
 //!   is loaded once per tile instead of once per row, and no rows x keys matrix exists; split
 //!   along keys (with split_k's combine) where a short prompt leaves the GPU idle. Guards:
-//!   one cache chunk, one sequence, keys stored (not K = V), head_dim 128, 256 or 512;
+//!   one cache chunk, one sequence, keys stored (not K = V), head_dim 256 or 512;
 //!   split_k serves the rest.
 //!
 //! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
@@ -45,6 +45,7 @@ pub mod decode;
 mod decode_tests;
 #[cfg(test)]
 mod generic_tests;
+mod tiled;
 #[cfg(test)]
 mod tiled_tests;
 
@@ -55,6 +56,7 @@ pub use kv_cache::{
 };
 pub use plan::{AttentionPlan, AttentionRoute, Geometry};
 pub use reference::{attention_ref, keys_from_values, KvHistory};
+use tiled::TiledKernels;
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
@@ -62,7 +64,6 @@ use crate::ops::rope::{rope_inv_freq, RopeConfig};
 
 const SHADER: &str = "attention";
 const GENERIC_SHADER: &str = "attention_generic";
-const TILED_SHADER: &str = "attention_tiled";
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -162,34 +163,9 @@ pub struct Attention {
     /// The decode route's kernels (boxed: `Attention` sits in model op enums), or the guards
     /// that failed for this layer.
     decode: std::result::Result<Box<DecodeKernels>, Vec<String>>,
-    /// The tiled route's kernels, or the guards that failed for this layer.
-    tiled: std::result::Result<TiledKernels, Vec<String>>,
-}
-
-/// The tiled route: one kernel writing the output (one split) and one writing split-K
-/// partials for the combine.
-#[derive(Debug)]
-struct TiledKernels {
-    direct: Kernel,
-    split: Kernel,
-}
-
-/// Why a layer has no tiled route (empty: it has one).
-fn tiled_guards(geo: &Geometry, k_eq_v: bool) -> Vec<String> {
-    let mut failed = Vec::new();
-    if plan::tiled_tile(geo.head_dim).is_none() {
-        failed.push(format!("head_dim {} is not 128, 256 or 512", geo.head_dim));
-    }
-    if geo.chunks.len() != 1 {
-        failed.push(format!("{} cache chunks (needs one)", geo.chunks.len()));
-    }
-    if geo.sequences != 1 {
-        failed.push(format!("{} sequences (needs one)", geo.sequences));
-    }
-    if k_eq_v {
-        failed.push("a K = V cache (keys are not stored)".into());
-    }
-    failed
+    /// The tiled route's kernels (boxed, as decode's), or the guards that failed for this
+    /// layer.
+    tiled: std::result::Result<Box<TiledKernels>, Vec<String>>,
 }
 
 /// The split-K shader for `head_dim`: `attention` for a power of two in 8..=512, else the
@@ -423,29 +399,17 @@ impl Attention {
             .tensor(&scratch.acc)
             .tensor(&scratch.ml)
             .build(one)?;
-        let tiled_failed = tiled_guards(&geo, cfg.k_eq_v);
+        let tiled_failed = tiled::tiled_guards(&geo, cfg.k_eq_v);
         let tiled = if tiled_failed.is_empty() {
-            let (qpt, cpt) = plan::tiled_tile(d).expect("the tiled guards passed");
-            let kernel = |direct: bool| {
-                KernelBuilder::new(ctx, TILED_SHADER)
-                    .entry("tiled")
-                    .constant("DIRECT", direct as u64)
-                    .constant("QPT", qpt as u64)
-                    .constant("CPT", cpt as u64)
-                    .uniform(&params(0))
-                    .tensor(out)
-                    .tensor(&scratch.acc)
-                    .tensor(&scratch.ml)
-                    .tensor(positions)
-                    .tensor(q)
-                    .tensor(cache.chunks()[0].k.as_ref().expect("keys are stored"))
-                    .tensor(&cache.chunks()[0].v)
-                    .build(one)
+            let bindings = tiled::TiledBindings {
+                params: &params(0),
+                out,
+                positions,
+                q,
+                cache,
+                scratch,
             };
-            Ok(TiledKernels {
-                direct: kernel(true)?,
-                split: kernel(false)?,
-            })
+            Ok(Box::new(TiledKernels::build(ctx, d, &bindings)?))
         } else {
             Err(tiled_failed)
         };
@@ -485,9 +449,7 @@ impl Attention {
     pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
         match (&self.decode, &self.tiled) {
             (Ok(_), _) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
-            (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => {
-                plan::plan_tiled(&self.geo, m, kv_len, None)
-            }
+            (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => plan::plan_tiled(&self.geo, m, kv_len, None),
             _ => plan::plan(&self.geo, m, kv_len),
         }
     }
@@ -554,16 +516,10 @@ impl Attention {
                 .map_or_else(|_| Vec::new(), |d| d.kernels_for_plan(plan));
         }
         if plan.route == AttentionRoute::Tiled {
-            return self.tiled.as_ref().map_or_else(
-                |_| Vec::new(),
-                |t| match plan.direct {
-                    true => vec![t.direct.with_grid(plan.partial_grid)],
-                    false => vec![
-                        t.split.with_grid(plan.partial_grid),
-                        self.combine.with_grid(plan.combine_grid),
-                    ],
-                },
-            );
+            return self
+                .tiled
+                .as_ref()
+                .map_or_else(|_| Vec::new(), |t| t.kernels_for_plan(plan, &self.combine));
         }
         match (&self.direct, plan.direct) {
             (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
@@ -599,12 +555,7 @@ impl Attention {
         }
         if plan.route == AttentionRoute::Tiled {
             if let Ok(t) = &self.tiled {
-                if plan.direct {
-                    pass.dispatch_grid(&t.direct, plan.partial_grid);
-                } else {
-                    pass.dispatch_grid(&t.split, plan.partial_grid);
-                    pass.dispatch_grid(&self.combine, plan.combine_grid);
-                }
+                t.record_plan(pass, plan, &self.combine);
             }
             return;
         }

@@ -81,13 +81,13 @@ pub enum AttentionRoute {
 /// Steps of at least this many rows take the tiled route where a layer has it.
 pub const TILED_MIN_ROWS: usize = 16;
 
-/// The tiled kernel's tile for `head_dim`: (queries per thread QPT, vec4 columns per thread
-/// CPT); a tile holds 8 * QPT queries. None for head dims it does not serve.
+/// The tiled kernel's tile for `head_dim`: (queries per tile BQ, threads across an output
+/// row LANES = head_dim / 16; each thread holds 4 queries x 4 vec4 columns). None for head
+/// dims it does not serve.
 pub fn tiled_tile(head_dim: usize) -> Option<(usize, usize)> {
     match head_dim {
-        128 => Some((8, 1)),
-        256 => Some((8, 2)),
-        512 => Some((4, 4)),
+        256 => Some((64, 16)),
+        512 => Some((32, 32)),
         _ => None,
     }
 }
@@ -103,19 +103,20 @@ pub fn plan_tiled(
     forced: Option<u32>,
 ) -> Result<AttentionPlan> {
     let base = plan_inner(geo, m, kv_len, Some(1))?;
-    let (qpt, _) = tiled_tile(geo.head_dim).ok_or_else(|| Error::NoRoute {
+    let (tile_queries, _) = tiled_tile(geo.head_dim).ok_or_else(|| Error::NoRoute {
         op: "attention",
         shapes: format!("head_dim {}", geo.head_dim),
-        failed: vec!["the tiled route serves head_dim 128, 256 and 512".into()],
+        failed: vec!["the tiled route serves head_dim 256 and 512".into()],
     })?;
     let (gt, head_tiles) = geo.tiles();
-    let rows_per_tile = (8 * qpt / gt).max(1);
+    let rows_per_tile = (tile_queries / gt).max(1);
     let tiles = m.div_ceil(rows_per_tile) * geo.kv_heads * head_tiles;
     let span = match geo.window {
         Some(w) => kv_len.min(w + rows_per_tile - 1),
         None => kv_len,
     };
-    let most = (MAX_SPLITS.min(geo.max_per_dim as usize)).min(geo.max_query_splits / (m * geo.heads));
+    let most =
+        (MAX_SPLITS.min(geo.max_per_dim as usize)).min(geo.max_query_splits / (m * geo.heads));
     let splits = match forced {
         Some(s) if s as usize > most.max(1) => {
             return Err(Error::invalid(

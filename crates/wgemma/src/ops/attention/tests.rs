@@ -3,7 +3,7 @@ use crate::gpu::{read_tensor_f32, Step};
 use crate::harness::{assert_cases_pass, check, rng, test_context, OpCase};
 use rand::Rng as _;
 
-fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {
+pub(super) fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {
     cases
         .into_iter()
         .map(|c| Box::new(c) as Box<dyn OpCase>)
