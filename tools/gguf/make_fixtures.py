@@ -30,7 +30,9 @@ Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
   K-quant quantisers: the `gguf` package dequantises K-quants but cannot quantise them).
   The blocks must hash to what tools/golden/generate.py recorded in that fixture's
   expected.json, where the HF logits of the model on their dequantised values are the
-  reference (variant `q4_k_m`).
+  reference (variant `q4_k_m`). It carries a 256-token gemma4 tokenizer and a chat template
+  (`tokenizer.chat_template`: tests/data/chat_templates/merged_system.jinja), as
+  published files do.
 
 Usage: python3 tools/gguf/make_fixtures.py [--gguf-py DIR] [--out DIR] [--only FILE ...]
   DIR: gguf-py of a llama.cpp checkout (or `pip install gguf numpy`: PyPI's gguf 0.19.0
@@ -128,11 +130,12 @@ def golden(np, fixture):
     return cfg.get("text_config", cfg), tensors
 
 
-def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, expected=None):
+def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, expected=None, tokenizer=None):
     """`recipe`: None (every tensor F32), "Q4_0" (Q4_0 matrices, Q8_0 tables) or "Q4_K_M"
     (llama-quantize's mix, tools/gguf/kquant.py). `assistant`: the assistant's config.json
     (a gemma4-assistant file), else None. `expected`: the golden fixture's expected.json,
-    whose recipe section lists the blocks the file must hold (checked by SHA-256)."""
+    whose recipe section lists the blocks the file must hold (checked by SHA-256).
+    `tokenizer`: writes the tokenizer metadata (else the file has none)."""
     arch = gguf.MODEL_ARCH.GEMMA4_ASSISTANT if assistant else gguf.MODEL_ARCH.GEMMA4
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
     if assistant:
@@ -194,6 +197,8 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, exp
     w.add_bos_token_id(tc.get("bos_token_id", 2))
     w.add_eos_token_id(tc.get("eos_token_id", 1))
     w.add_pad_token_id(tc.get("pad_token_id", 0))
+    if tokenizer is not None:
+        tokenizer(w)
     w.add_file_type(
         {
             None: gguf.LlamaFileType.ALL_F32,
@@ -243,6 +248,38 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, exp
     w.close()
 
 
+def small_gemma4_tokenizer(gguf, w, vocab, template):
+    """A `vocab`-token Gemma-4-style tokenizer (llama.cpp's `gemma4` model: BPE over
+    SentencePiece pieces, `▁` for spaces) and a chat template, as a real file carries them:
+    the special tokens at Gemma's ids (0 pad, 1 eos, 2 bos, 3 unk) and its turn markers, the
+    characters of plain English text, then pieces of two and three characters from merges."""
+    T = gguf.TokenType
+    specials = [("<pad>", T.CONTROL), ("<eos>", T.CONTROL), ("<bos>", T.CONTROL), ("<unk>", T.UNKNOWN),
+                ("<|turn>", T.CONTROL), ("<turn|>", T.CONTROL)]
+    chars = ["\n", "\u2581"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    chars += [chr(c) for c in range(ord("A"), ord("Z") + 1)] + list("0123456789.,!?:;'\"-()/")
+    tokens = [t for t, _ in specials] + chars
+    types = [ty for _, ty in specials] + [T.NORMAL] * len(chars)
+    merges = []
+    frequent = "etaoinshrdlucmwfgypb"
+    pairs = [("\u2581", c) for c in frequent] + [(a, b) for a in frequent for b in frequent]
+    pairs += [("\u2581" + a, b) for a in frequent for b in frequent]
+    for a, b in pairs:
+        if len(tokens) == vocab:
+            break
+        if a in tokens and b in tokens and a + b not in tokens:
+            merges.append(f"{a} {b}")
+            tokens.append(a + b)
+            types.append(T.NORMAL)
+    assert len(tokens) == vocab, len(tokens)
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eot_token_id(tokens.index("<turn|>"))
+    w.add_chat_template(template)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf-py", default=os.environ.get("GGUF_PY"))
@@ -262,10 +299,16 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
 
-    def target(fixture, name, recipe):
+    def target(fixture, name, recipe, tokenizer=None):
         tc, tensors = golden(np, fixture)
         expected = json.load(open(os.path.join(GOLDEN, fixture, "expected.json")))
-        gemma4_gguf(gguf, np, fixture, tc, tensors, out(name), recipe, expected=expected)
+        gemma4_gguf(gguf, np, fixture, tc, tensors, out(name), recipe, expected=expected, tokenizer=tokenizer)
+
+    def k_quant_tokenizer(w):
+        # A template HF renders in tests/data/chat_templates (merges a system turn into the
+        # first user turn, so it differs from wgemma's built-in format).
+        with open(os.path.join(ROOT, "crates/wgemma/tests/data/chat_templates/merged_system.jinja")) as f:
+            small_gemma4_tokenizer(gguf, w, 256, f.read())
 
     def assistant():
         acfg = json.load(open(os.path.join(GOLDEN, "e2b_like_assistant", "config.json")))
@@ -289,7 +332,7 @@ def main():
         "dequant_reference.gguf": lambda: dequant_reference(gguf, np, out("dequant_reference.gguf")),
         "e2b_like.f32.gguf": lambda: target("e2b_like", "e2b_like.f32.gguf", None),
         "e2b_like.q4_0.gguf": lambda: target("e2b_like", "e2b_like.q4_0.gguf", "Q4_0"),
-        "k_quant.q4_k_m.gguf": lambda: target("k_quant", "k_quant.q4_k_m.gguf", "Q4_K_M"),
+        "k_quant.q4_k_m.gguf": lambda: target("k_quant", "k_quant.q4_k_m.gguf", "Q4_K_M", k_quant_tokenizer),
         "e2b_like_assistant.f32.gguf": assistant,
         "mini-f32.gguf": fuzz_seed,
     }
