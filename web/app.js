@@ -1,7 +1,8 @@
 // The demo page: starts the engine in a Web Worker (worker.js: the wasm package and WebGPU
 // run there, so loading and generating never freeze the page), loads the trained pair shipped
 // in models/ (or the checkpoint named by ?model=DIR&assistant=DIR, the artifact named by
-// ?artifact=URL, the synthetic model with ?demo=synthetic, or files the user picks), streams
+// ?artifact=URL, the GGUF file named by ?gguf=URL[&assistant=URL.gguf], the synthetic model with
+// ?demo=synthetic, or files the user picks), streams
 // generated text into the page and shows the stats. Tests read window.wgemmaPage and
 // document.body.dataset.state (starting | loading | ready | generating | error).
 
@@ -82,6 +83,8 @@ class WorkerSession {
   loadDemo(options) { return this.call('loadDemo', [options]); }
   loadAssistant(files) { return this.call('loadAssistant', [files]); }
   loadAssistantFromUrls(urls) { return this.call('loadAssistantFromUrls', [absoluteUrls(urls)]); }
+  loadAssistantGguf(file) { return this.call('loadAssistantGguf', [file]); }
+  loadAssistantGgufFromUrl(url) { return this.call('loadAssistantGgufFromUrl', [absolute(url)]); }
   generate(request, onToken) { return this.call('generate', [request], onToken); }
 }
 
@@ -214,11 +217,31 @@ function checkpointFiles(fileList, what) {
   return out;
 }
 
+const isGguf = (file) => file.name.toLowerCase().endsWith('.gguf');
+
+/** The assistant picked beside a target: one gemma4-assistant .gguf file, or a checkpoint's
+ * files; the model info as it stands when none is picked. */
+async function loadPickedAssistant(model) {
+  const files = [...$('assistant-files').files];
+  if (files.length === 0) return model;
+  const gguf = files.filter(isGguf);
+  if (gguf.length > 0) {
+    if (files.length > 1) {
+      throw new Error(`assistant: expected one .gguf file or a checkpoint's files, found ${files.length} files with a .gguf among them`);
+    }
+    return page.session.loadAssistantGguf(gguf[0]);
+  }
+  const { config, weights } = checkpointFiles(files, 'assistant');
+  return page.session.loadAssistant({ config, weights });
+}
+
 async function loadFiles() {
   const artifact = $('artifact-file').files[0];
-  if (artifact && artifact.name.toLowerCase().endsWith('.gguf')) {
-    // A llama.cpp GGUF file: converted to the chosen dtype (Q4_0 as it is).
-    await load(artifact.name, () => page.session.loadGguf(artifact, { dtype: $('dtype').value }));
+  if (artifact && isGguf(artifact)) {
+    // A llama.cpp GGUF file: converted to the chosen dtype (Q4_0 as it is), with its
+    // assistant (a gemma4-assistant .gguf, or a checkpoint's files) when one is picked.
+    await load(artifact.name, async () => loadPickedAssistant(
+      await page.session.loadGguf(artifact, { dtype: $('dtype').value })));
     return;
   }
   if (artifact) {
@@ -226,16 +249,8 @@ async function loadFiles() {
     return;
   }
   const modelFiles = $('model-files').files;
-  const assistantFiles = $('assistant-files').files;
-  await load('the chosen checkpoint', async () => {
-    let model = await page.session.loadModel(checkpointFiles(modelFiles, 'checkpoint'),
-      { dtype: $('dtype').value });
-    if (assistantFiles.length > 0) {
-      const { config, weights } = checkpointFiles(assistantFiles, 'assistant');
-      model = await page.session.loadAssistant({ config, weights });
-    }
-    return model;
-  });
+  await load('the chosen checkpoint', async () => loadPickedAssistant(
+    await page.session.loadModel(checkpointFiles(modelFiles, 'checkpoint'), { dtype: $('dtype').value })));
 }
 
 function parsePrompt() {
@@ -344,6 +359,14 @@ async function main() {
   const params = new URLSearchParams(location.search);
   if (params.get('artifact')) {
     await load(params.get('artifact'), () => page.session.loadArtifactFromUrl(params.get('artifact')));
+  } else if (params.get('gguf')) {
+    // ?gguf=URL[&assistant=URL of a gemma4-assistant .gguf][&dtype=q4]
+    await load(params.get('gguf'), async () => {
+      const model = await page.session.loadGgufFromUrl(params.get('gguf'),
+        { dtype: params.get('dtype') ?? $('dtype').value });
+      const assistant = params.get('assistant');
+      return assistant ? page.session.loadAssistantGgufFromUrl(assistant) : model;
+    });
   } else if (params.get('model')) await load(params.get('model'), () => loadFromParams(params));
   else if (params.get('demo') === 'synthetic') await load('the synthetic model', () => page.session.loadDemo());
   else await loadPair();

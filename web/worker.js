@@ -11,7 +11,8 @@ let session = null;
 const METHODS = new Set([
   'loadModel', 'loadModelFromUrls', 'loadArtifact', 'loadArtifactFromUrl', 'loadGguf',
   'loadGgufFromUrl', 'loadDemo',
-  'loadAssistant', 'loadAssistantFromUrls', 'modelInfo',
+  'loadAssistant', 'loadAssistantFromUrls', 'loadAssistantGguf', 'loadAssistantGgufFromUrl',
+  'modelInfo',
 ]);
 
 /** Errors cross to the page as plain data: an Error's `name` (WgemmaBusy, ...) is kept. */

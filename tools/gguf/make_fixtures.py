@@ -23,11 +23,25 @@ Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
   applies to them (llama-quantize falls back the same way); Q4_K / Q6_K are covered by the
   bit-exact dequantisation fixture and by the load tests' synthetic tensors.
 
-Usage: python3 tools/gguf/make_fixtures.py [--gguf-py DIR] [--out DIR]
-  DIR: gguf-py of a llama.cpp checkout (or `pip install gguf numpy`); default $GGUF_PY.
+- k_quant.q4_k_m.gguf: the golden fixture `k_quant` (rows of 256, bf16) as llama-quantize's
+  Q4_K_M writes it: the tensor types of `llama_tensor_get_type` (Q6_K for the tied
+  token_embd and for attn_v / ffn_down where `use_more_bits` says so, Q4_K for every other
+  matrix, norms F32), blocks from tools/gguf/kquant.py (a numpy port of ggml's reference
+  K-quant quantisers: the `gguf` package dequantises K-quants but cannot quantise them).
+  The blocks must hash to what tools/golden/generate.py recorded in that fixture's
+  expected.json, where the HF logits of the model on their dequantised values are the
+  reference (variant `q4_k_m`). It carries a 256-token gemma4 tokenizer and a chat template
+  (`tokenizer.chat_template`: tests/data/chat_templates/merged_system.jinja), as
+  published files do.
+
+Usage: python3 tools/gguf/make_fixtures.py [--gguf-py DIR] [--out DIR] [--only FILE ...]
+  DIR: gguf-py of a llama.cpp checkout (or `pip install gguf numpy`: PyPI's gguf 0.19.0
+  writes everything but the assistant, whose gemma4-assistant architecture it lacks);
+  default $GGUF_PY.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import struct
@@ -35,6 +49,9 @@ import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import kquant  # noqa: E402  (llama.cpp's K-quants and Q4_K_M recipe, in numpy)
+from kquant import hf_to_gguf_name  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GOLDEN = os.path.join(ROOT, "crates/wgemma/tests/data/golden")
 
@@ -47,8 +64,12 @@ def read_safetensors(raw, np):
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        dt = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}[info["dtype"]]
         a, b = info["data_offsets"]
+        if info["dtype"] == "BF16":  # exact in f32: the bf16 bits are its top half
+            bits = np.frombuffer(raw[base + a : base + b], dtype=np.uint16).astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(info["shape"])
+            continue
+        dt = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}[info["dtype"]]
         out[name] = np.frombuffer(raw[base + a : base + b], dtype=dt).reshape(info["shape"])
     return out
 
@@ -101,27 +122,6 @@ def dequant_reference(gguf, np, out):
     w.close()
 
 
-def hf_to_gguf_name(gguf, tmap, name):
-    """What convert_hf_to_gguf.py's Gemma4Model names an HF tensor."""
-    name = name.replace("model.language_model.", "model.")
-    if name.endswith("layer_scalar"):
-        name += ".weight"
-    bid = None
-    parts = name.split(".")
-    if len(parts) > 2 and parts[1] == "layers":
-        bid = int(parts[2])
-    if name.endswith("router.scale"):
-        return gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_GATE_INP].format(bid=bid) + ".scale"
-    if name.endswith("router.per_expert_scale"):
-        return gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_DOWN_EXP].format(bid=bid) + ".scale"
-    if ".experts." in name and not name.endswith(".weight"):
-        name += ".weight"
-    new = tmap.get_name(name, try_suffixes=(".weight", ".bias", ".scale"))
-    if new is None:
-        raise SystemExit(f"no gguf name for {name}")
-    return new
-
-
 def golden(np, fixture):
     d = os.path.join(GOLDEN, fixture)
     cfg = json.load(open(os.path.join(d, "config.json")))
@@ -130,8 +130,12 @@ def golden(np, fixture):
     return cfg.get("text_config", cfg), tensors
 
 
-def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised, assistant=None):
-    """`assistant`: the assistant's config.json (a gemma4-assistant file), else None."""
+def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, expected=None, tokenizer=None):
+    """`recipe`: None (every tensor F32), "Q4_0" (Q4_0 matrices, Q8_0 tables) or "Q4_K_M"
+    (llama-quantize's mix, tools/gguf/kquant.py). `assistant`: the assistant's config.json
+    (a gemma4-assistant file), else None. `expected`: the golden fixture's expected.json,
+    whose recipe section lists the blocks the file must hold (checked by SHA-256).
+    `tokenizer`: writes the tokenizer metadata (else the file has none)."""
     arch = gguf.MODEL_ARCH.GEMMA4_ASSISTANT if assistant else gguf.MODEL_ARCH.GEMMA4
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
     if assistant:
@@ -193,38 +197,94 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, quantised, assistant=None):
     w.add_bos_token_id(tc.get("bos_token_id", 2))
     w.add_eos_token_id(tc.get("eos_token_id", 1))
     w.add_pad_token_id(tc.get("pad_token_id", 0))
-    T = gguf.GGMLQuantizationType
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if quantised else gguf.LlamaFileType.ALL_F32)
+    if tokenizer is not None:
+        tokenizer(w)
+    w.add_file_type(
+        {
+            None: gguf.LlamaFileType.ALL_F32,
+            "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+            "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+        }[recipe]
+    )
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     factor = rope["full_attention"].get("partial_rotary_factor", 1.0)
     n_rot = int(head_dim_full * factor / 2)
     freqs = np.array([1.0] * n_rot + [1e30] * (head_dim_full // 2 - n_rot), dtype=np.float32)
     w.add_tensor("rope_freqs.weight", freqs)
+    gguf_names = {name: hf_to_gguf_name(gguf, tmap, name) for name in tensors}
+    k_types = {}
+    if recipe == "Q4_K_M":
+        order = kquant.gguf_tensor_order(gguf_names.values())
+        by_gguf = {g: tensors[h] for h, g in gguf_names.items()}
+        k_types = kquant.q4_k_m_types([(g, list(reversed(by_gguf[g].shape))) for g in order], n_layer)
+    want = (expected or {}).get((recipe or "").lower(), {}).get("quantised_tensors", {})
     for name in sorted(tensors):
+        new = gguf_names[name]
         if tensors[name].dtype.kind in "iu":  # the assistant's token_ordering
-            w.add_tensor(hf_to_gguf_name(gguf, tmap, name), np.ascontiguousarray(tensors[name]))
+            w.add_tensor(new, np.ascontiguousarray(tensors[name]))
             continue
         a = np.ascontiguousarray(tensors[name].astype(np.float32))
-        new = hf_to_gguf_name(gguf, tmap, name)
-        qt = T.F32
-        if quantised and a.ndim >= 2 and a.shape[-1] % 32 == 0:
-            qt = T.Q8_0 if "token_embd" in new else T.Q4_0
-        if qt == T.F32:
+        qt = None
+        if recipe == "Q4_0" and a.ndim >= 2 and a.shape[-1] % 32 == 0:
+            qt = "Q8_0" if "token_embd" in new else "Q4_0"
+        elif recipe == "Q4_K_M":
+            qt = k_types[new]
+        if qt is None:
             w.add_tensor(new, a)
-        else:
-            q = gguf.quants.quantize(a, qt)
-            w.add_tensor(new, q, raw_shape=q.shape, raw_dtype=qt)
+            continue
+        q = kquant.quantize_any(gguf, a.reshape(-1, a.shape[-1]), qt)
+        if recipe == "Q4_K_M":
+            # The blocks the HF reference was run on (tools/golden/generate.py).
+            got = hashlib.sha256(q.tobytes()).hexdigest()
+            assert want[name]["type"] == qt and want[name]["blocks_sha256"] == got, name
+        q = q.reshape(*a.shape[:-1], -1)
+        w.add_tensor(new, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType[qt])
+    if recipe == "Q4_K_M":
+        assert set(want) == {h for h, g in gguf_names.items() if k_types.get(g)}, "tensor sets differ"
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
+def small_gemma4_tokenizer(gguf, w, vocab, template):
+    """A `vocab`-token Gemma-4-style tokenizer (llama.cpp's `gemma4` model: BPE over
+    SentencePiece pieces, `▁` for spaces) and a chat template, as a real file carries them:
+    the special tokens at Gemma's ids (0 pad, 1 eos, 2 bos, 3 unk) and its turn markers, the
+    characters of plain English text, then pieces of two and three characters from merges."""
+    T = gguf.TokenType
+    specials = [("<pad>", T.CONTROL), ("<eos>", T.CONTROL), ("<bos>", T.CONTROL), ("<unk>", T.UNKNOWN),
+                ("<|turn>", T.CONTROL), ("<turn|>", T.CONTROL)]
+    chars = ["\n", "\u2581"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    chars += [chr(c) for c in range(ord("A"), ord("Z") + 1)] + list("0123456789.,!?:;'\"-()/")
+    tokens = [t for t, _ in specials] + chars
+    types = [ty for _, ty in specials] + [T.NORMAL] * len(chars)
+    merges = []
+    frequent = "etaoinshrdlucmwfgypb"
+    pairs = [("\u2581", c) for c in frequent] + [(a, b) for a in frequent for b in frequent]
+    pairs += [("\u2581" + a, b) for a in frequent for b in frequent]
+    for a, b in pairs:
+        if len(tokens) == vocab:
+            break
+        if a in tokens and b in tokens and a + b not in tokens:
+            merges.append(f"{a} {b}")
+            tokens.append(a + b)
+            types.append(T.NORMAL)
+    assert len(tokens) == vocab, len(tokens)
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eot_token_id(tokens.index("<turn|>"))
+    w.add_chat_template(template)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf-py", default=os.environ.get("GGUF_PY"))
     ap.add_argument("--out", default=os.path.join(ROOT, "crates/wgemma/tests/data/gguf"))
+    ap.add_argument("--only", nargs="*", help="file names to write (default: all)")
     args = ap.parse_args()
     if args.gguf_py:
         sys.path.insert(0, args.gguf_py)
@@ -237,25 +297,54 @@ def main():
     import gguf
 
     os.makedirs(args.out, exist_ok=True)
-    dequant_reference(gguf, np, os.path.join(args.out, "dequant_reference.gguf"))
-    tc, tensors = golden(np, "e2b_like")
-    gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.f32.gguf"), False)
-    gemma4_gguf(gguf, np, "e2b_like", tc, tensors, os.path.join(args.out, "e2b_like.q4_0.gguf"), True)
-    d = os.path.join(GOLDEN, "e2b_like_assistant")
-    acfg = json.load(open(os.path.join(d, "config.json")))
-    atc, atensors = golden(np, "e2b_like_assistant")
-    gemma4_gguf(gguf, np, "e2b_like_assistant", atc, atensors,
-                os.path.join(args.out, "e2b_like_assistant.f32.gguf"), False, assistant=acfg)
-    # Fuzz seeds: the fuzz corpus's 2-layer checkpoint as a GGUF (its rows of 8 are too
-    # short for any block format; quant-blocks.gguf in that corpus is a copy of
-    # dequant_reference.gguf, truncated the first 300 bytes of mini-f32.gguf).
-    seeds = os.path.join(ROOT, "fuzz/corpus/gguf_reader")
-    os.makedirs(seeds, exist_ok=True)
-    with open(os.path.join(ROOT, "fuzz/corpus/checkpoint_config/mini"), "rb") as f:
-        raw = f.read()
-    split = raw.index(b"\0")
-    tc, tensors = json.loads(raw[:split]), read_safetensors(raw[split + 1 :], np)
-    gemma4_gguf(gguf, np, "mini", tc, tensors, os.path.join(seeds, "mini-f32.gguf"), False)
+    out = lambda name: os.path.join(args.out, name)  # noqa: E731
+
+    def target(fixture, name, recipe, tokenizer=None):
+        tc, tensors = golden(np, fixture)
+        expected = json.load(open(os.path.join(GOLDEN, fixture, "expected.json")))
+        gemma4_gguf(gguf, np, fixture, tc, tensors, out(name), recipe, expected=expected, tokenizer=tokenizer)
+
+    def k_quant_tokenizer(w):
+        # A template HF renders in tests/data/chat_templates (merges a system turn into the
+        # first user turn, so it differs from wgemma's built-in format).
+        with open(os.path.join(ROOT, "crates/wgemma/tests/data/chat_templates/merged_system.jinja")) as f:
+            small_gemma4_tokenizer(gguf, w, 256, f.read())
+
+    def assistant():
+        acfg = json.load(open(os.path.join(GOLDEN, "e2b_like_assistant", "config.json")))
+        atc, atensors = golden(np, "e2b_like_assistant")
+        gemma4_gguf(gguf, np, "e2b_like_assistant", atc, atensors, out("e2b_like_assistant.f32.gguf"), None,
+                    assistant=acfg)
+
+    def fuzz_seed():
+        # The fuzz corpus's 2-layer checkpoint as a GGUF (its rows of 8 are too short for
+        # any block format; quant-blocks.gguf in that corpus is a copy of
+        # dequant_reference.gguf, truncated the first 300 bytes of mini-f32.gguf).
+        seeds = os.path.join(ROOT, "fuzz/corpus/gguf_reader")
+        os.makedirs(seeds, exist_ok=True)
+        with open(os.path.join(ROOT, "fuzz/corpus/checkpoint_config/mini"), "rb") as f:
+            raw = f.read()
+        split = raw.index(b"\0")
+        tc, tensors = json.loads(raw[:split]), read_safetensors(raw[split + 1 :], np)
+        gemma4_gguf(gguf, np, "mini", tc, tensors, os.path.join(seeds, "mini-f32.gguf"), None)
+
+    writers = {
+        "dequant_reference.gguf": lambda: dequant_reference(gguf, np, out("dequant_reference.gguf")),
+        "e2b_like.f32.gguf": lambda: target("e2b_like", "e2b_like.f32.gguf", None),
+        "e2b_like.q4_0.gguf": lambda: target("e2b_like", "e2b_like.q4_0.gguf", "Q4_0"),
+        "k_quant.q4_k_m.gguf": lambda: target("k_quant", "k_quant.q4_k_m.gguf", "Q4_K_M", k_quant_tokenizer),
+        "e2b_like_assistant.f32.gguf": assistant,
+        "mini-f32.gguf": fuzz_seed,
+    }
+    for name in args.only or writers:
+        if name not in writers:
+            raise SystemExit(f"--only {name}: one of {', '.join(writers)}")
+        if name == "e2b_like_assistant.f32.gguf" and not hasattr(gguf.MODEL_ARCH, "GEMMA4_ASSISTANT"):
+            raise SystemExit(
+                "this gguf package has no gemma4-assistant architecture (PyPI's gguf 0.19.0 does not):"
+                " pass --gguf-py DIR of a newer llama.cpp checkout, or --only the other files"
+            )
+        writers[name]()
     for f in sorted(os.listdir(args.out)):
         print(f, os.path.getsize(os.path.join(args.out, f)))
 

@@ -40,6 +40,9 @@ from transformers import (
 from transformers.generation.candidate_generator import SinglePositionMultiTokenCandidateGenerator
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools" / "gguf"))
+import kquant  # noqa: E402  (tools/gguf/kquant.py: llama.cpp's K-quants and Q4_K_M recipe)
+
 DEFAULT_OUT = REPO / "crates" / "wgemma" / "tests" / "data" / "golden"
 
 SEED = 20260401
@@ -118,6 +121,34 @@ TARGETS = {
     ),
     # 26B-A4B-like: dense MLP + MoE block (router + 8 experts, top-2) on every layer, K = V on
     # full layers with a distinct global KV head count, no PLE.
+    # Q4_K_M-sized: every matrix row (input dim K) a multiple of 256, so llama.cpp's K-quant
+    # superblocks apply; its "q4_k_m" variant is the model on the dequantised weights of the
+    # Q4_K_M GGUF that tools/gguf/make_fixtures.py writes (recipe and quantisers:
+    # tools/gguf/kquant.py). bf16, vocab 256 and 2 layers keep it under 2 MB.
+    "k_quant": dict(
+        layout="text",
+        dtype="bfloat16",
+        # Rows 4x wider than e2b_like's: noise 0.04 (not 0.1) keeps each layer's output near
+        # its input's size, as N(0, 0.1) does at width 64; without it greedy repeats one token.
+        noise_std=0.04,
+        shape=dict(embed_mul=0.55, final_norm_mul=12.0),
+        gguf_recipe="Q4_K_M",
+        text=dict(
+            vocab_size=256,
+            hidden_size=256,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=64,
+            global_head_dim=64,
+            layer_types=[SLIDING, FULL],
+            num_kv_shared_layers=0,
+            hidden_size_per_layer_input=0,
+            vocab_size_per_layer_input=256,
+            attention_k_eq_v=False,
+        ),
+    ),
     "moe": dict(
         layout="text",
         dtype="float32",
@@ -183,12 +214,12 @@ def fixture_seed(name: str) -> int:
     return SEED + int(hashlib.sha256(name.encode()).hexdigest()[:6], 16)
 
 
-def prompts_for(name: str) -> list[list[int]]:
+def prompts_for(name: str, vocab: int = VOCAB) -> list[list[int]]:
     """Two prompts: a short one (< window) and one longer than 2x the window. BOS first;
     the rest avoids pad/eos/bos (0, 1, 2)."""
     rng = np.random.default_rng(fixture_seed(name + "/prompts"))
-    short = [2] + rng.integers(3, VOCAB, size=5).tolist()
-    long = [2] + rng.integers(3, VOCAB, size=2 * WINDOW + 4).tolist()
+    short = [2] + rng.integers(3, vocab, size=5).tolist()
+    long = [2] + rng.integers(3, vocab, size=2 * WINDOW + 4).tolist()
     return [short, long]
 
 
@@ -292,6 +323,48 @@ def q4_apply_(model: torch.nn.Module) -> dict[str, dict]:
     return info
 
 
+# ---- a GGUF recipe (llama-quantize's Q4_K_M) -------------------------------------------------
+
+
+@torch.no_grad()
+def gguf_recipe_apply_(model: torch.nn.Module, recipe: str) -> dict[str, dict]:
+    """Replace every tensor a `recipe` GGUF quantises by the values that GGUF holds: the
+    tensor in llama.cpp's layout (tools/gguf/kquant.py picks each one's type as
+    llama-quantize does), quantised, then dequantised by the `gguf` package (the reference
+    dequantiser). Returns per HF name: GGUF name, type, SHA-256 of the raw blocks (what
+    make_fixtures.py must write) and of the dequantised f32 values."""
+    import gguf
+
+    assert recipe == "Q4_K_M", recipe
+    c = tcfg(model)
+    arch = gguf.MODEL_ARCH.GEMMA4
+    tmap = gguf.get_tensor_name_map(arch, c.num_hidden_layers)
+    named = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        if name == "lm_head.weight" or not t.is_floating_point():
+            continue
+        named[kquant.hf_to_gguf_name(gguf, tmap, name)] = (name, t)
+    order = kquant.gguf_tensor_order(named)
+    types = kquant.q4_k_m_types([(g, list(reversed(named[g][1].shape))) for g in order], c.num_hidden_layers)
+    info = {}
+    for g in order:
+        ty = types[g]
+        if ty is None:
+            continue
+        name, t = named[g]
+        w = t.detach().float().numpy()
+        blocks = kquant.quantize_any(gguf, w.reshape(-1, w.shape[-1]), ty)
+        deq = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[ty]).astype(np.float32).reshape(w.shape)
+        t.data.copy_(torch.from_numpy(deq).to(t.dtype))
+        info[name] = {
+            "gguf_name": g,
+            "type": ty,
+            "blocks_sha256": hashlib.sha256(blocks.tobytes()).hexdigest(),
+            "dequant_f32_sha256": hashlib.sha256(deq.astype("<f4").tobytes()).hexdigest(),
+        }
+    return info
+
+
 # ---- model building / running ---------------------------------------------------------------
 
 
@@ -307,7 +380,7 @@ def build_target(name: str, fx: dict) -> torch.nn.Module:
         model = Gemma4ForConditionalGeneration(cfg)
     else:
         model = Gemma4ForCausalLM(tc)
-    perturb_(model, fixture_seed(name + "/noise"))
+    perturb_(model, fixture_seed(name + "/noise"), fx.get("noise_std", NOISE_STD))
     shape_target_(model, **fx["shape"])
     return model.eval()
 
@@ -454,12 +527,19 @@ def make_target(name: str, fx: dict, out_root: Path) -> dict:
     qmodel = copy.deepcopy(model)
     q4_info = q4_apply_(qmodel)
 
-    prompts = prompts_for(name)
+    variants = [("f32", model), ("q4", qmodel)]
+    recipe_info = None
+    if fx.get("gguf_recipe"):
+        kmodel = copy.deepcopy(model)
+        recipe_info = gguf_recipe_apply_(kmodel, fx["gguf_recipe"])
+        variants.append((fx["gguf_recipe"].lower(), kmodel))
+
+    prompts = prompts_for(name, fx["text"].get("vocab_size", VOCAB))
     tensors: dict[str, torch.Tensor] = {}
     runs = []
     for pi, ids in enumerate(prompts):
         run = {"prompt": ids}
-        for tag, m in (("f32", model), ("q4", qmodel)):
+        for tag, m in variants:
             toks = greedy(m, ids, NEW_TOKENS)
             seq = ids + toks
             lg = full_logits(m, seq)  # logits at every position of prompt + continuation
@@ -524,6 +604,13 @@ def make_target(name: str, fx: dict, out_root: Path) -> dict:
             "float_tensors": sorted(k for k in model.state_dict() if k not in q4_info and k != "lm_head.weight"),
         },
     }
+    if recipe_info is not None:
+        expected[fx["gguf_recipe"].lower()] = {
+            "recipe": f"llama-quantize {fx['gguf_recipe']} (llama_tensor_get_type, no imatrix): "
+            "tools/gguf/kquant.py; values = the gguf package's dequantisation of the blocks",
+            "gguf_file": f"crates/wgemma/tests/data/gguf/{name}.{fx['gguf_recipe'].lower()}.gguf",
+            "quantised_tensors": recipe_info,
+        }
     write_json(d / "expected.json", expected)
     validate_target(d, fx, expected)
     return {"name": name, "dir": d, "expected": expected}
@@ -539,10 +626,17 @@ def validate_target(d: Path, fx: dict, expected: dict) -> None:
     qmodel = copy.deepcopy(model)
     qinfo = q4_apply_(qmodel)
     assert qinfo == expected["q4"]["quantised_tensors"], "Q4 not reproducible"
+    variants = [("f32", model), ("q4", qmodel)]
+    if fx.get("gguf_recipe"):
+        tag = fx["gguf_recipe"].lower()
+        kmodel = copy.deepcopy(model)
+        kinfo = gguf_recipe_apply_(kmodel, fx["gguf_recipe"])
+        assert kinfo == expected[tag]["quantised_tensors"], f"{tag} not reproducible"
+        variants.append((tag, kmodel))
     lg = load_file(str(d / "logits.safetensors"))
     exp = json.loads((d / "expected.json").read_text())
     for run in exp["prompts"]:
-        for tag, m in (("f32", model), ("q4", qmodel)):
+        for tag, m in variants:
             seq = run["prompt"] + run[tag]["greedy"]
             got = full_logits(m, seq)
             want = lg[run[tag]["logits_key"]]
@@ -552,7 +646,7 @@ def validate_target(d: Path, fx: dict, expected: dict) -> None:
     for k, v in st.items():
         v = v.float()
         assert not torch.all(v == 1.0) and not torch.all(v == 0.0), f"{k} still at init"
-    print(f"  validated {d.name}: reload, logits, Q4 hashes")
+    print(f"  validated {d.name}: reload, logits, Q4{' and ' + fx['gguf_recipe'] if fx.get('gguf_recipe') else ''} hashes")
 
 
 # --------------------------------------------------------------------------------------------

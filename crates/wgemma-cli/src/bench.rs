@@ -21,7 +21,8 @@ pub struct BenchArgs {
     /// A synthetic model of real shapes: e2b, e4b, 31b (or tiny).
     #[arg(long, conflicts_with = "model")]
     synthetic: Option<String>,
-    /// A Hugging Face checkpoint directory or a model artifact instead.
+    /// A Hugging Face checkpoint directory, a model artifact or a llama.cpp GGUF file
+    /// instead.
     #[arg(long, value_name = "DIR|FILE")]
     model: Option<PathBuf>,
     /// Weight format: q4, q4g64, q4g128, f16, f32.
@@ -312,7 +313,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
             .request()?,
         )?,
-        _ => bail!("give --synthetic SHAPE or --model DIR"),
+        _ => bail!("give --synthetic SHAPE or --model DIR|FILE"),
     };
     model.set_norm_prologue_rows(args.norm_prologue_rows);
     model.set_fold_kv_append(!args.no_fold_kv_append);

@@ -1,22 +1,25 @@
-//! `wgemma convert`: a checkpoint directory (and its assistant) into one artifact file,
+//! `wgemma convert`: a checkpoint directory or a llama.cpp GGUF file (and its assistant, a
+//! directory or a gemma4-assistant GGUF) into one artifact file,
 //! written to a temporary file beside the output and renamed over it only once complete.
 
-use crate::load::bytes_bar;
+use crate::load::{bytes_bar, is_gguf, GgufMap};
 use crate::model_dir::ModelDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
-use wgemma::artifact::{convert, ConvertInput, SourceFile};
+use wgemma::artifact::{convert, ConvertInput, ConvertWeights, SourceFile};
+use wgemma::gguf::GgufFile;
 use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::weights::WeightFormat;
 
 #[derive(Args)]
 pub struct ConvertArgs {
-    /// The target's Hugging Face checkpoint directory.
-    #[arg(long, value_name = "DIR")]
+    /// The target: a Hugging Face checkpoint directory or a llama.cpp GGUF file (gemma4).
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     model: PathBuf,
-    /// Its MTP assistant's checkpoint directory, stored in the same artifact.
-    #[arg(long, value_name = "DIR")]
+    /// Its MTP assistant (a checkpoint directory or a gemma4-assistant GGUF file), stored in
+    /// the same artifact.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     assistant: Option<PathBuf>,
     /// The artifact file to write.
     #[arg(long, value_name = "FILE")]
@@ -56,8 +59,20 @@ const RELEASE_EVERY: u64 = 128 << 20;
 /// Bytes hashed between page releases.
 const HASH_PIECE: usize = 64 << 20;
 
-/// SHA-256 of every file of a checkpoint directory (shards hashed on parallel threads, a
-/// piece at a time, each piece's pages dropped after it).
+/// SHA-256 of one mapped file, a piece at a time, each piece's pages dropped after it.
+fn hash_file(model: &str, name: &str, map: &memmap2::Mmap) -> SourceFile {
+    let pieces = (0..map.len()).step_by(HASH_PIECE).map(|start| {
+        let range = start..(start + HASH_PIECE).min(map.len());
+        // The previous piece is hashed by now.
+        release(map, start.saturating_sub(HASH_PIECE)..start);
+        &map[range]
+    });
+    let file = SourceFile::hash_pieces(model, name, pieces);
+    release(map, 0..map.len());
+    file
+}
+
+/// SHA-256 of every file of a checkpoint directory (shards hashed on parallel threads).
 fn hash_sources(model: &str, dir: &ModelDir, extra: &[(&str, &[u8])]) -> Vec<SourceFile> {
     let mut out: Vec<SourceFile> = extra
         .iter()
@@ -67,19 +82,7 @@ fn hash_sources(model: &str, dir: &ModelDir, extra: &[(&str, &[u8])]) -> Vec<Sou
         let handles: Vec<_> = dir
             .shards
             .iter()
-            .map(|(name, map)| {
-                s.spawn(move || {
-                    let pieces = (0..map.len()).step_by(HASH_PIECE).map(|start| {
-                        let range = start..(start + HASH_PIECE).min(map.len());
-                        // The previous piece is hashed by now.
-                        release(map, start.saturating_sub(HASH_PIECE)..start);
-                        &map[range]
-                    });
-                    let file = SourceFile::hash_pieces(model, name, pieces);
-                    release(map, 0..map.len());
-                    file
-                })
-            })
+            .map(|(name, map)| s.spawn(move || hash_file(model, name, map)))
             .collect();
         out.extend(
             handles
@@ -90,35 +93,114 @@ fn hash_sources(model: &str, dir: &ModelDir, extra: &[(&str, &[u8])]) -> Vec<Sou
     out
 }
 
-fn input<'a>(o: &'a Opened, ck: &'a Checkpoint<'a>, model: &str) -> ConvertInput<'a> {
-    ConvertInput {
-        config_json: &o.dir.config_json,
-        checkpoint: ck,
-        generation_config: o.generation_config.clone(),
-        tokenizer_json: o.dir.tokenizer_json.as_deref(),
-        sources: sources(model, o),
+/// One input of the conversion, mapped: a checkpoint directory or a llama.cpp GGUF file.
+enum Opened {
+    Dir(ModelDir),
+    Gguf { map: GgufMap, name: String },
+}
+
+impl Opened {
+    fn open(path: &Path) -> Result<Opened> {
+        if is_gguf(path) {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return Ok(Opened::Gguf {
+                map: GgufMap::open(path)?,
+                name,
+            });
+        }
+        Ok(Opened::Dir(ModelDir::open(path)?))
+    }
+
+    /// Drops every mapped page of the input from this process.
+    fn release_all(&self) {
+        match self {
+            Opened::Dir(dir) => {
+                for (_, map) in &dir.shards {
+                    release(map, 0..map.len());
+                }
+            }
+            Opened::Gguf { map, .. } => release(map.mmap(), 0..map.mmap().len()),
+        }
     }
 }
 
-struct Opened {
-    dir: ModelDir,
+/// What the converter reads of an opened input. A GGUF file's config, tokenizer and EOS
+/// ids come from its metadata (its chat template is not kept: artifacts store none).
+struct Parsed<'a> {
+    checkpoint: Option<Checkpoint<'a>>,
+    gguf: Option<GgufFile<'a>>,
+    config_json: String,
+    tokenizer_json: Option<std::borrow::Cow<'a, [u8]>>,
     generation_config: Option<serde_json::Value>,
+    sources: Vec<SourceFile>,
 }
 
-fn open(path: &Path) -> Result<Opened> {
-    let dir = ModelDir::open(path)?;
-    Ok(Opened {
-        generation_config: dir.generation_config.clone(),
-        dir,
-    })
-}
-
-fn sources(model: &str, o: &Opened) -> Vec<SourceFile> {
-    let mut extra: Vec<(&str, &[u8])> = vec![("config.json", o.dir.config_json.as_bytes())];
-    if let Some(t) = &o.dir.tokenizer_json {
-        extra.push(("tokenizer.json", t));
+impl<'a> Parsed<'a> {
+    fn new(o: &'a Opened, path: &Path, model: &str) -> Result<Parsed<'a>> {
+        let described = || format!("{}", path.display());
+        match o {
+            Opened::Dir(dir) => {
+                let mut extra: Vec<(&str, &[u8])> =
+                    vec![("config.json", dir.config_json.as_bytes())];
+                if let Some(t) = &dir.tokenizer_json {
+                    extra.push(("tokenizer.json", t));
+                }
+                Ok(Parsed {
+                    checkpoint: Some(
+                        Checkpoint::from_shards(dir.shard_bytes())
+                            .with_context(|| format!("reading {}", path.display()))?,
+                    ),
+                    gguf: None,
+                    config_json: dir.config_json.clone(),
+                    tokenizer_json: dir.tokenizer_json.as_deref().map(Into::into),
+                    generation_config: dir.generation_config.clone(),
+                    sources: hash_sources(model, dir, &extra),
+                })
+            }
+            Opened::Gguf { map, name } => {
+                let file = map.parse(path)?;
+                let (config_json, tokenizer_json, generation_config) = if model == "assistant" {
+                    let config =
+                        wgemma::gguf::assistant_config_json(&file).with_context(described)?;
+                    (config, None, None)
+                } else {
+                    let config = wgemma::gguf::config_json(&file).with_context(described)?;
+                    let tokenizer = wgemma::gguf::tokenizer::tokenizer_json(&file)
+                        .with_context(|| format!("the tokenizer metadata of {}", described()))?;
+                    let eos = wgemma::gguf::eos_ids(&file);
+                    let generation =
+                        (!eos.is_empty()).then(|| serde_json::json!({ "eos_token_id": eos }));
+                    (config, tokenizer.map(|t| t.into_bytes().into()), generation)
+                };
+                Ok(Parsed {
+                    checkpoint: None,
+                    sources: vec![hash_file(model, name, map.mmap())],
+                    gguf: Some(file),
+                    config_json,
+                    tokenizer_json,
+                    generation_config,
+                })
+            }
+        }
     }
-    hash_sources(model, &o.dir, &extra)
+
+    fn input(&'a self) -> ConvertInput<'a> {
+        let weights = match (&self.checkpoint, &self.gguf) {
+            (Some(ck), _) => ConvertWeights::Checkpoint(ck),
+            (None, Some(file)) => ConvertWeights::Gguf(file),
+            (None, None) => unreachable!("Parsed::new sets one of the two"),
+        };
+        ConvertInput {
+            config_json: &self.config_json,
+            weights,
+            generation_config: self.generation_config.clone(),
+            tokenizer_json: self.tokenizer_json.as_deref(),
+            sources: self.sources.clone(),
+        }
+    }
 }
 
 /// (device, inode) of a file, to recognise one file under two names.
@@ -159,6 +241,18 @@ fn check_out(out: &Path, inputs: &[&Path]) -> Result<()> {
         })
         .and_then(|p| std::fs::canonicalize(p).ok());
     for dir in inputs {
+        if dir.is_file() {
+            // A GGUF file: only the file itself can be destroyed.
+            if out_id.is_some() && file_id(dir) == out_id {
+                bail!(
+                    "--out {}: expected a path that is not an input, found the input file {} \
+                     (converting would destroy it)",
+                    out.display(),
+                    dir.display()
+                );
+            }
+            continue;
+        }
         let canonical_dir = std::fs::canonicalize(dir).ok();
         if out_id.is_some() {
             for entry in std::fs::read_dir(dir)?.filter_map(|e| e.ok()) {
@@ -201,22 +295,19 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         (other, None) => bail!("--quant: expected q4, f16 or f32, found {other}"),
     };
     let start = std::time::Instant::now();
-    let target = open(&args.model)?;
-    let assistant = args.assistant.as_deref().map(open).transpose()?;
+    let target = Opened::open(&args.model)?;
+    let assistant = args.assistant.as_deref().map(Opened::open).transpose()?;
     let mut inputs = vec![args.model.as_path()];
     inputs.extend(args.assistant.as_deref());
     check_out(&args.out, &inputs)?;
-    let tck = Checkpoint::from_shards(target.dir.shard_bytes())
-        .with_context(|| format!("reading {}", args.model.display()))?;
-    let ack = assistant
+    let tparsed = Parsed::new(&target, &args.model, "target")?;
+    let aparsed = assistant
         .as_ref()
-        .map(|a| Checkpoint::from_shards(a.dir.shard_bytes()))
+        .zip(args.assistant.as_deref())
+        .map(|(a, path)| Parsed::new(a, path, "assistant"))
         .transpose()?;
-    let tin = input(&target, &tck, "target");
-    let ain = assistant
-        .as_ref()
-        .zip(ack.as_ref())
-        .map(|(a, ck)| input(a, ck, "assistant"));
+    let tin = tparsed.input();
+    let ain = aparsed.as_ref().map(Parsed::input);
 
     // Written beside the output (same filesystem, so the rename is atomic), removed on any
     // failure: an interrupted convert leaves no file that looks like an artifact.
@@ -250,9 +341,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
                 if done >= released_at + RELEASE_EVERY || done == total {
                     released_at = done;
                     for o in [Some(&target), assistant.as_ref()].into_iter().flatten() {
-                        for (_, map) in &o.dir.shards {
-                            release(map, 0..map.len());
-                        }
+                        o.release_all();
                     }
                 }
             },

@@ -16,8 +16,8 @@ use wgemma::session::{ChatMessage, GenerateRequest, TokenEvent};
 /// Options shared by the commands that load a model.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) or
-    /// a model artifact file (`wgemma convert`).
+    /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json), a
+    /// model artifact file (`wgemma convert`) or a llama.cpp GGUF file (`gemma4`).
     #[arg(long, value_name = "DIR|FILE")]
     pub model: PathBuf,
     /// Weights on the GPU: q4 (group 32, the default for a directory), q4g64, q4g128, f16
@@ -126,8 +126,9 @@ pub struct GenerateArgs {
     /// Comma-separated prompt token ids.
     #[arg(long)]
     prompt_ids: Option<String>,
-    /// Wrap the prompt in the checkpoint's chat template (chat_template.jinja or
-    /// tokenizer_config.json; Gemma 4's turn format when it has none) as one user turn.
+    /// Wrap the prompt in the checkpoint's chat template (chat_template.jinja,
+    /// tokenizer_config.json or a GGUF's tokenizer.chat_template; Gemma 4's turn format
+    /// when it has none) as one user turn.
     #[arg(long)]
     chat: bool,
     /// A system prompt before the user turn (with --chat).
@@ -152,8 +153,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     json: bool,
     /// MTP speculative decoding with this Gemma 4 assistant: a checkpoint directory
-    /// (`gemma4_assistant`: config.json + *.safetensors) or an artifact holding one (it
-    /// may be the `--model` artifact itself).
+    /// (`gemma4_assistant`: config.json + *.safetensors), a `gemma4-assistant` GGUF file or
+    /// an artifact holding one (it may be the `--model` artifact itself).
     #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
     /// Drafts per speculative round (1..=8).

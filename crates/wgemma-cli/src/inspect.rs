@@ -1,5 +1,6 @@
 //! `wgemma inspect FILE`: an artifact's manifest, sizes, census and tensor table, its
-//! contract checked and (unless `--no-verify`) every checksum verified.
+//! contract checked and (unless `--no-verify`) every checksum verified; a GGUF file goes to
+//! [`crate::inspect_gguf`].
 
 use crate::artifact_file::ArtifactFile;
 use crate::load::bytes_bar;
@@ -11,7 +12,7 @@ use wgemma::artifact::Artifact;
 
 #[derive(Args)]
 pub struct InspectArgs {
-    /// The artifact file.
+    /// The artifact file, or a llama.cpp GGUF file.
     file: PathBuf,
     /// One JSON object: manifest, file size, tensor table, verification.
     #[arg(long)]
@@ -37,6 +38,9 @@ fn model_line(config: &serde_json::Value) -> String {
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
+    if crate::load::is_gguf(&args.file) {
+        return crate::inspect_gguf::run(&args.file, args.json);
+    }
     let file = ArtifactFile::open(&args.file)?;
     let artifact = file.parse(&args.file)?;
     let verify_ms = if args.no_verify {

@@ -28,7 +28,8 @@ pub struct Loaded {
     pub tokenizer: Option<Tokenizer>,
     /// EOS ids from generation_config.json, else config.json.
     pub eos_ids: Vec<u32>,
-    /// chat_template.jinja or tokenizer_config.json's template (None: the built-in format).
+    /// chat_template.jinja, tokenizer_config.json's or a GGUF's `tokenizer.chat_template`
+    /// (None: the built-in format).
     pub chat_template: Option<ChatTemplate>,
     pub load_ms: f64,
     /// The process's peak resident memory right after the load (MiB, Linux).
@@ -310,10 +311,15 @@ impl GgufMap {
     pub fn release(&self, range: std::ops::Range<usize>) {
         crate::artifact_file::release_pages(&self.map, range);
     }
+
+    /// The mapped bytes.
+    pub fn mmap(&self) -> &memmap2::Mmap {
+        &self.map
+    }
 }
 
-/// Loads a llama.cpp GGUF file (`general.architecture` gemma4): its config and tokenizer
-/// from the metadata, its weights converted to `options.format` (Q4_0 into Q4 group 32
+/// Loads a llama.cpp GGUF file (`general.architecture` gemma4): its config, tokenizer and
+/// chat template from the metadata, its weights converted to `options.format` (Q4_0 into Q4 group 32
 /// as it is).
 fn load_gguf(
     ctx: &GpuContext,
@@ -339,6 +345,8 @@ fn load_gguf(
     if eos_ids.is_empty() {
         eos_ids = spec.eos_ids();
     }
+    let chat_template = ChatTemplate::from_gguf(&file)
+        .with_context(|| format!("the chat template in {}", path.display()))?;
     let total = map.map.len() as u64;
     let progress = LoadProgress::new("loading", total);
     progress.phase(&format!(
@@ -370,9 +378,7 @@ fn load_gguf(
         model,
         tokenizer,
         eos_ids,
-        // GGUF chat templates (`tokenizer.chat_template`) are not read yet: the built-in
-        // Gemma 4 turn format applies.
-        chat_template: None,
+        chat_template,
         load_ms: start.elapsed().as_secs_f64() * 1e3,
         peak_rss_mb: peak_rss_mb(),
     })

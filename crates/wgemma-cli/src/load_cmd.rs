@@ -15,7 +15,8 @@ use wgemma::model::upload::Quantiser;
 pub struct LoadArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Also load this assistant (a directory, or an artifact holding one).
+    /// Also load this assistant (a directory, a gemma4-assistant GGUF file, or an artifact
+    /// holding one).
     #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
     /// Where a checkpoint directory's Q4 quantisation runs: auto (the GPU, or the CPU on

@@ -9,6 +9,7 @@ mod demo;
 mod generate;
 mod info;
 mod inspect;
+mod inspect_gguf;
 mod load;
 mod load_cmd;
 mod model_dir;
@@ -44,10 +45,11 @@ enum Command {
     /// MTP speculative decoding on a synthetic target + assistant: plain vs speculative
     /// greedy, checked identical (no download).
     Demo(demo::DemoArgs),
-    /// Convert a checkpoint directory (and its assistant) into one artifact file of
-    /// GPU-layout weights with a manifest.
+    /// Convert a checkpoint directory or a GGUF file (and its assistant) into one artifact
+    /// file of GPU-layout weights with a manifest.
     Convert(convert::ConvertArgs),
-    /// Print an artifact's manifest, sizes, census and tensors; verify its checksums.
+    /// Print an artifact's manifest, sizes, census and tensors and verify its checksums; or
+    /// a GGUF file's architecture, config, tensor types and how each loads.
     Inspect(inspect::InspectArgs),
     /// Load a model (directory or artifact) and report load time and peak memory.
     Load(load_cmd::LoadArgs),

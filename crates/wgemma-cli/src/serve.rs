@@ -46,7 +46,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// MTP speculative decoding for every request with this Gemma 4 assistant (a checkpoint
-    /// directory or an artifact holding one; it may be the --model artifact itself).
+    /// directory, a gemma4-assistant GGUF file or an artifact holding one; it may be the
+    /// --model artifact itself).
     #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
     /// Drafts of the first speculative round (1..=8); the adaptive schedule then picks k in

@@ -53,6 +53,29 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `generate --json` of 8 tokens after `ids` with `assistant` drafting.
+fn speculative_json(
+    model: &Path,
+    assistant: &Path,
+    ids: &str,
+    extra: &[&str],
+) -> serde_json::Value {
+    let mut args = vec![
+        "generate",
+        "--model",
+        s(model),
+        "--assistant",
+        s(assistant),
+        "--prompt-ids",
+        ids,
+        "--max-new-tokens",
+        "8",
+        "--json",
+    ];
+    args.extend(extra);
+    serde_json::from_str(&ok(&args)).unwrap()
+}
+
 fn convert(out: &Path, quant: &str, assistant: bool) {
     let (model, asst) = (golden("e2b_like"), golden("e2b_like_assistant"));
     let mut args = vec![
@@ -124,22 +147,8 @@ fn convert_inspect_and_logits_identical_to_the_directory() {
         ]);
         assert_eq!(from_dir, from_file, "{quant}: logits differ");
 
-        let gen = |model: &Path, assistant: &Path| -> serde_json::Value {
-            let out = ok(&[
-                "generate",
-                "--model",
-                s(model),
-                "--dtype",
-                dtype,
-                "--assistant",
-                s(assistant),
-                "--prompt-ids",
-                ids,
-                "--max-new-tokens",
-                "8",
-                "--json",
-            ]);
-            serde_json::from_str(&out).unwrap()
+        let gen = |model: &Path, assistant: &Path| {
+            speculative_json(model, assistant, ids, &["--dtype", dtype])
         };
         let a = gen(&dir, &golden("e2b_like_assistant"));
         let b = gen(&file, &file);
@@ -315,5 +324,100 @@ fn a_failed_convert_leaves_no_file() {
     assert!(err.contains("backbone_hidden_size"), "{err}");
     let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+fn gguf(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../wgemma/tests/data/gguf")
+        .join(name)
+}
+
+/// llama.cpp GGUF files wherever a model is taken: `inspect FILE.gguf`, `convert --model
+/// FILE.gguf --assistant FILE.gguf`, and `logits` / `generate` / `load` from the GGUF files
+/// agreeing with their artifact.
+#[test]
+fn gguf_files_inspect_convert_and_run_like_their_artifact() {
+    let d = scratch("gguf");
+    let (target, assistant) = (
+        gguf("e2b_like.q4_0.gguf"),
+        gguf("e2b_like_assistant.f32.gguf"),
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", s(&target), "--json"])).unwrap();
+    assert_eq!(json["architecture"], "gemma4");
+    assert_eq!(json["config"]["num_hidden_layers"], 6);
+    assert!(
+        json["types"]["Q4_0"]["load"]
+            .as_str()
+            .unwrap()
+            .contains("as stored"),
+        "{json}"
+    );
+    let text = ok(&["inspect", s(&gguf("k_quant.q4_k_m.gguf"))]);
+    for want in [
+        "Q4_K",
+        "Q6_K",
+        "tokenizer.chat_template",
+        "gemma4, 256 tokens",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+
+    let file = d.join("e2b_like.gguf.wgemma");
+    ok(&[
+        "convert",
+        "--model",
+        s(&target),
+        "--assistant",
+        s(&assistant),
+        "--out",
+        s(&file),
+    ]);
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["inspect", s(&file), "--json"])).unwrap();
+    assert_eq!(json["verified"], true);
+    assert!(json["manifest"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["file"] == "e2b_like_assistant.f32.gguf"));
+    let ids = "5,17,9,200,3";
+    let logits = |model: &Path| {
+        ok(&[
+            "logits",
+            "--model",
+            s(model),
+            "--prompt-ids",
+            ids,
+            "--all-positions",
+        ])
+    };
+    assert_eq!(logits(&target), logits(&file), "logits differ");
+    let gen = |model: &Path, assistant: &Path| speculative_json(model, assistant, ids, &[]);
+    assert_eq!(
+        gen(&target, &assistant)["tokens"],
+        gen(&file, &file)["tokens"],
+        "speculative tokens differ"
+    );
+    let load: serde_json::Value = serde_json::from_str(&ok(&[
+        "load",
+        "--model",
+        s(&target),
+        "--assistant",
+        s(&assistant),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(load["assistant_loaded"], true);
+    // The input itself as --out is refused, and the file is left as it was.
+    let copy = d.join("copy.gguf");
+    std::fs::copy(&target, &copy).unwrap();
+    let err = fails(&["convert", "--model", s(&copy), "--out", s(&copy)]);
+    assert!(err.contains("not an input"), "{err}");
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        std::fs::read(&target).unwrap()
+    );
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -404,6 +404,25 @@ impl Session {
         self.load_assistant_files(files, false)
     }
 
+    /// Loads a llama.cpp `gemma4-assistant` GGUF file for the loaded model (from bytes, a
+    /// Blob/File or a Response; its weights take the target's dtype).
+    #[wasm_bindgen(js_name = loadAssistantGguf, unchecked_return_type = "Promise<ModelInfo>")]
+    pub fn load_assistant_gguf(
+        &self,
+        #[wasm_bindgen(unchecked_param_type = "FileSource")] file: JsValue,
+    ) -> Promise {
+        self.load_assistant_gguf_file(file, false)
+    }
+
+    /// Loads a `gemma4-assistant` GGUF file from a URL.
+    #[wasm_bindgen(
+        js_name = loadAssistantGgufFromUrl,
+        unchecked_return_type = "Promise<ModelInfo>"
+    )]
+    pub fn load_assistant_gguf_from_url(&self, url: String) -> Promise {
+        self.load_assistant_gguf_file(url.into(), true)
+    }
+
     #[wasm_bindgen(
         js_name = loadAssistantFromUrls,
         unchecked_return_type = "Promise<ModelInfo>"
@@ -534,6 +553,19 @@ impl Session {
                 .get()
                 .load_artifact(&bytes, &options)
                 .map_err(wgemma_error)?;
+            *shared.model.borrow_mut() = Some(info.clone());
+            to_js(&info)
+        })
+    }
+
+    fn load_assistant_gguf_file(&self, file: JsValue, urls: bool) -> Promise {
+        let shared = self.shared.clone();
+        future_to_promise(async move {
+            let bytes = bytes(&file, "assistant GGUF file", urls).await?;
+            let mut lease = EngineLease::take(&shared)?;
+            let engine = lease.get();
+            engine.load_assistant_gguf(&bytes).map_err(wgemma_error)?;
+            let info = engine.model_info().map_err(wgemma_error)?;
             *shared.model.borrow_mut() = Some(info.clone());
             to_js(&info)
         })

@@ -57,7 +57,7 @@ fn options(format: WeightFormat) -> ModelOptions {
 fn input<'a>(f: &'a Fixture, ck: &'a Checkpoint<'a>) -> ConvertInput<'a> {
     ConvertInput {
         config_json: &f.config,
-        checkpoint: ck,
+        weights: ck.into(),
         generation_config: None,
         tokenizer_json: Some(tokenizer_json()),
         sources: vec![],

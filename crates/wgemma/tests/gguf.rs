@@ -109,19 +109,7 @@ fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
     // Q4 load (Q4_0 matrices bit-identical) stays close to the dequantised one.
     let dequantised = logits(&weights, &config, WeightFormat::F32);
     let q4 = logits(&weights, &config, WeightFormat::Q4 { group: 32 });
-    let vocab = 512;
-    let rel = |a: &[f32], b: &[f32]| {
-        a.chunks(vocab)
-            .zip(b.chunks(vocab))
-            .map(|(x, y)| {
-                let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-                x.iter()
-                    .zip(y)
-                    .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()))
-                    / scale
-            })
-            .fold(0.0f32, f32::max)
-    };
+    let rel = |a: &[f32], b: &[f32]| max_rel_diff(a, b, 512);
     // The yardstick: wgemma's own Q4 (group 32) of the HF weights against HF. Tiny random
     // weights make logits small, so any 4-bit quantisation moves them by a good part of
     // their scale; a GGUF of llama.cpp's formats must do about as well.
@@ -251,5 +239,370 @@ fn assistant_gguf_drafts_as_its_hf_directory() {
             assert!(!dir.1.is_empty());
             assert!(dir.1 == gg.1, "{format:?}: draft logits differ");
         }
+    }
+}
+
+/// The golden fixture `k_quant` (rows of 256) as llama-quantize's Q4_K_M writes it
+/// (`tools/gguf/make_fixtures.py`): Q4_K matrices, Q6_K for the tied token table and
+/// layer 1's attn_v / ffn_down, F32 norms. Its HF reference is the variant `q4_k_m` of the
+/// fixture: HF transformers run on the file's dequantised values.
+struct KQuant {
+    gguf: Vec<u8>,
+    expected: serde_json::Value,
+    logits: Vec<u8>,
+}
+
+impl KQuant {
+    fn open() -> KQuant {
+        KQuant {
+            gguf: read("gguf/k_quant.q4_k_m.gguf"),
+            expected: serde_json::from_slice(&read("golden/k_quant/expected.json")).unwrap(),
+            logits: read("golden/k_quant/logits.safetensors"),
+        }
+    }
+
+    fn hf_logits(&self, key: &str) -> Vec<f32> {
+        let st = safetensors::SafeTensors::deserialize(&self.logits).unwrap();
+        bytemuck::pod_collect_to_vec(st.tensor(key).unwrap().data())
+    }
+
+    /// (prompt, greedy continuation, logits key) of the variant `q4_k_m`.
+    fn prompts(&self) -> Vec<(Vec<u32>, Vec<u32>, String)> {
+        let ids = |v: &serde_json::Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect()
+        };
+        self.expected["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    ids(&p["prompt"]),
+                    ids(&p["q4_k_m"]["greedy"]),
+                    p["q4_k_m"]["logits_key"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Max |a - b| over each row of `vocab` logits relative to the row's scale (max |b|, at
+/// least 1), the largest over all rows.
+fn max_rel_diff(a: &[f32], b: &[f32], vocab: usize) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.chunks(vocab)
+        .zip(b.chunks(vocab))
+        .map(|(x, y)| {
+            let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            x.iter()
+                .zip(y)
+                .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()))
+                / scale
+        })
+        .fold(0.0f32, f32::max)
+}
+
+fn argmaxes(logits: &[f32], vocab: usize) -> Vec<u32> {
+    logits
+        .chunks(vocab)
+        .map(wgemma::model::sampling::argmax)
+        .collect()
+}
+
+/// The file holds the types llama-quantize's Q4_K_M gives each tensor (as recorded in the
+/// fixture's expected.json), and loaded at f32 it reproduces HF's logits on its dequantised
+/// weights at every position of both prompts (1e-3 of the logit scale, the golden tests'
+/// f32 tolerance), the same argmax everywhere and HF's greedy continuations.
+#[test]
+fn q4_k_m_gguf_matches_hf_on_its_dequantised_weights() {
+    use wgemma::gguf::quant::GgmlType;
+    let kq = KQuant::open();
+    let file = GgufFile::parse(&kq.gguf).unwrap();
+    let recipe = kq.expected["q4_k_m"]["quantised_tensors"]
+        .as_object()
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for info in recipe.values() {
+        let name = info["gguf_name"].as_str().unwrap();
+        let t = file.tensor(name).unwrap();
+        assert_eq!(
+            format!("{:?}", t.ty),
+            info["type"].as_str().unwrap(),
+            "{name}"
+        );
+        seen.insert(format!("{:?}", t.ty));
+    }
+    assert_eq!(
+        seen.into_iter().collect::<Vec<_>>(),
+        ["Q4_K", "Q6_K"],
+        "both K-quant types are covered"
+    );
+    for t in &file.tensors {
+        if !recipe
+            .values()
+            .any(|i| i["gguf_name"].as_str() == Some(&t.name))
+        {
+            assert_eq!(t.ty, GgmlType::F32, "{} is kept as converted (F32)", t.name);
+        }
+    }
+    let hf_config = String::from_utf8(read("golden/k_quant/config.json")).unwrap();
+    let config = config_json(&file).unwrap();
+    let (a, b) = (
+        parse_config(&hf_config).unwrap(),
+        parse_config(&config).unwrap(),
+    );
+    assert_eq!(a.layers, b.layers, "layers from the GGUF metadata");
+    let vocab = b.config.vocab_size;
+    let weights = GgufWeights::new(&file);
+    let mut model = Model::load(
+        test_context(),
+        &weights,
+        b,
+        options(WeightFormat::F32),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    for (p, (prompt, greedy, key)) in kq.prompts().into_iter().enumerate() {
+        let want = kq.hf_logits(&key);
+        let tokens = [prompt.clone(), greedy.clone()].concat();
+        model.reset();
+        let got = pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits))
+            .unwrap()
+            .logits;
+        let diff = max_rel_diff(&got, &want, vocab);
+        assert!(diff <= 1e-3, "p{p}: max |diff| / logit scale {diff}");
+        assert_eq!(
+            argmaxes(&got, vocab),
+            argmaxes(&want, vocab),
+            "p{p}: argmax"
+        );
+        model.reset();
+        let mut next = pollster::block_on(model.forward(test_context(), &prompt, Want::NextToken))
+            .unwrap()
+            .next[0];
+        let mut out = vec![next];
+        while out.len() < greedy.len() {
+            next = pollster::block_on(model.forward(test_context(), &[next], Want::NextToken))
+                .unwrap()
+                .next[0];
+            out.push(next);
+        }
+        assert_eq!(out, greedy, "p{p}: greedy continuation");
+    }
+}
+
+/// How the K-quant blocks map onto wgemma's GPU layouts, measured: f16 rounds the
+/// dequantised values (11 bits), Q4 group 32 requantises them onto its symmetric grid
+/// (Q4_K's per-sub-block min has no place there). The weights' relative RMS error of each
+/// step and the logits' distance from HF's on the file's values, each against a yardstick:
+/// wgemma's own Q4 of the unquantised HF checkpoint against HF.
+#[test]
+fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
+    use wgemma::gguf::quant::GgmlType;
+    use wgemma::ops::linear::quant::quantize_q4;
+    let kq = KQuant::open();
+    let file = GgufFile::parse(&kq.gguf).unwrap();
+    let hf_bytes = read("golden/k_quant/model.safetensors");
+    let hf_config = String::from_utf8(read("golden/k_quant/config.json")).unwrap();
+    let ck = Checkpoint::from_shards(vec![("model.safetensors".into(), &hf_bytes)]).unwrap();
+    let weights = GgufWeights::new(&file);
+    let rms = |v: &[f32]| (v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32).sqrt();
+    let rel_rms = |a: &[f32], b: &[f32]| {
+        let d: Vec<f32> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+        rms(&d) / rms(b)
+    };
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let (mut own, mut requant) = (0.0f32, 0.0f32);
+        for t in file.tensors.iter().filter(|t| t.ty == ty) {
+            let (k, n) = (t.dims[0], t.dims[1]);
+            let hf_name = wgemma::gguf::model::hf_name(&t.name).unwrap();
+            let stored = weights.f32(&hf_name, &[n, k]).unwrap();
+            let original = ck.f32(&hf_name, &[n, k]).unwrap();
+            let q = quantize_q4(&stored, n, k, 32).unwrap();
+            let mut back = vec![0.0; n * k];
+            for (r, row) in back.chunks_mut(k).enumerate() {
+                q.dequantize_row(r, row);
+            }
+            own = own.max(rel_rms(&stored, &original));
+            requant = requant.max(rel_rms(&back, &stored));
+        }
+        eprintln!(
+            "{ty:?}: weights' relative RMS error, worst tensor: the file's own {own:.4}, \
+             requantised to Q4 group 32 {requant:.4}"
+        );
+        assert!(own > 0.0 && requant > 0.0);
+        // A 4-bit grid of absmax / 7 moves N(0, s) weights by ~8% RMS: so does a requant.
+        assert!(requant < 0.12, "{ty:?} -> Q4: {requant}");
+    }
+    let prompt: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 256).collect();
+    let run = |source: &dyn WeightSource, config: &str, format| {
+        let mut model = Model::load(
+            test_context(),
+            source,
+            parse_config(config).unwrap(),
+            options(format),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        pollster::block_on(model.forward(test_context(), &prompt, Want::AllLogits))
+            .unwrap()
+            .logits
+    };
+    let config = config_json(&file).unwrap();
+    let vocab = 256;
+    let hf = run(&ck, &hf_config, WeightFormat::F32);
+    let own_q4 = max_rel_diff(
+        &run(&ck, &hf_config, WeightFormat::Q4 { group: 32 }),
+        &hf,
+        vocab,
+    );
+    let file_f32 = run(&weights, &config, WeightFormat::F32);
+    let (file_f16, file_q4) = (
+        run(&weights, &config, WeightFormat::F16),
+        run(&weights, &config, WeightFormat::Q4 { group: 32 }),
+    );
+    let (f32_to_hf, f16_to_f32, q4_to_f32, q4_to_hf) = (
+        max_rel_diff(&file_f32, &hf, vocab),
+        max_rel_diff(&file_f16, &file_f32, vocab),
+        max_rel_diff(&file_q4, &file_f32, vocab),
+        max_rel_diff(&file_q4, &hf, vocab),
+    );
+    eprintln!(
+        "max |diff| / logit scale: wgemma q4 of the HF dir vs HF {own_q4:.4}; Q4_K_M file at \
+         f32 vs HF {f32_to_hf:.4}; at f16 vs at f32 {f16_to_f32:.4}; as q4 vs at f32 \
+         {q4_to_f32:.4}; as q4 vs HF {q4_to_hf:.4}"
+    );
+    let same_argmax = |a: &[f32], b: &[f32]| {
+        let (x, y) = (argmaxes(a, vocab), argmaxes(b, vocab));
+        format!(
+            "{}/{}",
+            x.iter().zip(&y).filter(|(p, q)| p == q).count(),
+            x.len()
+        )
+    };
+    eprintln!(
+        "logits' relative RMS error (same argmax): wgemma q4 of the HF dir vs HF {:.4} ({}); \
+         file at f32 vs HF {:.4} ({}); file as q4 vs file at f32 {:.4} ({}); file as q4 vs HF \
+         {:.4} ({})",
+        rel_rms(&run(&ck, &hf_config, WeightFormat::Q4 { group: 32 }), &hf),
+        same_argmax(&run(&ck, &hf_config, WeightFormat::Q4 { group: 32 }), &hf),
+        rel_rms(&file_f32, &hf),
+        same_argmax(&file_f32, &hf),
+        rel_rms(&file_q4, &file_f32),
+        same_argmax(&file_q4, &file_f32),
+        rel_rms(&file_q4, &hf),
+        same_argmax(&file_q4, &hf),
+    );
+    assert!(f16_to_f32 < 3e-2, "f16 rounding of the file's values");
+    assert!(q4_to_f32 <= 1.5 * own_q4, "requantising to Q4");
+    assert!(f32_to_hf <= 1.5 * own_q4, "Q4_K_M's own error");
+    assert!(q4_to_hf <= 2.0 * own_q4, "both together");
+}
+
+/// `wgemma convert --model FILE.gguf [--assistant FILE.gguf]` (the library's `convert`
+/// reading [`ConvertWeights::Gguf`]): the artifact holds the weights a load of the file
+/// would (Q4_0 blocks as they are, K-quants dequantised then prepared), so its logits are
+/// the GGUF's bit for bit, and its assistant drafts as the assistant GGUF does.
+#[test]
+fn artifacts_of_gguf_files_give_the_gguf_logits() {
+    use std::io::Cursor;
+    use wgemma::artifact::{convert, load_assistant, load_target, Artifact, ConvertInput};
+    use wgemma::artifact::{ConvertWeights, LoadHooks};
+    let ctx = test_context();
+    let artifact_of = |file: &GgufFile<'_>, assistant: Option<&GgufFile<'_>>, format| {
+        let config = config_json(file).unwrap();
+        let a_config = assistant.map(|a| assistant_config_json(a).unwrap());
+        fn input<'a>(config: &'a str, file: &'a GgufFile<'a>) -> ConvertInput<'a> {
+            ConvertInput {
+                config_json: config,
+                weights: ConvertWeights::Gguf(file),
+                generation_config: None,
+                tokenizer_json: None,
+                sources: vec![],
+            }
+        }
+        let a_input = assistant.zip(a_config.as_deref()).map(|(a, c)| input(c, a));
+        let target = input(&config, file);
+        convert(
+            Cursor::new(Vec::new()),
+            &target,
+            a_input.as_ref(),
+            format,
+            &mut |_, _| {},
+        )
+        .unwrap()
+        .into_inner()
+    };
+    let hooks = || LoadHooks {
+        verify: true,
+        progress: Box::leak(Box::new(|_, _| {})),
+        release: &|_| {},
+    };
+    let bits = |model: &mut Model| -> Vec<u32> {
+        let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % 256).collect();
+        model.reset();
+        let out = pollster::block_on(model.forward(ctx, &tokens, Want::AllLogits)).unwrap();
+        out.logits.iter().map(|v| v.to_bits()).collect()
+    };
+    for (path, format) in [
+        ("gguf/k_quant.q4_k_m.gguf", WeightFormat::F32),
+        ("gguf/k_quant.q4_k_m.gguf", WeightFormat::Q4 { group: 32 }),
+        ("gguf/e2b_like.q4_0.gguf", WeightFormat::Q4 { group: 32 }),
+    ] {
+        let bytes = read(path);
+        let file = GgufFile::parse(&bytes).unwrap();
+        let spec = parse_config(&config_json(&file).unwrap()).unwrap();
+        let weights = GgufWeights::new(&file);
+        let mut from_gguf =
+            Model::load(ctx, &weights, spec, options(format), &mut |_, _| {}).unwrap();
+        let art_bytes = artifact_of(&file, None, format);
+        let art = Artifact::parse(&art_bytes).unwrap();
+        let mut from_artifact = load_target(ctx, &art, options(format), hooks()).unwrap();
+        assert!(
+            bits(&mut from_gguf) == bits(&mut from_artifact),
+            "{path} {format:?}: logits differ between the GGUF and its artifact"
+        );
+        assert_eq!(from_gguf.weight_bytes(), from_artifact.weight_bytes());
+    }
+    // The Q4_0 target with its gemma4-assistant GGUF in one artifact.
+    let format = WeightFormat::Q4 { group: 32 };
+    let (t_bytes, a_bytes) = (
+        read("gguf/e2b_like.q4_0.gguf"),
+        read("gguf/e2b_like_assistant.f32.gguf"),
+    );
+    let (t_file, a_file) = (
+        GgufFile::parse(&t_bytes).unwrap(),
+        GgufFile::parse(&a_bytes).unwrap(),
+    );
+    let mut target = Model::load(
+        ctx,
+        &GgufWeights::new(&t_file),
+        parse_config(&config_json(&t_file).unwrap()).unwrap(),
+        options(format),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let mut assistant = Assistant::load(
+        ctx,
+        &GgufAssistant { file: &a_file },
+        parse_assistant_config(&assistant_config_json(&a_file).unwrap()).unwrap(),
+        &target,
+        &OpSet::with_mtp(),
+        AssistantOptions { format },
+    )
+    .unwrap();
+    let art_bytes = artifact_of(&t_file, Some(&a_file), format);
+    let art = Artifact::parse(&art_bytes).unwrap();
+    let mut t2 = load_target(ctx, &art, options(format), hooks()).unwrap();
+    let mut a2 = load_assistant(ctx, &art, &t2, true, &|_| {}).unwrap();
+    for prompt in [vec![2u32, 17, 9, 33], vec![5, 5, 5, 5, 5, 5]] {
+        let gguf = speculative(&mut target, &mut assistant, &prompt);
+        let art = speculative(&mut t2, &mut a2, &prompt);
+        assert_eq!(gguf.0, art.0, "tokens");
+        assert!(gguf.1 == art.1, "draft logits differ");
     }
 }

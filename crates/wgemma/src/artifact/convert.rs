@@ -1,5 +1,5 @@
-//! Converting Hugging Face checkpoints (target, and optionally its assistant) into one
-//! artifact, streamed: matrices are read, prepared and written a block of rows at a time
+//! Converting Hugging Face checkpoints or llama.cpp GGUF files (target, and optionally its
+//! assistant) into one artifact, streamed: matrices are read, prepared and written a block of rows at a time
 //! (Q4 quantises each row on its own, so a block's words are the whole matrix's words for
 //! those rows), so memory stays at one block however large the checkpoint.
 
@@ -13,10 +13,12 @@ use super::plan::{
 };
 use super::writer::{TensorWriter, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
+use crate::gguf::{GgufAssistant, GgufFile, GgufWeights};
 use crate::model::assistant::parse_assistant_config;
-use crate::model::checkpoint::Checkpoint;
+use crate::model::assistant::AssistantSource;
+use crate::model::checkpoint::{Checkpoint, WeightSource};
 use crate::model::parse_config;
-use crate::model::prepared::{Matrix, MatrixData};
+use crate::model::prepared::{Matrix, MatrixData, MatrixLayout};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::WeightFormat;
 use safetensors::Dtype;
@@ -28,10 +30,26 @@ const OP: &str = "convert";
 /// Elements of f32 a converter holds at once (one block of rows): 32 MiB.
 const BLOCK_ELEMENTS: usize = 8 << 20;
 
-/// One checkpoint to convert, as bytes (the CLI maps the files).
+/// Where a conversion reads its weights: a Hugging Face checkpoint, or a llama.cpp GGUF
+/// file (its blocks prepared as [`crate::gguf::GgufWeights`] loads them: Q4_0 into Q4 group
+/// 32 as it is, every other type dequantised first).
+#[derive(Clone, Copy)]
+pub enum ConvertWeights<'a> {
+    Checkpoint(&'a Checkpoint<'a>),
+    Gguf(&'a GgufFile<'a>),
+}
+
+impl<'a> From<&'a Checkpoint<'a>> for ConvertWeights<'a> {
+    fn from(ck: &'a Checkpoint<'a>) -> Self {
+        ConvertWeights::Checkpoint(ck)
+    }
+}
+
+/// One model to convert, as bytes (the CLI maps the files).
 pub struct ConvertInput<'a> {
+    /// config.json (for a GGUF file: what [`crate::gguf::config_json`] makes of it).
     pub config_json: &'a str,
-    pub checkpoint: &'a Checkpoint<'a>,
+    pub weights: ConvertWeights<'a>,
     pub generation_config: Option<serde_json::Value>,
     pub tokenizer_json: Option<&'a [u8]>,
     /// Hashes of the files read (see [`SourceFile::hash`]).
@@ -42,6 +60,10 @@ pub struct ConvertInput<'a> {
 type RowReader<'a> = dyn Fn(&str, &[usize], std::ops::Range<usize>) -> Result<Vec<f32>> + 'a;
 /// Reads an integer checkpoint tensor as i64.
 type IntReader<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<i64>> + 'a;
+/// Rows of one part (name, shape) prepared in a layout, where the source stores a block
+/// format that maps onto it ([`ConvertWeights::Gguf`]).
+type BlockReader<'a> =
+    dyn Fn(&str, &[usize], std::ops::Range<usize>, MatrixLayout) -> Result<Matrix<'static>> + 'a;
 
 struct Model<'a> {
     prefix: &'static str,
@@ -49,6 +71,78 @@ struct Model<'a> {
     plan: Vec<PlannedWeight>,
     read_rows: Box<RowReader<'a>>,
     read_i64: Box<IntReader<'a>>,
+    read_block: Option<Box<BlockReader<'a>>>,
+}
+
+/// The target's readers (tensors by their names without `model.`).
+fn target_model<'a>(
+    input: &'a ConvertInput<'a>,
+    spec: &crate::model::ModelSpec,
+    format: WeightFormat,
+) -> Model<'a> {
+    let no_ints = |name: &str, _: &[usize]| -> Result<Vec<i64>> {
+        Err(Error::invalid(
+            OP,
+            format!("integer tensor `{name}`"),
+            "none in a target",
+            "asked",
+        ))
+    };
+    let (plan, read_rows, read_block): (_, Box<RowReader<'a>>, Option<Box<BlockReader<'a>>>) =
+        match input.weights {
+            ConvertWeights::Checkpoint(ck) => (
+                target_plan(spec, format, &|n| ck.has(n)),
+                Box::new(move |name, shape, rows| ck.f32_rows(name, shape, rows)),
+                None,
+            ),
+            ConvertWeights::Gguf(file) => (
+                target_plan(spec, format, &|n| GgufWeights::new(file).has(n)),
+                Box::new(move |name, shape, rows| {
+                    GgufWeights::new(file).f32_rows(name, shape, rows)
+                }),
+                Some(Box::new(move |name, shape, rows, layout| {
+                    GgufWeights::new(file).prepared_rows(name, shape, rows, layout)
+                })),
+            ),
+        };
+    Model {
+        prefix: TARGET_PREFIX,
+        input,
+        plan,
+        read_rows,
+        read_i64: Box::new(no_ints),
+        read_block,
+    }
+}
+
+/// The assistant's readers (tensors by their full names).
+fn assistant_model<'a>(
+    input: &'a ConvertInput<'a>,
+    aspec: &crate::model::assistant::AssistantSpec,
+    format: WeightFormat,
+) -> Model<'a> {
+    let (plan, read_rows, read_i64): (_, Box<RowReader<'a>>, Box<IntReader<'a>>) = match input
+        .weights
+    {
+        ConvertWeights::Checkpoint(ck) => (
+            assistant_plan(aspec, format, &|n| ck.has_full(n)),
+            Box::new(move |name, shape, rows| ck.f32_rows_full(name, shape, rows)),
+            Box::new(move |name, shape| ck.i64_full(name, shape)),
+        ),
+        ConvertWeights::Gguf(file) => (
+            assistant_plan(aspec, format, &|n| GgufAssistant { file }.has(n)),
+            Box::new(move |name, shape, rows| GgufAssistant { file }.f32_rows(name, shape, rows)),
+            Box::new(move |name, shape| GgufAssistant { file }.i64(name, shape)),
+        ),
+    };
+    Model {
+        prefix: ASSISTANT_PREFIX,
+        input,
+        plan,
+        read_rows,
+        read_i64,
+        read_block: None,
+    }
 }
 
 /// Writes the artifact of `target` (and `assistant`) in `format` to `sink`; `progress`
@@ -81,21 +175,7 @@ pub fn convert<W: Write + Seek>(
             })?;
         }
     }
-    let ck = target.checkpoint;
-    let mut models = vec![Model {
-        prefix: TARGET_PREFIX,
-        input: target,
-        plan: target_plan(&spec, format, &|n| ck.has(n)),
-        read_rows: Box::new(move |name, shape, rows| ck.f32_rows(name, shape, rows)),
-        read_i64: Box::new(move |name, _| {
-            Err(Error::invalid(
-                OP,
-                format!("integer tensor `{name}`"),
-                "none in a target",
-                "asked",
-            ))
-        }),
-    }];
+    let mut models = vec![target_model(target, &spec, format)];
     let mut census = target_census(&models[0].plan);
     if let Some(a) = assistant {
         let aspec = parse_assistant_config(a.config_json)?;
@@ -113,16 +193,9 @@ pub fn convert<W: Write + Seek>(
                 ),
             ));
         }
-        let ack = a.checkpoint;
-        let plan = assistant_plan(&aspec, format, &|n| ack.has_full(n));
-        census.extend(assistant_census(&aspec, &plan));
-        models.push(Model {
-            prefix: ASSISTANT_PREFIX,
-            input: a,
-            plan,
-            read_rows: Box::new(move |name, shape, rows| ack.f32_rows_full(name, shape, rows)),
-            read_i64: Box::new(move |name, shape| ack.i64_full(name, shape)),
-        });
+        let model = assistant_model(a, &aspec, format);
+        census.extend(assistant_census(&aspec, &model.plan));
+        models.push(model);
     }
 
     // Weights whose tensors are not whole words go last, so every other tensor starts on
@@ -242,8 +315,13 @@ fn write_weight<W: Write + Seek>(
             let mut start = 0;
             while start < n {
                 let end = (start + block).min(n);
-                let rows = read_stacked(model, weight, start..end, k)?;
-                let m = Matrix::prepare(rows, end - start, k, *layout)?;
+                let m = match stacked_blocks(model, weight, start..end, k, *layout)? {
+                    Some(m) => m,
+                    None => {
+                        let rows = read_stacked(model, weight, start..end, k)?;
+                        Matrix::prepare(rows, end - start, k, *layout)?
+                    }
+                };
                 match &m.data {
                     MatrixData::F32(v) => w.write(&name, bytemuck::cast_slice(v))?,
                     MatrixData::F16(v) => w.write(&name, bytemuck::cast_slice(v))?,
@@ -288,4 +366,84 @@ fn read_stacked(
         first += part_rows;
     }
     Ok(out)
+}
+
+/// Rows `rows` of the stacked matrix from the source's own blocks ([`Model::read_block`]),
+/// or `None` where the source has none or the parts' Q4 scale words would not join whole
+/// (an odd number of scales in a part: tiny test shapes only).
+fn stacked_blocks(
+    model: &Model<'_>,
+    weight: &PlannedWeight,
+    rows: std::ops::Range<usize>,
+    k: usize,
+    layout: MatrixLayout,
+) -> Result<Option<Matrix<'static>>> {
+    let Some(read_block) = &model.read_block else {
+        return Ok(None);
+    };
+    let mut pieces = Vec::new();
+    let mut first = 0;
+    for (part, shape) in &weight.parts {
+        let part_rows = shape.iter().product::<usize>() / k.max(1);
+        let (lo, hi) = (rows.start.max(first), rows.end.min(first + part_rows));
+        if lo < hi {
+            if let MatrixLayout::Q4 { group } = layout {
+                if weight.parts.len() > 1 && ((hi - lo) * (k / group)) % 2 == 1 {
+                    return Ok(None);
+                }
+            }
+            pieces.push(read_block(part, shape, lo - first..hi - first, layout)?);
+        }
+        first += part_rows;
+    }
+    let mut joined: Option<MatrixData<'static>> = None;
+    for piece in pieces {
+        joined = Some(match (joined, piece.data) {
+            (None, data) => data,
+            (Some(MatrixData::F32(mut a)), MatrixData::F32(b)) => {
+                a.to_mut().extend_from_slice(&b);
+                MatrixData::F32(a)
+            }
+            (Some(MatrixData::F16(mut a)), MatrixData::F16(b)) => {
+                a.to_mut().extend_from_slice(&b);
+                MatrixData::F16(a)
+            }
+            (
+                Some(MatrixData::Q4 {
+                    group,
+                    mut packed,
+                    mut scales,
+                }),
+                MatrixData::Q4 {
+                    packed: p,
+                    scales: s,
+                    ..
+                },
+            ) => {
+                packed.to_mut().extend_from_slice(&p);
+                scales.to_mut().extend_from_slice(&s);
+                MatrixData::Q4 {
+                    group,
+                    packed,
+                    scales,
+                }
+            }
+            _ => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("layouts of the parts of `{}`", weight.name),
+                    "one layout",
+                    "several",
+                ))
+            }
+        });
+    }
+    let Some(data) = joined else {
+        return Ok(None);
+    };
+    Ok(Some(Matrix {
+        n: rows.len(),
+        k,
+        data,
+    }))
 }

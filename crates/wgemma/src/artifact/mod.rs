@@ -49,7 +49,7 @@ pub mod reader;
 pub mod synthetic_checkpoint;
 pub mod writer;
 
-pub use convert::{convert, ConvertInput};
+pub use convert::{convert, ConvertInput, ConvertWeights};
 pub use manifest::{Manifest, Quant, SourceFile, FORMAT_VERSION};
 pub use reader::{Artifact, ArtifactWeights, TensorRow, Which};
 

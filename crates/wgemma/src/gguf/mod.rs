@@ -6,7 +6,8 @@
 //! - [`reader`]: the container, from `&[u8]`, every field checked against the bytes.
 //! - [`quant`]: ggml's block formats and their bit-exact dequantisation.
 //! - [`model`]: the gemma4 metadata as an HF config, and HF <-> llama.cpp tensor names.
-//! - [`tokenizer`]: `tokenizer.json` from `tokenizer.ggml.*`.
+//! - [`tokenizer`]: `tokenizer.json` from `tokenizer.ggml.*` (the chat template,
+//!   `tokenizer.chat_template`, is read by [`crate::session::ChatTemplate::from_gguf`]).
 //! - [`source`]: the file as a [`crate::model::checkpoint::WeightSource`].
 
 pub mod model;

@@ -10,8 +10,15 @@
 //! - Q8_0, Q4_K, Q6_K (and Q4_0 into another group or a dense layout) -> dequantised to
 //!   f32 exactly as ggml does, then prepared like f32 weights: for Q4 that is a second
 //!   quantisation onto wgemma's symmetric group-32 grid (absmax / 7), whose error adds to
-//!   the file's own (measured in `tests.rs`: RMS error relative to the weights' RMS);
-//!   f16 / f32 keep the dequantised values (f16 rounds Q8_0 / K-quant values to 11 bits).
+//!   the file's own; f16 / f32 keep the dequantised values (f16 rounds Q8_0 / K-quant values
+//!   to 11 bits). Q4_K is `d * sc * q - dmin * m` per 32 weights: the per-sub-block min has
+//!   no place in the symmetric Q4 kernels (an exact map would need an offset per group), and
+//!   Q6_K's 6 bits do not fit 4. Measured on the Q4_K_M fixture (`tests/gguf.rs`,
+//!   `k_quants_requantised_to_q4_stay_within_a_4_bit_error`), weights' RMS error relative to
+//!   their RMS, worst tensor: Q4_K's own 0.072 against the unquantised weights, requantising
+//!   its values to Q4 0.099 on top; Q6_K's own 0.018, requantised 0.098, i.e. what a Q4 load
+//!   of unquantised weights costs. At f32 the file's logits equal HF's on its dequantised
+//!   values (1e-3 of the logit scale, `q4_k_m_gguf_matches_hf_on_its_dequantised_weights`).
 
 use super::model::{assistant_gguf_name, gguf_name};
 use super::quant::{dequantize, q4_0_to_wgemma_q4, GgmlType};
@@ -149,6 +156,21 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
     }
 }
 
+/// How a matrix stored as `ty` reaches each GPU layout (see the module docs), in words for
+/// `wgemma inspect FILE.gguf`.
+pub fn load_route(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::Q4_0 => "q4 (group 32): blocks as stored; f16/f32: dequantised exactly",
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            "as a checkpoint's float weights (q4: quantised on load)"
+        }
+        GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K => {
+            "dequantised exactly, then q4: requantised (absmax / 7, group 32); f16: rounded"
+        }
+        GgmlType::I32 | GgmlType::I64 => "integers (the assistant's token ordering)",
+    }
+}
+
 fn check_finite(name: &str, first: usize, values: &[f32]) -> Result<()> {
     match values.iter().position(|v| !v.is_finite()) {
         None => Ok(()),
@@ -268,6 +290,34 @@ impl WeightSource for GgufWeights<'_, '_> {
 }
 
 impl<'f, 'a> GgufWeights<'f, 'a> {
+    /// Rows `rows` (over all leading dimensions) of a tensor, dequantised; `expected_shape`
+    /// is the whole tensor's (HF order). What `wgemma convert` reads.
+    pub fn f32_rows(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        rows: Range<usize>,
+    ) -> Result<Vec<f32>> {
+        let t = self.tensor(name, expected_shape)?;
+        dequantize_rows(t, expected_shape, rows)
+    }
+
+    /// Rows `rows` of a `[n, k]` matrix prepared in `layout` as a load prepares them (Q4_0
+    /// into Q4 group 32 unchanged): what `wgemma convert` writes, so an artifact of a GGUF
+    /// file holds the weights a load of the file would.
+    pub fn prepared_rows(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        rows: Range<usize>,
+        layout: MatrixLayout,
+    ) -> Result<Matrix<'static>> {
+        let t = self.tensor(name, expected_shape)?;
+        let k = expected_shape.last().copied().unwrap_or(1);
+        check_rows(t, expected_shape, &rows)?;
+        self.block(t, k, rows, layout)
+    }
+
     fn tensor_any(&self, hf: &str) -> Result<&'f TensorInfo<'a>> {
         let gguf = gguf_name(hf).unwrap_or_default();
         self.file.tensor(&gguf).ok_or_else(|| {
@@ -316,6 +366,58 @@ impl<'a> GgufAssistant<'_, 'a> {
         }
         Ok(t)
     }
+}
+
+impl GgufAssistant<'_, '_> {
+    /// Rows `rows` of a float tensor (full HF name), dequantised: what `wgemma convert`
+    /// reads.
+    pub fn f32_rows(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        rows: Range<usize>,
+    ) -> Result<Vec<f32>> {
+        let t = self.tensor(name, expected_shape)?;
+        dequantize_rows(t, expected_shape, rows)
+    }
+}
+
+/// Refuses rows past the end of a tensor of `shape` (rows over its leading dimensions).
+fn check_rows(t: &TensorInfo<'_>, shape: &[usize], rows: &Range<usize>) -> Result<()> {
+    let k = shape.last().copied().unwrap_or(1).max(1);
+    let total = shape.iter().product::<usize>() / k;
+    if rows.start > rows.end || rows.end > total {
+        return Err(Error::invalid(
+            OP,
+            format!("rows of `{}`", t.name),
+            format!("a range within 0..{total}"),
+            format!("{rows:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Rows `rows` of `t` (of HF shape `shape`) dequantised, checked finite.
+fn dequantize_rows(t: &TensorInfo<'_>, shape: &[usize], rows: Range<usize>) -> Result<Vec<f32>> {
+    if !t.ty.is_float() {
+        return Err(Error::invalid(
+            OP,
+            format!("type of `{}`", t.name),
+            "a float or block-quantised type",
+            format!("{:?}", t.ty),
+        ));
+    }
+    check_rows(t, shape, &rows)?;
+    let k = shape.last().copied().unwrap_or(1);
+    let row_bytes = t.ty.bytes_of(k);
+    let mut values = vec![0.0f32; rows.len() * k];
+    dequantize(
+        t.ty,
+        &t.data[rows.start * row_bytes..rows.end * row_bytes],
+        &mut values,
+    )?;
+    check_finite(&t.name, rows.start * k, &values)?;
+    Ok(values)
 }
 
 impl AssistantSource for GgufAssistant<'_, '_> {

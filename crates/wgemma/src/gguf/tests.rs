@@ -273,3 +273,69 @@ fn config_errors_name_the_key() {
         "{e}"
     );
 }
+
+/// `tokenizer.chat_template` is the template chat prompts use, with the file's BOS / EOS
+/// token strings; a file without one has none; a template that is not a string, or does
+/// not compile, is refused with the key named.
+#[test]
+fn the_chat_template_comes_from_the_metadata() {
+    use crate::session::{ChatMessage, ChatTemplate};
+    let string = |text: &str| {
+        let mut v = (text.len() as u64).to_le_bytes().to_vec();
+        v.extend(text.as_bytes());
+        v
+    };
+    let mut tokens = 8u32.to_le_bytes().to_vec();
+    tokens.extend(3u64.to_le_bytes());
+    for t in ["<pad>", "<eos>", "<s>"] {
+        tokens.extend(string(t));
+    }
+    let with = |template: (u32, Vec<u8>)| {
+        gguf_bytes(
+            &[
+                ("tokenizer.ggml.tokens", 9, tokens.clone()),
+                (
+                    "tokenizer.ggml.bos_token_id",
+                    4,
+                    2u32.to_le_bytes().to_vec(),
+                ),
+                (
+                    "tokenizer.ggml.eos_token_id",
+                    4,
+                    1u32.to_le_bytes().to_vec(),
+                ),
+                ("tokenizer.chat_template", template.0, template.1),
+            ],
+            &[],
+            &[],
+        )
+    };
+    let good = with((
+        8,
+        string("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}"),
+    ));
+    let t = ChatTemplate::from_gguf(&GgufFile::parse(&good).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        t.render(&[ChatMessage::new("user", "hi")], true).unwrap(),
+        "<s>hi<eos>"
+    );
+    let none = gguf_bytes(&[("tokenizer.ggml.tokens", 9, tokens.clone())], &[], &[]);
+    assert!(ChatTemplate::from_gguf(&GgufFile::parse(&none).unwrap())
+        .unwrap()
+        .is_none());
+    let number = with((4, 7u32.to_le_bytes().to_vec()));
+    let e = ChatTemplate::from_gguf(&GgufFile::parse(&number).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tokenizer.chat_template") && e.contains("a string"),
+        "{e}"
+    );
+    let broken = with((8, string("{% for m in messages %}")));
+    let e = ChatTemplate::from_gguf(&GgufFile::parse(&broken).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("GGUF key tokenizer.chat_template"), "{e}");
+}

@@ -332,7 +332,8 @@ impl Session {
         self.model_info()
     }
 
-    /// Loads a llama.cpp GGUF file (`gemma4`): config and tokenizer from its metadata,
+    /// Loads a llama.cpp GGUF file (`gemma4`): config, tokenizer and chat template from its
+    /// metadata,
     /// weights converted to `options.dtype` (Q4_0 into Q4 group 32 as it is).
     pub fn load_gguf(&mut self, bytes: &[u8], options: &LoadOptions) -> Result<ModelInfo> {
         let start = Instant::now();
@@ -352,13 +353,14 @@ impl Session {
         if eos_ids.is_empty() {
             eos_ids = spec.eos_ids();
         }
-        let text = TextSetup::from_files(
+        let mut text = TextSetup::from_files(
             tokenizer.as_deref().map(str::as_bytes),
             None,
             eos_ids,
             None,
             None,
         )?;
+        text.chat_template = ChatTemplate::from_gguf(&file)?;
         let c = &spec.config;
         let description = format!(
             "Gemma 4 GGUF ({} layers, hidden {}, vocab {}), {}",
@@ -468,6 +470,18 @@ impl Session {
             .collect();
         let ck = Checkpoint::from_shards(shards)?;
         self.load_assistant_from(&ck, spec)
+            .map_err(|e| e.within("loading the assistant"))
+    }
+
+    /// Loads a llama.cpp `gemma4-assistant` GGUF file for the loaded model (its weights
+    /// take the target's dtype).
+    pub fn load_assistant_gguf(&mut self, bytes: &[u8]) -> Result<()> {
+        let file = GgufFile::parse(bytes).map_err(|e| e.within("assistant GGUF"))?;
+        let spec = parse_assistant_config(
+            &gguf::assistant_config_json(&file).map_err(|e| e.within("assistant GGUF metadata"))?,
+        )
+        .map_err(|e| e.within("the assistant config the GGUF metadata describes"))?;
+        self.load_assistant_from(&gguf::GgufAssistant { file: &file }, spec)
             .map_err(|e| e.within("loading the assistant"))
     }
 
