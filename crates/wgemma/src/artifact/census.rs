@@ -81,7 +81,12 @@ const fn known(
 const KNOWN_ROUTES: &[KnownRoute] = &[
     known("q4_linear", "q4_gemv", &["q4_matvec"], None),
     known("q4_linear", "q4_linear_m3", &["q4_matvec"], None),
-    known("q4_linear", "q4_linear_small_m", &["q4_matvec"], None),
+    known(
+        "q4_linear",
+        "q4_linear_small_m",
+        &["q4_matvec", "q4_matvec_wide"],
+        None,
+    ),
     known("q4_linear", "q4_gemm", &["q4_gemm"], None),
     known("q4_linear", "q4_generic", &["q4_linear_generic"], None),
     known("dense_linear", "dense_f32", &["dense_linear"], None),

@@ -607,24 +607,32 @@ fn build_q4(
                 .tensor(&chunk.scales)
                 .tensor(y)
         };
-        let shader = match (prologue.is_some(), subgroup) {
-            (false, true) => "q4_matvec_sg",
-            (false, false) => "q4_matvec",
-            (true, true) => "q4_matvec_norm_sg",
-            (true, false) => "q4_matvec_norm",
+        let decode_family = tuning.fits_decode_family(m);
+        let shader = match (decode_family, prologue.is_some(), subgroup) {
+            (true, false, true) => "q4_matvec_sg",
+            (true, false, false) => "q4_matvec",
+            (true, true, true) => "q4_matvec_norm_sg",
+            (true, true, false) => "q4_matvec_norm",
+            (false, false, true) => "q4_matvec_wide_sg",
+            (false, false, false) => "q4_matvec_wide",
+            (false, true, true) => "q4_matvec_wide_norm_sg",
+            (false, true, false) => "q4_matvec_wide_norm",
         };
         let kernel = match route {
             r if r.is_matvec() => {
                 let mut b = builder(shader)
                     .constant("MV_M", m as u64)
                     .constant("EPILOGUE", epilogue.code())
-                    .constant("KSPLIT", u64::from(tuning.ksplit))
-                    .constant("LPR", u64::from(tuning.lanes))
-                    .constant("ROWS", u64::from(tuning.rows))
-                    .constant("ROWS_PER_WG", u64::from(tuning.rows_per_workgroup()))
-                    .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
-                    .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)))
-                    .tensor(other);
+                    .constant("KSPLIT", u64::from(tuning.ksplit));
+                if !decode_family {
+                    b = b
+                        .constant("LPR", u64::from(tuning.lanes))
+                        .constant("ROWS", u64::from(tuning.rows))
+                        .constant("ROWS_PER_WG", u64::from(tuning.rows_per_workgroup()))
+                        .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
+                        .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)));
+                }
+                b = b.tensor(other);
                 if let Some(p) = prologue {
                     b = b
                         .constant("PROLOGUE", p.mode.code())

@@ -1,17 +1,20 @@
-// q4_matvec: Q4 matrix-vector product for MV_M (1..=9) activation rows, routes q4_gemv
-// (MV_M = 1), q4_linear_m3 (MV_M = 3) and q4_linear_small_m (2, 4..=9); the portable twin
-// of q4_matvec_sg.wgsl (shared declarations in q4_matvec_common.wgsli; one accumulation
-// loop for all).
+// q4_matvec: Q4 matrix-vector product for MV_M (1..=4) activation rows at the base
+// geometry (the decode family), routes q4_gemv (MV_M = 1), q4_linear_m3 (MV_M = 3) and
+// q4_linear_small_m at M = 2 and 4; the portable twin of q4_matvec_sg.wgsl (declarations in
+// q4_matvec_io.wgsli and q4_matvec_common.wgsli; one accumulation loop for all). M = 5..=9
+// and forced geometries run q4_matvec_wide.wgsl.
 //
 // y[m, y_offset + n] = sum_k x[m, k] * W[n, k] for one row chunk of a Q4 weight.
 // Inputs: x f32 [MV_M, K] read as vec4; packed u32 [n, K/8] read as vec4<u32> (32 weights,
 // K % 32 == 0), nibble i of word w is k = 8w + i, value (nibble - 8) * scale; scales f16
 // pairs [n * K/GROUP] (GROUP % 8 == 0). Output y f32 [MV_M, y_stride].
 //
-// Geometry (q4_matvec_common.wgsli): 256 invocations = 256 / LPR slots of LPR lanes, a slot
-// owns 4 consecutive rows, KSPLIT slots share them over parts of K; per-lane sums are
-// reduced through workgroup memory. A workgroup covers ROWS_PER_WG rows; the grid may be
-// folded to 2-D (flat index wid.x + wid.y * nwg.x).
+// Geometry: 256 invocations = 8 units of 32 lanes; a unit owns 4 consecutive rows and its
+// lanes stride over the rows' vec4 words, so 32 lanes read 512 contiguous bytes of a row
+// (coalesced) and every x load serves the 4 rows and every decoded weight serves all MV_M
+// activation rows. Per-lane sums are reduced through workgroup memory. A workgroup covers
+// 32 rows; the grid may be folded to 2-D (flat index wid.x + wid.y * nwg.x).
+// Plain variables, no private arrays: dynamically indexed arrays spill to local memory.
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 
@@ -25,8 +28,8 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let flat = wid.x + wid.y * nwg.x;
-    let rows = unit_rows(flat, lid / LPR / KSPLIT);
-    let part = (lid / LPR) % KSPLIT;
-    let first = first_words(rows, part, lid % LPR);
-    finish(flat, lid, rows, accumulate(rows, part, lid % LPR, first));
+    let rows = unit_rows(flat, lid / LANES / KSPLIT);
+    let part = (lid / LANES) % KSPLIT;
+    let first = first_words(rows, part, lid % LANES);
+    finish(flat, lid, rows, accumulate(rows, part, lid % LANES, first));
 }

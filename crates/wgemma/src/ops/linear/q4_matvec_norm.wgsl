@@ -15,9 +15,9 @@ fn main(
 ) {
     let flat = wid.x + wid.y * nwg.x;
     // The first weights are requested before the prologue: they arrive while it runs.
-    let rows = unit_rows(flat, lid / LPR / KSPLIT);
-    let part = (lid / LPR) % KSPLIT;
-    let first = first_words(rows, part, lid % LPR);
+    let rows = unit_rows(flat, lid / LANES / KSPLIT);
+    let part = (lid / LANES) % KSPLIT;
+    let first = first_words(rows, part, lid % LANES);
     norm_prologue(flat, lid);
-    finish(flat, lid, rows, accumulate(rows, part, lid % LPR, first));
+    finish(flat, lid, rows, accumulate(rows, part, lid % LANES, first));
 }

@@ -612,8 +612,9 @@ fn norm_prologue_equals_norm_kernel_then_matvec() {
             .map(|i| (((i * 7 + seed * 13) % 29) as f32 - 14.0) * 0.05)
             .collect()
     };
-    // K = 256 fits M = 3 in lavapipe's 32 KiB of workgroup memory; 1536 is E2B's hidden.
-    for (k, m) in [(256, 1), (256, 3), (1536, 1), (1536, 3)] {
+    // K = 256 fits M = 3 and 5 in lavapipe's 32 KiB of workgroup memory; 1536 is E2B's
+    // hidden. M = 5 runs the wide family's norm kernels, the others the decode family's.
+    for (k, m) in [(256, 1), (256, 3), (256, 5), (1536, 1), (1536, 3)] {
         let (_, w) = q4_weight(n, k, 32, None);
         for portable in [false, true] {
             for mode in [

@@ -32,6 +32,14 @@ impl MatvecTuning {
         unroll: false,
     };
 
+    /// Whether the decode family of kernels (`q4_matvec*.wgsl`: M <= 4, 4 rows and 32 lanes
+    /// per quad, K read at run time, any split) builds this geometry for `m` rows; other
+    /// geometries and M = 5..=9 run the wide family (`q4_matvec_wide*.wgsl`). The decode
+    /// family is the faster on the H200 where both fit (BENCHMARKS.md, "Decode, session 7").
+    pub fn fits_decode_family(self, m: usize) -> bool {
+        m <= 4 && self.rows == 4 && self.lanes == 32 && !self.unroll
+    }
+
     /// Rows one workgroup covers.
     pub fn rows_per_workgroup(self) -> u32 {
         self.rows * (WG / self.lanes) / self.ksplit
