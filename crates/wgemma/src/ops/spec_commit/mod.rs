@@ -450,20 +450,26 @@ mod tests {
         let f = |n| Tensor::zeros(ctx, "f", &[n], DType::F32).unwrap();
         let (next, ids, hidden, state, seed) = (u(3), u(3), f(12), u(STATE_LEN), f(8));
         let (a, b, c) = (u(2), u(2), u(2));
-        let buffers = |state: &Tensor| CommitBuffers {
-            next: &next,
-            ids: &ids,
-            hidden: &hidden,
-            state,
-            seed_hidden: &seed,
-            rope_position: &a,
-            full_end: &b,
-            sliding_end: &c,
-        };
-        assert!(spec_commit(ctx, &buffers(&state), CommitParams::new(2, 4, 4, 8, 0)).is_ok());
-        assert!(spec_commit(ctx, &buffers(&state), CommitParams::new(3, 4, 4, 8, 0)).is_err());
-        assert!(spec_commit(ctx, &buffers(&state), CommitParams::new(2, 4, 5, 8, 0)).is_err());
-        assert!(spec_commit(ctx, &buffers(&u(4)), CommitParams::new(2, 4, 4, 8, 0)).is_err());
+        let short_state = u(4);
+        let p = |drafts, offset| CommitParams::new(drafts, 4, offset, 8, 0);
+        for (st, params, ok) in [
+            (&state, p(2, 4), true),
+            (&state, p(3, 4), false),
+            (&state, p(2, 5), false),
+            (&short_state, p(2, 4), false),
+        ] {
+            let buffers = CommitBuffers {
+                next: &next,
+                ids: &ids,
+                hidden: &hidden,
+                state: st,
+                seed_hidden: &seed,
+                rope_position: &a,
+                full_end: &b,
+                sliding_end: &c,
+            };
+            assert_eq!(spec_commit(ctx, &buffers, params).is_ok(), ok, "{params:?}");
+        }
         assert!(spec_replace_drafts(ctx, &state, &u(4), &u(1), &ids, 2, 1, 10).is_err());
     }
 }
