@@ -377,12 +377,9 @@ fn pipelined_drafts(
     let views: Result<Vec<DraftView>> = (0..=f.kk)
         .map(|n| DraftView::hf(p + n + 1, r, f.m, w_t, w_a))
         .collect();
-    let fits_context = max_start + kk + 1 <= s.target.options.max_context;
+    let fits_context = max_start + kk < s.target.options.max_context;
     // Rolling back this round after f cut its tokens must stay within the rings' reach.
-    let fits_rings = s
-        .target
-        .ring_rows()
-        .is_none_or(|rows| f.kk + kk + 1 <= rows);
+    let fits_rings = s.target.ring_rows().is_none_or(|rows| f.kk + kk < rows);
     match views {
         Ok(views) if fits_context && fits_rings => Some((
             kk,

@@ -167,6 +167,7 @@ struct ReplaceParams {
 /// Plans the replacement of a round's `drafts` drafts in `ids` by `reference` tokens kept
 /// where `keep` (u32 0/1 `[>= drafts]`, written per round) says so, else replaced by a token
 /// the target rejects (see spec_replace_drafts.wgsl).
+#[allow(clippy::too_many_arguments)]
 pub fn spec_replace_drafts(
     ctx: &GpuContext,
     state: &Tensor,
@@ -226,11 +227,11 @@ impl OpCase for CommitCase {
         let vocab = 1000u32;
         let next: Vec<u32> = (0..=k).map(|_| rng.random_range(0..vocab)).collect();
         let mut ids = vec![rng.random_range(0..vocab)];
-        for i in 0..k {
+        for (i, &t) in next.iter().take(k).enumerate() {
             ids.push(if i < self.accepted {
-                next[i]
+                t
             } else if i == self.accepted {
-                (next[i] + 1 + rng.random_range(0..vocab - 1)) % vocab
+                (t + 1 + rng.random_range(0..vocab - 1)) % vocab
             } else {
                 rng.random_range(0..vocab)
             });
