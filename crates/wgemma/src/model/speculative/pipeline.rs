@@ -68,8 +68,10 @@ struct Flight {
     submission: wgpu::SubmissionIndex,
     /// Which of the two readbacks holds its record.
     readback: usize,
-    recorded_at: Instant,
-    /// It did not build its verify plan (its time is a measure of what rounds cost).
+    /// It was recorded behind another round and did not build its verify plan: the
+    /// interval between its read and the one before is what a round costs in steady state.
+    /// A round recorded alone also pays the submit and wait the pipeline hides; timing it
+    /// made the adaptive schedule's first sample of a k too dear (BENCHMARKS.md spec-3).
     timed: bool,
 }
 
@@ -138,9 +140,9 @@ impl<'r> GpuRounds<'r> {
     /// Records and submits a round of `kk` drafts.
     fn submit(&mut self, s: &mut Session<'_>, kk: usize, seed: Seed) -> Result<Flight> {
         let ctx = s.ctx;
-        let recorded_at = Instant::now();
         let m = kk + 1;
-        let timed = s.target.built_plan(m, LogitRows::All).is_some();
+        let timed =
+            matches!(seed, Seed::Gpu { .. }) && s.target.built_plan(m, LogitRows::All).is_some();
         // Before the verify plan is built: building may evict the last forward's plan.
         let last_hidden = match seed {
             Seed::Host if kk > 0 => Some(s.seed_hidden()?),
@@ -215,7 +217,6 @@ impl<'r> GpuRounds<'r> {
             m,
             submission,
             readback,
-            recorded_at,
             timed,
         })
     }
@@ -321,11 +322,10 @@ impl<'r> GpuRounds<'r> {
         let drafts = state[RECORD_DRAFTS..RECORD_DRAFTS + kk].to_vec();
         let mut valid = state[RECORD_TOKENS..=RECORD_TOKENS + n].to_vec();
         // Pipelined, a round costs the interval between two reads.
-        let since = match self.last_read {
-            Some(t) if t > f.recorded_at => t,
-            _ => f.recorded_at,
+        let seconds = match (f.timed, self.last_read) {
+            (true, Some(before)) => Some(read_at.duration_since(before).as_secs_f64()),
+            _ => None,
         };
-        let seconds = f.timed.then(|| read_at.duration_since(since).as_secs_f64());
         self.last_read = Some(read_at);
         s.cut(&mut valid);
         s.target.account_rows(p, f.m, p + valid.len())?;
