@@ -12,7 +12,7 @@ use wgemma::model::forward::LogitRows;
 use wgemma::model::generate::GenerateOptions;
 use wgemma::model::sampling::SamplingParams;
 use wgemma::model::speculative::{
-    generate_speculative_replacing_drafts, DraftSchedule, SpeculativeOptions,
+    generate_speculative_replacing_drafts, DraftSchedule, ReplacedDrafts, SpeculativeOptions,
 };
 use wgemma::model::synthetic::{RandomAssistant, SyntheticShape};
 use wgemma::model::target::Model;
@@ -78,17 +78,20 @@ impl FixedRateDrafts {
         }
     }
 
+    /// Which of the next `k` drafts keep the target's token.
+    pub fn keep(&mut self, k: usize) -> Vec<bool> {
+        (0..k)
+            .map(|_| self.rng.random_bool(self.acceptance))
+            .collect()
+    }
+
     /// The drafts standing for `greedy` (the target's tokens at those positions).
     pub fn drafts(&mut self, greedy: &[u32]) -> Vec<u32> {
+        let keep = self.keep(greedy.len());
         greedy
             .iter()
-            .map(|&t| {
-                if self.rng.random_bool(self.acceptance) {
-                    t
-                } else {
-                    (t + 1) % self.vocab
-                }
-            })
+            .zip(keep)
+            .map(|(&t, kept)| if kept { t } else { (t + 1) % self.vocab })
             .collect()
     }
 }
@@ -103,6 +106,8 @@ pub struct DraftedRun {
     pub accepted: usize,
     /// Decode time over rounds, when every token came from a round (no plain steps).
     pub ms_per_round: Option<f64>,
+    /// The host's wait for round results, per round.
+    pub host_wait_ms_per_round: f64,
 }
 
 impl DraftedRun {
@@ -116,6 +121,7 @@ impl DraftedRun {
             "acceptance_rate": self.accepted as f64 / self.drafted.max(1) as f64,
             "mean_draft_tokens": self.drafted as f64 / self.rounds.max(1) as f64,
             "ms_per_round": self.ms_per_round,
+            "host_wait_ms_per_round": self.host_wait_ms_per_round,
         })
     }
 }
@@ -136,7 +142,7 @@ pub fn drafted_run(
     schedule: DraftSchedule,
 ) -> Result<DraftedRun> {
     let mut oracle = FixedRateDrafts::new(acceptance, model.spec.config.vocab_size);
-    let mut replace = |committed: usize, n: usize| oracle.drafts(&greedy[committed..committed + n]);
+    let mut keep = |k: usize| oracle.keep(k);
     let options = GenerateOptions {
         max_new_tokens: greedy.len(),
         sampling: SamplingParams::default(),
@@ -155,7 +161,10 @@ pub fn drafted_run(
         prompt,
         &options,
         &spec,
-        &mut replace,
+        ReplacedDrafts {
+            reference: greedy,
+            keep: &mut keep,
+        },
     ))?;
     if out.tokens != greedy {
         bail!("speculative rounds with the assistant diverged from the plain greedy tokens");
@@ -172,6 +181,7 @@ pub fn drafted_run(
         accepted: s.accepted,
         ms_per_round: (s.plain_steps == 0 && s.rounds > 0)
             .then(|| decode_s * 1e3 / s.rounds as f64),
+        host_wait_ms_per_round: s.host_wait_ms_per_round,
     })
 }
 

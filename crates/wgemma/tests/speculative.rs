@@ -442,7 +442,7 @@ fn adaptive_schedule_equals_plain_greedy() {
 /// rejects none is; the output is plain greedy's either way.
 #[test]
 fn replaced_drafts_set_the_acceptance() {
-    use wgemma::model::speculative::generate_speculative_replacing_drafts;
+    use wgemma::model::speculative::{generate_speculative_replacing_drafts, ReplacedDrafts};
     let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
     let prompt: Vec<u32> = vec![2, 17, 391, 3000, 45, 45, 1024];
     let options = greedy_options(20);
@@ -452,12 +452,7 @@ fn replaced_drafts_set_the_acceptance() {
         (1, DraftSchedule::Fixed),
         (0, DraftSchedule::Adaptive),
     ] {
-        let mut replace = |committed: usize, k: usize| -> Vec<u32> {
-            want[committed..committed + k]
-                .iter()
-                .map(|&t| (t + shift) % 4096)
-                .collect()
-        };
+        let mut keep = |k: usize| vec![shift == 0; k];
         let spec = SpeculativeOptions {
             draft_tokens: 3,
             schedule,
@@ -470,7 +465,10 @@ fn replaced_drafts_set_the_acceptance() {
             &prompt,
             &options,
             &spec,
-            &mut replace,
+            ReplacedDrafts {
+                reference: &want,
+                keep: &mut keep,
+            },
         ))
         .unwrap();
         assert_eq!(out.tokens, want, "shift {shift} {schedule:?}");
@@ -787,4 +785,136 @@ fn speculative_sampling_has_the_plain_sampling_distribution() {
         "chi2 {chi2} >= {}",
         chi2_critical(dof)
     );
+}
+
+/// Pipelined greedy rounds (round r + 1 submitted before round r is read; the accepted
+/// prefix, the bonus token, the positions and the assistant's view computed on the GPU) are
+/// token-identical to plain greedy decoding over many rounds with partial acceptance, with
+/// a prompt past the sliding window (32), and leave the target where plain decoding does.
+#[test]
+fn pipelined_rounds_equal_plain_greedy() {
+    let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
+    for prompt_len in [7u32, 40] {
+        let prompt: Vec<u32> = (0..prompt_len).map(|i| (i * 977 + 13) % 4096).collect();
+        let options = greedy_options(80);
+        let want = plain(&mut target, &prompt, &options);
+        let plain_len = target.len();
+        for (k, schedule) in [
+            (2, DraftSchedule::Fixed),
+            (4, DraftSchedule::Fixed),
+            (8, DraftSchedule::Fixed),
+            (3, DraftSchedule::Heuristic),
+            (2, DraftSchedule::Adaptive),
+        ] {
+            let spec = SpeculativeOptions {
+                draft_tokens: k,
+                schedule,
+                trace: true,
+                ..Default::default()
+            };
+            let out = run_on(&mut target, &mut assistant, &prompt, &options, spec);
+            let name = format!("prompt {prompt_len} k {k} {schedule:?}");
+            assert_eq!(out.tokens, want, "{name}: {}", out.stats.summary());
+            assert_eq!(target.len(), plain_len, "{name}: cache length");
+            let s = &out.stats;
+            // Every token is accounted for, round by round.
+            let mut committed = 1;
+            for r in &out.rounds {
+                assert_eq!(r.committed, committed, "{name}: {:?}", out.rounds);
+                committed += if r.drafts.is_empty() {
+                    1
+                } else {
+                    r.accepted + 1
+                };
+            }
+            assert_eq!(committed, out.tokens.len(), "{name}");
+            match schedule {
+                // HF's heuristic k follows each round's n: never pipelined. A ring of 16
+                // rows cannot take back 8 + 9 rows run ahead: k = 8 drains every round.
+                DraftSchedule::Heuristic => assert_eq!(s.pipelined_rounds, 0, "{name}"),
+                _ if k == 8 => assert_eq!(s.pipelined_rounds, 0, "{name}"),
+                DraftSchedule::Fixed => {
+                    assert!(s.pipelined_rounds * 2 > s.rounds, "{name}: {s:?}");
+                    assert!(s.accepted > 0 && s.accepted < s.drafted, "{name}: {s:?}");
+                }
+                DraftSchedule::Adaptive => {}
+            }
+            if schedule == DraftSchedule::Fixed {
+                // HF's k sequence: k' = min(k, budget - 1) every round.
+                for r in &out.rounds {
+                    assert_eq!(r.drafts.len(), k.min(80 - r.committed - 1), "{name}");
+                }
+            }
+        }
+    }
+}
+
+/// A budget that ends inside a round, stop tokens found by the round before the last one
+/// submitted, and a caller that stops: the output is plain greedy's, cut the same way,
+/// and the run-ahead round is rolled back (the next forward continues like plain's).
+#[test]
+fn pipelined_rounds_stop_like_plain_decoding() {
+    let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
+    let prompt: Vec<u32> = (0..40u32).map(|i| (i * 131 + 7) % 4096).collect();
+    let long = plain(&mut target, &prompt, &greedy_options(60));
+    let spec = |k| SpeculativeOptions {
+        draft_tokens: k,
+        trace: true,
+        ..Default::default()
+    };
+    // Budgets ending at every offset of a round.
+    for max_new in (3..24).chain([37, 41]) {
+        for k in [2, 3] {
+            let out = run_on(
+                &mut target,
+                &mut assistant,
+                &prompt,
+                &greedy_options(max_new),
+                spec(k),
+            );
+            assert_eq!(out.tokens, long[..max_new], "max_new {max_new} k {k}");
+            assert_eq!(target.len(), prompt.len() + max_new - 1);
+        }
+    }
+    // Stop tokens: each of several positions (the first occurrence ends the output).
+    for at in [1, 4, 9, 17, 30, 45] {
+        let stop = long[at];
+        let options = GenerateOptions {
+            stop_ids: vec![stop],
+            ..greedy_options(60)
+        };
+        let want = plain(&mut target, &prompt, &options);
+        assert_eq!(*want.last().unwrap(), stop);
+        let plain_len = target.len();
+        // What plain decoding produces next from there.
+        let after = |target: &mut Model| {
+            pollster::block_on(target.forward(test_context(), &[stop], Want::NextToken))
+                .unwrap()
+                .next
+        };
+        let plain_next = after(&mut target);
+        for k in [2, 4] {
+            let out = run_on(&mut target, &mut assistant, &prompt, &options, spec(k));
+            assert_eq!(out.tokens, want, "stop at {at} k {k}");
+            assert_eq!(target.len(), plain_len, "stop at {at} k {k}");
+            assert_eq!(after(&mut target), plain_next, "stop at {at} k {k}");
+        }
+    }
+    // The caller stops after 11 tokens.
+    let mut seen = 0;
+    let out = pollster::block_on(generate_speculative(
+        &mut target,
+        &mut assistant,
+        test_context(),
+        &prompt,
+        &greedy_options(60),
+        &spec(2),
+        &mut |_| {
+            seen += 1;
+            seen < 11
+        },
+    ))
+    .unwrap();
+    assert_eq!(out.tokens, long[..11]);
+    assert_eq!(target.len(), prompt.len() + 10);
 }

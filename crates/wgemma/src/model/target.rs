@@ -93,6 +93,18 @@ impl PlanCache {
     }
 }
 
+/// The most rows one forward may append to the sliding rings among `caches` (None
+/// without rings).
+fn ring_rows(caches: &[Option<KvCache>]) -> Option<usize> {
+    caches
+        .iter()
+        .flatten()
+        .find_map(|c| match c.config().layout {
+            KvLayout::Sliding { max_rows, .. } => Some(max_rows),
+            KvLayout::Full { .. } => None,
+        })
+}
+
 /// The KV slots of one model that no sequence holds.
 #[derive(Debug)]
 struct FreeSlots(Mutex<Vec<usize>>);
@@ -278,14 +290,7 @@ impl Model {
         }
         // One cursor stands for every cache: all advance together. Rings bound rollbacks by
         // the most rows one forward appends.
-        let ring_rows = caches
-            .iter()
-            .flatten()
-            .find_map(|c| match c.config().layout {
-                KvLayout::Sliding { max_rows, .. } => Some(max_rows),
-                KvLayout::Full { .. } => None,
-            });
-        let cursor = KvCursor::new(options.max_context, ring_rows);
+        let cursor = KvCursor::new(options.max_context, ring_rows(&caches));
         // Slot 0 is the model's own sequence; the others wait in the free list (popped from
         // the end: lowest slot first).
         let free = Arc::new(FreeSlots(Mutex::new(
@@ -531,6 +536,103 @@ impl Model {
         let mut recorded = Ok(());
         step.pass(|pass| recorded = plan.record(pass, kv_len));
         recorded
+    }
+
+    /// Records a forward of `m` rows whose positions the host does not know yet (pipelined
+    /// speculative rounds: the previous round's accepted count is still on the GPU). The
+    /// rows' positions are copied on the GPU from `positions` (u32, `m` of them from element
+    /// `from`) into the plan's positions buffer; the first is at most `max_start`. The KV
+    /// append and RoPE read positions from that buffer and the attention cuts each row's
+    /// keys from it, so only the attention's grid comes from the host, planned for the
+    /// longest case (`max_start + m` keys: an overestimate only costs speed). The active
+    /// sequence's cursor does not move: the caller brings it up to date with
+    /// [`Model::account_rows`] once it knows where the rows went.
+    pub fn record_forward_at_gpu_positions(
+        &mut self,
+        ctx: &GpuContext,
+        step: &mut Step,
+        m: usize,
+        rows: LogitRows,
+        positions: (&crate::gpu::Tensor, usize),
+        max_start: usize,
+    ) -> Result<()> {
+        let encode_start = web_time::Instant::now();
+        let plan = self.plans.get((m, rows)).ok_or_else(|| {
+            Error::invalid(
+                "model",
+                format!("plan of {m} rows ({rows:?} logits)"),
+                "built by Model::plan",
+                "none",
+            )
+        })?;
+        if max_start + m > self.options.max_context {
+            return Err(Error::invalid(
+                "model",
+                "context length (positions held + new tokens, at most)",
+                format!("<= {} (--context)", self.options.max_context),
+                max_start + m,
+            ));
+        }
+        let (source, from) = positions;
+        if source.dtype() != crate::gpu::DType::U32 || from + m > source.numel() {
+            return Err(Error::invalid(
+                "model",
+                "GPU positions of a forward",
+                format!("{m} u32 from element {from}"),
+                format!("{:?} {:?}", source.dtype(), source.shape()),
+            ));
+        }
+        // Ring sizes bound the rows of one forward, wherever it starts.
+        self.sequence.cursor.check_advance(m)?;
+        if self.options.sequences > 1 {
+            // The slot half of the positions buffer: constant for the sequence.
+            let slots = vec![self.sequence.slot as u32; m];
+            ctx.queue.write_buffer(
+                plan.positions.buffer(),
+                (m * 4) as u64,
+                bytemuck::cast_slice(&slots),
+            );
+        }
+        step.encoder().copy_buffer_to_buffer(
+            source.buffer(),
+            (from * 4) as u64,
+            plan.positions.buffer(),
+            0,
+            (m * 4) as u64,
+        );
+        let mut recorded = Ok(());
+        step.pass(|pass| recorded = plan.record(pass, max_start + m));
+        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
+        recorded
+    }
+
+    /// Brings the active sequence's cursor up to date after a forward recorded with
+    /// [`Model::record_forward_at_gpu_positions`]: its `m` rows were written from position
+    /// `start` (>= [`Model::len`]: positions between were written by the forward before it),
+    /// and the sequence keeps positions `< keep`. Runs the cursor's own checks (a sliding
+    /// ring refuses a rollback past rows it overwrote), as a host-positioned forward and
+    /// [`Model::rollback`] would.
+    pub fn account_rows(&mut self, start: usize, m: usize, keep: usize) -> Result<()> {
+        let len = self.len();
+        if start < len {
+            return Err(Error::invalid(
+                "model",
+                "start of the rows to account",
+                format!(">= {len} (positions held)"),
+                start,
+            ));
+        }
+        let cursor = &mut self.sequence.cursor;
+        if start > len {
+            cursor.advance(start - len)?;
+        }
+        cursor.advance(m)?;
+        cursor.rollback(keep)
+    }
+
+    /// The most rows one forward may write on the sliding rings (None without rings).
+    pub fn ring_rows(&self) -> Option<usize> {
+        ring_rows(&self.caches)
     }
 
     /// The KV cache of `layer` (None for KV-shared layers and out-of-range indices).

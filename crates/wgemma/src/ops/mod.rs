@@ -18,6 +18,7 @@ pub mod rmsnorm;
 pub mod rope;
 pub mod scatter;
 pub mod softcap;
+pub mod spec_commit;
 pub mod topk;
 
 use crate::harness::{OpCase, Rng};
@@ -39,6 +40,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(geglu::random_cases(rng));
     cases.extend(geglu::random_strided_cases(rng));
     cases.extend(softcap::random_cases(rng));
+    cases.extend(spec_commit::random_cases(rng));
     cases.extend(embedding::random_cases(rng));
     cases.extend(attention::random_cases(rng));
     cases.extend(rope::random_cases(rng));

@@ -70,6 +70,20 @@ pub fn store_layer(target: &ModelSpec, kind: LayerKind) -> Option<usize> {
         .next_back()
 }
 
+/// The assistant's buffers that start a draft round, for a round started on the GPU.
+pub struct GpuRoundBuffers<'a> {
+    /// The token the first draft step embeds (the seed), u32 `[1]`.
+    pub token: &'a Tensor,
+    /// The first step's input `[embedding * scale, h_prev]`; the seed hidden state goes at
+    /// element `seed_hidden_offset`.
+    pub input: &'a Tensor,
+    pub seed_hidden_offset: usize,
+    /// `[value, target KV slot]` u32 each: the RoPE position and the view ends.
+    pub rope_position: &'a Tensor,
+    pub full_end: &'a Tensor,
+    pub sliding_end: &'a Tensor,
+}
+
 /// A loaded assistant, bound to the target whose caches its attention reads.
 pub struct Assistant {
     pub spec: AssistantSpec,
@@ -311,6 +325,27 @@ impl Assistant {
         write(&self.a.full_position, view.full_end);
         write(&self.a.sliding_position, view.sliding_end);
         self.view = Some(view);
+    }
+
+    /// Starts a round whose view buffers were written on the GPU (pipelined greedy rounds:
+    /// the speculative commit kernel writes the RoPE position, the view ends and the seed
+    /// hidden state, [`Assistant::gpu_round_buffers`]). `bound` is the largest view the round
+    /// can have: its ends only size the attention grids (the kernels cut each row's keys
+    /// from the position buffers), so a bound costs speed, never correctness.
+    pub fn begin_round_on_gpu(&mut self, bound: DraftView) {
+        self.view = Some(bound);
+    }
+
+    /// The buffers a GPU-resident round start writes (see [`Assistant::begin_round_on_gpu`]).
+    pub fn gpu_round_buffers(&self) -> GpuRoundBuffers<'_> {
+        GpuRoundBuffers {
+            token: &self.a.token,
+            input: &self.a.input,
+            seed_hidden_offset: self.target_hidden,
+            rope_position: &self.a.rope_position,
+            full_end: &self.a.full_position,
+            sliding_end: &self.a.sliding_position,
+        }
     }
 
     /// Writes the token the next step embeds (the round's seed, or a host-sampled draft).

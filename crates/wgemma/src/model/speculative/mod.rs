@@ -19,10 +19,13 @@
 //!    pay. A round after plain steps drafts from the last plain step's hidden state, with
 //!    [`DraftView::after_plain_step`].
 //!
-//! Greedy rounds run in ONE submit and ONE wait: the k' draft passes (each draft stays on
-//! the GPU: the argmax writes the token the next step embeds, and a buffer copy puts it in
-//! the verify forward's token ids), then the verify pass, then the readback of the verify's
-//! argmax ids and of the token ids (which hold the drafts).
+//! Greedy rounds run in ONE submit each and are pipelined ([`pipeline`]): the k' draft
+//! passes (each draft stays on the GPU: the argmax writes the token the next step embeds,
+//! and a buffer copy puts it in the verify forward's token ids), the verify pass, then the
+//! `spec_commit` kernel, which computes the accepted prefix, the bonus token, the next
+//! seed's position, the assistant's next view and seed hidden state on the GPU; so round
+//! r + 1 is submitted before the host reads round r's record (one readback per round, read
+//! one round late to stream the tokens). Rounds that sample keep the host path below.
 //!
 //! Temperature > 0: lossless speculative sampling (Leviathan et al. 2023, Algorithm 1):
 //! draft d_i ~ q_i (the assistant's distribution through the same temperature / top-k /
@@ -31,13 +34,16 @@
 //! the bonus from p_{k'+1}. The output is distributed exactly as plain sampling's. (HF
 //! differs here: its MTP generator drafts the assistant's argmax yet accepts with p/q of the
 //! assistant's softmax, which is not lossless.) Drafts are sampled on the host, so a
-//! sampling round waits once per draft step and once for the verify.
+//! sampling round waits once per draft step and once for the verify, and sampling rounds
+//! are not pipelined (T > 0 keeps this host path; so does `capture_draft_logits`).
 
 mod accept;
+mod pipeline;
 mod rounds;
 pub mod schedule;
 
 pub use accept::speculative_accept;
+pub use pipeline::ReplacedDrafts;
 pub use schedule::DraftSchedule;
 
 use super::assistant::{store_layer, Assistant};
@@ -108,6 +114,11 @@ pub struct SpeculativeStats {
     /// Tokens committed per round: (generated - 1 - plain_steps) / rounds (the first token
     /// comes from the prefill).
     pub tokens_per_round: f64,
+    /// Rounds recorded and submitted before the host read the round before them.
+    pub pipelined_rounds: usize,
+    /// Milliseconds the host waited for round results, per round (pipelined greedy rounds
+    /// wait while the next round runs; host-drafted rounds wait for each draft too).
+    pub host_wait_ms_per_round: f64,
 }
 
 impl SpeculativeStats {
@@ -232,10 +243,11 @@ pub async fn generate_speculative(
 }
 
 /// [`generate_speculative`] for benchmarks (greedy, drafts chained on the GPU): every round
-/// the assistant drafts as usual (its full cost is paid), then its k drafts are replaced by
-/// `drafts(committed, k)` (k tokens; `committed` = tokens generated so far) before the
-/// verify forward, so that acceptance follows the caller's choice (oracle or fixed-rate
-/// drafts). The output is still the target's greedy continuation.
+/// the assistant drafts as usual (its full cost is paid), then its k drafts are replaced on
+/// the GPU as [`ReplacedDrafts`] says (the target's own tokens, or tokens it rejects, per
+/// the caller's keep flags) before the verify forward, so that acceptance follows the
+/// caller's choice (oracle or fixed-rate drafts). The output is still the target's greedy
+/// continuation.
 pub async fn generate_speculative_replacing_drafts(
     target: &mut Model,
     assistant: &mut Assistant,
@@ -243,7 +255,7 @@ pub async fn generate_speculative_replacing_drafts(
     prompt: &[u32],
     options: &GenerateOptions,
     spec: &SpeculativeOptions,
-    drafts: &mut dyn FnMut(usize, usize) -> Vec<u32>,
+    drafts: ReplacedDrafts<'_>,
 ) -> Result<SpeculativeOutput> {
     rounds::run(
         target,

@@ -1,11 +1,16 @@
 //! The loop of [`super::generate_speculative`]: the prefill, then rounds (drafts + one verify
 //! forward) or, under the adaptive schedule, chunks of plain pipelined decode steps.
+//!
+//! Greedy rounds with drafts chained on the GPU run pipelined ([`super::pipeline`]); rounds
+//! that sample, or that read every draft's logits back, run here one at a time, the host
+//! drafting.
 
 use super::accept::{dense, draw_dense, speculative_accept};
+use super::pipeline::{self, ReplacedDrafts};
 use super::schedule::{AdaptiveDrafts, DraftSchedule, NextRound};
 use super::{check_session, DraftRound, LastForward, SpeculativeOptions, SpeculativeOutput, OP};
 use crate::error::{Error, Result};
-use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
+use crate::gpu::{GpuContext, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
 use crate::model::generate::GenerateOptions;
@@ -23,169 +28,68 @@ fn per_second(count: usize, seconds: f64) -> f64 {
     }
 }
 
-/// Greedy: `n` plain pipelined steps after the last token of `tokens` (the seed, not yet in
-/// the cache), each token through `on_token`. Returns the seconds per step (None when it
-/// cannot be told: fewer than two tokens, or the decode plan was built on the way) and
-/// whether the caller stopped (a stop token or `on_token`'s `false`).
-async fn plain_chunk(
-    target: &mut Model,
-    ctx: &GpuContext,
-    stop_ids: &[u32],
-    n: usize,
-    tokens: &mut Vec<u32>,
-    on_token: &mut dyn FnMut(u32) -> bool,
-) -> Result<(Option<f64>, bool)> {
-    let seed = *tokens.last().expect("one token at least");
-    let timed = target.built_plan(1, LogitRows::Last).is_some();
-    let mut stamps = Vec::with_capacity(n);
-    let mut stopped = false;
-    let rest = target
-        .decode_greedy(ctx, seed, n, &mut |t| {
-            stamps.push(Instant::now());
-            let go = on_token(t) && !stop_ids.contains(&t);
-            stopped |= !go;
-            go
-        })
-        .await?;
-    tokens.extend(&rest);
-    let seconds = match (timed, stamps.first(), stamps.last()) {
-        (true, Some(a), Some(b)) if stamps.len() >= 2 => {
-            Some(b.duration_since(*a).as_secs_f64() / (stamps.len() - 1) as f64)
-        }
-        _ => None,
-    };
-    Ok((seconds, stopped))
+/// One generation's state, shared by the host rounds and the pipelined ones.
+pub(super) struct Session<'a> {
+    pub target: &'a mut Model,
+    pub assistant: &'a mut Assistant,
+    pub ctx: &'a GpuContext,
+    pub options: &'a GenerateOptions,
+    pub spec: &'a SpeculativeOptions,
+    /// The largest k a round may use.
+    pub k_cap: usize,
+    pub prompt_len: usize,
+    pub out: SpeculativeOutput,
+    /// Committed tokens (the prefill's first included).
+    pub tokens: Vec<u32>,
+    /// A stop token, or the caller said stop.
+    pub done: bool,
+    /// The fixed / heuristic schedule's k.
+    pub k: usize,
+    pub adaptive: Option<AdaptiveDrafts>,
+    /// The target forward the next round's view and seed hidden state derive from.
+    pub last: LastForward,
+    /// Seconds the host waited for round results (readbacks).
+    pub wait_s: f64,
+    sampler: Sampler,
+    rng: rand_chacha::ChaCha8Rng,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn run(
-    target: &mut Model,
-    assistant: &mut Assistant,
-    ctx: &GpuContext,
-    prompt: &[u32],
-    options: &GenerateOptions,
-    spec: &SpeculativeOptions,
-    mut replace_drafts: Option<&mut dyn FnMut(usize, usize) -> Vec<u32>>,
-    on_token: &mut dyn FnMut(u32) -> bool,
-) -> Result<SpeculativeOutput> {
-    if prompt.is_empty() {
-        return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
+impl Session<'_> {
+    pub fn budget(&self) -> usize {
+        self.options.max_new_tokens - self.tokens.len()
     }
-    let k_cap = check_session(target, assistant, spec)?;
-    let params = options.sampling;
-    let mut sampler = Sampler::new(params)?;
-    let greedy = params.is_greedy();
-    let host_drafts = !greedy || spec.capture_draft_logits;
-    if replace_drafts.is_some() && host_drafts {
-        return Err(Error::invalid(
-            OP,
-            "rounds whose drafts are replaced",
-            "greedy, drafts chained on the GPU",
-            "sampling or captured draft logits",
-        ));
-    }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.seed);
-    let vocab = target.spec.config.vocab_size;
-    let (w_t, w_a) = (assistant.target_window(), assistant.window());
-    let ids_readback = Readback::new(ctx, "speculative.ids", (k_cap as u64 + 1) * 4);
-    // The replacement drafts, copied over the assistant's in the verify's token ids.
-    let replacement = Tensor::zeros(ctx, "speculative.replacement", &[k_cap], DType::U32)?;
-    let max_new = options.max_new_tokens;
-    let mut out = SpeculativeOutput::default();
-    out.stats.base.prompt_tokens = prompt.len();
 
-    target.reset();
-    let start = Instant::now();
-    if max_new == 0 {
-        return Ok(out);
+    /// The position of the next round's seed (the last committed token, not yet in the
+    /// target's cache).
+    pub fn seed_position(&self) -> usize {
+        self.prompt_len + self.tokens.len() - 1
     }
-    // Round 0: the prefill, no drafts.
-    let prefill = target
-        .forward(
-            ctx,
-            prompt,
-            if greedy {
-                Want::NextToken
-            } else {
-                Want::LastLogits
-            },
-        )
-        .await?;
-    let first = if greedy {
-        prefill.next[0]
-    } else {
-        let dist = sampler.distribution(&prefill.logits);
-        draw_dense(&mut rng, &dense(&dist, vocab), 1.0)
-    };
-    let t_first = start.elapsed().as_secs_f64();
-    let first_at = Instant::now();
-    out.stats.base.ttft_ms = t_first * 1e3;
-    out.stats.base.prefill_tokens_per_s = per_second(prompt.len(), t_first);
-    let l = prompt.len();
-    let m_last = (l - 1) % target.options.prefill_chunk + 1;
-    let mut last = LastForward {
-        r: l - 1,
-        m: l,
-        plan: (m_last, LogitRows::Last),
-        row: m_last - 1,
-    };
-    let mut tokens = vec![first];
-    let mut done = !on_token(first) || options.stop_ids.contains(&first);
-    let mut k = spec.draft_tokens;
-    let mut adaptive = (spec.schedule == DraftSchedule::Adaptive)
-        .then(|| AdaptiveDrafts::new(spec.draft_tokens, k_cap));
 
-    while !done && tokens.len() < max_new {
-        let budget = max_new - tokens.len();
-        let next = match adaptive.as_mut() {
+    /// What the schedule runs next with `budget` tokens left (>= 1).
+    pub fn next_round(&mut self, budget: usize) -> NextRound {
+        match self.adaptive.as_mut() {
             Some(schedule) => schedule.next(budget),
-            None => NextRound::Draft(k),
-        };
-        if let (NextRound::Plain(n), true) = (next, greedy) {
-            let committed = tokens.len();
-            let (seconds, stopped) = plain_chunk(
-                target,
-                ctx,
-                &options.stop_ids,
-                n.min(budget),
-                &mut tokens,
-                on_token,
-            )
-            .await?;
-            done = stopped;
-            let steps = tokens.len() - committed;
-            out.stats.plain_steps += steps;
-            if spec.trace {
-                out.rounds
-                    .extend((committed..tokens.len()).map(|c| DraftRound {
-                        committed: c,
-                        drafts: Vec::new(),
-                        accepted: 0,
-                    }));
-            }
-            if let Some(schedule) = adaptive.as_mut() {
-                schedule.record_plain(seconds);
-            }
-            last = LastForward {
-                r: target.len() - 1,
-                m: 1,
-                plan: (1, LogitRows::Last),
-                row: 0,
-            };
-            continue;
+            None => NextRound::Draft(self.k),
         }
-        let round_start = Instant::now();
-        let seed = *tokens.last().expect("one token at least");
-        let p = l + tokens.len() - 1;
-        let kk = match next {
-            NextRound::Draft(k) => k.min(budget - 1),
-            NextRound::Plain(_) => 0,
-        };
-        let m = kk + 1;
-        // A round that builds its verify plan is not a measure of what rounds cost.
-        let timed = target.built_plan(m, LogitRows::All).is_some();
-        let seed_hidden = target
-            .built_plan(last.plan.0, last.plan.1)
+    }
+
+    /// The view of a round drafting at the seed after `self.last` (HF's; after a one-row
+    /// forward past the window, the plain-step view HF never needs).
+    pub fn host_view(&self) -> Result<DraftView> {
+        let last = self.last;
+        let p = self.seed_position();
+        let (w_t, w_a) = (self.assistant.target_window(), self.assistant.window());
+        match DraftView::hf(p, last.r, last.m, w_t, w_a) {
+            Err(_) if last.m == 1 => Ok(DraftView::after_plain_step(p, last.r)),
+            view => view,
+        }
+    }
+
+    /// The final-normed hidden states of the last target forward (the seed's row is
+    /// `self.last.row`).
+    pub fn seed_hidden(&self) -> Result<Tensor> {
+        self.target
+            .built_plan(self.last.plan.0, self.last.plan.1)
             .and_then(|plan| plan.head.as_ref())
             .map(|head| head.hidden.clone())
             .ok_or_else(|| {
@@ -195,97 +99,180 @@ pub(super) async fn run(
                     "kept",
                     "none",
                 )
-            })?;
-        let ids = target.plan(ctx, m, LogitRows::All)?.ids.clone();
+            })
+    }
 
-        // Drafts, then the verify forward.
+    /// Cuts a round's tokens (`valid`: the accepted drafts, then the bonus) to the budget
+    /// and after the first stop token.
+    pub fn cut(&self, valid: &mut Vec<u32>) {
+        valid.truncate(self.budget());
+        if let Some(i) = valid.iter().position(|t| self.options.stop_ids.contains(t)) {
+            valid.truncate(i + 1);
+        }
+    }
+
+    /// Books a verified round: stats, trace, the schedule (`accepted`: drafts accepted
+    /// before the cut; `seconds`: its cost when representative), then streams `valid`.
+    pub fn book_round(
+        &mut self,
+        drafts: Vec<u32>,
+        accepted: usize,
+        valid: Vec<u32>,
+        seconds: Option<f64>,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) {
+        let (kk, n) = (drafts.len(), valid.len() - 1);
+        let s = &mut self.out.stats;
+        s.rounds += 1;
+        s.drafted += kk;
+        s.accepted += n;
+        if self.spec.trace {
+            self.out.rounds.push(DraftRound {
+                committed: self.tokens.len(),
+                drafts,
+                accepted: n,
+            });
+        }
+        match (self.spec.schedule, self.adaptive.as_mut()) {
+            (_, Some(schedule)) if kk == 0 => schedule.record_plain(seconds),
+            (_, Some(schedule)) => schedule.record_round(kk, accepted, seconds),
+            (DraftSchedule::Heuristic, None) if kk > 0 => {
+                self.k = if n == kk {
+                    (self.k + 2).min(self.k_cap)
+                } else {
+                    self.k.saturating_sub(1).max(1)
+                };
+            }
+            _ => {}
+        }
+        self.stream(valid, on_token);
+    }
+
+    fn stream(&mut self, valid: Vec<u32>, on_token: &mut dyn FnMut(u32) -> bool) {
+        for t in valid {
+            self.tokens.push(t);
+            if !on_token(t) || self.options.stop_ids.contains(&t) {
+                self.done = true;
+                break;
+            }
+        }
+    }
+
+    /// Greedy: up to `n` plain pipelined steps after the last token (the seed, not yet in
+    /// the cache), booked as plain steps.
+    pub async fn plain_chunk(
+        &mut self,
+        n: usize,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<()> {
+        let committed = self.tokens.len();
+        let seed = *self.tokens.last().expect("one token at least");
+        // A chunk that builds the decode plan is not a measure of what steps cost.
+        let timed = self.target.built_plan(1, LogitRows::Last).is_some();
+        let stop_ids = &self.options.stop_ids;
+        let mut stamps = Vec::with_capacity(n);
+        let mut stopped = false;
+        let rest = self
+            .target
+            .decode_greedy(self.ctx, seed, n.min(self.budget()), &mut |t| {
+                stamps.push(Instant::now());
+                let go = on_token(t) && !stop_ids.contains(&t);
+                stopped |= !go;
+                go
+            })
+            .await?;
+        self.tokens.extend(&rest);
+        self.done = stopped;
+        let seconds = match (timed, stamps.first(), stamps.last()) {
+            (true, Some(a), Some(b)) if stamps.len() >= 2 => {
+                Some(b.duration_since(*a).as_secs_f64() / (stamps.len() - 1) as f64)
+            }
+            _ => None,
+        };
+        self.out.stats.plain_steps += self.tokens.len() - committed;
+        if self.spec.trace {
+            self.out
+                .rounds
+                .extend((committed..self.tokens.len()).map(|c| DraftRound {
+                    committed: c,
+                    drafts: Vec::new(),
+                    accepted: 0,
+                }));
+        }
+        if let Some(schedule) = self.adaptive.as_mut() {
+            schedule.record_plain(seconds);
+        }
+        self.last = LastForward {
+            r: self.target.len() - 1,
+            m: 1,
+            plan: (1, LogitRows::Last),
+            row: 0,
+        };
+        Ok(())
+    }
+
+    /// One round drafted through the host (sampling, or the draft logits read back):
+    /// `kk` drafts, each its own submit and wait, then the verify forward.
+    async fn host_round(&mut self, kk: usize, on_token: &mut dyn FnMut(u32) -> bool) -> Result<()> {
+        let (ctx, vocab) = (self.ctx, self.target.spec.config.vocab_size);
+        let greedy = self.options.sampling.is_greedy();
+        let round_start = Instant::now();
+        let seed = *self.tokens.last().expect("one token at least");
+        let p = self.seed_position();
+        let m = kk + 1;
+        // A round that builds its verify plan is not a measure of what rounds cost.
+        let timed = self.target.built_plan(m, LogitRows::All).is_some();
+        let seed_hidden = self.seed_hidden()?;
+        let ids = self.target.plan(ctx, m, LogitRows::All)?.ids.clone();
         let mut drafts = Vec::with_capacity(kk);
         let mut q_rows = Vec::new();
         let mut step = Step::new(ctx);
         if kk > 0 {
-            // HF never drafts after a plain step past the window (its rounds always draft).
-            let view = match DraftView::hf(p, last.r, last.m, w_t, w_a) {
-                Err(_) if last.m == 1 => DraftView::after_plain_step(p, last.r),
-                view => view?,
-            };
-            assistant.begin_round(ctx, view, target.sequence_slot());
-            assistant.write_token(ctx, seed)?;
-            assistant.record_seed_hidden(&mut step, &seed_hidden, last.row)?;
-            if host_drafts {
-                for i in 0..kk {
-                    if i > 0 {
-                        assistant.write_token(ctx, drafts[i - 1])?;
-                    }
-                    assistant.record_step(&mut step)?;
-                    assistant.record_readback(&mut step, true)?;
-                    std::mem::replace(&mut step, Step::new(ctx)).submit();
-                    let logits = assistant.read_logits(ctx).await?;
-                    let d = if greedy {
-                        assistant.read_token(ctx).await?
-                    } else {
-                        let q = dense(&sampler.distribution(&logits), vocab);
-                        let d = draw_dense(&mut rng, &q, 1.0);
-                        q_rows.push(q);
-                        d
-                    };
-                    if spec.capture_draft_logits {
-                        out.draft_logits.push(logits);
-                    }
-                    drafts.push(d);
+            let view = self.host_view()?;
+            let slot = self.target.sequence_slot();
+            self.assistant.begin_round(ctx, view, slot);
+            self.assistant.write_token(ctx, seed)?;
+            self.assistant
+                .record_seed_hidden(&mut step, &seed_hidden, self.last.row)?;
+            for i in 0..kk {
+                if i > 0 {
+                    self.assistant.write_token(ctx, drafts[i - 1])?;
                 }
-            } else {
-                for i in 0..kk {
-                    assistant.record_step(&mut step)?;
-                    assistant.record_token_copy(&mut step, &ids, i + 1)?;
+                self.assistant.record_step(&mut step)?;
+                self.assistant.record_readback(&mut step, true)?;
+                std::mem::replace(&mut step, Step::new(ctx)).submit();
+                let wait = Instant::now();
+                let logits = self.assistant.read_logits(ctx).await?;
+                let d = if greedy {
+                    self.assistant.read_token(ctx).await?
+                } else {
+                    let q = dense(&self.sampler.distribution(&logits), vocab);
+                    let d = draw_dense(&mut self.rng, &q, 1.0);
+                    q_rows.push(q);
+                    d
+                };
+                self.wait_s += wait.elapsed().as_secs_f64();
+                if self.spec.capture_draft_logits {
+                    self.out.draft_logits.push(logits);
                 }
-                if let Some(replace) = replace_drafts.as_mut() {
-                    let mut with = replace(tokens.len(), kk);
-                    if with.len() != kk {
-                        return Err(Error::invalid(
-                            OP,
-                            "replacement drafts of a round",
-                            kk,
-                            with.len(),
-                        ));
-                    }
-                    with.resize(k_cap, 0);
-                    write_token_ids(ctx, &replacement, &with, vocab)?;
-                    step.encoder().copy_buffer_to_buffer(
-                        replacement.buffer(),
-                        0,
-                        ids.buffer(),
-                        4,
-                        kk as u64 * 4,
-                    );
-                }
+                drafts.push(d);
             }
         }
-        if host_drafts || kk == 0 {
-            let mut all = Vec::with_capacity(m);
-            all.push(seed);
-            all.extend(&drafts);
-            write_token_ids(ctx, &ids, &all, vocab)?;
-        } else {
-            // Slot 0 only: the drafts are copied into 1..=kk on the GPU.
-            ids.write_bytes(ctx, bytemuck::bytes_of(&seed));
-        }
-        target.record_forward(ctx, &mut step, m, LogitRows::All)?;
-        let plan = target.plan(ctx, m, LogitRows::All)?;
+        let mut all = Vec::with_capacity(m);
+        all.push(seed);
+        all.extend(&drafts);
+        write_token_ids(ctx, &ids, &all, vocab)?;
+        self.target
+            .record_forward(ctx, &mut step, m, LogitRows::All)?;
+        let plan = self.target.plan(ctx, m, LogitRows::All)?;
         let head = plan.head.as_ref().expect("a verify plan has logits");
         step.copy_to_readback(&head.next, &head.next_readback)?;
         if !greedy {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;
         }
-        if !host_drafts && kk > 0 {
-            step.copy_to_readback(&ids, &ids_readback)?;
-        }
         step.submit();
+        let wait = Instant::now();
         let next_ids = head.next_readback.read_u32(ctx).await?;
-        if !host_drafts && kk > 0 {
-            drafts = ids_readback.read_u32(ctx).await?[1..m].to_vec();
-        }
-
-        // Acceptance.
         let (mut valid, accepted) = if greedy {
             let n = drafts
                 .iter()
@@ -297,53 +284,134 @@ pub(super) async fn run(
             let logits = head.logits_readback.read_f32(ctx).await?;
             let p_rows: Vec<Vec<f32>> = logits
                 .chunks(vocab)
-                .map(|row| dense(&sampler.distribution(row), vocab))
+                .map(|row| dense(&self.sampler.distribution(row), vocab))
                 .collect();
-            speculative_accept(&mut rng, &drafts, &p_rows, &q_rows)
+            speculative_accept(&mut self.rng, &drafts, &p_rows, &q_rows)
         };
+        self.wait_s += wait.elapsed().as_secs_f64();
         let seconds = timed.then(|| round_start.elapsed().as_secs_f64());
-        valid.truncate(max_new - tokens.len());
-        if let Some(i) = valid.iter().position(|t| options.stop_ids.contains(t)) {
-            valid.truncate(i + 1);
-        }
+        self.cut(&mut valid);
         let n = valid.len() - 1;
-        target.rollback(p + n + 1)?;
-        out.stats.rounds += 1;
-        out.stats.drafted += kk;
-        out.stats.accepted += n;
-        if spec.trace {
-            out.rounds.push(DraftRound {
-                committed: tokens.len(),
-                drafts: drafts.clone(),
-                accepted: n,
-            });
-        }
-        match (spec.schedule, adaptive.as_mut()) {
-            (_, Some(schedule)) if kk == 0 => schedule.record_plain(seconds),
-            (_, Some(schedule)) => schedule.record_round(kk, accepted, seconds),
-            (DraftSchedule::Heuristic, None) if kk > 0 => {
-                k = if n == kk {
-                    (k + 2).min(k_cap)
-                } else {
-                    k.saturating_sub(1).max(1)
-                };
-            }
-            _ => {}
-        }
-        last = LastForward {
+        self.target.rollback(p + n + 1)?;
+        self.last = LastForward {
             r: p + kk,
             m,
             plan: (m, LogitRows::All),
             row: n,
         };
-        for t in valid {
-            tokens.push(t);
-            if !on_token(t) || options.stop_ids.contains(&t) {
-                done = true;
-                break;
-            }
-        }
+        self.book_round(drafts, accepted, valid, seconds, on_token);
+        Ok(())
     }
+
+    /// Rounds one at a time, drafted through the host.
+    async fn host_rounds(&mut self, on_token: &mut dyn FnMut(u32) -> bool) -> Result<()> {
+        let greedy = self.options.sampling.is_greedy();
+        while !self.done && self.tokens.len() < self.options.max_new_tokens {
+            let budget = self.budget();
+            let kk = match self.next_round(budget) {
+                NextRound::Plain(n) if greedy => {
+                    self.plain_chunk(n, on_token).await?;
+                    continue;
+                }
+                NextRound::Draft(k) => k.min(budget - 1),
+                NextRound::Plain(_) => 0,
+            };
+            self.host_round(kk, on_token).await?;
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn run(
+    target: &mut Model,
+    assistant: &mut Assistant,
+    ctx: &GpuContext,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    spec: &SpeculativeOptions,
+    replace_drafts: Option<ReplacedDrafts<'_>>,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<SpeculativeOutput> {
+    if prompt.is_empty() {
+        return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
+    }
+    let k_cap = check_session(target, assistant, spec)?;
+    let params = options.sampling;
+    let greedy = params.is_greedy();
+    let host_drafts = !greedy || spec.capture_draft_logits;
+    if replace_drafts.is_some() && host_drafts {
+        return Err(Error::invalid(
+            OP,
+            "rounds whose drafts are replaced",
+            "greedy, drafts chained on the GPU",
+            "sampling or captured draft logits",
+        ));
+    }
+    let mut sampler = Sampler::new(params)?;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.seed);
+    let mut out = SpeculativeOutput::default();
+    out.stats.base.prompt_tokens = prompt.len();
+    target.reset();
+    let start = Instant::now();
+    if options.max_new_tokens == 0 {
+        return Ok(out);
+    }
+    // Round 0: the prefill, no drafts.
+    let want = if greedy {
+        Want::NextToken
+    } else {
+        Want::LastLogits
+    };
+    let prefill = target.forward(ctx, prompt, want).await?;
+    let first = if greedy {
+        prefill.next[0]
+    } else {
+        let dist = sampler.distribution(&prefill.logits);
+        draw_dense(&mut rng, &dense(&dist, target.spec.config.vocab_size), 1.0)
+    };
+    let t_first = start.elapsed().as_secs_f64();
+    let first_at = Instant::now();
+    out.stats.base.ttft_ms = t_first * 1e3;
+    out.stats.base.prefill_tokens_per_s = per_second(prompt.len(), t_first);
+    let l = prompt.len();
+    let m_last = (l - 1) % target.options.prefill_chunk + 1;
+    let mut session = Session {
+        target,
+        assistant,
+        ctx,
+        options,
+        spec,
+        k_cap,
+        prompt_len: l,
+        out,
+        tokens: Vec::with_capacity(options.max_new_tokens),
+        done: false,
+        k: spec.draft_tokens,
+        adaptive: (spec.schedule == DraftSchedule::Adaptive)
+            .then(|| AdaptiveDrafts::new(spec.draft_tokens, k_cap)),
+        last: LastForward {
+            r: l - 1,
+            m: l,
+            plan: (m_last, LogitRows::Last),
+            row: m_last - 1,
+        },
+        wait_s: 0.0,
+        sampler,
+        rng,
+    };
+    session.stream(vec![first], on_token);
+    if host_drafts {
+        session.host_rounds(on_token).await?;
+    } else {
+        pipeline::run(&mut session, replace_drafts, on_token).await?;
+    }
+    let Session {
+        mut out,
+        tokens,
+        wait_s,
+        ..
+    } = session;
     let s = &mut out.stats;
     s.base.generated_tokens = tokens.len();
     s.base.decode_tokens_per_s = per_second(tokens.len() - 1, first_at.elapsed().as_secs_f64());
@@ -354,6 +422,11 @@ pub(super) async fn run(
     };
     s.tokens_per_round = if s.rounds > 0 {
         (tokens.len() - 1 - s.plain_steps) as f64 / s.rounds as f64
+    } else {
+        0.0
+    };
+    s.host_wait_ms_per_round = if s.rounds > 0 {
+        wait_s * 1e3 / s.rounds as f64
     } else {
         0.0
     };
