@@ -1,18 +1,113 @@
 //! The prefill GEMM routes' dispatch geometry: one workgroup per (m-tile, n-tile) pair, with
-//! each shader's own tile sizes.
+//! each shader's own tile sizes; on the tensor-core route, grids too small to fill the GPU
+//! split K across workgroups (`q4_gemm_coop_split.wgsl`).
 
 use super::LinearRoute;
+use crate::error::Result;
+use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder};
 
-/// The shader of a GEMM route and the (x rows, weight rows) one workgroup covers.
-pub(super) fn shader_and_tile(route: LinearRoute) -> (&'static str, [usize; 2]) {
-    match route {
-        LinearRoute::Q4GemmCoop => ("q4_gemm_coop", [128, 128]),
+/// The tensor-core kernel's tile (x rows, weight rows).
+const COOP_TILE: [usize; 2] = [128, 128];
+
+/// Workgroups a tensor-core GEMM wants in flight: about two per SM of a large GPU (132 on
+/// an H200). A 128 x 128 tile's pass over K is latency bound (~1.5 us a 32-k step whatever
+/// the load of its SM), so a grid below this finishes no sooner than one workgroup's whole
+/// pass and more, shorter passes over K are free speed.
+pub(super) const FILL_WORKGROUPS: usize = 256;
+
+/// The fewest 32-k steps a split is given: below, the prologue (first loads, zeroing) and
+/// the combine outweigh the steps saved.
+pub(super) const MIN_SPLIT_STEPS: usize = 4;
+
+/// Tiles the split kernel's counters cover: a grid below [`FILL_WORKGROUPS`] tiles.
+const MAX_SPLIT_TILES: usize = FILL_WORKGROUPS;
+
+/// One GEMM kernel's plan: its shader, tile and K splits per tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct GemmPlan {
+    pub shader: &'static str,
+    pub tile: [usize; 2],
+    /// Workgroups per tile, each over a run of K (1: no split).
+    pub splits: usize,
+    /// Tiles of the grid.
+    pub tiles: u64,
+}
+
+impl GemmPlan {
+    pub fn workgroups(&self) -> u64 {
+        self.tiles * self.splits as u64
+    }
+    /// f32 elements of the split kernel's partial blocks (one per workgroup).
+    pub fn partial_len(&self) -> usize {
+        self.workgroups() as usize * self.tile[0] * self.tile[1]
+    }
+}
+
+/// The plan of `route` for `m` rows of x, `rows` weight rows and `k`; `can_split`: the
+/// device has coherent storage (the split kernel's guard: without it the tile's last
+/// workgroup could read stale partials, so the route fails closed to the unsplit kernel).
+pub(super) fn plan(
+    route: LinearRoute,
+    m: usize,
+    rows: usize,
+    k: usize,
+    can_split: bool,
+) -> GemmPlan {
+    let (shader, tile) = match route {
+        LinearRoute::Q4GemmCoop => ("q4_gemm_coop", COOP_TILE),
         LinearRoute::Q4GemmF16 => ("q4_gemm_f16", [64, 128]),
         _ => ("q4_gemm", [64, 64]),
+    };
+    let tiles = tiles(m, rows, tile);
+    let splits = if route == LinearRoute::Q4GemmCoop && can_split {
+        coop_splits(tiles, k)
+    } else {
+        1
+    };
+    GemmPlan {
+        shader: if splits > 1 {
+            "q4_gemm_coop_split"
+        } else {
+            shader
+        },
+        tile,
+        splits,
+        tiles,
     }
+}
+
+/// K splits per tile of a tensor-core grid of `tiles`: enough to reach [`FILL_WORKGROUPS`]
+/// workgroups, each with at least [`MIN_SPLIT_STEPS`] steps, and no split left empty.
+pub(super) fn coop_splits(tiles: u64, k: usize) -> usize {
+    let tiles = tiles as usize;
+    if tiles == 0 || tiles >= MAX_SPLIT_TILES {
+        return 1;
+    }
+    let steps = k.div_ceil(32);
+    let wanted = FILL_WORKGROUPS.div_ceil(tiles);
+    let splits = wanted.min(steps / MIN_SPLIT_STEPS).max(1);
+    // The kernel gives each split ceil(steps / splits) steps: drop splits that would be
+    // left with none.
+    steps.div_ceil(steps.div_ceil(splits))
 }
 
 /// Workgroups for `m` rows of x and `rows` weight rows.
 pub(super) fn tiles(m: usize, rows: usize, [tile_m, tile_n]: [usize; 2]) -> u64 {
     rows.div_ceil(tile_n) as u64 * m.div_ceil(tile_m) as u64
+}
+
+/// Builds `plan` from `builder` (the GEMM's five bindings bound): the split kernel also
+/// binds the context's shared partial scratch and tile counters.
+pub(super) fn build(ctx: &GpuContext, plan: GemmPlan, builder: KernelBuilder) -> Result<Kernel> {
+    let mut builder = builder;
+    if plan.splits > 1 {
+        let partials = ctx.shared_scratch("gemm_split_partials", plan.partial_len(), DType::F32)?;
+        // Zeroed once; every dispatch's last workgroups leave them zero.
+        let counters = ctx.shared_scratch("gemm_split_counters", MAX_SPLIT_TILES, DType::U32)?;
+        builder = builder
+            .constant("SPLITS", plan.splits as u64)
+            .tensor(&partials)
+            .tensor(&counters);
+    }
+    builder.build_1d(plan.workgroups())
 }

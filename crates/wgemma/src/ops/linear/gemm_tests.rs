@@ -172,3 +172,59 @@ fn coop_configuration_is_matched_exactly() {
         &[config(8, 8, 8, T::F32, T::F32)]
     ));
 }
+
+/// The split planner on the shapes E2B prefill runs (M = 512 and 4096): the 128 x 128
+/// grids below [`gemm::FILL_WORKGROUPS`] split K, the ones that fill the GPU do not, every
+/// split has at least [`gemm::MIN_SPLIT_STEPS`] steps and none is empty.
+#[test]
+fn small_tensor_core_grids_split_k() {
+    use gemm::{plan, FILL_WORKGROUPS, MIN_SPLIT_STEPS};
+    let coop = LinearRoute::Q4GemmCoop;
+    // (M, N, K) -> splits: o_proj / down (N = 1536, 48 tiles), the N = 256 projections
+    // (8 tiles), the per-layer projection's K = 256 (8 steps), gate_up (N = 12288).
+    for (m, n, k, want) in [
+        (512, 1536, 2048, 6),
+        (512, 1536, 6144, 6),
+        (512, 256, 1536, 12),
+        (512, 1536, 256, 2),
+        (512, 12288, 1536, 1),
+        (4096, 1536, 6144, 1),
+        (4096, 256, 1536, 4),
+    ] {
+        let p = plan(coop, m, n, k, true);
+        assert_eq!(p.splits, want, "M {m} N {n} K {k}: {p:?}");
+        assert_eq!(
+            p.shader,
+            if want > 1 {
+                "q4_gemm_coop_split"
+            } else {
+                "q4_gemm_coop"
+            }
+        );
+        let steps = k.div_ceil(32);
+        let per = steps.div_ceil(p.splits);
+        if p.splits > 1 {
+            assert!(per >= MIN_SPLIT_STEPS, "{p:?}");
+            assert!((p.splits - 1) * per < steps, "an empty split: {p:?}");
+            assert!(p.tiles < FILL_WORKGROUPS as u64);
+        }
+        // Without coherent storage the route fails closed to the unsplit kernel.
+        let closed = plan(coop, m, n, k, false);
+        assert_eq!((closed.shader, closed.splits), ("q4_gemm_coop", 1));
+    }
+    // The vector GEMMs never split.
+    for route in [LinearRoute::Q4GemmF16, LinearRoute::Q4Gemm] {
+        assert_eq!(plan(route, 512, 256, 1536, true).splits, 1);
+    }
+    // Every split count the planner can give leaves no split empty.
+    for tiles in 1..FILL_WORKGROUPS as u64 {
+        for k in (8..=4096).step_by(88) {
+            let s = gemm::coop_splits(tiles, k);
+            let steps = k.div_ceil(32);
+            assert!(
+                s >= 1 && (s - 1) * steps.div_ceil(s) < steps,
+                "{tiles} {k} {s}"
+            );
+        }
+    }
+}

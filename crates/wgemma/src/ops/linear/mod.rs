@@ -648,8 +648,9 @@ fn build_q4(
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let (shader, tile) = gemm::shader_and_tile(route);
-                builder(shader).build_1d(gemm::tiles(m, rows, tile))?
+                let can_split = ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT);
+                let plan = gemm::plan(route, m, rows, k, can_split);
+                gemm::build(ctx, plan, builder(plan.shader))?
             }
             _ => builder("q4_linear_generic").build_1d(workgroups_for((m * rows) as u64, 64))?,
         };
