@@ -1,7 +1,6 @@
-//! The tiled prefill route (`attention_tiled.wgsl`, f32 vector math, or
-//! `attention_tiled_coop.wgsl` on the tensor cores where the device has them): its guards,
-//! its two kernels (one split writing the output, several writing split-K partials for
-//! split_k's combine) and their dispatches. Planned by [`plan::plan_tiled`].
+//! The tiled prefill route (`attention_tiled.wgsl`): its guards, its two kernels (one split
+//! writing the output, several writing split-K partials for split_k's combine) and their
+//! dispatches. Planned by [`plan::plan_tiled`].
 
 use super::plan::{self, AttentionPlan, Geometry};
 use super::{AttentionScratch, KvCache, Params};
@@ -9,30 +8,6 @@ use crate::error::Result;
 use crate::gpu::{GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
 
 const SHADER: &str = "attention_tiled";
-const SHADER_COOP: &str = "attention_tiled_coop";
-/// Workgroup memory of `attention_tiled_coop.wgsl` (its header adds it up).
-const COOP_WORKGROUP_BYTES: u32 = 48_648;
-
-/// Why the tiled route cannot run on the tensor cores here (empty: it can). The kernel
-/// needs 16x16x16 f16/f32 cooperative matrices, invocations 32s..32s+31 to be subgroup s
-/// (subgroups exactly 32 wide) and its workgroup memory; otherwise the f32 kernel runs.
-pub(super) fn coop_guards(ctx: &GpuContext) -> Vec<String> {
-    let mut failed = Vec::new();
-    if !ctx.has_coop_16x16_f16() {
-        failed.push("16x16x16 f16/f32 cooperative matrices (not offered or not requested)".into());
-    }
-    let (lo, hi) = (ctx.info.subgroup_min_size, ctx.info.subgroup_max_size);
-    if lo != 32 || hi != 32 {
-        failed.push(format!("subgroup size exactly 32 (found {lo}..={hi})"));
-    }
-    let storage = ctx.limits.max_compute_workgroup_storage_size;
-    if storage < COOP_WORKGROUP_BYTES {
-        failed.push(format!(
-            "{COOP_WORKGROUP_BYTES} bytes of workgroup memory (device has {storage})"
-        ));
-    }
-    failed
-}
 
 /// Why a layer has no tiled route (empty: it has one).
 pub(super) fn tiled_guards(geo: &Geometry, k_eq_v: bool) -> Vec<String> {
@@ -66,8 +41,6 @@ pub(super) struct TiledBindings<'a> {
 pub(super) struct TiledKernels {
     direct: Kernel,
     split: Kernel,
-    /// The kernels are `attention_tiled_coop`'s.
-    pub tensor_cores: bool,
 }
 
 impl TiledKernels {
@@ -79,17 +52,12 @@ impl TiledKernels {
     ) -> Result<TiledKernels> {
         let (tile_queries, lanes) = plan::tiled_tile(head_dim).expect("the tiled guards passed");
         let chunk = &b.cache.chunks()[0];
-        let tensor_cores = coop_guards(ctx).is_empty();
         let kernel = |direct: bool| {
-            let builder = if tensor_cores {
-                KernelBuilder::new(ctx, SHADER_COOP)
-            } else {
-                KernelBuilder::new(ctx, SHADER).constant("LANES", lanes as u64)
-            };
-            builder
+            KernelBuilder::new(ctx, SHADER)
                 .entry("tiled")
                 .constant("DIRECT", direct as u64)
                 .constant("BQ", tile_queries as u64)
+                .constant("LANES", lanes as u64)
                 .uniform(b.params)
                 .tensor(b.out)
                 .tensor(&b.scratch.acc)
@@ -103,7 +71,6 @@ impl TiledKernels {
         Ok(TiledKernels {
             direct: kernel(true)?,
             split: kernel(false)?,
-            tensor_cores,
         })
     }
 

@@ -1,26 +1,32 @@
 //! The prefill GEMM routes' dispatch geometry: one workgroup per (m-tile, n-tile) pair, with
 //! each shader's own tile sizes; on the tensor-core route, grids too small to fill the GPU
-//! split K across workgroups (`q4_gemm_coop_split.wgsl`).
+//! split K across workgroups (`q4_gemm_coop_split.wgsl`, then `q4_gemm_split_combine.wgsl`).
+//!
+//! `WGEMMA_GEMM_SPLIT=0` in the environment turns the split off (benchmarks: the before and
+//! after of one binary in one device call).
 
 use super::LinearRoute;
 use crate::error::Result;
-use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder};
+use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder, Tensor};
 
 /// The tensor-core kernel's tile (x rows, weight rows).
 const COOP_TILE: [usize; 2] = [128, 128];
 
 /// Workgroups a tensor-core GEMM wants in flight: about two per SM of a large GPU (132 on
-/// an H200). A 128 x 128 tile's pass over K is latency bound (~1.5 us a 32-k step whatever
-/// the load of its SM), so a grid below this finishes no sooner than one workgroup's whole
-/// pass and more, shorter passes over K are free speed.
+/// an H200). The kernel runs ~1.5 us per 32-k step of a tile on one SM (pp512 profiles:
+/// 8 to 128 workgroups at K = 1536 all take ~70 us, 384 take ~190), so a grid of fewer
+/// tiles than SMs leaves SMs idle: splitting K spreads the same steps over more of them.
 pub(super) const FILL_WORKGROUPS: usize = 256;
 
 /// The fewest 32-k steps a split is given: below, the prologue (first loads, zeroing) and
 /// the combine outweigh the steps saved.
 pub(super) const MIN_SPLIT_STEPS: usize = 4;
 
-/// Tiles the split kernel's counters cover: a grid below [`FILL_WORKGROUPS`] tiles.
+/// Splitting stops at this many tiles.
 const MAX_SPLIT_TILES: usize = FILL_WORKGROUPS;
+
+/// Workgroups of the combine per tile (one invocation per element of a 128 x 128 tile).
+const COMBINE_WORKGROUPS_PER_TILE: u64 = 64;
 
 /// One GEMM kernel's plan: its shader, tile and K splits per tile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +49,14 @@ impl GemmPlan {
     }
 }
 
-/// The plan of `route` for `m` rows of x, `rows` weight rows and `k`; `can_split`: the
-/// device has coherent storage (the split kernel's guard: without it the tile's last
-/// workgroup could read stale partials, so the route fails closed to the unsplit kernel).
+/// Whether K splits are allowed (`WGEMMA_GEMM_SPLIT=0` turns them off).
+pub(super) fn split_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_none_or(|v| v != "0"))
+}
+
+/// The plan of `route` for `m` rows of x, `rows` weight rows and `k`, splitting K where
+/// `can_split`.
 pub(super) fn plan(
     route: LinearRoute,
     m: usize,
@@ -97,17 +108,30 @@ pub(super) fn tiles(m: usize, rows: usize, [tile_m, tile_n]: [usize; 2]) -> u64 
 }
 
 /// Builds `plan` from `builder` (the GEMM's five bindings bound): the split kernel also
-/// binds the context's shared partial scratch and tile counters.
-pub(super) fn build(ctx: &GpuContext, plan: GemmPlan, builder: KernelBuilder) -> Result<Kernel> {
-    let mut builder = builder;
-    if plan.splits > 1 {
-        let partials = ctx.shared_scratch("gemm_split_partials", plan.partial_len(), DType::F32)?;
-        // Zeroed once; every dispatch's last workgroups leave them zero.
-        let counters = ctx.shared_scratch("gemm_split_counters", MAX_SPLIT_TILES, DType::U32)?;
-        builder = builder
-            .constant("SPLITS", plan.splits as u64)
-            .tensor(&partials)
-            .tensor(&counters);
+/// binds the context's shared partial scratch, and is followed by the combine into `y`
+/// (`params`: the GEMM's uniform, whose first eight words the combine reads). The partials
+/// are shared by every split GEMM: each combine finishes with them before the next GEMM
+/// writes them (wgpu orders dispatches that write one buffer).
+pub(super) fn build<P: bytemuck::Pod>(
+    ctx: &GpuContext,
+    plan: GemmPlan,
+    builder: KernelBuilder,
+    params: &P,
+    y: &Tensor,
+) -> Result<Vec<Kernel>> {
+    if plan.splits == 1 {
+        return Ok(vec![builder.build_1d(plan.workgroups())?]);
     }
-    builder.build_1d(plan.workgroups())
+    let partials = ctx.shared_scratch("gemm_split_partials", plan.partial_len(), DType::F32)?;
+    let gemm = builder
+        .constant("SPLITS", plan.splits as u64)
+        .tensor(&partials)
+        .build_1d(plan.workgroups())?;
+    let combine = KernelBuilder::new(ctx, "q4_gemm_split_combine")
+        .constant("SPLITS", plan.splits as u64)
+        .uniform(params)
+        .tensor(&partials)
+        .tensor(y)
+        .build_1d(plan.tiles * COMBINE_WORKGROUPS_PER_TILE)?;
+    Ok(vec![gemm, combine])
 }

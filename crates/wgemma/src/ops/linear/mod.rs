@@ -613,6 +613,7 @@ fn build_q4(
             (true, true) => "q4_matvec_norm_sg",
             (true, false) => "q4_matvec_norm",
         };
+        let mut combine = Vec::new();
         let kernel = match route {
             r if r.is_matvec() => {
                 let mut b = builder(shader)
@@ -648,13 +649,16 @@ fn build_q4(
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let can_split = ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT);
-                let plan = gemm::plan(route, m, rows, k, can_split);
-                gemm::build(ctx, plan, builder(plan.shader))?
+                let plan = gemm::plan(route, m, rows, k, gemm::split_allowed());
+                let mut built = gemm::build(ctx, plan, builder(plan.shader), &params, y)?;
+                // A split GEMM's combine follows it.
+                combine = built.split_off(1);
+                built.remove(0)
             }
             _ => builder("q4_linear_generic").build_1d(workgroups_for((m * rows) as u64, 64))?,
         };
         kernels.push(kernel);
+        kernels.append(&mut combine);
     }
     Ok(Linear {
         route,
