@@ -127,11 +127,22 @@ pub(super) fn build<P: bytemuck::Pod>(
         .constant("SPLITS", plan.splits as u64)
         .tensor(&partials)
         .build_1d(plan.workgroups())?;
-    let combine = KernelBuilder::new(ctx, "q4_gemm_split_combine")
+    let combine = combine_kernel(ctx, plan, params, &partials, y)?;
+    Ok(vec![gemm, combine])
+}
+
+/// The combine of a split `plan`: y from the partial blocks.
+pub(super) fn combine_kernel<P: bytemuck::Pod>(
+    ctx: &GpuContext,
+    plan: GemmPlan,
+    params: &P,
+    partials: &Tensor,
+    y: &Tensor,
+) -> Result<Kernel> {
+    KernelBuilder::new(ctx, "q4_gemm_split_combine")
         .constant("SPLITS", plan.splits as u64)
         .uniform(params)
-        .tensor(&partials)
+        .tensor(partials)
         .tensor(y)
-        .build_1d(plan.tiles * COMBINE_WORKGROUPS_PER_TILE)?;
-    Ok(vec![gemm, combine])
+        .build_1d(plan.tiles * COMBINE_WORKGROUPS_PER_TILE)
 }
