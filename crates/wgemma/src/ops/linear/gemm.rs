@@ -2,8 +2,10 @@
 //! each shader's own tile sizes; on the tensor-core route, grids too small to fill the GPU
 //! split K across workgroups (`q4_gemm_coop_split.wgsl`, then `q4_gemm_split_combine.wgsl`).
 //!
-//! `WGEMMA_GEMM_SPLIT=0` in the environment turns the split off (benchmarks: the before and
-//! after of one binary in one device call).
+//! The split is OFF unless `WGEMMA_GEMM_SPLIT=1` is in the environment: the form that ran on
+//! the H200 (run pre-4: correct, combine too slow) is not this one, and this one has not
+//! run there yet (BENCHMARKS.md, "Prefill, session 7"). Check it with
+//! `WGEMMA_GEMM_SPLIT=1 wgemma ops check --filter q4_gemm_coop` before turning it on.
 
 use super::LinearRoute;
 use crate::error::Result;
@@ -49,10 +51,10 @@ impl GemmPlan {
     }
 }
 
-/// Whether K splits are allowed (`WGEMMA_GEMM_SPLIT=0` turns them off).
+/// Whether K splits are allowed (`WGEMMA_GEMM_SPLIT=1`; see the module header).
 pub(super) fn split_allowed() -> bool {
     static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_none_or(|v| v != "0"))
+    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_some_and(|v| v == "1"))
 }
 
 /// The plan of `route` for `m` rows of x, `rows` weight rows and `k`, splitting K where
@@ -107,25 +109,24 @@ pub(super) fn tiles(m: usize, rows: usize, [tile_m, tile_n]: [usize; 2]) -> u64 
     rows.div_ceil(tile_n) as u64 * m.div_ceil(tile_m) as u64
 }
 
-/// Builds `plan` from `builder` (the GEMM's five bindings bound): the split kernel also
-/// binds the context's shared partial scratch, and is followed by the combine into `y`
-/// (`params`: the GEMM's uniform, whose first eight words the combine reads). The partials
-/// are shared by every split GEMM: each combine finishes with them before the next GEMM
-/// writes them (wgpu orders dispatches that write one buffer).
-pub(super) fn build<P: bytemuck::Pod>(
-    ctx: &GpuContext,
+/// Builds `plan` from `builder` (the GEMM's bindings, given its output tensor): the split
+/// kernel writes the context's shared partial scratch (through the output binding) and is
+/// followed by the combine into `y` (`params`: the GEMM's uniform, whose first eight words
+/// the combine reads). Every split GEMM shares the partials: each combine finishes with
+/// them before the next GEMM writes them (wgpu orders dispatches that write one buffer).
+pub(super) fn build<'c, P: bytemuck::Pod>(
+    ctx: &'c GpuContext,
     plan: GemmPlan,
-    builder: KernelBuilder,
+    builder: impl Fn(&Tensor) -> KernelBuilder<'c>,
     params: &P,
     y: &Tensor,
 ) -> Result<Vec<Kernel>> {
     if plan.splits == 1 {
-        return Ok(vec![builder.build_1d(plan.workgroups())?]);
+        return Ok(vec![builder(y).build_1d(plan.workgroups())?]);
     }
     let partials = ctx.shared_scratch("gemm_split_partials", plan.partial_len(), DType::F32)?;
-    let gemm = builder
+    let gemm = builder(&partials)
         .constant("SPLITS", plan.splits as u64)
-        .tensor(&partials)
         .build_1d(plan.workgroups())?;
     let combine = combine_kernel(ctx, plan, params, &partials, y)?;
     Ok(vec![gemm, combine])

@@ -598,14 +598,15 @@ fn build_q4(
             ),
             _pad: 0,
         };
-        let builder = |shader| {
+        // `out`: y, or the split GEMM's partial scratch (gemm.rs).
+        let builder = |shader, out: &Tensor| {
             KernelBuilder::new(ctx, shader)
                 .constant("GROUP", group as u64)
                 .uniform(&params)
                 .tensor(prologue.map_or(x, |p| p.resid))
                 .tensor(&chunk.packed)
                 .tensor(&chunk.scales)
-                .tensor(y)
+                .tensor(out)
         };
         let shader = match (prologue.is_some(), subgroup) {
             (false, true) => "q4_matvec_sg",
@@ -616,7 +617,7 @@ fn build_q4(
         let mut combine = Vec::new();
         let kernel = match route {
             r if r.is_matvec() => {
-                let mut b = builder(shader)
+                let mut b = builder(shader, y)
                     .constant("MV_M", m as u64)
                     .constant("EPILOGUE", epilogue.code())
                     .constant("KSPLIT", u64::from(tuning.ksplit))
@@ -650,12 +651,13 @@ fn build_q4(
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
                 let plan = gemm::plan(route, m, rows, k, gemm::split_allowed());
-                let mut built = gemm::build(ctx, plan, builder(plan.shader), &params, y)?;
+                let out = |t: &Tensor| builder(plan.shader, t);
+                let mut built = gemm::build(ctx, plan, out, &params, y)?;
                 // A split GEMM's combine follows it.
                 combine = built.split_off(1);
                 built.remove(0)
             }
-            _ => builder("q4_linear_generic").build_1d(workgroups_for((m * rows) as u64, 64))?,
+            _ => builder("q4_linear_generic", y).build_1d(workgroups_for((m * rows) as u64, 64))?,
         };
         kernels.push(kernel);
         kernels.append(&mut combine);

@@ -6,7 +6,9 @@
 //
 // Each workgroup writes its whole 128 x 128 partial block (row-major, unchecked: the
 // scratch holds every block of the dispatch) to partials[slot], slot = tile * SPLITS +
-// split; q4_gemm_split_combine.wgsl, the next dispatch, sums them into y.
+// split; q4_gemm_split_combine.wgsl, the next dispatch, sums them into y. The partials
+// are the output binding (`y` of q4_gemm_io.wgsli, bound to the scratch by gemm.rs): a
+// kernel that never wrote y would lose that binding from its layout.
 
 enable f16;
 enable wgpu_cooperative_matrix;
@@ -14,8 +16,6 @@ enable wgpu_cooperative_matrix;
 #include "q4_gemm_coop.wgsli"
 
 override SPLITS: u32 = 2u;
-
-@group(0) @binding(5) var<storage, read_write> partials: array<f32>;
 
 // One tile's partial block: BM x BN f32.
 const BLOCK: u32 = 16384u;
@@ -30,7 +30,7 @@ fn emit(cbase: u32, lane: u32, m0: u32, n0: u32, r: u32, c: u32, slot: u32) {
     workgroupBarrier();
     for (var e = 0u; e < 8u; e++) {
         let i = lane + e * 32u;
-        partials[slot * BLOCK + (r + i / 16u) * BN + c + i % 16u] = cs[cbase + i];
+        y[slot * BLOCK + (r + i / 16u) * BN + c + i % 16u] = cs[cbase + i];
     }
     workgroupBarrier();
 }
