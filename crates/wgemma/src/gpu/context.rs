@@ -72,6 +72,8 @@ pub struct GpuContext {
     /// matrices (see [`offers_coop_16x16_f16`]).
     coop_16x16_f16: bool,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+    /// Scratch tensors shared by name (see [`GpuContext::shared_scratch`]).
+    scratch: Mutex<HashMap<&'static str, super::Tensor>>,
     counters: Counters,
     profiler: Option<Profiler>,
 }
@@ -195,6 +197,7 @@ impl GpuContext {
             limits,
             features,
             pipelines: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             profiler: None,
         })
@@ -246,6 +249,28 @@ impl GpuContext {
     /// at creation where the adapter offers them and the GEMM ceiling allows).
     pub fn has_coop_16x16_f16(&self) -> bool {
         self.coop_16x16_f16
+    }
+
+    /// A zeroed-at-creation scratch tensor of at least `len` elements, shared by every caller
+    /// that names it: for kernels that each finish with it within their own dispatch (wgpu
+    /// orders dispatches that write one buffer) and leave it as they found it where that
+    /// matters (counters). A larger request replaces the held tensor; kernels built before
+    /// keep theirs.
+    pub fn shared_scratch(
+        &self,
+        name: &'static str,
+        len: usize,
+        dtype: super::DType,
+    ) -> Result<super::Tensor> {
+        let mut held = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        match held.get(name) {
+            Some(t) if t.numel() >= len && t.dtype() == dtype => Ok(t.clone()),
+            _ => {
+                let t = super::Tensor::zeros(self, name, &[len], dtype)?;
+                held.insert(name, t.clone());
+                Ok(t)
+            }
+        }
     }
 
     pub fn counters(&self) -> &Counters {

@@ -581,6 +581,16 @@ pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpC
             c.force = true;
             cases.push(boxed(c));
         }
+        if route == Q4GemmCoop {
+            // E2B's prefill shapes at M = 512 whose 128 x 128 grids split K (gemm.rs, with
+            // WGEMMA_GEMM_SPLIT=1): N = 1536 (48 tiles, 6 splits), N = 256 (8 tiles, 12
+            // splits), K = 256 (2 splits).
+            for (m, n, k) in [(512, 1536, 2048), (512, 256, 1536), (512, 1536, 256)] {
+                let mut c = Q4LinearCase::new(m, n, k, 32, route);
+                c.force = true;
+                cases.push(boxed(c));
+            }
+        }
         let k = 32 * rng.random_range(1..=16);
         let mut c = Q4LinearCase::new(rng.random_range(16..=80), 2 * 129 + 1, k, 32, route);
         c.force = true;

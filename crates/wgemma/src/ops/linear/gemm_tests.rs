@@ -172,3 +172,124 @@ fn coop_configuration_is_matched_exactly() {
         &[config(8, 8, 8, T::F32, T::F32)]
     ));
 }
+
+/// The split planner on the shapes E2B prefill runs (M = 512 and 4096): the 128 x 128
+/// grids below [`gemm::FILL_WORKGROUPS`] split K, the ones that fill the GPU do not, every
+/// split has at least [`gemm::MIN_SPLIT_STEPS`] steps and none is empty.
+#[test]
+fn small_tensor_core_grids_split_k() {
+    use gemm::{plan, FILL_WORKGROUPS, MIN_SPLIT_STEPS};
+    let coop = LinearRoute::Q4GemmCoop;
+    // (M, N, K) -> splits: o_proj / down (N = 1536, 48 tiles), the N = 256 projections
+    // (8 tiles), the per-layer projection's K = 256 (8 steps), gate_up (N = 12288).
+    for (m, n, k, want) in [
+        (512, 1536, 2048, 6),
+        (512, 1536, 6144, 6),
+        (512, 256, 1536, 12),
+        (512, 1536, 256, 2),
+        (512, 12288, 1536, 1),
+        (4096, 1536, 6144, 1),
+        (4096, 256, 1536, 4),
+    ] {
+        let p = plan(coop, m, n, k, true);
+        assert_eq!(p.splits, want, "M {m} N {n} K {k}: {p:?}");
+        assert_eq!(
+            p.shader,
+            if want > 1 {
+                "q4_gemm_coop_split"
+            } else {
+                "q4_gemm_coop"
+            }
+        );
+        let steps = k.div_ceil(32);
+        let per = steps.div_ceil(p.splits);
+        if p.splits > 1 {
+            assert!(per >= MIN_SPLIT_STEPS, "{p:?}");
+            assert!((p.splits - 1) * per < steps, "an empty split: {p:?}");
+            assert!(p.tiles < FILL_WORKGROUPS as u64);
+        }
+        // With splits off (the default until checked on the H200) the unsplit kernel runs.
+        let closed = plan(coop, m, n, k, false);
+        assert_eq!((closed.shader, closed.splits), ("q4_gemm_coop", 1));
+    }
+    // The vector GEMMs never split.
+    for route in [LinearRoute::Q4GemmF16, LinearRoute::Q4Gemm] {
+        assert_eq!(plan(route, 512, 256, 1536, true).splits, 1);
+    }
+    // Every split count the planner can give leaves no split empty.
+    for tiles in 1..FILL_WORKGROUPS as u64 {
+        for k in (8..=4096).step_by(88) {
+            let s = gemm::coop_splits(tiles, k);
+            let steps = k.div_ceil(32);
+            assert!(
+                s >= 1 && (s - 1) * steps.div_ceil(s) < steps,
+                "{tiles} {k} {s}"
+            );
+        }
+    }
+}
+
+/// The split GEMM's combine (`q4_gemm_split_combine.wgsl`, portable: runs on lavapipe; the
+/// split kernel itself is checked on the H200): partial blocks of 3 splits over a 200 x 300
+/// result (partial tiles in both directions) summed in split order into a strided y at an
+/// offset, bit for bit, and nothing outside the result written.
+#[test]
+fn split_combine_sums_the_partial_blocks_in_order() {
+    let ctx = test_context();
+    let (m, n, splits, stride, offset) = (200usize, 300usize, 3usize, 310usize, 5usize);
+    let plan = gemm::GemmPlan {
+        shader: "q4_gemm_coop_split",
+        tile: [128, 128],
+        splits,
+        tiles: gemm::tiles(m, n, [128, 128]),
+    };
+    use rand::Rng as _;
+    let mut r = rng(7100);
+    let partials: Vec<f32> = (0..plan.partial_len())
+        .map(|_| r.random_range(-1.0f32..1.0))
+        .collect();
+    let sentinel = -7.0f32;
+    let y_init = vec![sentinel; m * stride];
+    let params = Q4Params {
+        m: m as u32,
+        n: n as u32,
+        k: 0,
+        groups: 0,
+        y_stride: stride as u32,
+        y_offset: offset as u32,
+        aux0: 0,
+        aux1: 0,
+        eps: 0.0,
+        out_scale: 1.0,
+        write_resid: 0,
+        _pad: 0,
+    };
+    let tp = Tensor::from_f32(ctx, "partials", &[partials.len()], &partials).unwrap();
+    let ty = Tensor::from_f32(ctx, "y", &[m, stride], &y_init).unwrap();
+    let kernel = gemm::combine_kernel(ctx, plan, &params, &tp, &ty).unwrap();
+    crate::gpu::run_kernels(ctx, &[kernel]);
+    let got = pollster::block_on(crate::gpu::read_tensor_f32(ctx, &ty)).unwrap();
+    let n_tiles = n.div_ceil(128);
+    for row in 0..m {
+        for col in 0..stride {
+            let want = if (offset..offset + n).contains(&col) {
+                let c = col - offset;
+                let tile = (row / 128) * n_tiles + c / 128;
+                let e = (row % 128) * 128 + c % 128;
+                let mut sum = 0.0f32;
+                for j in 0..splits {
+                    sum += partials[(tile * splits + j) * 128 * 128 + e];
+                }
+                sum
+            } else {
+                sentinel
+            };
+            let g = got[row * stride + col];
+            assert_eq!(
+                g.to_bits(),
+                want.to_bits(),
+                "y[{row}, {col}]: {g} vs {want}"
+            );
+        }
+    }
+}

@@ -598,14 +598,15 @@ fn build_q4(
             ),
             _pad: 0,
         };
-        let builder = |shader| {
+        // `out`: y, or the split GEMM's partial scratch (gemm.rs).
+        let builder = |shader, out: &Tensor| {
             KernelBuilder::new(ctx, shader)
                 .constant("GROUP", group as u64)
                 .uniform(&params)
                 .tensor(prologue.map_or(x, |p| p.resid))
                 .tensor(&chunk.packed)
                 .tensor(&chunk.scales)
-                .tensor(y)
+                .tensor(out)
         };
         let decode_family = tuning.fits_decode_family(m);
         let shader = match (decode_family, prologue.is_some(), subgroup) {
@@ -618,9 +619,10 @@ fn build_q4(
             (false, true, true) => "q4_matvec_wide_norm_sg",
             (false, true, false) => "q4_matvec_wide_norm",
         };
+        let mut combine = Vec::new();
         let kernel = match route {
             r if r.is_matvec() => {
-                let mut b = builder(shader)
+                let mut b = builder(shader, y)
                     .constant("MV_M", m as u64)
                     .constant("EPILOGUE", epilogue.code())
                     .constant("KSPLIT", u64::from(tuning.ksplit));
@@ -656,12 +658,17 @@ fn build_q4(
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let (shader, tile) = gemm::shader_and_tile(route);
-                builder(shader).build_1d(gemm::tiles(m, rows, tile))?
+                let plan = gemm::plan(route, m, rows, k, gemm::split_allowed());
+                let out = |t: &Tensor| builder(plan.shader, t);
+                let mut built = gemm::build(ctx, plan, out, &params, y)?;
+                // A split GEMM's combine follows it.
+                combine = built.split_off(1);
+                built.remove(0)
             }
-            _ => builder("q4_linear_generic").build_1d(workgroups_for((m * rows) as u64, 64))?,
+            _ => builder("q4_linear_generic", y).build_1d(workgroups_for((m * rows) as u64, 64))?,
         };
         kernels.push(kernel);
+        kernels.append(&mut combine);
     }
     Ok(Linear {
         route,
