@@ -582,8 +582,8 @@ pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpC
             cases.push(boxed(c));
         }
         if route == Q4GemmCoop {
-            // E2B's prefill shapes at M = 512 whose 128 x 128 grids split K (gemm.rs, with
-            // WGEMMA_GEMM_SPLIT=1): N = 1536 (48 tiles, 6 splits), N = 256 (8 tiles, 12
+            // E2B's prefill shapes at M = 512 whose 128 x 128 grids split K (gemm.rs, unless
+            // WGEMMA_GEMM_SPLIT=0): N = 1536 (48 tiles, 6 splits), N = 256 (8 tiles, 12
             // splits), K = 256 (2 splits).
             for (m, n, k) in [(512, 1536, 2048), (512, 256, 1536), (512, 1536, 256)] {
                 let mut c = Q4LinearCase::new(m, n, k, 32, route);

@@ -2,10 +2,9 @@
 //! each shader's own tile sizes; on the tensor-core route, grids too small to fill the GPU
 //! split K across workgroups (`q4_gemm_coop_split.wgsl`, then `q4_gemm_split_combine.wgsl`).
 //!
-//! The split is OFF unless `WGEMMA_GEMM_SPLIT=1` is in the environment: the form that ran on
-//! the H200 (run pre-4: correct, combine too slow) is not this one, and this one has not
-//! run there yet (BENCHMARKS.md, "Prefill, session 7"). Check it with
-//! `WGEMMA_GEMM_SPLIT=1 wgemma ops check --filter q4_gemm_coop` before turning it on.
+//! The split is on by default; `WGEMMA_GEMM_SPLIT=0` in the environment turns it off (A/B
+//! runs). Checked on the H200 on 2026-12-02 (run 22: `WGEMMA_GEMM_SPLIT=1 wgemma ops check
+//! --filter q4`, 45 cases OK; E2B pp512 45.8 -> 37.3 ms; BENCHMARKS.md, "Session 7").
 
 use super::LinearRoute;
 use crate::error::Result;
@@ -51,10 +50,10 @@ impl GemmPlan {
     }
 }
 
-/// Whether K splits are allowed (`WGEMMA_GEMM_SPLIT=1`; see the module header).
+/// Whether K splits are allowed (unless `WGEMMA_GEMM_SPLIT=0`; see the module header).
 pub(super) fn split_allowed() -> bool {
     static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_some_and(|v| v == "1"))
+    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_none_or(|v| v != "0"))
 }
 
 /// The plan of `route` for `m` rows of x, `rows` weight rows and `k`, splitting K where
