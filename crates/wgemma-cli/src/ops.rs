@@ -42,6 +42,8 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             // The f16 and tensor-core prefill GEMMs where this device has them.
             let caps = wgemma::ops::linear::DeviceCaps::of(&ctx);
             cases.extend(wgemma::ops::linear::prefill_cases(&caps, &mut rng));
+            // Prefill attention at E2B shapes (the tensor-core route where the device has it).
+            cases.extend(wgemma::ops::attention::prefill_check_cases());
             cases
         }
         Mode::Bench => wgemma::ops::bench_cases(),

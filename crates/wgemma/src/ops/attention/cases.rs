@@ -12,6 +12,16 @@ pub const ATTENTION_CHECK: Check = Check::Close {
     nmse: 1e-10,
 };
 
+/// The tiled route on the tensor cores (`attention_tiled_coop.wgsl`): Q, K, V and P rounded
+/// to f16 (2^-11 relative each), so scores move by ~|s| 2^-11 and outputs by ~1e-3 at unit
+/// scores; bounded for the large-score cases (scores of std ~30, where a 1e-2 score error
+/// shifts weights by 1%): f16-level bounds, still far below what a wrong mask, tile or
+/// rescale gives (errors of the order of the outputs, ~0.3).
+pub const ATTENTION_COOP_CHECK: Check = Check::Close {
+    max_abs: 4e-2,
+    nmse: 2e-4,
+};
+
 /// One attention step.
 #[derive(Debug, Clone)]
 pub struct AttentionCase {
@@ -178,6 +188,7 @@ impl OpCase for AttentionCase {
             sequences: 1,
         };
         let mut kernels = Vec::new();
+        let mut tensor_cores = false;
         for copy in 0..self.copies.max(1) {
             let mut cache = KvCache::new(ctx, &format!("kv{copy}"), config)?;
             cache.load_rows(
@@ -208,6 +219,8 @@ impl OpCase for AttentionCase {
                 (None, Some(s)) => plan::plan_with_splits(attention.geometry(), m, kv_len, s)?,
                 (None, None) => attention.plan(m, kv_len)?,
             };
+            tensor_cores |=
+                plan.route == AttentionRoute::Tiled && attention.tiled_on_tensor_cores();
             kernels.extend(append.kernels_for(m)?);
             kernels.extend(attention.kernels_for_plan(&plan));
         }
@@ -234,7 +247,11 @@ impl OpCase for AttentionCase {
                 name: "out",
                 tensor: tout,
                 reference: Values::F32(reference),
-                check: ATTENTION_CHECK,
+                check: if tensor_cores {
+                    ATTENTION_COOP_CHECK
+                } else {
+                    ATTENTION_CHECK
+                },
             }],
             bytes_moved: per_copy * self.copies.max(1) as u64,
         })
@@ -296,6 +313,52 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases
         .into_iter()
         .map(|c| Box::new(c) as Box<dyn OpCase>)
+        .collect()
+}
+
+/// Prefill chunks at E2B shapes for `wgemma ops check` (too slow for lavapipe's test runs):
+/// 512-row chunks from position 0 (full D 512, sliding D 256 W 512), chunks after a cache
+/// prefix of 4K (a ring past its size), a 16K-position context (sizes keep the f64
+/// reference to seconds), large scores
+/// (q x 3 and x 6: scores of std ~15-45, rescales mid-span), forced key splits, and GQA
+/// groups other than 8. On a device with cooperative matrices they run on the tensor cores.
+pub fn prefill_check_cases() -> Vec<Box<dyn OpCase>> {
+    let e2b_full = |m: usize, start: usize| AttentionCase::new(8, 1, 512, m, start);
+    let e2b_sliding =
+        |m: usize, start: usize| AttentionCase::new(8, 1, 256, m, start).sliding(512, m);
+    let mut cases = vec![
+        e2b_full(512, 0),
+        e2b_sliding(512, 0),
+        e2b_full(32, 4096),
+        e2b_sliding(128, 4096),
+        e2b_full(16, 16_000),
+        e2b_sliding(77, 16_000),
+        AttentionCase::new(6, 3, 256, 70, 40).sliding(100, 70),
+        AttentionCase::new(16, 4, 512, 33, 300),
+        AttentionCase::new(2, 1, 512, 45, 1000),
+    ];
+    for q_scale in [3.0, 6.0] {
+        let mut full = e2b_full(64, 700);
+        full.q_scale = q_scale;
+        let mut sliding = e2b_sliding(64, 700);
+        sliding.q_scale = q_scale;
+        cases.push(full);
+        cases.push(sliding);
+    }
+    for splits in [2, 5] {
+        let mut full = e2b_full(40, 600);
+        full.splits = Some(splits);
+        let mut sliding = e2b_sliding(40, 600);
+        sliding.splits = Some(splits);
+        cases.push(full);
+        cases.push(sliding);
+    }
+    cases
+        .into_iter()
+        .map(|mut c| {
+            c.route = Some(AttentionRoute::Tiled);
+            Box::new(c) as Box<dyn OpCase>
+        })
         .collect()
 }
 

@@ -20,7 +20,10 @@
 //!   is loaded once per tile instead of once per row, and no rows x keys matrix exists; split
 //!   along keys (with split_k's combine) where a short prompt leaves the GPU idle. Guards:
 //!   one cache chunk, one sequence, keys stored (not K = V), head_dim 256 or 512;
-//!   split_k serves the rest.
+//!   split_k serves the rest. Where the device has 16x16x16 f16/f32 cooperative matrices
+//!   and 32-wide subgroups, the same tiles run on the tensor cores
+//!   (`attention_tiled_coop.wgsl`: f16 Q, K, V and P, f32 scores and sums; guards in
+//!   `tiled::coop_guards`, `WGEMMA_ATTN_COOP=0` turns it off); elsewhere in f32 vector math.
 //!
 //! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
 //!   powers of two (a multiple of 4 in 4..=512, of 8 for K = V): HF runs Gemma 4 configs with
@@ -49,7 +52,7 @@ mod tiled;
 #[cfg(test)]
 mod tiled_tests;
 
-pub use cases::{bench_cases, random_cases, AttentionCase};
+pub use cases::{bench_cases, prefill_check_cases, random_cases, AttentionCase};
 pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
 pub use kv_cache::{
     positions_len, KvAppend, KvCache, KvCacheConfig, KvChunk, KvCursor, KvLayout, MAX_SEQUENCES,
@@ -457,6 +460,12 @@ impl Attention {
     /// The guards that kept this layer from the tiled route (empty: it has it).
     pub fn tiled_route_failed(&self) -> &[String] {
         self.tiled.as_ref().map_or_else(|f| f.as_slice(), |_| &[])
+    }
+
+    /// Whether this layer's tiled route runs on the tensor cores (`attention_tiled_coop.wgsl`:
+    /// f16 Q, K, V and P, f32 scores and sums) rather than in f32 vector math.
+    pub fn tiled_on_tensor_cores(&self) -> bool {
+        self.tiled.as_ref().is_ok_and(|t| t.tensor_cores)
     }
 
     /// A plan on a chosen route, with a forced split count per chunk when `splits` is set

@@ -103,6 +103,9 @@ fn the_planner_takes_tiled_for_prefill_where_its_guards_pass() {
     };
     let a = build(512, 64, false, None);
     assert!(a.tiled_route_failed().is_empty());
+    // The tensor-core kernel exactly where its guards pass (never on lavapipe).
+    let coop = super::tiled::coop_guards(&super::tiled::CoopCaps::of(ctx)).is_empty();
+    assert_eq!(a.tiled_on_tensor_cores(), coop);
     assert_eq!(a.plan(64, 64).unwrap().route, AttentionRoute::Tiled);
     assert_eq!(a.plan(16, 20).unwrap().route, AttentionRoute::Tiled);
     assert_eq!(a.plan(15, 20).unwrap().route, AttentionRoute::SplitK);
@@ -122,6 +125,135 @@ fn the_planner_takes_tiled_for_prefill_where_its_guards_pass() {
         match layer.plan_route(AttentionRoute::Tiled, 32, 40, None) {
             Err(Error::NoRoute { failed, .. }) => assert!(failed.iter().any(|f| f.contains(why))),
             other => panic!("expected NoRoute, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_tensor_core_kernel_takes_the_tiled_tiles_and_fails_closed() {
+    use super::tiled::{coop_block, coop_guards, CoopCaps};
+    for d in [256, 512] {
+        let (tile_queries, _) = plan::tiled_tile(d).unwrap();
+        let (block_keys, slices) = coop_block(d).unwrap();
+        // 8 subgroups = (tile_queries / 16) query tiles x slices of 128 columns.
+        assert_eq!((tile_queries / 16) * slices, 8, "d {d}");
+        assert_eq!(slices * 128, d);
+        // The K / V block: 8 vec4 loads per invocation of 256, 16-key matrix tiles.
+        assert_eq!(block_keys * d / 4, 8 * 256, "d {d}");
+        assert_eq!(block_keys % 16, 0);
+    }
+    assert_eq!(coop_block(128), None);
+    let h200 = CoopCaps {
+        coop_16x16_f16: true,
+        subgroups: true,
+        subgroup_min_size: 32,
+        subgroup_max_size: 32,
+        workgroup_storage: 49_152,
+        allowed: true,
+    };
+    assert!(coop_guards(&h200).is_empty());
+    for (caps, why) in [
+        (
+            CoopCaps {
+                coop_16x16_f16: false,
+                ..h200
+            },
+            "cooperative matrices",
+        ),
+        (
+            CoopCaps {
+                subgroups: false,
+                ..h200
+            },
+            "subgroup operations",
+        ),
+        (
+            CoopCaps {
+                subgroup_min_size: 16,
+                subgroup_max_size: 64,
+                ..h200
+            },
+            "exactly 32",
+        ),
+        (
+            CoopCaps {
+                workgroup_storage: 32_768,
+                ..h200
+            },
+            "workgroup memory",
+        ),
+        (
+            CoopCaps {
+                allowed: false,
+                ..h200
+            },
+            "WGEMMA_ATTN_COOP",
+        ),
+    ] {
+        let failed = coop_guards(&caps);
+        assert!(failed.iter().any(|f| f.contains(why)), "{why}: {failed:?}");
+    }
+    // This device (lavapipe: no cooperative matrices) keeps the f32 kernel.
+    let ctx = test_context();
+    let caps = CoopCaps::of(ctx);
+    if !ctx.has_coop_16x16_f16() {
+        assert!(!coop_guards(&caps).is_empty());
+    }
+}
+
+#[test]
+fn the_prefill_check_cases_name_the_tiled_route_and_e2b_shapes() {
+    let names: Vec<String> = prefill_check_cases().iter().map(|c| c.name()).collect();
+    assert!(names
+        .iter()
+        .all(|n| n.contains("route=tiled") && n.starts_with("attention")));
+    for shape in [
+        "full m=512 start=0 heads=8 kv_heads=1 d=512",
+        "sliding w=512 max_rows=512 m=512 start=0 heads=8 kv_heads=1 d=256",
+        "start=16000",
+        "q_scale=6",
+        "splits=5",
+    ] {
+        assert!(
+            names.iter().any(|n| n.contains(shape)),
+            "{shape}: {names:?}"
+        );
+    }
+}
+
+/// lavapipe cannot build the tensor-core kernel (no cooperative matrices), so at least its
+/// override sets must get through naga's SPIR-V back end here (the H200 builds the rest).
+#[cfg(any(target_os = "linux", target_os = "windows"))]
+#[test]
+fn the_tensor_core_kernel_compiles_to_spirv_for_both_head_dims() {
+    let src = crate::registry::shader("attention_tiled_coop")
+        .unwrap()
+        .source;
+    let module = naga::front::wgsl::parse_str(src).unwrap();
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap();
+    for d in [256, 512] {
+        let (bq, _) = plan::tiled_tile(d).unwrap();
+        let (bk, ns) = super::tiled::coop_block(d).unwrap();
+        for direct in [0.0, 1.0] {
+            let mut c = naga::back::PipelineConstants::default();
+            c.insert("BQ".to_string(), bq as f64);
+            c.insert("BK".to_string(), bk as f64);
+            c.insert("NS".to_string(), ns as f64);
+            c.insert("DIRECT".to_string(), direct);
+            let (m, i) =
+                naga::back::pipeline_constants::process_overrides(&module, &info, None, &c)
+                    .unwrap();
+            let opts = naga::back::spv::Options {
+                lang_version: (1, 6),
+                ..Default::default()
+            };
+            let words = naga::back::spv::write_vec(&m, &i, &opts, None).unwrap();
+            assert!(words.len() > 100);
         }
     }
 }
