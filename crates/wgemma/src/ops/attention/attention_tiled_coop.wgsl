@@ -23,12 +23,14 @@
 // eight A fragments held for the whole kernel (staged once, 32 of D per round), and their
 // O slice as eight f32 accumulators. Per block of BK keys (32 at D 256, 16 at D 512: the
 // block is 8,192 values either way):
-//   K block -> kv (f16, row stride D + 8 halves); each subgroup multiplies its Q slice by
-//     the block's K slice: a partial S (16 x BK) per slice into sc;
+//   K block (fetched into registers during the previous block's P V) -> kv (f16, row
+//     stride D + 8 halves); the V block's loads are issued; each subgroup multiplies its Q
+//     slice by the block's K slice: a partial S (16 x BK) per slice into sc;
 //   softmax: TPR = 4 invocations per query row (KPT = BK / 4 keys each) sum the
 //     NS partials, mask (causal, window, block end), reduce the block max and the row sum
-//     with subgroup shuffles, write P (f16) to pm, update m, l and alpha; meanwhile the V
-//     block replaces K in kv (zeros past the block: 0 x garbage could be NaN);
+//     with subgroup shuffles, write P (f16) to pm, update m, l and alpha; then the V block
+//     replaces K in kv (zeros past the block: 0 x garbage could be NaN) and the next K
+//     block's loads are issued;
 //   optional rescale of O (see above), then O += P V (A = P rows, B = V row-major).
 // Every matrix operation runs in workgroup-uniform control flow; the staging areas are
 // only reused across a workgroupBarrier.
@@ -107,35 +109,58 @@ fn stage_q(t: Tile, lid: u32, round: u32) {
     }
 }
 
-// The K block at kb (nk keys) as f16 rows of D + 8 halves; zeros past nk. BK * D / 4 =
-// 2048 vec4s: 8 per invocation.
-fn stage_k(t: Tile, lid: u32, kb: u32, nk: u32) {
-    let d4n = params.d4;
-    for (var e = 0u; e < 8u; e++) {
-        let i = lid + e * WG;
-        let kj = i / d4n;
-        let c = i % d4n;
-        var v = vec4<f32>(0.0);
-        if (kj < nk) {
-            v = k_cache[key_row(kb + kj, t.kvh) + c];
-        }
-        kv[kj * (d4n + 2u) + c] = vec4<f16>(v);
+// The next K or V block, held in registers while the tensor cores work (named, not an
+// array: nothing indexed at run time may leave registers): 8 vec4s per invocation.
+var<private> f0: vec4<f32>;
+var<private> f1: vec4<f32>;
+var<private> f2: vec4<f32>;
+var<private> f3: vec4<f32>;
+var<private> f4: vec4<f32>;
+var<private> f5: vec4<f32>;
+var<private> f6: vec4<f32>;
+var<private> f7: vec4<f32>;
+
+// vec4 i (< 2048) of the K (values = false) or V block at kb with nk keys: row i / (D / 4);
+// zeros past nk (0 x garbage could be NaN).
+fn block_vec(t: Tile, values: bool, i: u32, kb: u32, nk: u32) -> vec4<f32> {
+    let kj = i / params.d4;
+    if (kj >= nk) {
+        return vec4<f32>(0.0);
     }
+    let at = key_row(kb + kj, t.kvh) + i % params.d4;
+    if (values) {
+        return v_cache[at];
+    }
+    return k_cache[at];
 }
 
-// The V block, as stage_k.
-fn stage_v(t: Tile, lid: u32, kb: u32, nk: u32) {
+// Loads a block (BK * D / 4 = 2048 vec4s: 8 per invocation) into f0..f7.
+fn fetch(t: Tile, values: bool, lid: u32, kb: u32, nk: u32) {
+    f0 = block_vec(t, values, lid, kb, nk);
+    f1 = block_vec(t, values, lid + WG, kb, nk);
+    f2 = block_vec(t, values, lid + 2u * WG, kb, nk);
+    f3 = block_vec(t, values, lid + 3u * WG, kb, nk);
+    f4 = block_vec(t, values, lid + 4u * WG, kb, nk);
+    f5 = block_vec(t, values, lid + 5u * WG, kb, nk);
+    f6 = block_vec(t, values, lid + 6u * WG, kb, nk);
+    f7 = block_vec(t, values, lid + 7u * WG, kb, nk);
+}
+
+fn put_vec(i: u32, v: vec4<f32>) {
     let d4n = params.d4;
-    for (var e = 0u; e < 8u; e++) {
-        let i = lid + e * WG;
-        let kj = i / d4n;
-        let c = i % d4n;
-        var v = vec4<f32>(0.0);
-        if (kj < nk) {
-            v = v_cache[key_row(kb + kj, t.kvh) + c];
-        }
-        kv[kj * (d4n + 2u) + c] = vec4<f16>(v);
-    }
+    kv[(i / d4n) * (d4n + 2u) + i % d4n] = vec4<f16>(v);
+}
+
+// The fetched block into kv as f16 rows of D + 8 halves.
+fn put(lid: u32) {
+    put_vec(lid, f0);
+    put_vec(lid + WG, f1);
+    put_vec(lid + 2u * WG, f2);
+    put_vec(lid + 3u * WG, f3);
+    put_vec(lid + 4u * WG, f4);
+    put_vec(lid + 5u * WG, f5);
+    put_vec(lid + 6u * WG, f6);
+    put_vec(lid + 7u * WG, f7);
 }
 
 fn row_max(v: f32) -> f32 {
@@ -351,13 +376,16 @@ fn tiled(
     var o7 = o0;
     workgroupBarrier();
 
+    fetch(t, false, lid, span.x, min(BK, span.y - span.x));
     for (var kb = span.x; kb < span.y; kb += BK) {
         let nk = min(BK, span.y - kb);
         if (lid == 0u) {
             rescale_wg = 0u;
         }
-        stage_k(t, lid, kb, nk);
+        put(lid);
         workgroupBarrier();
+        // The V block's loads fly while S is computed.
+        fetch(t, true, lid, kb, nk);
         // S partial of slice c: this subgroup's 16 queries x the block's keys, 16 at a time.
         for (var kt = 0u; kt < BK / 16u; kt++) {
             let kp = kt * 16u * ldk + c * 32u;
@@ -374,7 +402,10 @@ fn tiled(
         }
         workgroupBarrier();
         softmax(role, kb, nk, gt);
-        stage_v(t, lid, kb, nk);
+        put(lid);
+        // The next K block's loads fly while P V is computed (zeros past the span).
+        let kn = kb + BK;
+        fetch(t, false, lid, kn, select(0u, min(BK, span.y - kn), kn < span.y));
         if (workgroupUniformLoad(&rescale_wg) != 0u) {
             let base = sg * 256u;
             coopStoreT(o0, &sc[base], 16u);
