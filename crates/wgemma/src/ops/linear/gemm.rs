@@ -6,10 +6,12 @@
 //! runs). Checked on the H200 on 2026-12-02 (run 22: `WGEMMA_GEMM_SPLIT=1 wgemma ops check
 //! --filter q4`, 45 cases OK; E2B pp512 45.8 -> 37.3 ms; BENCHMARKS.md, "Session 7").
 //!
-//! Grids whose 128 x 128 tiles would not fill the GPU take 64 x 128 tiles
-//! (`q4_gemm_coop_64.wgsl`, `q4_gemm_coop_split_64.wgsl`: workgroups of 128, twice as many
-//! tiles, so fewer K splits and a smaller combine); `WGEMMA_GEMM_SMALL_TILE=0` keeps every
-//! grid on 128 x 128 (A/B runs; BENCHMARKS.md, "Prefill GEMM, session 8").
+//! With `WGEMMA_GEMM_SMALL_TILE=1`, grids whose 128 x 128 tiles would not fill the GPU take
+//! 64 x 128 tiles (`q4_gemm_coop_64.wgsl`, `q4_gemm_coop_split_64.wgsl`: workgroups of 128,
+//! twice as many tiles, so fewer K splits and a smaller combine). Off by default until
+//! checked and measured on the H200 (`WGEMMA_GEMM_SMALL_TILE=1 wgemma ops check --filter
+//! q4_gemm_coop`, then E2B pp512 with and without it; BENCHMARKS.md, "Prefill GEMM, session
+//! 8").
 
 use super::LinearRoute;
 use crate::error::Result;
@@ -65,11 +67,11 @@ pub(super) fn split_allowed() -> bool {
     *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_none_or(|v| v != "0"))
 }
 
-/// Whether small grids may take [`COOP_SMALL_TILE`] (unless `WGEMMA_GEMM_SMALL_TILE=0`;
-/// see the module header).
+/// Whether small grids may take [`COOP_SMALL_TILE`] (`WGEMMA_GEMM_SMALL_TILE=1`; see the
+/// module header).
 pub(super) fn small_tile_allowed() -> bool {
     static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SMALL_TILE").is_none_or(|v| v != "0"))
+    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SMALL_TILE").is_some_and(|v| v == "1"))
 }
 
 /// What the planner may do beyond one workgroup per tile over all of K.
