@@ -582,12 +582,10 @@ pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpC
             cases.push(boxed(c));
         }
         if route == Q4GemmCoop {
-            // E2B's prefill shapes at M = 512 whose 128 x 128 grids would not fill the GPU
-            // (gemm.rs: K splits unless WGEMMA_GEMM_SPLIT=0, on 64 x 128 tiles with
-            // WGEMMA_GEMM_SMALL_TILE=1): N = 1536 (48 tiles and 6 splits, or 96 and 3),
-            // N = 256 (8 or 16 tiles, 12 splits), K = 256 (2 splits); and a grid of 256
-            // 128 x 128 tiles (N = 8192, K = 96: the unsplit 128 x 128 kernel either way,
-            // cheap on the CPU reference).
+            // E2B's prefill shapes at M = 512 whose 128 x 128 grids split K (gemm.rs, unless
+            // WGEMMA_GEMM_SPLIT=0): N = 1536 (48 tiles, 6 splits), N = 256 (8 tiles, 12
+            // splits), K = 256 (2 splits); and a grid of 256 tiles (N = 8192, K = 96: the
+            // unsplit kernel at M = 512, cheap on the CPU reference).
             for (m, n, k) in [
                 (512, 1536, 2048),
                 (512, 256, 1536),

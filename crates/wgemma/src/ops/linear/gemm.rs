@@ -5,13 +5,6 @@
 //! The split is on by default; `WGEMMA_GEMM_SPLIT=0` in the environment turns it off (A/B
 //! runs). Checked on the H200 on 2026-12-02 (run 22: `WGEMMA_GEMM_SPLIT=1 wgemma ops check
 //! --filter q4`, 45 cases OK; E2B pp512 45.8 -> 37.3 ms; BENCHMARKS.md, "Session 7").
-//!
-//! With `WGEMMA_GEMM_SMALL_TILE=1`, grids whose 128 x 128 tiles would not fill the GPU take
-//! 64 x 128 tiles (`q4_gemm_coop_64.wgsl`, `q4_gemm_coop_split_64.wgsl`: workgroups of 128,
-//! twice as many tiles, so fewer K splits and a smaller combine). Off by default until
-//! checked and measured on the H200 (`WGEMMA_GEMM_SMALL_TILE=1 wgemma ops check --filter
-//! q4_gemm_coop`, then E2B pp512 with and without it; BENCHMARKS.md, "Prefill GEMM, session
-//! 8").
 
 use super::LinearRoute;
 use crate::error::Result;
@@ -19,10 +12,6 @@ use crate::gpu::{DType, GpuContext, Kernel, KernelBuilder, Tensor};
 
 /// The tensor-core kernel's tile (x rows, weight rows).
 const COOP_TILE: [usize; 2] = [128, 128];
-
-/// The tensor-core tile of grids that [`COOP_TILE`] would leave short of
-/// [`FILL_WORKGROUPS`].
-const COOP_SMALL_TILE: [usize; 2] = [64, 128];
 
 /// Workgroups a tensor-core GEMM wants in flight: about two per SM of a large GPU (132 on
 /// an H200). The kernel runs ~1.5 us per 32-k step of a tile on one SM (pp512 profiles:
@@ -37,8 +26,8 @@ pub(super) const MIN_SPLIT_STEPS: usize = 4;
 /// Splitting stops at this many tiles.
 const MAX_SPLIT_TILES: usize = FILL_WORKGROUPS;
 
-/// Invocations per workgroup of the combine (one per element of a tile).
-const COMBINE_WORKGROUP: u64 = 256;
+/// Workgroups of the combine per tile (one invocation per element of a 128 x 128 tile).
+const COMBINE_WORKGROUPS_PER_TILE: u64 = 64;
 
 /// One GEMM kernel's plan: its shader, tile and K splits per tile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,69 +56,32 @@ pub(super) fn split_allowed() -> bool {
     *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_none_or(|v| v != "0"))
 }
 
-/// Whether small grids may take [`COOP_SMALL_TILE`] (`WGEMMA_GEMM_SMALL_TILE=1`; see the
-/// module header).
-pub(super) fn small_tile_allowed() -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SMALL_TILE").is_some_and(|v| v == "1"))
-}
-
-/// What the planner may do beyond one workgroup per tile over all of K.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct PlanOptions {
-    /// Split K across workgroups ([`split_allowed`]).
-    pub split: bool,
-    /// Take [`COOP_SMALL_TILE`] for small grids ([`small_tile_allowed`]).
-    pub small_tile: bool,
-}
-
-impl PlanOptions {
-    /// The process's options (environment switches).
-    pub fn from_env() -> PlanOptions {
-        PlanOptions {
-            split: split_allowed(),
-            small_tile: small_tile_allowed(),
-        }
-    }
-}
-
-/// The plan of `route` for `m` rows of x, `rows` weight rows and `k`.
+/// The plan of `route` for `m` rows of x, `rows` weight rows and `k`, splitting K where
+/// `can_split`.
 pub(super) fn plan(
     route: LinearRoute,
     m: usize,
     rows: usize,
     k: usize,
-    options: PlanOptions,
+    can_split: bool,
 ) -> GemmPlan {
     let (shader, tile) = match route {
         LinearRoute::Q4GemmCoop => ("q4_gemm_coop", COOP_TILE),
         LinearRoute::Q4GemmF16 => ("q4_gemm_f16", [64, 128]),
         _ => ("q4_gemm", [64, 64]),
     };
-    if route != LinearRoute::Q4GemmCoop {
-        return GemmPlan {
-            shader,
-            tile,
-            splits: 1,
-            tiles: tiles(m, rows, tile),
-        };
-    }
-    let small = options.small_tile && tiles(m, rows, COOP_TILE) < FILL_WORKGROUPS as u64;
-    let tile = if small { COOP_SMALL_TILE } else { COOP_TILE };
     let tiles = tiles(m, rows, tile);
-    let splits = if options.split {
+    let splits = if route == LinearRoute::Q4GemmCoop && can_split {
         coop_splits(tiles, k)
     } else {
         1
     };
-    let shader = match (small, splits > 1) {
-        (false, false) => "q4_gemm_coop",
-        (false, true) => "q4_gemm_coop_split",
-        (true, false) => "q4_gemm_coop_64",
-        (true, true) => "q4_gemm_coop_split_64",
-    };
     GemmPlan {
-        shader,
+        shader: if splits > 1 {
+            "q4_gemm_coop_split"
+        } else {
+            shader
+        },
         tile,
         splits,
         tiles,
@@ -187,12 +139,10 @@ pub(super) fn combine_kernel<P: bytemuck::Pod>(
     partials: &Tensor,
     y: &Tensor,
 ) -> Result<Kernel> {
-    let [tile_m, tile_n] = plan.tile;
     KernelBuilder::new(ctx, "q4_gemm_split_combine")
         .constant("SPLITS", plan.splits as u64)
-        .constant("TILE_M", tile_m as u64)
         .uniform(params)
         .tensor(partials)
         .tensor(y)
-        .build_1d(plan.tiles * (tile_m * tile_n) as u64 / COMBINE_WORKGROUP)
+        .build_1d(plan.tiles * COMBINE_WORKGROUPS_PER_TILE)
 }

@@ -173,71 +173,48 @@ fn coop_configuration_is_matched_exactly() {
     ));
 }
 
-/// The planner on the shapes E2B prefill runs (M = 512 and 4096): the grids of 128 x 128
-/// tiles below [`gemm::FILL_WORKGROUPS`] take 64 x 128 tiles and split K, the ones that fill
-/// the GPU do neither, every split has at least [`gemm::MIN_SPLIT_STEPS`] steps and none is
-/// empty; each environment switch turns its part off.
+/// The split planner on the shapes E2B prefill runs (M = 512 and 4096): the 128 x 128
+/// grids below [`gemm::FILL_WORKGROUPS`] split K, the ones that fill the GPU do not, every
+/// split has at least [`gemm::MIN_SPLIT_STEPS`] steps and none is empty.
 #[test]
-fn small_tensor_core_grids_take_small_tiles_and_split_k() {
-    use gemm::{plan, PlanOptions, FILL_WORKGROUPS, MIN_SPLIT_STEPS};
+fn small_tensor_core_grids_split_k() {
+    use gemm::{plan, FILL_WORKGROUPS, MIN_SPLIT_STEPS};
     let coop = LinearRoute::Q4GemmCoop;
-    let all = PlanOptions {
-        split: true,
-        small_tile: true,
-    };
-    let split_only = PlanOptions {
-        small_tile: false,
-        ..all
-    };
-    // (M, N, K) -> (tile rows, splits) with both, splits with 128 x 128 tiles alone:
-    // o_proj / down (N = 1536), the N = 256 projections, the per-layer projection's K = 256
-    // (8 steps), q_proj (N = 2048), gate_up (N = 12288).
-    for (m, n, k, want, want_split_only) in [
-        (512, 1536, 2048, (64, 3), 6),
-        (512, 1536, 6144, (64, 3), 6),
-        (512, 256, 1536, (64, 12), 12),
-        (512, 1536, 256, (64, 2), 2),
-        (512, 2048, 1536, (64, 2), 4),
-        (512, 12288, 1536, (128, 1), 1),
-        (4096, 1536, 6144, (128, 1), 1),
-        (4096, 256, 1536, (64, 2), 4),
+    // (M, N, K) -> splits: o_proj / down (N = 1536, 48 tiles), the N = 256 projections
+    // (8 tiles), the per-layer projection's K = 256 (8 steps), gate_up (N = 12288).
+    for (m, n, k, want) in [
+        (512, 1536, 2048, 6),
+        (512, 1536, 6144, 6),
+        (512, 256, 1536, 12),
+        (512, 1536, 256, 2),
+        (512, 12288, 1536, 1),
+        (4096, 1536, 6144, 1),
+        (4096, 256, 1536, 4),
     ] {
-        let p = plan(coop, m, n, k, all);
-        assert_eq!((p.tile[0], p.splits), want, "M {m} N {n} K {k}: {p:?}");
-        assert_eq!(p.tiles, gemm::tiles(m, n, p.tile));
-        let shader = match want {
-            (128, 1) => "q4_gemm_coop",
-            (128, _) => "q4_gemm_coop_split",
-            (_, 1) => "q4_gemm_coop_64",
-            _ => "q4_gemm_coop_split_64",
-        };
-        assert_eq!(p.shader, shader);
-        let big = plan(coop, m, n, k, split_only);
-        assert_eq!((big.tile, big.splits), ([128, 128], want_split_only));
-        for p in [p, big] {
-            let steps = k.div_ceil(32);
-            let per = steps.div_ceil(p.splits);
-            if p.splits > 1 {
-                assert!(per >= MIN_SPLIT_STEPS, "{p:?}");
-                assert!((p.splits - 1) * per < steps, "an empty split: {p:?}");
-                assert!(p.tiles < FILL_WORKGROUPS as u64);
+        let p = plan(coop, m, n, k, true);
+        assert_eq!(p.splits, want, "M {m} N {n} K {k}: {p:?}");
+        assert_eq!(
+            p.shader,
+            if want > 1 {
+                "q4_gemm_coop_split"
+            } else {
+                "q4_gemm_coop"
             }
+        );
+        let steps = k.div_ceil(32);
+        let per = steps.div_ceil(p.splits);
+        if p.splits > 1 {
+            assert!(per >= MIN_SPLIT_STEPS, "{p:?}");
+            assert!((p.splits - 1) * per < steps, "an empty split: {p:?}");
+            assert!(p.tiles < FILL_WORKGROUPS as u64);
         }
-        // With both off the unsplit 128 x 128 kernel runs.
-        let none = PlanOptions {
-            split: false,
-            small_tile: false,
-        };
-        let closed = plan(coop, m, n, k, none);
+        // With splits off (the default until checked on the H200) the unsplit kernel runs.
+        let closed = plan(coop, m, n, k, false);
         assert_eq!((closed.shader, closed.splits), ("q4_gemm_coop", 1));
     }
-    // The vector GEMMs never split nor change tiles.
-    for (route, tile) in [
-        (LinearRoute::Q4GemmF16, [64, 128]),
-        (LinearRoute::Q4Gemm, [64, 64]),
-    ] {
-        let p = plan(route, 512, 256, 1536, all);
-        assert_eq!((p.splits, p.tile), (1, tile));
+    // The vector GEMMs never split.
+    for route in [LinearRoute::Q4GemmF16, LinearRoute::Q4Gemm] {
+        assert_eq!(plan(route, 512, 256, 1536, true).splits, 1);
     }
     // Every split count the planner can give leaves no split empty.
     for tiles in 1..FILL_WORKGROUPS as u64 {
@@ -258,23 +235,13 @@ fn small_tensor_core_grids_take_small_tiles_and_split_k() {
 /// offset, bit for bit, and nothing outside the result written.
 #[test]
 fn split_combine_sums_the_partial_blocks_in_order() {
-    for (shader, tile) in [
-        ("q4_gemm_coop_split", [128, 128]),
-        ("q4_gemm_coop_split_64", [64, 128]),
-    ] {
-        split_combine_case(shader, tile);
-    }
-}
-
-fn split_combine_case(shader: &'static str, tile: [usize; 2]) {
     let ctx = test_context();
     let (m, n, splits, stride, offset) = (200usize, 300usize, 3usize, 310usize, 5usize);
-    let [tile_m, tile_n] = tile;
     let plan = gemm::GemmPlan {
-        shader,
-        tile,
+        shader: "q4_gemm_coop_split",
+        tile: [128, 128],
         splits,
-        tiles: gemm::tiles(m, n, tile),
+        tiles: gemm::tiles(m, n, [128, 128]),
     };
     use rand::Rng as _;
     let mut r = rng(7100);
@@ -302,16 +269,16 @@ fn split_combine_case(shader: &'static str, tile: [usize; 2]) {
     let kernel = gemm::combine_kernel(ctx, plan, &params, &tp, &ty).unwrap();
     crate::gpu::run_kernels(ctx, &[kernel]);
     let got = pollster::block_on(crate::gpu::read_tensor_f32(ctx, &ty)).unwrap();
-    let n_tiles = n.div_ceil(tile_n);
+    let n_tiles = n.div_ceil(128);
     for row in 0..m {
         for col in 0..stride {
             let want = if (offset..offset + n).contains(&col) {
                 let c = col - offset;
-                let tile = (row / tile_m) * n_tiles + c / tile_n;
-                let e = (row % tile_m) * tile_n + c % tile_n;
+                let tile = (row / 128) * n_tiles + c / 128;
+                let e = (row % 128) * 128 + c % 128;
                 let mut sum = 0.0f32;
                 for j in 0..splits {
-                    sum += partials[(tile * splits + j) * tile_m * tile_n + e];
+                    sum += partials[(tile * splits + j) * 128 * 128 + e];
                 }
                 sum
             } else {
@@ -321,7 +288,7 @@ fn split_combine_case(shader: &'static str, tile: [usize; 2]) {
             assert_eq!(
                 g.to_bits(),
                 want.to_bits(),
-                "{shader}: y[{row}, {col}]: {g} vs {want}"
+                "y[{row}, {col}]: {g} vs {want}"
             );
         }
     }

@@ -658,7 +658,7 @@ fn build_q4(
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let plan = gemm::plan(route, m, rows, k, gemm::PlanOptions::from_env());
+                let plan = gemm::plan(route, m, rows, k, gemm::split_allowed());
                 let out = |t: &Tensor| builder(plan.shader, t);
                 let mut built = gemm::build(ctx, plan, out, &params, y)?;
                 // A split GEMM's combine follows it.
