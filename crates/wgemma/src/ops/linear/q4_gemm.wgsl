@@ -13,45 +13,16 @@
 // wid.x + wid.y * nwg.x (the grid may be folded to 2-D), covers n-tile t % n_tiles and
 // m-tile t / n_tiles.
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    y_stride: u32,
-    y_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-override GROUP: u32 = 32u;
+#include "q4_gemm_io.wgsli"
 
 const WG: u32 = 256u;
 const BM: u32 = 64u;
 const BN: u32 = 64u;
 const BK: u32 = 32u;
 
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> packed: array<u32>;
-@group(0) @binding(3) var<storage, read> scales: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-
 // [BK][BM / 4] and [BK][BN / 4]: element (k, i) is xs[k * 16 + i / 4][i % 4].
 var<workgroup> xs: array<vec4<f32>, 512>;
 var<workgroup> ws: array<vec4<f32>, 512>;
-
-fn scale_at(e: u32) -> f32 {
-    let pair = unpack2x16float(scales[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-}
-
-// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
-fn nibbles(word: u32, first: u32) -> vec4<f32> {
-    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
-    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
-}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -66,7 +37,6 @@ fn main(
     }
     let n0 = (tile % n_tiles) * BN;
     let m0 = (tile / n_tiles) * BM;
-    let words = params.k / 8u;
     let tn = lid % 16u;
     let tm = lid / 16u;
     var acc: array<vec4<f32>, 4>;
@@ -77,12 +47,7 @@ fn main(
             let i = lid + h * WG;
             let mm = i / 8u;
             let kq = i % 8u;
-            let m = m0 + mm;
-            let k = k0 + kq * 4u;
-            var v = vec4<f32>(0.0);
-            if (m < params.m && k < params.k) {
-                v = x[(m * params.k + k) / 4u];
-            }
+            let v = x_vec4(m0 + mm, k0 + kq * 4u);
             for (var c = 0u; c < 4u; c++) {
                 xs[(kq * 4u + c) * 16u + mm / 4u][mm % 4u] = v[c];
             }
@@ -91,16 +56,9 @@ fn main(
         {
             let nn = lid / 4u;
             let i = lid % 4u;
-            let n = n0 + nn;
-            let wi = k0 / 8u + i;
-            var lo = vec4<f32>(0.0);
-            var hi = vec4<f32>(0.0);
-            if (n < params.n && wi < words) {
-                let word = packed[n * words + wi];
-                let sc = scale_at(n * params.groups + (wi * 8u) / GROUP);
-                lo = nibbles(word, 0u) * sc;
-                hi = nibbles(word, 16u) * sc;
-            }
+            let w = weight_word_scaled(n0 + nn, k0 / 8u + i);
+            let lo = nibbles(w.x, 0u) * bitcast<f32>(w.y);
+            let hi = nibbles(w.x, 16u) * bitcast<f32>(w.y);
             for (var c = 0u; c < 4u; c++) {
                 ws[(i * 8u + c) * 16u + nn / 4u][nn % 4u] = lo[c];
                 ws[(i * 8u + 4u + c) * 16u + nn / 4u][nn % 4u] = hi[c];

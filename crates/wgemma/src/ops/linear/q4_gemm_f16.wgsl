@@ -66,7 +66,6 @@ fn main(
     }
     let n0 = (tile % n_tiles) * BN;
     let m0 = (tile / n_tiles) * BM;
-    let words = params.k / 8u;
     let tn = lid % 16u;
     let tm = lid / 16u;
     // Accumulators as named vectors (never indexed at run time, so they stay in
@@ -86,12 +85,7 @@ fn main(
             let i = lid + h * WG;
             let mm = i / 8u;
             let kq = i % 8u;
-            let m = m0 + mm;
-            let k = k0 + kq * 4u;
-            var v = vec4<f32>(0.0);
-            if (m < params.m && k < params.k) {
-                v = x[(m * params.k + k) / 4u];
-            }
+            let v = x_vec4(m0 + mm, k0 + kq * 4u);
             for (var c = 0u; c < 4u; c++) {
                 xs[(kq * 4u + c) * 16u + mm / 4u][mm % 4u] = v[c];
             }
@@ -101,15 +95,9 @@ fn main(
             let i = lid + h * WG;
             let nn = i / 4u;
             let wq = i % 4u;
-            let n = n0 + nn;
-            let wi = k0 / 8u + wq;
-            var lo = vec4<f16>(0.0);
-            var hi = vec4<f16>(0.0);
-            if (n < params.n && wi < words) {
-                let word = packed[n * words + wi];
-                lo = vec4<f16>(nibbles(word, 0u));
-                hi = vec4<f16>(nibbles(word, 16u));
-            }
+            let word = weight_word(n0 + nn, k0 / 8u + wq);
+            let lo = vec4<f16>(nibbles(word, 0u));
+            let hi = vec4<f16>(nibbles(word, 16u));
             for (var c = 0u; c < 4u; c++) {
                 ws[(wq * 8u + c) * 32u + nn / 4u][nn % 4u] = lo[c];
                 ws[(wq * 8u + 4u + c) * 32u + nn / 4u][nn % 4u] = hi[c];
