@@ -442,17 +442,22 @@ fn adaptive_schedule_equals_plain_greedy() {
 /// rejects none is; the output is plain greedy's either way.
 #[test]
 fn replaced_drafts_set_the_acceptance() {
-    use wgemma::model::speculative::{generate_speculative_replacing_drafts, ReplacedDrafts};
+    use wgemma::model::speculative::{
+        generate_speculative_replacing_drafts, Phase, ReplacedDrafts,
+    };
     let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
     let prompt: Vec<u32> = vec![2, 17, 391, 3000, 45, 45, 1024];
     let options = greedy_options(20);
     let want = plain(&mut target, &prompt, &options);
-    for (shift, schedule) in [
-        (0u32, DraftSchedule::Fixed),
-        (1, DraftSchedule::Fixed),
-        (0, DraftSchedule::Adaptive),
+    for (shift, schedule, drafter) in [
+        (0u32, DraftSchedule::Fixed, true),
+        (1, DraftSchedule::Fixed, true),
+        (0, DraftSchedule::Adaptive, true),
+        (0, DraftSchedule::Fixed, false),
     ] {
         let mut keep = |k: usize| vec![shift == 0; k];
+        let ctx = test_context();
+        let before = ctx.counters().snapshot().0;
         let spec = SpeculativeOptions {
             draft_tokens: 3,
             schedule,
@@ -468,10 +473,29 @@ fn replaced_drafts_set_the_acceptance() {
             ReplacedDrafts {
                 reference: &want,
                 keep: &mut keep,
+                drafter,
             },
         ))
         .unwrap();
         assert_eq!(out.tokens, want, "shift {shift} {schedule:?}");
+        // The phases cover every dispatch of the generation, in rounds of the drafts made.
+        let spans = &out.phases;
+        let total: u64 = spans.iter().map(|p| p.dispatches).sum();
+        assert_eq!(total, ctx.counters().snapshot().0 - before);
+        let count = |phase: Phase| spans.iter().filter(|p| p.phase == phase).count();
+        let verifies = count(Phase::Verify);
+        assert!(verifies >= out.stats.rounds, "{spans:?}");
+        assert_eq!(count(Phase::Commit), verifies);
+        assert_eq!(count(Phase::Replace), verifies);
+        let drafting = spans
+            .iter()
+            .filter(|p| p.phase == Phase::Verify && p.drafts > 0)
+            .count();
+        assert_eq!(count(Phase::Drafter), if drafter { drafting } else { 0 });
+        // Every draft step records the same dispatches.
+        for p in spans.iter().filter(|p| p.phase == Phase::Drafter) {
+            assert!(p.drafts > 0 && p.dispatches % p.drafts as u64 == 0, "{p:?}");
+        }
         let s = &out.stats;
         assert!(s.drafted > 0, "{}", s.summary());
         let expected = if shift == 0 { s.drafted } else { 0 };
