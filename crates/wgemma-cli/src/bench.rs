@@ -457,15 +457,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         };
         // The pipelined rounds with the drafter, by phase and shader.
         let round_profile = match assistant.as_mut() {
-            Some(assistant) => Some(crate::bench_spec::profile_rounds(
-                &ctx,
-                &mut model,
-                assistant,
-                &prompt,
-                &greedy,
-                args.draft_tokens,
-                decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
-            )?),
+            Some(assistant) => Some(
+                crate::bench_spec::profile_rounds(
+                    &ctx,
+                    &mut model,
+                    assistant,
+                    &prompt,
+                    &greedy,
+                    args.draft_tokens,
+                    decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
+                )
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() })),
+            ),
             None => None,
         };
         let rounds = if args.draft_tokens > 0 {

@@ -351,10 +351,12 @@ pub fn profile_rounds(
     let times = pollster::block_on(ctx.read_profile())?;
     let total: u64 = out.phases.iter().map(|p| p.dispatches).sum();
     if total != times.len() as u64 {
-        bail!(
-            "profiled {} dispatches, the rounds' phases count {total}",
-            times.len()
-        );
+        return Ok(serde_json::json!({
+            "skipped": format!(
+                "profiled {} dispatches, the rounds' phases count {total}",
+                times.len()
+            ),
+        }));
     }
     // Rounds 1.. of k drafts that were read (the last submitted one ran ahead).
     let last = out.phases.iter().map(|p| p.round).max().unwrap_or(0);
