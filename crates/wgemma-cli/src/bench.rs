@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::harness;
-use wgemma::model::speculative::{DraftSchedule, MAX_DRAFT_TOKENS};
+use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::synthetic::SyntheticShape;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
@@ -41,8 +41,10 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1.0")]
     acceptance: Vec<f64>,
     /// Drafts per round of the oracle speculative run (0 = skip it). The runs with the real
-    /// drafter (E2B / E4B shapes: the published assistant's, random weights) report
-    /// `drafted` and `drafter_ms_per_round` beside each acceptance rate.
+    /// drafter (E2B / E4B shapes: the published assistant's, random weights) report, beside
+    /// each acceptance rate, `drafted` (pipelined rounds, drafter included), `verify_only`
+    /// (the same rounds without the drafter), `round_ms`, `verify_round_ms`,
+    /// `drafter_ms_per_round` (their difference) and `verify_ratio` (over a plain step).
     #[arg(long, default_value_t = 2)]
     draft_tokens: usize,
     /// Also run the adaptive schedule with the real drafter at each acceptance rate (k in
@@ -411,21 +413,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(name) => Some(SyntheticShape::parse(name)?),
         None => crate::bench_spec::assistant_shape(&model),
     };
-    let drafted = match shape {
-        Some(shape) if args.draft_tokens > 0 => crate::bench_spec::drafted_runs(
+    let mut assistant = match shape {
+        Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if args.draft_tokens > 0 => Some(
+            crate::bench_spec::load_assistant(&ctx, &model, shape, args.seed)?,
+        ),
+        _ => None,
+    };
+    let drafted = match assistant.as_mut() {
+        Some(assistant) => crate::bench_spec::drafted_runs(
             &ctx,
             &mut model,
-            shape,
+            assistant,
             crate::bench_spec::DraftedRuns {
                 prompt: &prompt,
                 greedy: &greedy,
                 k: args.draft_tokens,
                 acceptance: &args.acceptance,
                 adaptive: args.adaptive_draft,
-                seed: args.seed,
             },
         )?,
-        _ => Vec::new(),
+        None => Vec::new(),
     };
 
     let profile = if args.profile {
@@ -448,6 +455,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } else {
             None
         };
+        // The pipelined rounds with the drafter, by phase and shader.
+        let round_profile = match assistant.as_mut() {
+            Some(assistant) => Some(
+                crate::bench_spec::profile_rounds(
+                    &ctx,
+                    &mut model,
+                    assistant,
+                    &prompt,
+                    &greedy,
+                    args.draft_tokens,
+                    decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
+                )
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() })),
+            ),
+            None => None,
+        };
         let rounds = if args.draft_tokens > 0 {
             let o = oracle_rounds(
                 &ctx,
@@ -462,7 +485,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } else {
             None
         };
-        Some((decode, verify, rounds, prefill))
+        Some((decode, verify, rounds, prefill, round_profile))
     } else {
         None
     };
@@ -531,35 +554,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
         for (i, runs) in drafted.iter().enumerate() {
             let entry = &mut report["speculative"][i];
-            for run in runs {
-                let key = match run.schedule {
-                    DraftSchedule::Adaptive => "adaptive",
-                    _ => "drafted",
-                };
-                entry[key] = run.json(decode_tps);
-                if run.schedule == DraftSchedule::Fixed {
-                    // The drafter's share: the same rounds, drafts from the host vs drafted.
-                    entry["drafter_ms_per_round"] = run
-                        .ms_per_round
-                        .map(|ms| ms - oracle[i].ms_per_round)
-                        .into();
-                }
+            for (k, v) in runs.json(decode_tps).as_object().expect("object") {
+                entry[k] = v.clone();
             }
         }
     }
     if args.json {
-        if let Some((decode, verify, rounds, prefill)) = profile {
+        if let Some((decode, verify, rounds, prefill, round_profile)) = profile {
             report["profile_prefill"] = prefill.unwrap_or_default();
             report["profile_decode"] = decode;
             report["profile_verify"] = verify.unwrap_or_default();
             report["profile_oracle_rounds"] = rounds.unwrap_or_default();
+            report["profile_rounds"] = round_profile.unwrap_or_default();
         }
         println!("{report}");
     } else {
         for (k, v) in report.as_object().expect("object") {
             println!("{k:<28} {v}");
         }
-        if let Some((decode, verify, rounds, prefill)) = profile {
+        if let Some((decode, verify, rounds, prefill, round_profile)) = profile {
             if let Some(p) = prefill {
                 print_profile("prefill", &p);
             }
@@ -569,6 +582,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
             if let Some(r) = rounds {
                 println!("\nprofiled oracle rounds: {r}");
+            }
+            if let Some(r) = round_profile {
+                println!("\nprofiled pipelined rounds: {r}");
             }
         }
     }

@@ -6,13 +6,16 @@
 
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
 use wgemma::gpu::GpuContext;
+use wgemma::gpu::MAX_PROFILE_MARKS;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::forward::LogitRows;
 use wgemma::model::generate::GenerateOptions;
 use wgemma::model::sampling::SamplingParams;
 use wgemma::model::speculative::{
-    generate_speculative_replacing_drafts, DraftSchedule, ReplacedDrafts, SpeculativeOptions,
+    generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan, ReplacedDrafts,
+    SpeculativeOptions, SpeculativeOutput,
 };
 use wgemma::model::synthetic::{RandomAssistant, SyntheticShape};
 use wgemma::model::target::Model;
@@ -96,9 +99,11 @@ impl FixedRateDrafts {
     }
 }
 
-/// One speculative run with the assistant drafting.
+/// One speculative run with the assistant drafting (or, without the drafter, the same
+/// pipelined rounds with the drafts given).
 pub struct DraftedRun {
     pub schedule: DraftSchedule,
+    pub drafter: bool,
     pub tokens_per_s: f64,
     pub rounds: usize,
     pub plain_steps: usize,
@@ -114,6 +119,7 @@ impl DraftedRun {
     pub fn json(&self, plain_tps: f64) -> serde_json::Value {
         serde_json::json!({
             "schedule": self.schedule,
+            "drafter": self.drafter,
             "tokens_per_s": self.tokens_per_s,
             "speedup": self.tokens_per_s / plain_tps,
             "rounds": self.rounds,
@@ -126,22 +132,30 @@ impl DraftedRun {
     }
 }
 
+/// What one speculative generation runs.
+#[derive(Clone, Copy)]
+pub struct RunSpec {
+    /// Drafts per round (the adaptive schedule's first round).
+    pub k: usize,
+    pub acceptance: f64,
+    pub schedule: DraftSchedule,
+    /// The assistant's steps run (false: the drafts are given, see [`ReplacedDrafts`]).
+    pub drafter: bool,
+}
+
 /// Generates `greedy` (the plain greedy continuation of `prompt`, first token included)
-/// speculatively under `schedule` (first round k = `k`), the assistant drafting and its
-/// drafts replaced as the module docs say (the same random stream as the host-drafted
-/// oracle rounds, so a fixed schedule replays their acceptance pattern).
-#[allow(clippy::too_many_arguments)]
-pub fn drafted_run(
+/// speculatively as `run` says, its drafts replaced as the module docs say (the same
+/// random stream as the host-drafted oracle rounds, so a fixed schedule replays their
+/// acceptance pattern). Returns the run and the generation's output.
+pub fn speculative_run(
     ctx: &GpuContext,
     model: &mut Model,
     assistant: &mut Assistant,
     prompt: &[u32],
     greedy: &[u32],
-    k: usize,
-    acceptance: f64,
-    schedule: DraftSchedule,
-) -> Result<DraftedRun> {
-    let mut oracle = FixedRateDrafts::new(acceptance, model.spec.config.vocab_size);
+    run: RunSpec,
+) -> Result<(DraftedRun, SpeculativeOutput)> {
+    let mut oracle = FixedRateDrafts::new(run.acceptance, model.spec.config.vocab_size);
     let mut keep = |k: usize| oracle.keep(k);
     let options = GenerateOptions {
         max_new_tokens: greedy.len(),
@@ -149,8 +163,8 @@ pub fn drafted_run(
         stop_ids: Vec::new(),
     };
     let spec = SpeculativeOptions {
-        draft_tokens: k,
-        schedule,
+        draft_tokens: run.k,
+        schedule: run.schedule,
         trace: false,
         capture_draft_logits: false,
     };
@@ -164,6 +178,7 @@ pub fn drafted_run(
         ReplacedDrafts {
             reference: greedy,
             keep: &mut keep,
+            drafter: run.drafter,
         },
     ))?;
     if out.tokens != greedy {
@@ -172,8 +187,9 @@ pub fn drafted_run(
     let s = &out.stats;
     let tokens_per_s = s.base.decode_tokens_per_s;
     let decode_s = (greedy.len() - 1) as f64 / tokens_per_s.max(1e-12);
-    Ok(DraftedRun {
-        schedule,
+    let drafted = DraftedRun {
+        schedule: run.schedule,
+        drafter: run.drafter,
         tokens_per_s,
         rounds: s.rounds,
         plain_steps: s.plain_steps,
@@ -182,7 +198,8 @@ pub fn drafted_run(
         ms_per_round: (s.plain_steps == 0 && s.rounds > 0)
             .then(|| decode_s * 1e3 / s.rounds as f64),
         host_wait_ms_per_round: s.host_wait_ms_per_round,
-    })
+    };
+    Ok((drafted, out))
 }
 
 /// What [`drafted_runs`] runs.
@@ -195,46 +212,233 @@ pub struct DraftedRuns<'a> {
     pub acceptance: &'a [f64],
     /// Also run the adaptive schedule.
     pub adaptive: bool,
-    pub seed: u64,
 }
 
-/// For each acceptance rate, the fixed-k run and (with `adaptive`) the adaptive one, with
-/// the assistant of `shape` drafting; none for a shape without a published assistant.
+/// The runs at one acceptance rate: fixed k with the drafter, the same rounds without it
+/// (drafts given), and (with `adaptive`) the adaptive schedule with the drafter.
+pub struct RunsAtRate {
+    pub drafted: DraftedRun,
+    pub verify_only: DraftedRun,
+    pub adaptive: Option<DraftedRun>,
+}
+
+impl RunsAtRate {
+    /// The runs and what a round costs, all from this process: `round_ms` (drafted),
+    /// `verify_round_ms` (the same pipelined rounds without the drafter),
+    /// `drafter_ms_per_round` (their difference), `verify_ratio` (a round without the
+    /// drafter over a pipelined plain step, `plain_step_ms`).
+    pub fn json(&self, plain_tps: f64) -> serde_json::Value {
+        let plain_step_ms = 1e3 / plain_tps;
+        let round = self.drafted.ms_per_round;
+        let verify = self.verify_only.ms_per_round;
+        let mut out = serde_json::json!({
+            "drafted": self.drafted.json(plain_tps),
+            "verify_only": self.verify_only.json(plain_tps),
+            "plain_step_ms": plain_step_ms,
+            "round_ms": round,
+            "verify_round_ms": verify,
+            "drafter_ms_per_round": round.zip(verify).map(|(r, v)| r - v),
+            "verify_ratio": verify.map(|v| v / plain_step_ms),
+        });
+        if let Some(a) = &self.adaptive {
+            out["adaptive"] = a.json(plain_tps);
+        }
+        out
+    }
+}
+
+/// For each acceptance rate, [`RunsAtRate`] with `assistant` drafting.
 pub fn drafted_runs(
     ctx: &GpuContext,
     model: &mut Model,
-    shape: SyntheticShape,
+    assistant: &mut Assistant,
     runs: DraftedRuns<'_>,
-) -> Result<Vec<Vec<DraftedRun>>> {
-    if !matches!(shape, SyntheticShape::E2b | SyntheticShape::E4b) {
-        return Ok(Vec::new());
-    }
-    let mut assistant = load_assistant(ctx, model, shape, runs.seed)?;
+) -> Result<Vec<RunsAtRate>> {
     build_verify_plans(ctx, model)?;
-    let mut schedules = vec![DraftSchedule::Fixed];
-    if runs.adaptive {
-        schedules.push(DraftSchedule::Adaptive);
-    }
     let (prompt, greedy, k) = (runs.prompt, runs.greedy, runs.k);
+    let fixed = |acceptance: f64, drafter: bool| RunSpec {
+        k,
+        acceptance,
+        schedule: DraftSchedule::Fixed,
+        drafter,
+    };
     // Warm-up: the assistant's pipelines and the rounds' buffers.
     let warm = &greedy[..greedy.len().min(8)];
-    drafted_run(
-        ctx,
-        model,
-        &mut assistant,
-        prompt,
-        warm,
-        k,
-        1.0,
-        DraftSchedule::Fixed,
-    )?;
+    for drafter in [true, false] {
+        speculative_run(ctx, model, assistant, prompt, warm, fixed(1.0, drafter))?;
+    }
     let mut out = Vec::new();
     for &p in runs.acceptance {
-        let at_p = schedules
-            .iter()
-            .map(|&s| drafted_run(ctx, model, &mut assistant, prompt, greedy, k, p, s))
-            .collect::<Result<Vec<_>>>()?;
-        out.push(at_p);
+        let mut run = |spec: RunSpec| -> Result<DraftedRun> {
+            Ok(speculative_run(ctx, model, assistant, prompt, greedy, spec)?.0)
+        };
+        let drafted = run(fixed(p, true))?;
+        let verify_only = run(fixed(p, false))?;
+        let adaptive = if runs.adaptive {
+            Some(run(RunSpec {
+                schedule: DraftSchedule::Adaptive,
+                ..fixed(p, true)
+            })?)
+        } else {
+            None
+        };
+        out.push(RunsAtRate {
+            drafted,
+            verify_only,
+            adaptive,
+        });
     }
     Ok(out)
+}
+
+/// `--profile`: every dispatch of a few pipelined rounds of k drafts with the drafter
+/// (acceptance 1.0), timed on the GPU and split by phase (drafter steps, draft
+/// replacement, verify forward, commit) and by shader. The rounds are as many as the
+/// profiler's timestamps hold after the prefill; the first round (seeded by the host) and
+/// the last one (run ahead of the end) are left out. `decode_step_us`: a one-row decode
+/// step's GPU time from the same process, for `verify_ratio`.
+pub fn profile_rounds(
+    ctx: &GpuContext,
+    model: &mut Model,
+    assistant: &mut Assistant,
+    prompt: &[u32],
+    greedy: &[u32],
+    k: usize,
+    decode_step_us: f64,
+) -> Result<serde_json::Value> {
+    let spec = RunSpec {
+        k,
+        acceptance: 1.0,
+        schedule: DraftSchedule::Fixed,
+        drafter: true,
+    };
+    // A short run sizes the profiled one: its phases count the prefill's and a round's
+    // dispatches (every round of k drafts records the same ones).
+    let probe = &greedy[..greedy.len().min(2 * (k + 1) + 1)];
+    let (_, out) = speculative_run(ctx, model, assistant, prompt, probe, spec)?;
+    if let Err(e) = pollster::block_on(ctx.read_profile()) {
+        // The prefill and two rounds overflow the timestamps (a long prompt).
+        return Ok(serde_json::json!({ "skipped": e.to_string() }));
+    }
+    let prefill: u64 = out
+        .phases
+        .iter()
+        .take_while(|p| p.phase == Phase::Target)
+        .map(|p| p.dispatches)
+        .sum();
+    // Each pass also writes a timestamp: a round has k + 3 of them.
+    let per_round: u64 = out
+        .phases
+        .iter()
+        .filter(|p| p.phase != Phase::Target && p.round == 1)
+        .map(|p| p.dispatches)
+        .sum::<u64>()
+        + k as u64
+        + 4;
+    let room = u64::from(MAX_PROFILE_MARKS).saturating_sub(prefill + 64);
+    // One round more runs ahead of the end.
+    let rounds = (room / per_round.max(1)).saturating_sub(1) as usize;
+    if rounds < 3 {
+        return Ok(serde_json::json!({
+            "skipped": format!(
+                "{rounds} rounds of {per_round} dispatches fit the profiler's \
+                 {MAX_PROFILE_MARKS} timestamps after a prefill of {prefill}"
+            ),
+        }));
+    }
+    let tokens = (1 + rounds * (k + 1)).min(greedy.len());
+    let (_, out) = speculative_run(ctx, model, assistant, prompt, &greedy[..tokens], spec)?;
+    let times = pollster::block_on(ctx.read_profile())?;
+    let total: u64 = out.phases.iter().map(|p| p.dispatches).sum();
+    if total != times.len() as u64 {
+        return Ok(serde_json::json!({
+            "skipped": format!(
+                "profiled {} dispatches, the rounds' phases count {total}",
+                times.len()
+            ),
+        }));
+    }
+    // Rounds 1.. of k drafts that were read (the last submitted one ran ahead).
+    let last = out.phases.iter().map(|p| p.round).max().unwrap_or(0);
+    let counted = |p: &PhaseSpan| p.phase != Phase::Target && p.round >= 1 && p.round < last;
+    let mut by_phase: BTreeMap<&str, PhaseTotals> = BTreeMap::new();
+    let mut rounds_seen = std::collections::BTreeSet::new();
+    let mut at = 0;
+    for p in &out.phases {
+        let span = &times[at..at + p.dispatches as usize];
+        at += p.dispatches as usize;
+        if !counted(p) || p.drafts != k {
+            continue;
+        }
+        rounds_seen.insert(p.round);
+        let e = by_phase.entry(phase_name(p.phase)).or_default();
+        e.dispatches += p.dispatches;
+        e.barriers += p.barriers;
+        for t in span {
+            e.ns += t.nanos;
+            let shader = t.label.split('[').next().unwrap_or(&t.label).to_string();
+            let s = e.by_shader.entry(shader).or_default();
+            s.0 += 1;
+            s.1 += t.nanos;
+        }
+    }
+    let n = rounds_seen.len().max(1) as f64;
+    let us = |name: &str| by_phase.get(name).map_or(0.0, |e| e.ns / n / 1e3);
+    let phases: serde_json::Map<String, serde_json::Value> = by_phase
+        .iter()
+        .map(|(name, e)| (name.to_string(), e.json(n)))
+        .collect();
+    let round_us: f64 = by_phase.values().map(|e| e.ns).sum::<f64>() / n / 1e3;
+    Ok(serde_json::json!({
+        "draft_tokens": k,
+        "rounds": rounds_seen.len(),
+        "gpu_us_per_round": round_us,
+        "drafter_us_per_round": us("drafter"),
+        "verify_us_per_round": us("verify"),
+        "commit_us_per_round": us("commit") + us("replace"),
+        "decode_step_us": decode_step_us,
+        "verify_ratio": us("verify") / decode_step_us.max(1e-9),
+        "phases": phases,
+    }))
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Target => "target",
+        Phase::Drafter => "drafter",
+        Phase::Replace => "replace",
+        Phase::Verify => "verify",
+        Phase::Commit => "commit",
+    }
+}
+
+/// A phase's profiled dispatches over the rounds counted.
+#[derive(Default)]
+struct PhaseTotals {
+    dispatches: u64,
+    barriers: u64,
+    ns: f64,
+    /// Shader -> (dispatches, ns).
+    by_shader: BTreeMap<String, (u64, f64)>,
+}
+
+impl PhaseTotals {
+    fn json(&self, rounds: f64) -> serde_json::Value {
+        let mut shaders: Vec<_> = self.by_shader.iter().collect();
+        shaders.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        serde_json::json!({
+            "us_per_round": self.ns / rounds / 1e3,
+            "dispatches_per_round": self.dispatches as f64 / rounds,
+            "barriers_per_round": self.barriers as f64 / rounds,
+            "by_shader": shaders
+                .into_iter()
+                .map(|(name, (count, ns))| serde_json::json!({
+                    "shader": name,
+                    "dispatches_per_round": *count as f64 / rounds,
+                    "us_per_round": ns / rounds / 1e3,
+                    "us_per_dispatch": ns / *count as f64 / 1e3,
+                }))
+                .collect::<Vec<_>>(),
+        })
+    }
 }

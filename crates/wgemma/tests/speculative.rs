@@ -442,17 +442,22 @@ fn adaptive_schedule_equals_plain_greedy() {
 /// rejects none is; the output is plain greedy's either way.
 #[test]
 fn replaced_drafts_set_the_acceptance() {
-    use wgemma::model::speculative::{generate_speculative_replacing_drafts, ReplacedDrafts};
+    use wgemma::model::speculative::{
+        generate_speculative_replacing_drafts, Phase, ReplacedDrafts,
+    };
     let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
     let prompt: Vec<u32> = vec![2, 17, 391, 3000, 45, 45, 1024];
     let options = greedy_options(20);
     let want = plain(&mut target, &prompt, &options);
-    for (shift, schedule) in [
-        (0u32, DraftSchedule::Fixed),
-        (1, DraftSchedule::Fixed),
-        (0, DraftSchedule::Adaptive),
+    for (shift, schedule, drafter) in [
+        (0u32, DraftSchedule::Fixed, true),
+        (1, DraftSchedule::Fixed, true),
+        (0, DraftSchedule::Adaptive, true),
+        (0, DraftSchedule::Fixed, false),
     ] {
         let mut keep = |k: usize| vec![shift == 0; k];
+        let ctx = test_context();
+        let before = ctx.counters().snapshot().0;
         let spec = SpeculativeOptions {
             draft_tokens: 3,
             schedule,
@@ -468,10 +473,28 @@ fn replaced_drafts_set_the_acceptance() {
             ReplacedDrafts {
                 reference: &want,
                 keep: &mut keep,
+                drafter,
             },
         ))
         .unwrap();
         assert_eq!(out.tokens, want, "shift {shift} {schedule:?}");
+        // The phases cover the generation's dispatches, a verify and a commit per round,
+        // the drafter's steps in every round that drafts. (The counters are the shared
+        // context's: tests running beside this one add dispatches, never remove any.)
+        let spans = &out.phases;
+        let total: u64 = spans.iter().map(|p| p.dispatches).sum();
+        assert!(total > 0 && total <= ctx.counters().snapshot().0 - before);
+        let count = |phase: Phase| spans.iter().filter(|p| p.phase == phase).count();
+        let verifies = count(Phase::Verify);
+        assert!(verifies >= out.stats.rounds, "{spans:?}");
+        assert_eq!(count(Phase::Commit), verifies);
+        if drafter {
+            let drafting = spans
+                .iter()
+                .filter(|p| p.phase == Phase::Verify && p.drafts > 0)
+                .count();
+            assert_eq!(count(Phase::Drafter), drafting, "{spans:?}");
+        }
         let s = &out.stats;
         assert!(s.drafted > 0, "{}", s.summary());
         let expected = if shift == 0 { s.drafted } else { 0 };

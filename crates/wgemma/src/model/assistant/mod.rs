@@ -50,6 +50,7 @@ pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
 pub use view::DraftView;
 
 use super::config::{KvSource, LayerKind, ModelSpec};
+use super::speculative::schedule::DraftCosts;
 use super::target::Model;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
@@ -57,7 +58,7 @@ use crate::ops::attention::{AttentionScratch, KeyFromValue};
 use crate::ops::opset::OpSet;
 use crate::ops::rope::Rope;
 use config::OP;
-use step::{rope_config, Activations, Op, StepBuilder, TargetKv};
+use step::{rope_config, Activations, Op, StepBuilder, Stream, TargetKv};
 
 /// The target's store layer of `kind`: the last layer of that kind owning its K/V (HF
 /// `kv_sharing_modes` "store"; what the target hands the assistant).
@@ -98,6 +99,9 @@ pub struct Assistant {
     target_hidden: usize,
     vocab: usize,
     target_window: usize,
+    /// What pipelined rounds and plain steps cost with this pair on this device, kept
+    /// from one greedy generation to the next (the adaptive schedule's cost model).
+    pub(crate) draft_costs: DraftCosts,
 }
 
 impl Assistant {
@@ -179,6 +183,7 @@ impl Assistant {
             vocab,
             a: &a,
             ops: Vec::new(),
+            stream: Stream::new(&a),
         };
         b.input(target)?;
         for l in layers {
@@ -229,6 +234,7 @@ impl Assistant {
             target_hidden: ht,
             vocab,
             target_window,
+            draft_costs: DraftCosts::default(),
         })
     }
 }

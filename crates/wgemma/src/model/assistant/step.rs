@@ -7,19 +7,22 @@ use super::view::DraftView;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Tensor};
 use crate::model::config::{LayerKind, LayerSpec};
+use crate::model::geglu_stage::GegluStage;
 use crate::model::prepared::{MatrixData, MatrixLayout};
+use crate::model::residual::{
+    project, project_geglu, prologue_weight, BlockInput, Pending, Residual,
+};
 use crate::model::target::Model;
 use crate::model::weights::{LinearWeight, WeightFormat};
 use crate::ops::argmax::argmax;
 use crate::ops::attention::{Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvCache};
 use crate::ops::embedding::embedding;
 use crate::ops::gather::{gather_rows, RowTable};
-use crate::ops::geglu::geglu_fused;
+use crate::ops::linear::Epilogue;
 use crate::ops::linear::{dense_linear, Linear};
 use crate::ops::min_fill::min_fill;
 use crate::ops::opset::OpSet;
-use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add};
-use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType};
+use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType, VHeads};
 use crate::ops::scatter::{scatter, PermutationCertificate, ScatterRoute};
 use crate::ops::topk::{topk, TopKRoute};
 
@@ -31,6 +34,8 @@ pub(super) enum Op {
     Rope(RopeKernel),
     /// Attention over the target's cache of this layer kind; the grid follows the view.
     Attention(Box<Attention>, LayerKind),
+    /// The MLP's gate_up projection with GeGLU (one dispatch, or the projection + GeGLU).
+    Geglu(GegluStage),
 }
 
 impl Op {
@@ -40,6 +45,7 @@ impl Op {
             Op::Kernels(ks) => ks.iter().for_each(|k| pass.dispatch(k)),
             Op::Linear(l) => l.record(pass),
             Op::Rope(r) => r.record(pass, 1)?,
+            Op::Geglu(g) => g.record(pass),
             Op::Attention(a, kind) => {
                 let end = match kind {
                     LayerKind::Sliding => view.sliding_end,
@@ -55,6 +61,8 @@ impl Op {
         match self {
             Op::Kernels(ks) => ks.len(),
             Op::Linear(l) => l.kernels().len(),
+            Op::Geglu(GegluStage::Split(l, _)) => l.kernels().len() + 1,
+            Op::Geglu(GegluStage::Fused(l)) => l.kernels().len(),
             _ => 1,
         }
     }
@@ -75,8 +83,10 @@ pub(super) struct Activations {
     pub token: Tensor,
     /// concat(target_embed(token) * scale, h_prev) [1, 2 Ht].
     pub input: Tensor,
-    /// The residual stream [1, Ha] and the normed input of a block.
+    /// The residual stream [1, Ha] (two buffers: a norm prologue writes the updated stream
+    /// into the one it does not read) and the normed input of a block.
     h: Tensor,
+    h_spare: Tensor,
     x: Tensor,
     q: Tensor,
     attn: Tensor,
@@ -119,6 +129,7 @@ impl Activations {
             token: u32s("assistant.token")?,
             input: f32s("assistant.input", &[1, 2 * ht])?,
             h: f32s("assistant.h", &[1, ha])?,
+            h_spare: f32s("assistant.h_spare", &[1, ha])?,
             x: f32s("assistant.x", &[1, ha])?,
             q: f32s("assistant.q", &[heads * max_d])?,
             attn: f32s("assistant.attn", &[heads * max_d])?,
@@ -169,9 +180,81 @@ pub(super) struct StepBuilder<'a> {
     pub vocab: usize,
     pub a: &'a Activations,
     pub ops: Vec<Op>,
+    /// The residual stream between blocks ([`Stream`]).
+    pub stream: Stream,
+}
+
+/// The residual stream of a draft step as the target's forward runs it
+/// ([`crate::model::residual`]): each block's post-norm and residual add wait (pending)
+/// and run with the next block's input norm, as the prologue of the Q4 matvec that reads
+/// it (no dispatch: Q4 weights whose matvecs take one) or as one `rmsnorm_add_norm`
+/// kernel. Values are the unfused ops'.
+pub(super) struct Stream {
+    /// The buffer holding h, and (prologue mode) the one the next add writes.
+    h: Tensor,
+    spare: Option<Tensor>,
+    /// Branch output, its post-norm weight and the scale of the add.
+    pending: Option<(Tensor, Tensor, f32)>,
+}
+
+impl Stream {
+    pub fn new(a: &Activations) -> Stream {
+        Stream {
+            h: a.h.clone(),
+            spare: Some(a.h_spare.clone()),
+            pending: None,
+        }
+    }
 }
 
 impl StepBuilder<'_> {
+    /// The input of the next block, `N(h'; w_in)` with h' the stream after the pending
+    /// add, handed to `consume` (which builds the block's projection); the norm kernels
+    /// it needs are pushed first.
+    /// `w` (with `epilogue`) is the projection: a prologue where its matvec takes one, else
+    /// kernels (they update h in place, so the two ways mix freely).
+    fn block_input<T>(
+        &mut self,
+        w_in: &Tensor,
+        (w, epilogue): (&LinearWeight, Epilogue),
+        consume: impl FnOnce(&BlockInput) -> Result<T>,
+    ) -> Result<T> {
+        let (ctx, a, eps) = (self.ctx, self.a, self.eps);
+        let st = &self.stream;
+        let mut residual = match &st.spare {
+            Some(spare) if prologue_weight(ctx, 1, w, epilogue).is_some() => {
+                Residual::prologues(ctx, &st.h, spare, &a.x, eps)
+            }
+            _ => Residual::kernels(ctx, &st.h, &a.x, eps),
+        };
+        let prologue = residual.uses_prologues();
+        if let Some((branch, weight, scale)) = &st.pending {
+            residual.add(Pending {
+                branch,
+                weight,
+                scale: *scale,
+            })?;
+        }
+        let mut kernels = Vec::new();
+        let input = residual.input(Some(w_in), &mut kernels)?;
+        let out = consume(&input)?;
+        residual.commit();
+        let h = residual.h().clone();
+        if !kernels.is_empty() {
+            self.ops.push(Op::Kernels(kernels));
+        }
+        let st = &mut self.stream;
+        if st.pending.take().is_some() && prologue {
+            st.spare = Some(std::mem::replace(&mut st.h, h));
+        }
+        Ok(out)
+    }
+
+    /// Queues `h = (h + N(branch; weight)) * scale` for the next block's input.
+    fn add(&mut self, branch: &Tensor, weight: Tensor, scale: f32) {
+        self.stream.pending = Some((branch.clone(), weight, scale));
+    }
+
     fn vector(&self, name: &str, len: usize) -> Result<Tensor> {
         Tensor::from_f32(self.ctx, name, &[len], &self.source.f32(name, &[len])?)
     }
@@ -233,22 +316,20 @@ impl StepBuilder<'_> {
             ),
             LayerKind::Full => (&a.full_position, None),
         };
-        self.ops.push(Op::Kernel(rmsnorm(
+        let q_flat = q.reshaped(&[1, nh * d])?;
+        let q_linear = self.block_input(&input_layernorm, (&q_proj, Epilogue::None), |input| {
+            project(ctx, input, &q_proj, &q_flat, true)
+        })?;
+        self.ops.push(Op::Linear(q_linear));
+        // q_norm and RoPE in one dispatch.
+        self.ops.push(Op::Rope(rope.norm_rope(
             ctx,
-            &a.h,
-            Some(&input_layernorm),
-            &a.x,
+            &a.rope_position,
+            (&q, &q_norm),
+            None,
+            VHeads::None,
             eps,
         )?));
-        self.ops.push(Op::Linear(q_proj.linear(
-            ctx,
-            &a.x,
-            &q.reshaped(&[1, nh * d])?,
-        )?));
-        self.ops
-            .push(Op::Kernel(rmsnorm(ctx, &q, Some(&q_norm), &q, eps)?));
-        self.ops
-            .push(Op::Rope(rope.in_place(ctx, &q, &a.rope_position)?));
         self.ops.push(Op::Attention(
             Box::new(Attention::with_window(
                 ctx,
@@ -269,15 +350,7 @@ impl StepBuilder<'_> {
             &attn.reshaped(&[1, nh * d])?,
             &a.o,
         )?));
-        self.ops.push(Op::Kernel(rmsnorm_add(
-            ctx,
-            &a.o,
-            Some(&post_attention_layernorm),
-            &a.h,
-            &a.h,
-            1.0,
-            eps,
-        )?));
+        self.add(&a.o, post_attention_layernorm, 1.0);
 
         // MLP: gate_proj and up_proj stacked [2I, H], GeGLU, down_proj.
         let pre_feedforward_layernorm = self.vector(&p("pre_feedforward_layernorm.weight"), ha)?;
@@ -299,29 +372,16 @@ impl StepBuilder<'_> {
         };
         let gate_up_rows = a.gate_up.prefix_view(&[1, 2 * i])?;
         let act = a.act.prefix_view(&[1, i])?;
-        self.ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            &a.h,
-            Some(&pre_feedforward_layernorm),
-            &a.x,
-            eps,
-        )?));
-        self.ops
-            .push(Op::Linear(gate_up_proj.linear(ctx, &a.x, &gate_up_rows)?));
-        self.ops
-            .push(Op::Kernel(geglu_fused(ctx, &gate_up_rows, &act)?));
+        let geglu = self.block_input(
+            &pre_feedforward_layernorm,
+            (&gate_up_proj, Epilogue::GegluPairs),
+            |input| project_geglu(ctx, input, &gate_up_proj, &act, &gate_up_rows),
+        )?;
+        self.ops.push(Op::Geglu(geglu));
         self.ops
             .push(Op::Linear(down_proj.linear(ctx, &act, &a.o)?));
-        // layer_scalar multiplies the whole layer output: fused into the last residual add.
-        self.ops.push(Op::Kernel(rmsnorm_add(
-            ctx,
-            &a.o,
-            Some(&post_feedforward_layernorm),
-            &a.h,
-            &a.h,
-            layer_scalar,
-            eps,
-        )?));
+        // layer_scalar multiplies the whole layer output: fused into the residual add.
+        self.add(&a.o, post_feedforward_layernorm, layer_scalar);
         Ok(())
     }
 
@@ -329,13 +389,21 @@ impl StepBuilder<'_> {
     pub fn output(&mut self) -> Result<()> {
         let (ctx, a) = (self.ctx, self.a);
         let norm = self.vector("model.norm.weight", self.ha)?;
-        self.ops.push(Op::Kernel(rmsnorm(
-            ctx,
-            &a.h,
-            Some(&norm),
-            &a.hn,
-            self.eps,
-        )?));
+        // The last layer's add and the final norm: one kernel (the head reads hn itself).
+        let st = &self.stream;
+        let mut residual = Residual::kernels(ctx, &st.h, &a.x, self.eps);
+        if let Some((branch, weight, scale)) = &st.pending {
+            residual.add(Pending {
+                branch,
+                weight,
+                scale: *scale,
+            })?;
+        }
+        let finish = residual
+            .finish(Some((&norm, &a.hn)))?
+            .expect("a final norm gives a kernel");
+        self.ops.push(Op::Kernel(finish));
+        self.stream.pending = None;
         let post = self.linear("post_projection.weight", self.ht, self.ha)?;
         self.ops
             .push(Op::Linear(post.linear(ctx, &a.hn, &a.h_out)?));

@@ -146,6 +146,40 @@ pub struct SpeculativeOutput {
     /// Every draft step's logits, in call order (with
     /// [`SpeculativeOptions::capture_draft_logits`]).
     pub draft_logits: Vec<Vec<f32>>,
+    /// What every dispatch recorded by the generation belongs to, in recording order (the
+    /// order of [`GpuContext::read_profile`]'s times): benchmarks split a profiled run's
+    /// GPU time into the drafter's steps, the verify forward and the commit with it. Read
+    /// from the context's dispatch counters, so it is exact only while nothing else records
+    /// on the context.
+    pub phases: Vec<PhaseSpan>,
+}
+
+/// What a stretch of recorded dispatches computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The target outside GPU-resident rounds: the prefill, plain steps, host rounds.
+    Target,
+    /// A GPU-resident round's draft steps (the assistant).
+    Drafter,
+    /// Benchmarks' replacement of the drafts ([`ReplacedDrafts`]).
+    Replace,
+    /// A GPU-resident round's verify forward (k + 1 rows, logits and argmax of each).
+    Verify,
+    /// The `spec_commit` kernel.
+    Commit,
+}
+
+/// `dispatches` dispatches (`barriers` of them after a barrier) recorded in a row for
+/// `phase` of GPU-resident round `round` (numbered in submission order; rounds run ahead
+/// of the end included), which drafts `drafts` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub round: usize,
+    pub drafts: usize,
+    pub dispatches: u64,
+    pub barriers: u64,
 }
 
 /// The target forward the next round's view derives from.

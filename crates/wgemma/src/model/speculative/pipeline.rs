@@ -36,7 +36,7 @@
 
 use super::rounds::Session;
 use super::schedule::{DraftSchedule, NextRound};
-use super::{LastForward, MAX_DRAFT_TOKENS, OP};
+use super::{LastForward, Phase, MAX_DRAFT_TOKENS, OP};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, Kernel, Readback, Step, Tensor};
 use crate::model::assistant::DraftView;
@@ -59,6 +59,10 @@ pub struct ReplacedDrafts<'a> {
     pub reference: &'a [u32],
     /// Called once per round of k drafts: which of them keep their reference token.
     pub keep: &'a mut dyn FnMut(usize) -> Vec<bool>,
+    /// Run the assistant's draft steps (true: their cost is paid). False: the verify reads
+    /// the replaced drafts alone, so that a round costs what it costs without the drafter
+    /// (benchmarks' `drafter_ms_per_round` is the difference).
+    pub drafter: bool,
 }
 
 /// A round submitted and not yet read.
@@ -95,6 +99,8 @@ struct GpuRounds<'r> {
     replaces: HashMap<(usize, usize), Kernel>,
     replace: Option<(ReplacedDrafts<'r>, Tensor, Tensor)>,
     last_read: Option<Instant>,
+    /// Rounds submitted so far (the index of the next one in [`super::PhaseSpan`]).
+    submitted: usize,
 }
 
 impl<'r> GpuRounds<'r> {
@@ -134,6 +140,7 @@ impl<'r> GpuRounds<'r> {
             replaces: HashMap::new(),
             replace,
             last_read: None,
+            submitted: 0,
         })
     }
 
@@ -151,6 +158,11 @@ impl<'r> GpuRounds<'r> {
         let plan = s.target.plan(ctx, m, LogitRows::All)?;
         let head = plan.head.as_ref().expect("a verify plan has logits");
         let (ids, next, hidden) = (plan.ids.clone(), head.next.clone(), head.hidden.clone());
+        let round = self.submitted;
+        self.submitted += 1;
+        // Whatever ran since the last round (the prefill, plain steps) is the target's.
+        s.mark(Phase::Target, round, kk);
+        let drafter = self.replace.as_ref().is_none_or(|r| r.0.drafter);
         let mut step = Step::new(ctx);
         let max_start = match seed {
             Seed::Host => {
@@ -190,15 +202,19 @@ impl<'r> GpuRounds<'r> {
             step.encoder()
                 .copy_buffer_to_buffer(self.state.buffer(), 0, &token, 0, 4);
         }
-        for i in 0..kk {
-            s.assistant.record_step(&mut step)?;
-            s.assistant.record_token_copy(&mut step, &ids, i + 1)?;
+        if drafter {
+            for i in 0..kk {
+                s.assistant.record_step(&mut step)?;
+                s.assistant.record_token_copy(&mut step, &ids, i + 1)?;
+            }
         }
+        s.mark(Phase::Drafter, round, kk);
         if kk > 0 {
             if let Some(kernel) = self.replace_kernel(s, kk, &ids)? {
                 step.pass(|pass| pass.dispatch(&kernel));
             }
         }
+        s.mark(Phase::Replace, round, kk);
         s.target.record_forward_at_gpu_positions(
             ctx,
             &mut step,
@@ -207,7 +223,9 @@ impl<'r> GpuRounds<'r> {
             (&self.state, STATE_POSITIONS),
             max_start,
         )?;
+        s.mark(Phase::Verify, round, kk);
         step.pass(|pass| pass.dispatch(&commit));
+        s.mark(Phase::Commit, round, kk);
         let readback = self.next_readback;
         self.next_readback ^= 1;
         step.copy_to_readback(&self.state, &self.readbacks[readback])?;
@@ -347,7 +365,9 @@ fn pipelined_drafts(
     f: &Flight,
     stash: &mut Option<NextRound>,
 ) -> Option<(usize, Seed)> {
-    if s.spec.schedule == DraftSchedule::Heuristic {
+    if s.spec.schedule == DraftSchedule::Heuristic
+        || s.adaptive.as_ref().is_some_and(|a| a.awaits_round())
+    {
         return None;
     }
     // Round f commits 1..=f.kk + 1 tokens: the next round's budget is at least this.

@@ -7,8 +7,11 @@
 
 use super::accept::{dense, draw_dense, speculative_accept};
 use super::pipeline::{self, ReplacedDrafts};
-use super::schedule::{AdaptiveDrafts, DraftSchedule, NextRound};
-use super::{check_session, DraftRound, LastForward, SpeculativeOptions, SpeculativeOutput, OP};
+use super::schedule::{AdaptiveDrafts, DraftCosts, DraftSchedule, NextRound};
+use super::{
+    check_session, DraftRound, LastForward, Phase, PhaseSpan, SpeculativeOptions,
+    SpeculativeOutput, OP,
+};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
@@ -50,11 +53,44 @@ pub(super) struct Session<'a> {
     pub last: LastForward,
     /// Seconds the host waited for round results (readbacks).
     pub wait_s: f64,
+    /// The context's (dispatches, barriers) counters at the last [`Session::mark`].
+    marked: (u64, u64),
+    /// The costs measured (fixed and heuristic schedules; the adaptive one keeps its own).
+    costs: DraftCosts,
+    /// The last plain chunk's last token: when, tokens committed then, rounds booked then
+    /// (the adaptive schedule's probe loss is measured from it to the next chunk).
+    plain_end: Option<(Instant, usize, usize)>,
     sampler: Sampler,
     rng: rand_chacha::ChaCha8Rng,
 }
 
 impl Session<'_> {
+    /// Books the dispatches recorded since the last mark as `phase` of round `round`
+    /// ([`SpeculativeOutput::phases`]).
+    pub fn mark(&mut self, phase: Phase, round: usize, drafts: usize) {
+        let counters = self.ctx.counters();
+        let now = (counters.snapshot().0, counters.barriers());
+        let (dispatches, barriers) = (now.0 - self.marked.0, now.1 - self.marked.1);
+        self.marked = now;
+        if dispatches == 0 {
+            return;
+        }
+        let phases = &mut self.out.phases;
+        match phases.last_mut() {
+            Some(last) if (last.phase, last.round) == (phase, round) => {
+                last.dispatches += dispatches;
+                last.barriers += barriers;
+            }
+            _ => phases.push(PhaseSpan {
+                phase,
+                round,
+                drafts,
+                dispatches,
+                barriers,
+            }),
+        }
+    }
+
     pub fn budget(&self) -> usize {
         self.options.max_new_tokens - self.tokens.len()
     }
@@ -137,13 +173,14 @@ impl Session<'_> {
             (_, Some(schedule)) if kk == 0 => schedule.record_plain(seconds),
             (_, Some(schedule)) => schedule.record_round(kk, accepted, seconds),
             (DraftSchedule::Heuristic, None) if kk > 0 => {
+                self.costs.record_round(kk, seconds);
                 self.k = if n == kk {
                     (self.k + 2).min(self.k_cap)
                 } else {
                     self.k.saturating_sub(1).max(1)
                 };
             }
-            _ => {}
+            (_, None) => self.costs.record_round(kk, seconds),
         }
         self.stream(valid, on_token);
     }
@@ -190,6 +227,22 @@ impl Session<'_> {
             _ => None,
         };
         self.out.stats.plain_steps += self.tokens.len() - committed;
+        // A probe between two chunks: what it cost over plain steps, from the last token of
+        // the chunk before to the first of this one.
+        let rounds = self.out.stats.rounds;
+        if let (Some((end, tokens, booked)), Some(first), Some(schedule)) = (
+            self.plain_end.take(),
+            stamps.first(),
+            self.adaptive.as_mut(),
+        ) {
+            if let (true, Some(step)) = (booked + 1 == rounds, schedule.costs.plain_step_s()) {
+                let produced = (committed + 1 - tokens) as f64;
+                schedule
+                    .costs
+                    .record_probe_loss(first.duration_since(end).as_secs_f64() - produced * step);
+            }
+        }
+        self.plain_end = stamps.last().map(|&last| (last, self.tokens.len(), rounds));
         if self.spec.trace {
             self.out
                 .rounds
@@ -353,6 +406,7 @@ pub(super) async fn run(
     let mut out = SpeculativeOutput::default();
     out.stats.base.prompt_tokens = prompt.len();
     target.reset();
+    let marked = (ctx.counters().snapshot().0, ctx.counters().barriers());
     let start = Instant::now();
     if options.max_new_tokens == 0 {
         return Ok(out);
@@ -375,6 +429,7 @@ pub(super) async fn run(
     out.stats.base.ttft_ms = t_first * 1e3;
     out.stats.base.prefill_tokens_per_s = per_second(prompt.len(), t_first);
     let l = prompt.len();
+    let measured_costs = assistant.draft_costs;
     let m_last = (l - 1) % target.options.prefill_chunk + 1;
     let mut session = Session {
         target,
@@ -388,8 +443,16 @@ pub(super) async fn run(
         tokens: Vec::with_capacity(options.max_new_tokens),
         done: false,
         k: spec.draft_tokens,
-        adaptive: (spec.schedule == DraftSchedule::Adaptive)
-            .then(|| AdaptiveDrafts::new(spec.draft_tokens, k_cap)),
+        // The costs of earlier greedy generations hold for this one's pipelined rounds (host
+        // rounds, which wait for every draft, start afresh and are not kept).
+        adaptive: (spec.schedule == DraftSchedule::Adaptive).then(|| {
+            let costs = if host_drafts {
+                DraftCosts::default()
+            } else {
+                measured_costs
+            };
+            AdaptiveDrafts::new(spec.draft_tokens, k_cap, costs)
+        }),
         last: LastForward {
             r: l - 1,
             m: l,
@@ -397,6 +460,9 @@ pub(super) async fn run(
             row: m_last - 1,
         },
         wait_s: 0.0,
+        marked,
+        costs: measured_costs,
+        plain_end: None,
         sampler,
         rng,
     };
@@ -405,6 +471,13 @@ pub(super) async fn run(
         session.host_rounds(on_token).await?;
     } else {
         pipeline::run(&mut session, replace_drafts, on_token).await?;
+    }
+    session.mark(Phase::Target, 0, 0);
+    if !host_drafts {
+        session.assistant.draft_costs = match &session.adaptive {
+            Some(schedule) => schedule.costs,
+            None => session.costs,
+        };
     }
     let Session {
         mut out,

@@ -11,7 +11,10 @@
 //! `plain_step_s`. The schedule picks the k with the most expected tokens per second. Plain
 //! decoding runs in chunks, each followed by one probe round (one draft) so that a rising
 //! acceptance is noticed; a chunk is long enough that its probe costs at most ~2% of it
-//! (16 tokens at least, doubling while plain keeps winning, 256 at most).
+//! (16 tokens at least, doubling while plain keeps winning, 256 at most; the probe's loss
+//! is measured, the pipeline restarts around it included). The first round of a
+//! generation drafts k_init (HF's), and the decisions after it and after each probe wait
+//! for their outcome. The costs outlive the generation ([`DraftCosts`]).
 
 use super::MAX_DRAFT_TOKENS;
 
@@ -80,72 +83,52 @@ const COST_EMA: f64 = 0.25;
 /// timed (calibration times several before the schedule decides).
 const PRIOR_DRAFT_COST: f64 = 0.15;
 
-/// The adaptive schedule's state: the acceptance and the costs measured so far.
-#[derive(Debug, Clone)]
-pub struct AdaptiveDrafts {
-    k_cap: usize,
-    /// Decayed counts of accepted drafts and of rejections (a round rejects at most once).
-    accepted: f64,
-    rejected: f64,
-    /// Moving average of the seconds of a round of k drafts, index k.
-    round_s: [Option<f64>; MAX_DRAFT_TOKENS + 1],
-    plain_step_s: Option<f64>,
-    /// The ks timed before the schedule decides.
-    calibration: Vec<usize>,
-    plain_run: usize,
-    last_was_plain: bool,
+fn average(slot: &mut Option<f64>, seconds: Option<f64>) {
+    if let Some(s) = seconds.filter(|s| s.is_finite() && *s > 0.0) {
+        *slot = Some(slot.map_or(s, |old| old + COST_EMA * (s - old)));
+    }
 }
 
-impl AdaptiveDrafts {
-    /// Starts at `k_init` drafts, never more than `k_cap` (1..=8).
-    pub fn new(k_init: usize, k_cap: usize) -> AdaptiveDrafts {
-        let k_cap = k_cap.clamp(1, MAX_DRAFT_TOKENS);
-        let mut calibration = Vec::new();
-        for k in [k_init.clamp(1, k_cap), 1] {
-            if !calibration.contains(&k) {
-                calibration.push(k);
-            }
-        }
-        AdaptiveDrafts {
-            k_cap,
-            // A prior of one acceptance and one rejection: a = 0.5 until rounds say more.
-            accepted: 1.0,
-            rejected: 1.0,
-            round_s: [None; MAX_DRAFT_TOKENS + 1],
-            plain_step_s: None,
-            calibration,
-            plain_run: MIN_PLAIN_RUN,
-            last_was_plain: false,
+/// What rounds and plain steps cost on this device, measured (moving averages). The
+/// assistant keeps it from one generation to the next ([`crate::model::assistant::Assistant`]),
+/// as a server keeps it from one request to the next, so the adaptive schedule calibrates
+/// once per process rather than once per generation; every greedy generation's rounds
+/// refine it, whatever their schedule.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DraftCosts {
+    /// Seconds of a pipelined round of k drafts, index k.
+    round_s: [Option<f64>; MAX_DRAFT_TOKENS + 1],
+    /// Seconds of a pipelined plain step.
+    plain_step_s: Option<f64>,
+    /// What a probe costs over the plain steps its tokens replace: the probe round (seeded
+    /// by the host after a plain chunk, so not pipelined) and the restart of plain steps
+    /// after it, from the end of one chunk to the first token of the next.
+    probe_loss_s: Option<f64>,
+}
+
+impl DraftCosts {
+    /// A pipelined round of `k` drafts took `seconds` (None: not representative).
+    pub fn record_round(&mut self, k: usize, seconds: Option<f64>) {
+        if (1..=MAX_DRAFT_TOKENS).contains(&k) {
+            average(&mut self.round_s[k], seconds);
         }
     }
 
-    /// The estimated probability that a draft is accepted given the ones before it were.
-    pub fn acceptance(&self) -> f64 {
-        self.accepted / (self.accepted + self.rejected)
-    }
-
-    /// A round of `k` drafts accepted `accepted` of them; `seconds` is its wall time (None
-    /// when it is not representative, e.g. it built a plan).
-    pub fn record_round(&mut self, k: usize, accepted: usize, seconds: Option<f64>) {
-        if k == 0 {
-            return;
-        }
-        self.accepted = ACCEPTANCE_DECAY * self.accepted + accepted.min(k) as f64;
-        self.rejected = ACCEPTANCE_DECAY * self.rejected + if accepted < k { 1.0 } else { 0.0 };
-        if let Some(s) = seconds.filter(|s| s.is_finite() && *s > 0.0) {
-            let slot = &mut self.round_s[k.min(MAX_DRAFT_TOKENS)];
-            *slot = Some(slot.map_or(s, |old| old + COST_EMA * (s - old)));
-        }
-        self.last_was_plain = false;
-    }
-
-    /// Plain steps ran at `step_seconds` each (None: not representative).
+    /// Plain pipelined steps took `step_seconds` each (None: not representative).
     pub fn record_plain(&mut self, step_seconds: Option<f64>) {
-        if let Some(s) = step_seconds.filter(|s| s.is_finite() && *s > 0.0) {
-            let old = self.plain_step_s;
-            self.plain_step_s = Some(old.map_or(s, |o| o + COST_EMA * (s - o)));
+        average(&mut self.plain_step_s, step_seconds);
+    }
+
+    /// A probe cost `seconds` over plain steps (may be negative: a probe that paid).
+    pub fn record_probe_loss(&mut self, seconds: f64) {
+        if seconds.is_finite() {
+            let s = seconds.max(0.0);
+            self.probe_loss_s = Some(self.probe_loss_s.map_or(s, |o| o + COST_EMA * (s - o)));
         }
-        self.last_was_plain = true;
+    }
+
+    pub fn plain_step_s(&self) -> Option<f64> {
+        self.plain_step_s
     }
 
     /// The cost of a round of k drafts: measured, or from the line through the measured
@@ -176,6 +159,91 @@ impl AdaptiveDrafts {
             }
         }
     }
+}
+
+/// The adaptive schedule's state: the acceptance measured in this generation and the costs
+/// measured so far.
+#[derive(Debug, Clone)]
+pub struct AdaptiveDrafts {
+    k_init: usize,
+    k_cap: usize,
+    /// Decayed counts of accepted drafts and of rejections (a round rejects at most once).
+    accepted: f64,
+    rejected: f64,
+    pub costs: DraftCosts,
+    /// The ks timed before the schedule decides (those not measured yet).
+    calibration: Vec<usize>,
+    plain_run: usize,
+    last_was_plain: bool,
+    /// Rounds drafted in this generation (booked or in flight).
+    rounds: usize,
+    /// A round whose outcome the next decision needs (the first, or a probe) is in flight.
+    awaiting: bool,
+}
+
+impl AdaptiveDrafts {
+    /// Starts at `k_init` drafts, never more than `k_cap` (1..=8), with the costs measured
+    /// so far.
+    pub fn new(k_init: usize, k_cap: usize, costs: DraftCosts) -> AdaptiveDrafts {
+        let k_cap = k_cap.clamp(1, MAX_DRAFT_TOKENS);
+        let k_init = k_init.clamp(1, k_cap);
+        let mut calibration = Vec::new();
+        for k in [k_init, 1] {
+            if !calibration.contains(&k) {
+                calibration.push(k);
+            }
+        }
+        AdaptiveDrafts {
+            k_init,
+            k_cap,
+            // A prior of one acceptance and one rejection: a = 0.5 until rounds say more.
+            accepted: 1.0,
+            rejected: 1.0,
+            costs,
+            calibration,
+            plain_run: MIN_PLAIN_RUN,
+            last_was_plain: false,
+            rounds: 0,
+            awaiting: false,
+        }
+    }
+
+    /// The estimated probability that a draft is accepted given the ones before it were.
+    pub fn acceptance(&self) -> f64 {
+        self.accepted / (self.accepted + self.rejected)
+    }
+
+    /// Whether the next decision should wait for the round in flight: it is the
+    /// generation's first or a probe after plain steps, whose acceptance decides whether
+    /// drafting goes on (pipelining the next round would decide from the prior).
+    pub fn awaits_round(&self) -> bool {
+        self.awaiting
+    }
+
+    /// A round of `k` drafts accepted `accepted` of them; `seconds` is its wall time (None
+    /// when it is not representative, e.g. it built a plan).
+    pub fn record_round(&mut self, k: usize, accepted: usize, seconds: Option<f64>) {
+        if k == 0 {
+            return;
+        }
+        self.accepted = ACCEPTANCE_DECAY * self.accepted + accepted.min(k) as f64;
+        self.rejected = ACCEPTANCE_DECAY * self.rejected + if accepted < k { 1.0 } else { 0.0 };
+        self.costs.record_round(k, seconds);
+        self.last_was_plain = false;
+        self.awaiting = false;
+    }
+
+    /// Plain steps ran at `step_seconds` each (None: not representative).
+    pub fn record_plain(&mut self, step_seconds: Option<f64>) {
+        self.costs.record_plain(step_seconds);
+        self.last_was_plain = true;
+    }
+
+    fn draft(&mut self, k: usize, awaited: bool) -> NextRound {
+        self.rounds += 1;
+        self.awaiting = awaited;
+        NextRound::Draft(k)
+    }
 
     /// What to run next with `budget` tokens left (>= 1).
     pub fn next(&mut self, budget: usize) -> NextRound {
@@ -184,30 +252,38 @@ impl AdaptiveDrafts {
         if k_cap == 0 {
             return NextRound::Plain(budget);
         }
+        if self.rounds == 0 {
+            // HF's first round drafts k_init: the acceptance is unknown.
+            return self.draft(self.k_init.min(k_cap), true);
+        }
         if let Some(&k) = self
             .calibration
             .iter()
-            .find(|&&k| k <= k_cap && self.round_s[k].is_none())
+            .find(|&&k| k <= k_cap && self.costs.round_s[k].is_none())
         {
-            return NextRound::Draft(k);
+            return self.draft(k, false);
         }
-        let Some(plain) = self.plain_step_s else {
+        let Some(plain) = self.costs.plain_step_s else {
             return NextRound::Plain(MIN_PLAIN_RUN.min(budget));
         };
         let costs: Vec<f64> = (1..=k_cap)
-            .map(|k| self.round_cost(k).unwrap_or(f64::INFINITY))
+            .map(|k| self.costs.round_cost(k).unwrap_or(f64::INFINITY))
             .collect();
         let a = self.acceptance();
         match best_draft_count(a, plain, &costs) {
             0 if self.last_was_plain => {
                 // A probe: the best round that drafts, so that a rising acceptance shows.
                 let probe = best_draft_count(a, f64::INFINITY, &costs).max(1);
-                NextRound::Draft(probe)
+                self.draft(probe, true)
             }
             0 => {
-                // Long enough that the next probe (a one-draft round) costs at most
-                // PROBE_SHARE of the chunk over plain steps.
-                let probe_loss = (costs[0] - expected_tokens(a, 1) * plain).max(0.0);
+                // Long enough that the next probe costs at most PROBE_SHARE of the chunk
+                // over plain steps: its measured loss (the round and the restarts of the
+                // pipeline around it), else the one-draft round's over its tokens.
+                let probe_loss = self
+                    .costs
+                    .probe_loss_s
+                    .unwrap_or((costs[0] - expected_tokens(a, 1) * plain).max(0.0));
                 let floor = (probe_loss / (plain * PROBE_SHARE)).ceil() as usize;
                 let run = self.plain_run.max(floor).min(MAX_PLAIN_RUN);
                 self.plain_run = (self.plain_run * 2).min(MAX_PLAIN_RUN);
@@ -215,7 +291,7 @@ impl AdaptiveDrafts {
             }
             k => {
                 self.plain_run = MIN_PLAIN_RUN;
-                NextRound::Draft(k)
+                self.draft(k, false)
             }
         }
     }
@@ -263,7 +339,7 @@ mod tests {
     fn simulate(acceptance: f64, rounds: usize) -> (f64, AdaptiveDrafts) {
         let plain = 4.2;
         let c = costs(8);
-        let mut s = AdaptiveDrafts::new(2, 8);
+        let mut s = AdaptiveDrafts::new(2, 8, DraftCosts::default());
         let (mut tokens, mut seconds) = (0usize, 0.0f64);
         // Deterministic "random" acceptance: a draft is accepted when a low-discrepancy
         // sequence falls below the rate.
@@ -307,8 +383,9 @@ mod tests {
 
     #[test]
     fn a_rising_acceptance_brings_drafting_back() {
-        let mut s = AdaptiveDrafts::new(2, 8);
+        let mut s = AdaptiveDrafts::new(2, 8, DraftCosts::default());
         let c = costs(8);
+        assert_eq!(s.next(1000), NextRound::Draft(2));
         s.record_plain(Some(4.2));
         for k in [2, 1] {
             s.record_round(k, 0, Some(c[k - 1]));
@@ -333,8 +410,42 @@ mod tests {
     }
 
     #[test]
+    fn measured_costs_skip_calibration_and_probes_wait_for_their_outcome() {
+        let c = costs(8);
+        let mut measured = DraftCosts::default();
+        measured.record_plain(Some(4.2));
+        for k in 1..=2 {
+            measured.record_round(k, Some(c[k - 1]));
+        }
+        let mut s = AdaptiveDrafts::new(2, 8, measured);
+        // The first round drafts k_init and the next decision waits for it.
+        assert_eq!(s.next(1000), NextRound::Draft(2));
+        assert!(s.awaits_round());
+        s.record_round(2, 0, None);
+        assert!(!s.awaits_round());
+        // Nothing accepted: plain at once, no calibration round.
+        let NextRound::Plain(first) = s.next(1000) else {
+            panic!("drafted after a rejection with measured costs");
+        };
+        s.record_plain(Some(4.2));
+        // The probe after a chunk is awaited too.
+        assert!(matches!(s.next(1000), NextRound::Draft(_)));
+        assert!(s.awaits_round());
+        s.record_round(1, 0, None);
+        // A measured probe loss of 10 ms at 4.2 ms a step: chunks of >= 10 / (4.2 * 2%).
+        s.costs.record_probe_loss(10.0);
+        let NextRound::Plain(second) = s.next(1000) else {
+            panic!("drafted after rejections");
+        };
+        assert!(second >= 120 && second > first, "{first} then {second}");
+        // The costs outlive the generation.
+        let again = AdaptiveDrafts::new(2, 8, s.costs);
+        assert_eq!(again.costs.round_cost(2), Some(c[1]));
+    }
+
+    #[test]
     fn calibration_times_several_ks_then_plain_and_respects_the_budget() {
-        let mut s = AdaptiveDrafts::new(2, 8);
+        let mut s = AdaptiveDrafts::new(2, 8, DraftCosts::default());
         assert_eq!(s.next(100), NextRound::Draft(2));
         // A round that built a plan is not timed: the same k comes again.
         s.record_round(2, 1, None);
@@ -349,7 +460,7 @@ mod tests {
             NextRound::Plain(3) | NextRound::Draft(1..=2)
         ));
         // Unmeasured ks come from the line through the measured ones.
-        let five = s.round_cost(5).unwrap();
+        let five = s.costs.round_cost(5).unwrap();
         assert!((five - 9.7).abs() < 1e-9, "{five}");
     }
 }
