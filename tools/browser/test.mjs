@@ -194,7 +194,9 @@ async function demoCase(context, base) {
     const mode = speculative ? 'speculative' : 'plain';
     await page.setChecked('#speculative', speculative);
     const before = await page.evaluate(() => window.wgemmaPage.results.length);
-    await page.click('#generate');
+    // The click waits for the page to render: on a software GPU (lavapipe in CI) the GPU
+    // process may still be compiling the pair's pipelines, and no frame comes until it is done.
+    await page.click('#generate', { timeout: STEP_TIMEOUT_MS });
     await page.waitForFunction((n) => window.wgemmaPage.results.length > n || window.wgemmaPage.error,
       before, { timeout: STEP_TIMEOUT_MS });
     const { result, output, stats, error } = await page.evaluate(() => ({
