@@ -1,9 +1,12 @@
 //! `wgemma bench`: prefill and decode speed of a model of real shapes (synthetic weights,
-//! the same code path as a loaded model) or of a checkpoint, against the device's read
-//! bandwidth measured in the same run.
+//! the same code path as a loaded model) or of a checkpoint, as llama-bench measures them:
+//! each test (`pp512`, `tg128`, the speculative rows) warmed up and then timed several
+//! times, printed as mean ± standard deviation in a table (or JSON), with the device's read
+//! bandwidth measured in the same run for the decode roofline.
 
-use crate::generate::ModelArgs;
+use crate::generate::{check_exists, ModelArgs};
 use crate::load::{load_model, load_synthetic, Loaded};
+use crate::timing::{compare, Comparison, Samples};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -18,34 +21,53 @@ use wgemma::ops::read_bandwidth::ReadBandwidthCase;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// A synthetic model of real shapes: e2b, e4b, 31b (or tiny).
+    /// A synthetic model of real shapes: e2b, e4b, 31b (or tiny: a smoke test, with small
+    /// defaults).
     #[arg(long, conflicts_with = "model")]
     synthetic: Option<String>,
     /// A Hugging Face checkpoint directory, a model artifact or a llama.cpp GGUF file
     /// instead.
-    #[arg(long, value_name = "DIR|FILE")]
+    #[arg(short = 'm', long, value_name = "DIR|FILE")]
     model: Option<PathBuf>,
-    /// Weight format: q4, q4g64, q4g128, f16, f32.
-    #[arg(long, default_value = "q4")]
-    quant: String,
-    #[arg(long, default_value_t = 512)]
-    prompt_len: usize,
-    #[arg(long, default_value_t = 256)]
-    gen: usize,
-    #[arg(long, default_value_t = 256)]
+    /// Weight format: q4, q4g64, q4g128, f16, f32 (an artifact keeps its own).
+    #[arg(long, alias = "quant", default_value = "q4")]
+    dtype: String,
+    /// Prompt tokens of the prefill test `ppN` [default: 512; 64 for tiny].
+    #[arg(short = 'p', long = "n-prompt", alias = "prompt-len", value_name = "N")]
+    prompt_len: Option<usize>,
+    /// Generated tokens of the decode test `tgN` and the speculative rows [default: 128;
+    /// 32 for tiny].
+    #[arg(short = 'n', long = "n-gen", alias = "gen", value_name = "N")]
+    gen: Option<usize>,
+    /// Tokens already in the KV cache when the decode tests start (`tgN @ dD`).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        alias = "depth",
+        default_value_t = 0,
+        value_name = "D"
+    )]
+    depth: usize,
+    /// Timed runs of each test after its warm-up; the table shows mean ± standard
+    /// deviation [default: 5; 3 for tiny].
+    #[arg(short = 'r', long, value_name = "N")]
+    repetitions: Option<usize>,
+    /// Rows per prefill forward.
+    #[arg(long, default_value_t = crate::generate::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
-    #[arg(long, default_value_t = 0)]
+    #[arg(short = 's', long, default_value_t = 0)]
     seed: u64,
     /// Acceptance rates of the oracle speculative runs (1.0 = the target's own greedy
     /// tokens; lower = each draft replaced by a rejected token with probability 1 - p).
     #[arg(long, value_delimiter = ',', default_value = "1.0")]
     acceptance: Vec<f64>,
-    /// Drafts per round of the oracle speculative run (0 = skip it). The runs with the real
-    /// drafter (E2B / E4B shapes: the published assistant's, random weights) report, beside
-    /// each acceptance rate, `drafted` (pipelined rounds, drafter included), `verify_only`
-    /// (the same rounds without the drafter), `round_ms`, `verify_round_ms`,
-    /// `drafter_ms_per_round` (their difference) and `verify_ratio` (over a plain step).
-    #[arg(long, default_value_t = 2)]
+    /// Drafts per round of the speculative rows (0 = none). With the E2B / E4B shapes the
+    /// real drafter runs too (the published assistant's shape, random weights); its JSON
+    /// reports, beside each acceptance rate, `drafted` (pipelined rounds, drafter
+    /// included), `verify_only` (the same rounds without the drafter), `round_ms`,
+    /// `verify_round_ms`, `drafter_ms_per_round` (their difference) and `verify_ratio`
+    /// (over a plain step).
+    #[arg(long, default_value_t = crate::generate::DEFAULT_DRAFT_TOKENS)]
     draft_tokens: usize,
     /// Also run the adaptive schedule with the real drafter at each acceptance rate (k in
     /// 0..=8 from the measured acceptance and costs; plain steps when drafting does not pay).
@@ -82,8 +104,43 @@ pub struct BenchArgs {
     /// (f16-tile vector GEMM), f32.
     #[arg(long, value_enum, default_value_t = GemmArg::Coop)]
     gemm: GemmArg,
+    /// Only what desktop Chrome grants a page: its WebGPU features (no cooperative
+    /// matrices, no coherent storage, so none of the routes that need them) and its tiered
+    /// limits, so this GPU measures the figure a browser user can expect.
+    #[arg(long)]
+    webgpu_limits: bool,
+    /// One JSON object: every test's runs (`tests`: `avg_ts`, `stddev_ts`, `samples_ts`, as
+    /// llama-bench writes them) and the detailed fields (roofline, dispatches, profiles).
     #[arg(long)]
     json: bool,
+}
+
+/// The sizes a run uses: the flags, or the defaults of its model.
+struct Sizes {
+    prompt_len: usize,
+    gen: usize,
+    repetitions: usize,
+}
+
+impl BenchArgs {
+    fn sizes(&self) -> Result<Sizes> {
+        let tiny = self.synthetic.as_deref() == Some("tiny");
+        let sizes = Sizes {
+            prompt_len: self.prompt_len.unwrap_or(if tiny { 64 } else { 512 }),
+            gen: self.gen.unwrap_or(if tiny { 32 } else { 128 }),
+            repetitions: self.repetitions.unwrap_or(if tiny { 3 } else { 5 }),
+        };
+        if sizes.prompt_len == 0 {
+            bail!("--n-prompt: expected at least 1 token, found 0");
+        }
+        if sizes.gen < 2 {
+            bail!("--n-gen: expected at least 2 tokens, found {}", sizes.gen);
+        }
+        if sizes.repetitions == 0 {
+            bail!("--repetitions: expected at least 1 timed run, found 0");
+        }
+        Ok(sizes)
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -271,24 +328,156 @@ fn oracle_rounds(
     })
 }
 
-pub fn run(args: BenchArgs) -> Result<()> {
-    if args.prompt_len == 0 || args.gen < 2 {
-        bail!("--prompt-len must be >= 1 and --gen >= 2");
+/// One row of the table: a test and its timed runs.
+struct TestRow {
+    test: String,
+    n_prompt: usize,
+    n_gen: usize,
+    tokens_per_s: Samples,
+    /// Against the plain decode test (speculative rows).
+    vs_tg: Option<Comparison>,
+}
+
+impl TestRow {
+    fn json(&self) -> serde_json::Value {
+        let mut v = self.tokens_per_s.json();
+        v["test"] = self.test.clone().into();
+        v["n_prompt"] = self.n_prompt.into();
+        v["n_gen"] = self.n_gen.into();
+        if let Some(c) = &self.vs_tg {
+            v["speedup"] = c.ratio.into();
+            v["measurable"] = c.measurable.into();
+        }
+        v
     }
+}
+
+/// The GEMM family prefill runs on this context: the best the device has under the
+/// ceiling (`--gemm`), as the Q4 prefill routes choose it.
+fn gemm_family(ctx: &GpuContext) -> &'static str {
+    if ctx.has_coop_16x16_f16() {
+        "tensor-core GEMM (cooperative matrices)"
+    } else if ctx.gemm >= GemmCeiling::F16 && ctx.has(wgpu::Features::SHADER_F16) {
+        "f16-tile GEMM"
+    } else {
+        "f32 GEMM"
+    }
+}
+
+/// The tokens/s `pick` reads from each repetition's runs at acceptance rate `i`.
+fn samples_at(
+    reps: &[Vec<crate::bench_spec::RunsAtRate>],
+    i: usize,
+    pick: impl Fn(&crate::bench_spec::RunsAtRate) -> Option<f64>,
+) -> Option<Samples> {
+    let values: Vec<f64> = reps.iter().filter_map(|r| pick(&r[i])).collect();
+    (!values.is_empty()).then_some(Samples { values })
+}
+
+/// Runs `once` (tokens/s of one run) as a warm-up and then `repetitions` times, with a
+/// progress line on stderr before and after.
+fn timed(test: &str, repetitions: usize, mut once: impl FnMut() -> Result<f64>) -> Result<Samples> {
+    eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
+    once()?;
+    let mut samples = Samples::default();
+    for _ in 0..repetitions {
+        samples.push(once()?);
+    }
+    eprintln!("bench: {test}: {} t/s", samples.mean_sd());
+    Ok(samples)
+}
+
+/// llama-bench's table: one line per test, mean ± standard deviation.
+fn print_table(model: &str, dtype: &str, rows: &[TestRow], tg: &str) {
+    let head = ["model", "dtype", "test", "t/s", &format!("vs {tg}")];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                model.to_string(),
+                dtype.to_string(),
+                r.test.clone(),
+                r.tokens_per_s.mean_sd(),
+                r.vs_tg.map_or(String::new(), |c| {
+                    if c.measurable {
+                        format!("x{:.2}", c.ratio)
+                    } else {
+                        format!("x{:.2} (within spread)", c.ratio)
+                    }
+                }),
+            ]
+        })
+        .collect();
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|c| c[i].chars().count())
+            .chain([head[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let widths: Vec<usize> = (0..5).map(width).collect();
+    // Text left, numbers right, as llama-bench aligns them.
+    let line = |c: &[&str]| {
+        let mut s = String::from("|");
+        for (i, cell) in c.iter().enumerate() {
+            if i >= 3 {
+                s += &format!(" {cell:>w$} |", w = widths[i]);
+            } else {
+                s += &format!(" {cell:<w$} |", w = widths[i]);
+            }
+        }
+        s
+    };
+    println!("{}", line(&head));
+    let rule: Vec<String> = widths
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            if i >= 3 {
+                format!("{}:", "-".repeat(w + 1))
+            } else {
+                "-".repeat(w + 2)
+            }
+        })
+        .collect();
+    println!("|{}|", rule.join("|"));
+    for c in &cells {
+        println!(
+            "{}",
+            line(&c.iter().map(String::as_str).collect::<Vec<_>>())
+        );
+    }
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let sizes = args.sizes()?;
+    let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
     if let Some(p) = args.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
-        bail!("--acceptance rates must be within 0..=1, found {p}");
+        bail!("--acceptance: expected rates within 0..=1, found {p}");
+    }
+    if args.draft_tokens > MAX_DRAFT_TOKENS {
+        bail!(
+            "--draft-tokens: expected 0..={MAX_DRAFT_TOKENS}, found {}",
+            args.draft_tokens
+        );
+    }
+    let format = WeightFormat::parse(&args.dtype)?;
+    if let Some(path) = &args.model {
+        check_exists("--model", path)?;
     }
     let mut ctx = GpuContext::new_blocking(ContextOptions {
         gemm: args.gemm.ceiling(),
+        webgpu_limits: args.webgpu_limits,
         ..Default::default()
     })?;
-    if args.draft_tokens > 8 {
-        bail!("--draft-tokens must be 0..=8, found {}", args.draft_tokens);
-    }
+    // The decode tests start after `depth` tokens, at least the one whose forward gives
+    // the first generated token.
+    let context_len = args.depth.max(1);
     let options = ModelOptions {
-        format: WeightFormat::parse(&args.quant)?,
-        max_context: args.prompt_len + args.gen + 16,
-        prefill_chunk: args.prefill_chunk.min(args.prompt_len),
+        format,
+        max_context: prompt_len.max(context_len + gen + MAX_DRAFT_TOKENS + 1) + 16,
+        prefill_chunk: args.prefill_chunk.clamp(1, prompt_len.max(context_len)),
         max_verify_rows: if args.adaptive_draft {
             MAX_DRAFT_TOKENS + 1
         } else {
@@ -308,54 +497,86 @@ pub fn run(args: BenchArgs) -> Result<()> {
             dir,
             ModelArgs {
                 model: dir.clone(),
-                dtype: Some(args.quant.clone()),
+                dtype: Some(args.dtype.clone()),
                 context: options.max_context,
                 prefill_chunk: Some(options.prefill_chunk),
                 no_verify: false,
             }
             .request()?,
         )?,
-        _ => bail!("give --synthetic SHAPE or --model DIR|FILE"),
+        _ => bail!("expected --synthetic SHAPE or --model DIR|FILE, found neither"),
     };
     model.set_norm_prologue_rows(args.norm_prologue_rows);
     model.set_fold_kv_append(!args.no_fold_kv_append);
     model.set_fused_attention(args.fused_attention);
     let vocab = model.spec.config.vocab_size as u64;
-    let prompt: Vec<u32> = (0..args.prompt_len as u64)
+    let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
         .collect();
+    let prompt = &tokens[..prompt_len];
+    let context = &tokens[..context_len];
+    let model_name = match (&args.synthetic, &args.model) {
+        (Some(shape), _) => format!("{shape} (synthetic)"),
+        (None, Some(path)) => path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
+        (None, None) => unreachable!("a model was loaded"),
+    };
 
-    // Warm up: builds every plan (pipelines, bind groups) the timed run uses.
-    let mut next = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
-    for _ in 0..2 {
-        next = pollster::block_on(model.forward(&ctx, &[next], Want::NextToken))?.next[0];
-    }
-    model.reset();
+    let pp_name = format!("pp{prompt_len}");
+    let pp = timed(&pp_name, repetitions, || {
+        model.reset();
+        let t = Instant::now();
+        pollster::block_on(model.forward(&ctx, prompt, Want::NextToken))?;
+        Ok(prompt_len as f64 / t.elapsed().as_secs_f64())
+    })?;
     let memory_bytes = ctx
         .counters()
         .tensor_bytes
         .load(std::sync::atomic::Ordering::Relaxed);
 
-    let t0 = Instant::now();
-    let next = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
-    let prefill_s = t0.elapsed().as_secs_f64();
-
-    let (d0, s0, _) = ctx.counters().snapshot();
-    let b0 = ctx.counters().barriers();
-    let host0 = model.host_encode_seconds();
-    let t1 = Instant::now();
-    let steps = args.gen - 1;
-    let mut greedy = vec![next];
-    greedy.extend(pollster::block_on(model.decode_greedy(
-        &ctx,
-        next,
-        steps,
-        &mut |_| true,
-    ))?);
-    let decode_s = t1.elapsed().as_secs_f64();
-    let (d1, s1, _) = ctx.counters().snapshot();
-    let b1 = ctx.counters().barriers();
-    let host_s = model.host_encode_seconds() - host0;
+    let tg_name = if args.depth > 0 {
+        format!("tg{gen} @ d{}", args.depth)
+    } else {
+        format!("tg{gen}")
+    };
+    // The last run's greedy tokens (the first from the context's forward) and counters.
+    let mut greedy = Vec::new();
+    let (mut dispatches, mut submits, mut barriers, mut host_s) = (0, 0, 0, 0.0);
+    let tg = timed(&tg_name, repetitions, || {
+        model.reset();
+        let next = pollster::block_on(model.forward(&ctx, context, Want::NextToken))?.next[0];
+        let (d0, s0, _) = ctx.counters().snapshot();
+        let b0 = ctx.counters().barriers();
+        let host0 = model.host_encode_seconds();
+        let t = Instant::now();
+        let rest = pollster::block_on(model.decode_greedy(&ctx, next, gen, &mut |_| true))?;
+        let seconds = t.elapsed().as_secs_f64();
+        let (d1, s1, _) = ctx.counters().snapshot();
+        (dispatches, submits, barriers) = (d1 - d0, s1 - s0, ctx.counters().barriers() - b0);
+        host_s = model.host_encode_seconds() - host0;
+        greedy = std::iter::once(next).chain(rest).collect();
+        Ok(gen as f64 / seconds)
+    })?;
+    let decode_tps = tg.mean();
+    let next = greedy[0];
+    let mut rows = vec![
+        TestRow {
+            test: pp_name,
+            n_prompt: prompt_len,
+            n_gen: 0,
+            tokens_per_s: pp.clone(),
+            vs_tg: None,
+        },
+        TestRow {
+            test: tg_name.clone(),
+            n_prompt: args.depth,
+            n_gen: gen,
+            tokens_per_s: tg.clone(),
+            vs_tg: None,
+        },
+    ];
 
     // One forward at a time (submit, wait, read), at the same position: the cost of a
     // plain step without pipelining, and of a verify forward of k + 1 rows.
@@ -383,28 +604,31 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None
     };
 
+    // Speculative rounds with oracle drafts at each acceptance rate.
+    let k = args.draft_tokens;
     let mut oracle = Vec::new();
-    if args.draft_tokens > 0 {
-        // Warm the verify plan, then measure each acceptance rate.
-        oracle_rounds(
-            &ctx,
-            &mut model,
-            &prompt,
-            &greedy[..greedy.len().min(8)],
-            args.draft_tokens,
-            1.0,
-            false,
-        )?;
+    if k > 0 {
         for &p in &args.acceptance {
-            oracle.push(oracle_rounds(
-                &ctx,
-                &mut model,
-                &prompt,
-                &greedy,
-                args.draft_tokens,
-                p,
-                false,
-            )?);
+            let test = format!("{tg_name} spec k={k} p={p:.2} oracle");
+            let mut last = None;
+            let samples = timed(&test, repetitions, || {
+                let o = oracle_rounds(&ctx, &mut model, context, &greedy, k, p, false)?;
+                let tps = o.tokens_per_s;
+                last = Some(o);
+                Ok(tps)
+            })?;
+            let mut json = last.expect("timed runs").json(decode_tps);
+            json["tokens_per_s"] = samples.mean().into();
+            json["speedup"] = (samples.mean() / decode_tps).into();
+            json["tokens_per_s_runs"] = samples.json();
+            oracle.push((p, json));
+            rows.push(TestRow {
+                test,
+                n_prompt: args.depth,
+                n_gen: gen,
+                vs_tg: Some(compare(&tg, &samples)),
+                tokens_per_s: samples,
+            });
         }
     }
 
@@ -414,74 +638,96 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None => crate::bench_spec::assistant_shape(&model),
     };
     let mut assistant = match shape {
-        Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if args.draft_tokens > 0 => Some(
+        Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => Some(
             crate::bench_spec::load_assistant(&ctx, &model, shape, args.seed)?,
         ),
         _ => None,
     };
-    let drafted = match assistant.as_mut() {
-        Some(assistant) => crate::bench_spec::drafted_runs(
-            &ctx,
-            &mut model,
-            assistant,
-            crate::bench_spec::DraftedRuns {
-                prompt: &prompt,
-                greedy: &greedy,
-                k: args.draft_tokens,
-                acceptance: &args.acceptance,
-                adaptive: args.adaptive_draft,
-            },
-        )?,
-        None => Vec::new(),
-    };
+    let mut drafted = Vec::new();
+    if let Some(assistant) = assistant.as_mut() {
+        let test = format!("{tg_name} spec k={k} drafter");
+        eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
+        let mut runs_at = |model: &mut wgemma::model::target::Model| {
+            crate::bench_spec::drafted_runs(
+                &ctx,
+                model,
+                assistant,
+                crate::bench_spec::DraftedRuns {
+                    prompt: context,
+                    greedy: &greedy,
+                    k,
+                    acceptance: &args.acceptance,
+                    adaptive: args.adaptive_draft,
+                },
+            )
+        };
+        runs_at(&mut model)?;
+        let mut reps = Vec::with_capacity(repetitions);
+        for _ in 0..repetitions {
+            reps.push(runs_at(&mut model)?);
+        }
+        for (i, &p) in args.acceptance.iter().enumerate() {
+            let fixed = samples_at(&reps, i, |r| Some(r.drafted.tokens_per_s));
+            let verify_only = samples_at(&reps, i, |r| Some(r.verify_only.tokens_per_s));
+            let adaptive = samples_at(&reps, i, |r| r.adaptive.as_ref().map(|a| a.tokens_per_s));
+            let (Some(fixed), Some(verify_only)) = (fixed, verify_only) else {
+                bail!("the drafter's runs at acceptance {p}: expected {repetitions} timed runs, found none");
+            };
+            let mut json = reps[repetitions - 1][i].json(decode_tps);
+            json["drafted"]["tokens_per_s"] = fixed.mean().into();
+            json["drafted"]["speedup"] = (fixed.mean() / decode_tps).into();
+            json["drafted"]["tokens_per_s_runs"] = fixed.json();
+            json["verify_only"]["tokens_per_s"] = verify_only.mean().into();
+            json["verify_only"]["tokens_per_s_runs"] = verify_only.json();
+            rows.push(TestRow {
+                test: format!("{tg_name} spec k={k} p={p:.2} drafter"),
+                n_prompt: args.depth,
+                n_gen: gen,
+                vs_tg: Some(compare(&tg, &fixed)),
+                tokens_per_s: fixed,
+            });
+            if let Some(a) = adaptive {
+                json["adaptive"]["tokens_per_s"] = a.mean().into();
+                json["adaptive"]["speedup"] = (a.mean() / decode_tps).into();
+                json["adaptive"]["tokens_per_s_runs"] = a.json();
+                rows.push(TestRow {
+                    test: format!("{tg_name} spec adaptive p={p:.2} drafter"),
+                    n_prompt: args.depth,
+                    n_gen: gen,
+                    vs_tg: Some(compare(&tg, &a)),
+                    tokens_per_s: a,
+                });
+            }
+            drafted.push(json);
+        }
+        eprintln!("bench: {test}: done");
+    }
 
     let profile = if args.profile {
         ctx.enable_profiling()?;
         model.reset();
-        let first = pollster::block_on(model.forward(&ctx, &prompt, Want::NextToken))?.next[0];
+        let first = pollster::block_on(model.forward(&ctx, prompt, Want::NextToken))?.next[0];
         // The prompt's forwards, where their dispatches fit the profiler's timestamps.
         let prefill = pollster::block_on(ctx.read_profile())
             .ok()
             .map(|t| summarize_profile(&t, prompt.len(), 1));
         let decode = profile_forwards(&ctx, &mut model, first, 1, 16)?;
-        let verify = if args.draft_tokens > 0 {
-            Some(profile_forwards(
-                &ctx,
-                &mut model,
-                first,
-                args.draft_tokens + 1,
-                8,
-            )?)
+        let verify = if k > 0 {
+            Some(profile_forwards(&ctx, &mut model, first, k + 1, 8)?)
         } else {
             None
         };
         // The pipelined rounds with the drafter, by phase and shader.
-        let round_profile = match assistant.as_mut() {
-            Some(assistant) => Some(
-                crate::bench_spec::profile_rounds(
-                    &ctx,
-                    &mut model,
-                    assistant,
-                    &prompt,
-                    &greedy,
-                    args.draft_tokens,
-                    decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
-                )
-                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() })),
-            ),
-            None => None,
-        };
-        let rounds = if args.draft_tokens > 0 {
-            let o = oracle_rounds(
-                &ctx,
-                &mut model,
-                &prompt,
-                &greedy,
-                args.draft_tokens,
-                1.0,
-                true,
-            )?;
-            Some(o.json(steps as f64 / decode_s))
+        let decode_us = decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0);
+        let round_profile = assistant.as_mut().map(|assistant| {
+            crate::bench_spec::profile_rounds(
+                &ctx, &mut model, assistant, context, &greedy, k, decode_us,
+            )
+            .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
+        });
+        let rounds = if k > 0 {
+            let o = oracle_rounds(&ctx, &mut model, context, &greedy, k, 1.0, true)?;
+            Some(o.json(decode_tps))
         } else {
             None
         };
@@ -491,44 +737,48 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
 
     let fusions = if args.compare_fusions {
-        Some(compare_fusions(&ctx, &mut model, &prompt, steps)?)
+        Some(compare_fusions(&ctx, &mut model, context, gen)?)
     } else {
         None
     };
     let comparison = if args.compare_norm_kernels {
-        Some(compare_norm_kernels(
-            &ctx,
-            &mut model,
-            &prompt,
-            steps,
-            args.draft_tokens,
-        )?)
+        Some(compare_norm_kernels(&ctx, &mut model, context, gen, k)?)
     } else {
         None
     };
 
-    let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words: 64 << 20 }, 50)?;
+    // A small buffer on a software device (tiny is a smoke test there): the figure is
+    // the cache's, and it is labelled as what it is below.
+    let tiny = args.synthetic.as_deref() == Some("tiny");
+    let (words, runs) = if tiny { (4 << 20, 10) } else { (64 << 20, 50) };
+    let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words }, runs)?;
     let bytes_per_token = model.decode_weight_bytes();
-    let decode_tps = steps as f64 / decode_s;
     let roofline_tps = bandwidth.gb_per_s * 1e9 / bytes_per_token as f64;
+    let per_token = |n: u64| n as f64 / gen as f64;
     let mut report = serde_json::json!({
         "adapter": ctx.describe(),
-        "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().unwrap().display().to_string()),
-        "quant": args.quant,
+        "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
+        "dtype": args.dtype,
+        "webgpu_limits": args.webgpu_limits,
+        "features": format!("{:?}", ctx.features),
+        "repetitions": repetitions,
+        "tests": rows.iter().map(TestRow::json).collect::<Vec<_>>(),
         "load_ms": load_ms,
         "peak_rss_mb": crate::artifact_file::peak_rss_mb(),
-        "prompt_len": args.prompt_len,
-        "gen": args.gen,
-        "prefill_tokens_per_s": args.prompt_len as f64 / prefill_s,
-        "prefill_ms": prefill_s * 1e3,
+        "prompt_len": prompt_len,
+        "gen": gen,
+        "depth": args.depth,
+        "prefill_tokens_per_s": pp.mean(),
+        "prefill_ms": prompt_len as f64 / pp.mean() * 1e3,
         "prefill_chunk": prefill_chunk,
         "gemm_ceiling": format!("{:?}", ctx.gemm),
+        "gemm": gemm_family(&ctx),
         "coop_16x16_f16": ctx.has_coop_16x16_f16(),
         "decode_tokens_per_s": decode_tps,
-        "host_ms_per_decode_step": host_s / steps as f64 * 1e3,
-        "dispatches_per_token": (d1 - d0) as f64 / steps as f64,
-        "barriers_per_token": (b1 - b0) as f64 / steps as f64,
-        "submits_per_token": (s1 - s0) as f64 / steps as f64,
+        "host_ms_per_decode_step": host_s / gen as f64 * 1e3,
+        "dispatches_per_token": per_token(dispatches),
+        "barriers_per_token": per_token(barriers),
+        "submits_per_token": per_token(submits),
         "unpipelined_decode_ms_per_step": unpipelined_step_ms,
         "verify_forward_ms": verify_forward_ms,
         "weight_bytes": model.weight_bytes(),
@@ -538,24 +788,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "roofline_tokens_per_s": roofline_tps,
         "roofline_fraction": decode_tps / roofline_tps,
     });
-    if let Some(o) = oracle.iter().find(|o| o.target_acceptance == 1.0) {
-        report["oracle_draft_tokens"] = args.draft_tokens.into();
-        report["oracle_tokens_per_s"] = o.tokens_per_s.into();
-        report["oracle_speedup"] = (o.tokens_per_s / decode_tps).into();
-        report["oracle_rounds"] = o.rounds.into();
-        report["oracle_acceptance_rate"] = (o.accepted as f64 / o.drafted.max(1) as f64).into();
+    if let Some((_, o)) = oracle.iter().find(|(p, _)| *p == 1.0) {
+        report["oracle_draft_tokens"] = k.into();
+        report["oracle_tokens_per_s"] = o["tokens_per_s"].clone();
+        report["oracle_speedup"] = o["speedup"].clone();
+        report["oracle_rounds"] = o["rounds"].clone();
+        report["oracle_acceptance_rate"] = o["acceptance_rate"].clone();
     }
     for c in fusions.iter().chain(&comparison) {
-        for (k, v) in c.as_object().expect("object") {
-            report[k] = v.clone();
+        for (key, v) in c.as_object().expect("object") {
+            report[key] = v.clone();
         }
     }
     if !oracle.is_empty() {
-        report["speculative"] = oracle.iter().map(|o| o.json(decode_tps)).collect();
+        report["speculative"] = oracle.iter().map(|(_, o)| o.clone()).collect();
         for (i, runs) in drafted.iter().enumerate() {
             let entry = &mut report["speculative"][i];
-            for (k, v) in runs.json(decode_tps).as_object().expect("object") {
-                entry[k] = v.clone();
+            for (key, v) in runs.as_object().expect("object") {
+                entry[key] = v.clone();
             }
         }
     }
@@ -568,24 +818,52 @@ pub fn run(args: BenchArgs) -> Result<()> {
             report["profile_rounds"] = round_profile.unwrap_or_default();
         }
         println!("{report}");
-    } else {
-        for (k, v) in report.as_object().expect("object") {
-            println!("{k:<28} {v}");
+        return Ok(());
+    }
+    println!(
+        "wgemma bench on {}{}: {repetitions} timed runs per test after a warm-up",
+        ctx.describe(),
+        if args.webgpu_limits {
+            ", limited to what desktop Chrome grants a page"
+        } else {
+            ""
         }
-        if let Some((decode, verify, rounds, prefill, round_profile)) = profile {
-            if let Some(p) = prefill {
-                print_profile("prefill", &p);
-            }
-            print_profile("decode", &decode);
-            if let Some(v) = verify {
-                print_profile("verify", &v);
-            }
-            if let Some(r) = rounds {
-                println!("\nprofiled oracle rounds: {r}");
-            }
-            if let Some(r) = round_profile {
-                println!("\nprofiled pipelined rounds: {r}");
-            }
+    );
+    println!();
+    print_table(&model_name, &args.dtype, &rows, &tg_name);
+    println!();
+    println!(
+        "load {:.0} ms | prefill chunk {prefill_chunk}, {} | {:.1} dispatches, {:.1} barriers \
+         per decode token",
+        load_ms,
+        gemm_family(&ctx),
+        per_token(dispatches),
+        per_token(barriers),
+    );
+    println!(
+        "device read {:.0} GB/s{}: decode roofline {:.0} t/s, {:.0}% reached",
+        bandwidth.gb_per_s,
+        if tiny {
+            " (a small buffer: tiny is a smoke test)"
+        } else {
+            ""
+        },
+        roofline_tps,
+        100.0 * decode_tps / roofline_tps
+    );
+    if let Some((decode, verify, rounds, prefill, round_profile)) = profile {
+        if let Some(p) = prefill {
+            print_profile("prefill", &p);
+        }
+        print_profile("decode", &decode);
+        if let Some(v) = verify {
+            print_profile("verify", &v);
+        }
+        if let Some(r) = rounds {
+            println!("\nprofiled oracle rounds: {r}");
+        }
+        if let Some(r) = round_profile {
+            println!("\nprofiled pipelined rounds: {r}");
         }
     }
     Ok(())

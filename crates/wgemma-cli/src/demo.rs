@@ -1,14 +1,19 @@
 //! `wgemma demo`: MTP speculative decoding end to end with nothing to download. Loads the
 //! trained pair shipped in the repository (`models/kjv-pair.wgemma`: a small Gemma 4 target
 //! and its MTP drafter trained on the King James Bible, Q4, with its tokenizer; model card in
-//! `models/README.md`), decodes a text prompt plainly and speculatively on whatever adapter
-//! is present, prints both texts, their stats and the speedup, and checks that the greedy
-//! outputs are identical (exit status 1 if not). `--synthetic` runs the random-weight
-//! synthetic pair instead (token ids, no tokenizer).
+//! `models/README.md`) and decodes a text prompt plainly (streamed: this first run also
+//! compiles the GPU pipelines) and speculatively on whatever adapter is present. Then it
+//! times both, warmed up, several times each and prints the medians with their spread; a
+//! difference inside the spread is "no measurable speedup". The greedy outputs are checked
+//! identical (exit status 1 if not). `--synthetic` runs the random-weight synthetic pair
+//! instead (token ids, no tokenizer).
 
+use crate::generate::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
 use crate::load::{load_assistant, load_model, LoadRequest};
+use crate::timing::{compare, Samples};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use std::io::Write as _;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
@@ -37,15 +42,19 @@ const SYNTHETIC_PROMPT: [u32; 8] = [2, 818, 5, 1207, 3301, 77, 2900, 1024];
 pub struct DemoArgs {
     /// An artifact holding a target, its assistant and a tokenizer (`wgemma convert
     /// --assistant`); default: the pair shipped in models/.
-    #[arg(long, value_name = "FILE", conflicts_with = "synthetic")]
+    #[arg(short = 'm', long, value_name = "FILE", conflicts_with = "synthetic")]
     model: Option<PathBuf>,
     /// Prompt text (the shipped pair was trained on the King James Bible).
-    #[arg(long, default_value = PROMPT_TEXT, conflicts_with = "synthetic")]
+    #[arg(short = 'p', long, default_value = PROMPT_TEXT, conflicts_with = "synthetic")]
     prompt: String,
-    #[arg(long, default_value_t = 64)]
+    /// Tokens to generate in each run.
+    #[arg(short = 'n', long, visible_alias = "n-predict", default_value_t = 64)]
     max_new_tokens: usize,
+    /// Timed runs of each decode after the warm-up (the median and range are printed).
+    #[arg(short = 'r', long, default_value_t = 5, value_name = "N")]
+    repetitions: usize,
     /// Drafts per speculative round (1..=8; with the adaptive schedule, the first round's).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS)]
     draft_tokens: usize,
     /// The adaptive schedule (the default): k in 0..=8 from the acceptance and the round
     /// costs measured on this device, plain pipelined steps when drafting does not pay.
@@ -54,12 +63,17 @@ pub struct DemoArgs {
     /// --draft-tokens drafts every round instead of the adaptive schedule.
     #[arg(long)]
     fixed_draft: bool,
-    /// 0 = greedy (outputs checked identical); above 0 both runs sample with --seed, and
-    /// speculative sampling keeps the distribution, not the exact tokens.
-    #[arg(long, default_value_t = 0.0)]
+    /// 0 = greedy, the default here (outputs checked identical); above 0 both runs sample
+    /// with --seed, and speculative sampling keeps the distribution, not the exact tokens.
+    #[arg(
+        short = 't',
+        long = "temp",
+        visible_alias = "temperature",
+        default_value_t = 0.0
+    )]
     temperature: f32,
     /// Sampling seed; with --synthetic also the seed of the synthetic weights.
-    #[arg(long, default_value_t = 0)]
+    #[arg(short = 's', long, default_value_t = 0)]
     seed: u64,
     /// The random-weight synthetic pair (tiny shape; token ids) instead of the shipped one.
     #[arg(long)]
@@ -67,7 +81,7 @@ pub struct DemoArgs {
     /// Weights of the synthetic pair: q4 (group 32), q4g64, q4g128, f16 or f32.
     #[arg(long, default_value = "q4", requires = "synthetic")]
     dtype: String,
-    /// One JSON object (both outputs, their stats, the speedup and the comparison).
+    /// One JSON object (both outputs, their stats, every run's speed, the comparison).
     #[arg(long)]
     json: bool,
 }
@@ -88,8 +102,8 @@ fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
         .unwrap_or_else(|| PathBuf::from(SHIPPED_PAIR));
     if !path.exists() {
         bail!(
-            "{}: expected the model artifact (the shipped pair is models/kjv-pair.wgemma in the \
-             source tree; elsewhere pass --model FILE)",
+            "{}: no such file (expected the model artifact; the shipped pair is \
+             models/kjv-pair.wgemma in the source tree, elsewhere pass --model FILE)",
             path.display()
         );
     }
@@ -97,6 +111,7 @@ fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
         dtype: None,
         options: ModelOptions {
             max_context: 4096,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
             ..ModelOptions::default()
         },
         verify: true,
@@ -186,17 +201,69 @@ fn format_name(format: WeightFormat) -> String {
     }
 }
 
-/// Decode tok/s of the speculative run over the plain run's.
-fn speedup(plain: &GenerateStats, speculative: &SpeculativeStats) -> f64 {
-    if plain.decode_tokens_per_s > 0.0 {
-        speculative.base.decode_tokens_per_s / plain.decode_tokens_per_s
-    } else {
-        0.0
+/// Prints a generation's text as its tokens arrive: the decoded prefix grows, and what
+/// it adds is printed (nothing while a multi-byte character is incomplete). Without a
+/// tokenizer, the ids.
+struct Streamer<'a> {
+    tokenizer: Option<&'a Tokenizer>,
+    tokens: Vec<u32>,
+    shown: String,
+}
+
+impl<'a> Streamer<'a> {
+    fn new(tokenizer: Option<&'a Tokenizer>) -> Streamer<'a> {
+        Streamer {
+            tokenizer,
+            tokens: Vec::new(),
+            shown: String::new(),
+        }
+    }
+
+    fn push(&mut self, id: u32) {
+        self.tokens.push(id);
+        let mut out = std::io::stdout();
+        match self.tokenizer {
+            None => {
+                let _ = write!(out, " {id}");
+            }
+            Some(t) => {
+                let Ok(text) = t.decode(&self.tokens) else {
+                    return;
+                };
+                if text.starts_with(&self.shown) && !text.ends_with('\u{FFFD}') {
+                    let _ = write!(out, "{}", &text[self.shown.len()..]);
+                    self.shown = text;
+                }
+            }
+        }
+        let _ = out.flush();
     }
 }
 
+/// One timed generation of each kind.
+struct Timed {
+    plain: Vec<u32>,
+    plain_stats: GenerateStats,
+    speculative: Vec<u32>,
+    speculative_stats: SpeculativeStats,
+}
+
 pub fn run(args: DemoArgs) -> Result<()> {
+    if args.repetitions == 0 {
+        bail!("--repetitions: expected at least 1 timed run, found 0");
+    }
+    if !(1..=MAX_DRAFT_TOKENS).contains(&args.draft_tokens) {
+        bail!(
+            "--draft-tokens: expected 1..={MAX_DRAFT_TOKENS}, found {}",
+            args.draft_tokens
+        );
+    }
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let text_out = !args.json;
+    if text_out {
+        println!("wgemma demo on {}", ctx.describe());
+        eprintln!("loading the pair ...");
+    }
     let mut pair = if args.synthetic {
         synthetic(&ctx, &args)?
     } else {
@@ -226,124 +293,193 @@ pub fn run(args: DemoArgs) -> Result<()> {
         target,
         assistant,
         prompt,
+        tokenizer,
+        describe,
         ..
     } = &mut pair;
-    // A warm-up of each builds every plan and pipeline, so the timed runs compare decoding:
-    // long enough for a full round of k drafts (a verify of k + 1 rows) and the shorter
-    // rounds at the end of the token budget.
-    let warm = GenerateOptions {
-        max_new_tokens: (2 * args.draft_tokens + 4).min(args.max_new_tokens),
-        ..generate_options.clone()
+    let text = |ids: &[u32]| -> Result<Option<String>> {
+        Ok(tokenizer.as_ref().map(|t| t.decode(ids)).transpose()?)
     };
-    pollster::block_on(generate(target, &ctx, prompt, &warm, &mut |_| true))?;
+    let show_ids = |ids: &[u32]| {
+        ids.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    if text_out {
+        println!("{describe}");
+        let prompt_text = text(prompt)?.unwrap_or_else(|| show_ids(prompt));
+        println!("--- prompt\n{}", prompt_text.trim_end());
+        println!("--- plain decoding (streamed; this first run also compiles the GPU pipelines)");
+    }
+    // The warm-up runs are whole generations: every plan and pipeline the timed runs use
+    // is built here, and the user reads the text meanwhile.
+    let mut streamer = Streamer::new(tokenizer.as_ref());
+    let (warm_plain, _) = pollster::block_on(generate(
+        target,
+        &ctx,
+        prompt,
+        &generate_options,
+        &mut |id| {
+            if text_out {
+                streamer.push(id);
+            }
+            true
+        },
+    ))?;
+    if text_out {
+        println!();
+        eprintln!("warming up speculative decoding (building its verify plans) ...");
+    }
     // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
     for m in 1..=target.options.max_verify_rows.min(MAX_DRAFT_TOKENS + 1) {
         target.plan(&ctx, m, LogitRows::All)?;
     }
-    pollster::block_on(generate_speculative(
-        target,
-        assistant,
-        &ctx,
-        prompt,
-        &warm,
-        &spec_options,
-        &mut |_| true,
-    ))?;
+    let speculative = |target: &mut Model, assistant: &mut Assistant| {
+        pollster::block_on(generate_speculative(
+            target,
+            assistant,
+            &ctx,
+            prompt,
+            &generate_options,
+            &spec_options,
+            &mut |_| true,
+        ))
+    };
+    speculative(target, assistant)?;
 
-    let (plain_tokens, plain) = pollster::block_on(generate(
-        target,
-        &ctx,
-        prompt,
-        &generate_options,
-        &mut |_| true,
-    ))?;
-    let speculative = pollster::block_on(generate_speculative(
-        target,
-        assistant,
-        &ctx,
-        prompt,
-        &generate_options,
-        &spec_options,
-        &mut |_| true,
-    ))?;
-    let identical = plain_tokens == speculative.tokens;
-    let text = |ids: &[u32]| -> Result<Option<String>> {
-        Ok(pair.tokenizer.as_ref().map(|t| t.decode(ids)).transpose()?)
+    // Timed runs, plain and speculative alternating, so that a drift of the device (clocks,
+    // other work) reaches both alike.
+    let mut runs: Vec<Timed> = Vec::with_capacity(args.repetitions);
+    let (mut plain_tps, mut spec_tps) = (Samples::default(), Samples::default());
+    for i in 0..args.repetitions {
+        let (plain, plain_stats) = pollster::block_on(generate(
+            target,
+            &ctx,
+            prompt,
+            &generate_options,
+            &mut |_| true,
+        ))?;
+        let spec = speculative(target, assistant)?;
+        plain_tps.push(plain_stats.decode_tokens_per_s);
+        spec_tps.push(spec.stats.base.decode_tokens_per_s);
+        if text_out {
+            eprintln!(
+                "timed run {}/{}: plain {:.1} tok/s, speculative {:.1} tok/s",
+                i + 1,
+                args.repetitions,
+                plain_stats.decode_tokens_per_s,
+                spec.stats.base.decode_tokens_per_s
+            );
+        }
+        runs.push(Timed {
+            plain,
+            plain_stats,
+            speculative: spec.tokens,
+            speculative_stats: spec.stats,
+        });
+    }
+    // Greedy decoding is deterministic: every run, warm-up included, gives the same tokens.
+    let first_difference = |a: &[u32], b: &[u32]| {
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len()))
+    };
+    let mismatch = runs
+        .iter()
+        .find(|r| r.plain != r.speculative)
+        .map(|r| (r.plain.clone(), r.speculative.clone()));
+    let stable = runs.iter().all(|r| r.plain == warm_plain);
+    let identical = mismatch.is_none() && stable;
+    let comparison = compare(&plain_tps, &spec_tps);
+    // The run whose plain speed is the median's: its stats and outputs are shown.
+    let shown = {
+        let m = plain_tps.median();
+        runs.iter()
+            .min_by(|a, b| {
+                (a.plain_stats.decode_tokens_per_s - m)
+                    .abs()
+                    .total_cmp(&(b.plain_stats.decode_tokens_per_s - m).abs())
+            })
+            .expect("at least one timed run")
     };
     let (prompt_text, plain_text, spec_text) = (
-        text(&pair.prompt)?,
-        text(&plain_tokens)?,
-        text(&speculative.tokens)?,
+        text(prompt)?,
+        text(&shown.plain)?,
+        text(&shown.speculative)?,
     );
-    let gain = speedup(&plain, &speculative.stats);
     if args.json {
         let out = serde_json::json!({
             "adapter": ctx.describe(),
-            "model": pair.describe,
-            "prompt": pair.prompt,
+            "model": describe,
+            "prompt": prompt,
             "prompt_text": prompt_text,
             "temperature": args.temperature,
             "draft_tokens": args.draft_tokens,
             "draft_schedule": spec_options.schedule,
             "identical": identical,
-            "speedup": gain,
-            "plain": { "tokens": plain_tokens, "text": plain_text, "stats": plain },
+            "repetitions": args.repetitions,
+            "speedup": comparison.ratio,
+            "measurable": comparison.measurable,
+            "verdict": comparison.describe(),
+            "plain_decode_tokens_per_s": plain_tps.json(),
+            "speculative_decode_tokens_per_s": spec_tps.json(),
+            "plain": { "tokens": shown.plain, "text": plain_text, "stats": shown.plain_stats },
             "speculative": {
-                "tokens": speculative.tokens, "text": spec_text, "stats": speculative.stats
+                "tokens": shown.speculative, "text": spec_text, "stats": shown.speculative_stats
             },
         });
         println!("{out}");
     } else {
-        println!("wgemma demo on {}", ctx.describe());
-        println!("{}", pair.describe);
-        let show = |label: &str, text: &Option<String>, ids: &[u32]| {
-            let body = text.clone().unwrap_or_else(|| {
-                ids.iter()
-                    .map(|t| t.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            });
-            println!("--- {label}\n{}", body.trim_end());
-        };
-        show("prompt", &prompt_text, &pair.prompt);
-        show("plain", &plain_text, &plain_tokens);
         if !(greedy && identical) {
-            show("speculative", &spec_text, &speculative.tokens);
+            let body = spec_text
+                .clone()
+                .unwrap_or_else(|| show_ids(&shown.speculative));
+            println!("--- speculative decoding\n{}", body.trim_end());
         }
-        println!("---");
-        println!("plain       | {}", plain.summary());
-        println!("speculative | {}", speculative.stats.summary());
-        if args.fixed_draft {
-            println!(
-                "speedup     | x{gain:.2} decode tok/s with {} drafts per round",
-                args.draft_tokens
-            );
-        } else {
-            println!(
-                "speedup     | x{gain:.2} decode tok/s, adaptive drafts (k in 0..=8 from the \
-                 measured acceptance and costs; {} plain steps)",
-                speculative.stats.plain_steps
-            );
-        }
+        println!(
+            "--- decode speed, warmed up: median of {} runs each (min, max)",
+            args.repetitions
+        );
+        println!("plain       | {} tok/s", plain_tps.median_range());
+        println!(
+            "speculative | {} tok/s | acceptance {:.2}, {:.2} tok/round{}",
+            spec_tps.median_range(),
+            shown.speculative_stats.acceptance_rate,
+            shown.speculative_stats.tokens_per_round,
+            if args.fixed_draft {
+                format!(", {} drafts per round", args.draft_tokens)
+            } else {
+                format!(
+                    ", adaptive drafts ({} plain steps)",
+                    shown.speculative_stats.plain_steps
+                )
+            }
+        );
+        println!("speedup     | {}", comparison.describe());
+        println!(
+            "prompt      | {} tok, ttft {:.1} ms",
+            shown.plain_stats.prompt_tokens, shown.plain_stats.ttft_ms
+        );
         if greedy && identical {
             println!(
-                "outputs identical: {} tokens (greedy speculative == plain greedy)",
-                plain_tokens.len()
+                "outputs identical: {} tokens in every run (greedy speculative == plain greedy)",
+                warm_plain.len()
             );
         }
     }
-    if greedy && !identical {
-        let first = plain_tokens
-            .iter()
-            .zip(&speculative.tokens)
-            .position(|(a, b)| a != b)
-            .unwrap_or(plain_tokens.len().min(speculative.tokens.len()));
-        bail!(
-            "speculative output differs from plain greedy output at token {first}: \
-             plain {:?}, speculative {:?}",
-            plain_tokens,
-            speculative.tokens
-        );
+    if greedy {
+        if let Some((plain, speculative)) = mismatch {
+            let first = first_difference(&plain, &speculative);
+            bail!(
+                "speculative output differs from plain greedy output at token {first}: \
+                 plain {plain:?}, speculative {speculative:?}"
+            );
+        }
+        if !stable {
+            bail!("plain greedy output differs between runs of the same prompt");
+        }
     }
     Ok(())
 }

@@ -1,24 +1,32 @@
-//! `wgemma logits` and `wgemma generate`.
+//! `wgemma logits` and `wgemma generate`, and the flags every command that loads a model or
+//! samples shares (one name and one default per concept).
 
 use crate::artifact_file::peak_rss_mb;
 use crate::load::{load_model, LoadRequest};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::io::Write as _;
-use std::path::PathBuf;
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::{Path, PathBuf};
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::sampling::SamplingParams;
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
-use wgemma::session::{ChatMessage, GenerateRequest, TokenEvent};
+use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
+
+/// Rows per prefill forward unless `--prefill-chunk` says otherwise (or `--context` is
+/// smaller): every command that prefills uses it, `bench` included.
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
+
+/// Drafts of the first speculative round (the adaptive schedule then picks k per round).
+pub const DEFAULT_DRAFT_TOKENS: usize = 2;
 
 /// Options shared by the commands that load a model.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json), a
     /// model artifact file (`wgemma convert`) or a llama.cpp GGUF file (`gemma4`).
-    #[arg(long, value_name = "DIR|FILE")]
+    #[arg(short = 'm', long, value_name = "DIR|FILE")]
     pub model: PathBuf,
     /// Weights on the GPU: q4 (group 32, the default for a directory), q4g64, q4g128, f16
     /// or f32 (parity). An artifact's weights are converted already: its own format is used,
@@ -26,9 +34,9 @@ pub struct ModelArgs {
     #[arg(long)]
     pub dtype: Option<String>,
     /// KV cache positions (prompt + generated tokens).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(short = 'c', long, visible_alias = "ctx-size", default_value_t = 4096)]
     pub context: usize,
-    /// Rows per prefill forward (default 64, or --context when that is smaller).
+    /// Rows per prefill forward (default 256, or --context when that is smaller).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
     /// Skip the per-tensor checksums of an artifact (its structure is still checked).
@@ -39,10 +47,13 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// The load request, its sizes checked before anything is read or allocated.
     pub fn request(&self) -> Result<LoadRequest> {
+        check_exists("--model", &self.model)?;
         if self.context == 0 {
             bail!("--context: expected at least 1 position, found 0");
         }
-        let prefill_chunk = self.prefill_chunk.unwrap_or(64.min(self.context));
+        let prefill_chunk = self
+            .prefill_chunk
+            .unwrap_or(DEFAULT_PREFILL_CHUNK.min(self.context));
         if prefill_chunk == 0 || prefill_chunk > self.context {
             bail!(
                 "--prefill-chunk: expected 1..={} rows (at most --context), found {prefill_chunk}",
@@ -61,6 +72,20 @@ impl ModelArgs {
     }
 }
 
+/// Refuses a path that is not there with the plain reason (a loader would only say that
+/// it is not the checkpoint, artifact or GGUF file it expected). A dangling symlink is
+/// there: the loader names it.
+pub fn check_exists(flag: &str, path: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
+            "{flag} {}: no such file or directory (expected a checkpoint directory, a model \
+             artifact or a GGUF file, found nothing there)",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Parses `5,17,9`: at least one id, each a u32.
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
     wgemma::model::tokenizer::parse_prompt_ids(s).context("--prompt-ids")
@@ -68,7 +93,7 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
 
 /// Refuses a prompt plus `max_new_tokens` that cannot fit the KV cache, before any token
 /// is generated (a limit found at the end would throw the generated tokens away).
-fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Result<()> {
+pub fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Result<()> {
     match prompt.checked_add(max_new_tokens) {
         Some(total) if total <= context => Ok(()),
         total => bail!(
@@ -77,6 +102,165 @@ fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Result<
             total.map_or("more than 2^64".to_string(), |t| t.to_string())
         ),
     }
+}
+
+/// Sampling flags, shared by `generate` and `chat`. Where a person types a prompt the
+/// defaults sample (llama.cpp's temperature, top-k and top-p, a repetition penalty, a
+/// fresh seed); token-id prompts and `--greedy` decode greedily, where parity is the point.
+#[derive(Args, Clone, Default)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy [default: 0.8 for text, 0 for --prompt-ids]. (There
+    /// is no thread count to set on a GPU: -t is the temperature.)
+    #[arg(
+        short = 't',
+        long = "temp",
+        visible_alias = "temperature",
+        value_name = "T"
+    )]
+    pub temperature: Option<f32>,
+    /// Keep the K most likely tokens; 0 = no limit [default: 40 for text, 0 for ids].
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of tokens whose probability reaches P [default: 0.95 for
+    /// text, 1 for ids].
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Divide the logits of the last 64 generated tokens by this (1 = none) [default: 1.1
+    /// for text, 1 for ids]. Speculative decoding samples without it.
+    #[arg(long, visible_alias = "repetition-penalty", value_name = "X")]
+    pub repeat_penalty: Option<f32>,
+    /// Sampling seed [default: a fresh one, printed with the stats so a run can be
+    /// repeated].
+    #[arg(short = 's', long)]
+    pub seed: Option<u64>,
+    /// Greedy decoding: the most likely token every step (the model's own argmax, no
+    /// penalty; the same tokens every run).
+    #[arg(long, conflicts_with_all = ["temperature", "top_k", "top_p", "repeat_penalty"])]
+    pub greedy: bool,
+}
+
+/// Sampling as resolved from [`SamplingArgs`] and the kind of prompt.
+#[derive(Debug, Clone, Copy)]
+pub struct Sampling {
+    pub params: SamplingParams,
+    /// The seed was chosen here, not given.
+    pub seed_chosen: bool,
+}
+
+impl SamplingArgs {
+    /// The sampling these flags ask for; `text`: a person's prompt (sampling defaults),
+    /// else token ids (greedy defaults).
+    pub fn resolve(&self, text: bool) -> Result<Sampling> {
+        let sample = text && !self.greedy;
+        let params = SamplingParams {
+            temperature: self.temperature.unwrap_or(if sample { 0.8 } else { 0.0 }),
+            top_k: self.top_k.unwrap_or(if sample { 40 } else { 0 }),
+            top_p: self.top_p.unwrap_or(if sample { 0.95 } else { 1.0 }),
+            repeat_penalty: self
+                .repeat_penalty
+                .unwrap_or(if sample { 1.1 } else { 1.0 }),
+            seed: self.seed.unwrap_or_else(fresh_seed),
+        };
+        params.validate()?;
+        if params.temperature > 2.0 {
+            eprintln!(
+                "warning: --temp {} is far above the usual 0.1..1.5 (llama.cpp's -t is a \
+                 thread count; here -t is the temperature)",
+                params.temperature
+            );
+        }
+        Ok(Sampling {
+            params,
+            seed_chosen: self.seed.is_none(),
+        })
+    }
+}
+
+/// Speculative rounds sample without the repetition penalty (their accept/reject test
+/// compares the drafter's and the target's plain distributions): say so when it was asked
+/// for, and report what runs.
+pub fn no_penalty_when_drafting(sampling: &mut Sampling, args: &SamplingArgs) {
+    if args.repeat_penalty.is_some_and(|p| p != 1.0) {
+        eprintln!(
+            "warning: --repeat-penalty is not applied with --assistant (speculative sampling)"
+        );
+    }
+    sampling.params.repeat_penalty = 1.0;
+}
+
+/// A seed from the clock and the process id (sampling needs variety, not secrecy).
+fn fresh_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+/// Where the prompt comes from: text, a file (`-`: standard input) or token ids.
+#[derive(Args, Clone)]
+pub struct PromptArgs {
+    /// Prompt text (encoded with the model's tokenizer).
+    #[arg(short = 'p', long, conflicts_with_all = ["prompt_ids", "file"])]
+    pub prompt: Option<String>,
+    /// Read the prompt text from FILE; `-` reads standard input.
+    #[arg(short = 'f', long, value_name = "FILE", conflicts_with = "prompt_ids")]
+    pub file: Option<PathBuf>,
+    /// Comma-separated prompt token ids (greedy by default: for parity checks).
+    #[arg(long)]
+    pub prompt_ids: Option<String>,
+}
+
+impl PromptArgs {
+    /// The prompt text (`--prompt` or `--file`), None for token ids.
+    pub fn text(&self) -> Result<Option<String>> {
+        match (&self.prompt, &self.file) {
+            (Some(text), _) => Ok(Some(text.clone())),
+            (None, Some(path)) => read_prompt_file(path).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// The prompt text in `path` (`-`: standard input), without one trailing newline.
+pub fn read_prompt_file(path: &Path) -> Result<String> {
+    let mut text = if path == Path::new("-") {
+        if std::io::stdin().is_terminal() {
+            eprintln!("reading the prompt from standard input (end it with Ctrl-D)");
+        }
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("--file -: reading the prompt from standard input")?;
+        s
+    } else {
+        check_exists_file(path)?;
+        std::fs::read_to_string(path)
+            .with_context(|| format!("--file {}: reading the prompt", path.display()))?
+    };
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    if text.is_empty() {
+        bail!(
+            "--file {}: expected prompt text, found an empty file",
+            path.display()
+        );
+    }
+    Ok(text)
+}
+
+fn check_exists_file(path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        bail!(
+            "--file {}: no such file or directory (expected a text file holding the prompt, \
+             found nothing there)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -116,139 +300,177 @@ pub fn run_logits(args: LogitsArgs) -> Result<()> {
     Ok(())
 }
 
+/// Speculative decoding flags, shared by `generate` and `chat`.
+#[derive(Args, Clone)]
+pub struct DraftArgs {
+    /// MTP speculative decoding with this Gemma 4 assistant: a checkpoint directory
+    /// (`gemma4_assistant`: config.json + *.safetensors), a `gemma4-assistant` GGUF file or
+    /// an artifact holding one (it may be the `--model` artifact itself).
+    #[arg(long, value_name = "DIR|FILE")]
+    pub assistant: Option<PathBuf>,
+    /// Drafts of the first speculative round (1..=8); the adaptive schedule then picks k in
+    /// 0..=8 per round from the acceptance and round costs measured on this device (plain
+    /// pipelined steps when drafting does not pay).
+    #[arg(long, default_value_t = DEFAULT_DRAFT_TOKENS, requires = "assistant")]
+    pub draft_tokens: usize,
+    /// --draft-tokens drafts every round instead of the adaptive schedule.
+    #[arg(long, requires = "assistant")]
+    pub fixed_draft: bool,
+    /// The adaptive schedule (the default; kept for scripts that pass it).
+    #[arg(
+        long,
+        requires = "assistant",
+        conflicts_with = "fixed_draft",
+        hide = true
+    )]
+    pub adaptive_draft: bool,
+}
+
+impl DraftArgs {
+    /// The flags alone (the assistant's path is checked when it is loaded).
+    pub fn check(&self) -> Result<()> {
+        if self.assistant.is_some() && !(1..=MAX_DRAFT_TOKENS).contains(&self.draft_tokens) {
+            bail!(
+                "--draft-tokens: expected 1..={MAX_DRAFT_TOKENS}, found {}",
+                self.draft_tokens
+            );
+        }
+        Ok(())
+    }
+}
+
 #[derive(Args)]
 pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Prompt text (needs tokenizer.json in the model directory).
-    #[arg(long, conflicts_with = "prompt_ids")]
-    prompt: Option<String>,
-    /// Comma-separated prompt token ids.
-    #[arg(long)]
-    prompt_ids: Option<String>,
-    /// Wrap the prompt in the checkpoint's chat template (chat_template.jinja,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    /// Wrap the prompt in the model's chat template (chat_template.jinja,
     /// tokenizer_config.json or a GGUF's tokenizer.chat_template; Gemma 4's turn format
-    /// when it has none) as one user turn.
+    /// when it has none) as one user turn. `wgemma chat` holds a conversation.
     #[arg(long)]
     chat: bool,
     /// A system prompt before the user turn (with --chat).
     #[arg(long, requires = "chat")]
     system: Option<String>,
-    #[arg(long, default_value_t = 128)]
+    /// Tokens to generate at most.
+    #[arg(
+        short = 'n',
+        long,
+        visible_alias = "n-predict",
+        default_value_t = 128,
+        value_name = "N"
+    )]
     max_new_tokens: usize,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// 0 = no limit.
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Text that ends the generation (cut before it); repeat for several.
     #[arg(long, value_name = "TEXT")]
     stop: Vec<String>,
     /// One JSON object with tokens, text and stats instead of streamed text.
     #[arg(long)]
     json: bool,
-    /// MTP speculative decoding with this Gemma 4 assistant: a checkpoint directory
-    /// (`gemma4_assistant`: config.json + *.safetensors), a `gemma4-assistant` GGUF file or
-    /// an artifact holding one (it may be the `--model` artifact itself).
-    #[arg(long, value_name = "DIR|FILE")]
-    assistant: Option<PathBuf>,
-    /// Drafts per speculative round (1..=8).
-    #[arg(long, default_value_t = 2, requires = "assistant")]
-    draft_tokens: usize,
-    /// Adaptive drafts per round: k in 0..=8 chosen from the acceptance and the round costs
-    /// measured so far on this device (maximising expected tokens/s), plain pipelined
-    /// decode steps when drafting does not pay; --draft-tokens is the first round's k.
-    #[arg(long, requires = "assistant")]
-    adaptive_draft: bool,
+    #[command(flatten)]
+    draft: DraftArgs,
     /// Add every round's drafts to the JSON stats (`draft_rounds`).
     #[arg(long, requires = "assistant")]
     trace_drafts: bool,
 }
 
-impl GenerateArgs {
-    /// The session request these flags ask for.
-    fn request(&self) -> Result<GenerateRequest> {
-        let (prompt, messages) = match (&self.system, &self.prompt) {
-            (Some(system), Some(text)) => (
-                None,
-                Some(vec![
-                    ChatMessage::new("system", system),
-                    ChatMessage::new("user", text),
-                ]),
-            ),
-            _ => (self.prompt.clone(), None),
-        };
-        Ok(GenerateRequest {
-            chat: self.chat && messages.is_none(),
-            prompt,
-            messages,
-            prompt_ids: self.prompt_ids.as_deref().map(parse_ids).transpose()?,
-            max_new_tokens: self.max_new_tokens,
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            seed: self.seed,
-            stop: self.stop.clone(),
-            speculative: self.assistant.is_some(),
-            draft_tokens: self.draft_tokens,
-            adaptive_draft: self.adaptive_draft,
-            trace_drafts: self.trace_drafts,
-        })
+/// The chat warning: a model without its own chat template is prompted in Gemma 4's turn
+/// format, which only a chat-tuned Gemma 4 answers.
+pub fn warn_without_chat_template(session: &Session) -> Result<()> {
+    if !session.model_info()?.has_chat_template {
+        eprintln!(
+            "warning: this model has no chat template; using Gemma 4's turn format, which \
+             only a chat-tuned (instruction-tuned) Gemma 4 answers. A base or small model \
+             (such as the shipped demo pair) will just continue the text."
+        );
     }
+    Ok(())
+}
+
+/// Loads `model` (and the assistant) into a session on a new context.
+pub fn load_session(model: &ModelArgs, draft: &DraftArgs) -> Result<(Session, f64)> {
+    let load_request = model.request()?;
+    if let Some(path) = &draft.assistant {
+        check_exists("--assistant", path)?;
+    }
+    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let loaded = load_model(&ctx, &model.model, load_request)?;
+    let load_ms = loaded.load_ms;
+    let session = loaded.into_session(
+        ctx,
+        &model.model,
+        draft.assistant.as_deref(),
+        !model.no_verify,
+    )?;
+    Ok((session, load_ms))
 }
 
 pub fn run_generate(args: GenerateArgs) -> Result<()> {
     // Everything the flags alone decide is checked before the GPU or the model is touched.
-    let load_request = args.model.request()?;
-    let sampling = SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        seed: args.seed,
-    };
-    sampling.validate()?;
-    if args.prompt.is_none() && args.prompt_ids.is_none() {
-        bail!("expected one of --prompt TEXT or --prompt-ids IDS, found neither");
+    args.model.request()?;
+    if args.trace_drafts && !args.json {
+        bail!("--trace-drafts: expected --json as well (the drafts are reported in its stats), found text output");
     }
-    if args.chat && args.prompt.is_none() {
+    args.draft.check()?;
+    let given_text = args.prompt.prompt.is_some() || args.prompt.file.is_some();
+    let mut sampling = args.sampling.resolve(given_text)?;
+    if args.draft.assistant.is_some() {
+        no_penalty_when_drafting(&mut sampling, &args.sampling);
+    }
+    if !given_text && args.prompt.prompt_ids.is_none() {
+        bail!("expected one of --prompt TEXT, --file FILE or --prompt-ids IDS, found none");
+    }
+    if args.chat && !given_text {
         bail!(
             "--chat: expected --prompt TEXT (it wraps text in the chat format), found --prompt-ids"
         );
     }
-    if args.trace_drafts && !args.json {
-        bail!("--trace-drafts: expected --json as well (the drafts are reported in its stats), found text output");
+    // Read last among the flag checks: it may wait on standard input.
+    let text = args.prompt.text()?;
+    let prompt_ids = args
+        .prompt
+        .prompt_ids
+        .as_deref()
+        .map(parse_ids)
+        .transpose()?;
+    // A text prompt is at least one token (BOS).
+    let min_prompt = prompt_ids.as_ref().map_or(1, Vec::len);
+    check_budget(min_prompt, args.max_new_tokens, args.model.context)?;
+    let (prompt, messages) = match (&args.system, &text) {
+        (Some(system), Some(text)) => (
+            None,
+            Some(vec![
+                ChatMessage::new("system", system),
+                ChatMessage::new("user", text),
+            ]),
+        ),
+        _ => (text.clone(), None),
+    };
+    let p = sampling.params;
+    let request = GenerateRequest {
+        chat: args.chat && messages.is_none(),
+        prompt,
+        messages,
+        prompt_ids,
+        max_new_tokens: args.max_new_tokens,
+        temperature: p.temperature,
+        top_k: p.top_k,
+        top_p: p.top_p,
+        seed: p.seed,
+        repeat_penalty: p.repeat_penalty,
+        stop: args.stop.clone(),
+        speculative: args.draft.assistant.is_some(),
+        draft_tokens: args.draft.draft_tokens,
+        adaptive_draft: !args.draft.fixed_draft,
+        trace_drafts: args.trace_drafts,
+    };
+    let (mut session, load_ms) = load_session(&args.model, &args.draft)?;
+    if args.chat {
+        warn_without_chat_template(&session)?;
     }
-    if args.assistant.is_some() && !(1..=MAX_DRAFT_TOKENS).contains(&args.draft_tokens) {
-        bail!(
-            "--draft-tokens: expected 1..={MAX_DRAFT_TOKENS}, found {}",
-            args.draft_tokens
-        );
-    }
-    if let Some(ids) = &args.prompt_ids {
-        check_budget(
-            parse_ids(ids)?.len(),
-            args.max_new_tokens,
-            args.model.context,
-        )?;
-    } else {
-        // A text prompt is at least one token (BOS).
-        check_budget(1, args.max_new_tokens, args.model.context)?;
-    }
-    let request = args.request()?;
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-    let loaded = load_model(&ctx, &args.model.model, load_request)?;
-    let load_ms = loaded.load_ms;
-    let session = loaded.into_session(
-        ctx,
-        &args.model.model,
-        args.assistant.as_deref(),
-        !args.model.no_verify,
-    )?;
     let prompt = session.prompt_ids(&request).map_err(|e| {
         let needs_tokenizer = session.tokenizer().is_none() && request.prompt_ids.is_none();
         if needs_tokenizer {
@@ -270,7 +492,6 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         }
         true
     };
-    let mut session = session;
     let out = pollster::block_on(session.generate(&request, &mut on_token))?;
     if json {
         let mut stats = out.loop_stats.to_json();
@@ -279,6 +500,8 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         }
         stats["load_ms"] = load_ms.into();
         stats["peak_rss_mb"] = peak_rss_mb().into();
+        stats["seed"] = p.seed.into();
+        stats["temperature"] = p.temperature.into();
         let line = serde_json::json!({ "tokens": out.tokens, "text": out.text, "stats": stats });
         println!("{line}");
     } else {
@@ -294,7 +517,37 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         } else {
             println!("{}", out.unstreamed_text);
         }
-        eprintln!("load {:.0} ms | {}", load_ms, out.loop_stats.summary());
+        eprintln!(
+            "{}",
+            stats_line(load_ms, &out.loop_stats.summary(), &sampling)
+        );
     }
     Ok(())
+}
+
+/// The stats after a generation, saying what the figures are: one run, the process's
+/// first, so its speed includes compiling the pipelines it used.
+pub fn stats_line(load_ms: f64, summary: &str, sampling: &Sampling) -> String {
+    let p = &sampling.params;
+    let how = if p.is_greedy() {
+        "greedy".to_string()
+    } else {
+        format!(
+            "temp {} top-k {} top-p {} repeat-penalty {} seed {}{}",
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.repeat_penalty,
+            p.seed,
+            if sampling.seed_chosen {
+                " (pass -s to repeat)"
+            } else {
+                ""
+            }
+        )
+    };
+    format!(
+        "load {load_ms:.0} ms | {summary} | {how}\n(one cold run: its speed includes compiling \
+         the GPU pipelines on first use; `wgemma bench -m MODEL` measures warmed-up speed)"
+    )
 }

@@ -10,13 +10,21 @@ pub struct InfoArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// What a page gets in desktop Chrome on this adapter: its WebGPU features and its
+    /// tiered limits (as `bench --webgpu-limits` runs).
+    #[arg(long)]
+    webgpu_limits: bool,
 }
 
 pub fn run(args: InfoArgs) -> anyhow::Result<()> {
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(ContextOptions {
+        webgpu_limits: args.webgpu_limits,
+        ..ContextOptions::default()
+    })?;
     let l = &ctx.limits;
     let limits = json!({
         "max_buffer_size": l.max_buffer_size,
+        "max_bind_groups": l.max_bind_groups,
         "max_storage_buffer_binding_size": l.max_storage_buffer_binding_size,
         "max_uniform_buffer_binding_size": l.max_uniform_buffer_binding_size,
         "max_storage_buffers_per_shader_stage": l.max_storage_buffers_per_shader_stage,

@@ -4,6 +4,7 @@
 mod artifact_file;
 mod bench;
 mod bench_spec;
+mod chat;
 mod convert;
 mod demo;
 mod generate;
@@ -20,11 +21,17 @@ mod serve_metrics;
 mod serve_worker;
 mod signals;
 mod synth;
+mod timing;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "wgemma", version, about = "Gemma 4 on WebGPU")]
+#[command(
+    name = "wgemma",
+    version,
+    about = "Gemma 4 on WebGPU",
+    after_help = "Start with `wgemma demo`; `wgemma COMMAND --help` lists a command's options."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,12 +45,16 @@ enum Command {
     Ops(ops::OpsArgs),
     /// Print the logits of a prompt (JSON).
     Logits(generate::LogitsArgs),
-    /// Generate text or tokens after a prompt.
+    /// Generate text after a prompt, streamed (or tokens after token ids).
     Generate(generate::GenerateArgs),
-    /// Prefill and decode speed on a synthetic model of real shapes or a checkpoint.
+    /// Talk with a chat-tuned model: multi-turn, in its chat template, streamed; /exit
+    /// quits.
+    Chat(chat::ChatArgs),
+    /// Prefill, decode and speculative speed, as llama-bench measures them (warm-up, -r
+    /// runs, mean ± sd), on a model or a synthetic one of real shapes.
     Bench(bench::BenchArgs),
-    /// MTP speculative decoding on a synthetic target + assistant: plain vs speculative
-    /// greedy, checked identical (no download).
+    /// The trained pair shipped in models/: streamed text, then plain vs MTP speculative
+    /// decoding timed warmed up, outputs checked identical (no download).
     Demo(demo::DemoArgs),
     /// Convert a checkpoint directory or a GGUF file (and its assistant) into one artifact
     /// file of GPU-layout weights with a manifest.
@@ -51,7 +62,8 @@ enum Command {
     /// Print an artifact's manifest, sizes, census and tensors and verify its checksums; or
     /// a GGUF file's architecture, config, tensor types and how each loads.
     Inspect(inspect::InspectArgs),
-    /// Load a model (directory or artifact) and report load time and peak memory.
+    /// Load a model (checkpoint directory, GGUF file or artifact) and report load time and
+    /// peak memory.
     Load(load_cmd::LoadArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (chat completions, completions,
     /// models, health, Prometheus metrics) on 127.0.0.1.
@@ -70,7 +82,9 @@ fn main() -> std::process::ExitCode {
         // Where SIGPIPE cannot be restored (not Unix), a broken pipe still ends quietly.
         Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("Error: {e:?}");
+            // One readable chain ("what failed: why"), never a backtrace: these are the
+            // user's errors, and `{e:?}` printed one whenever RUST_BACKTRACE was set.
+            eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -95,6 +109,7 @@ fn run() -> anyhow::Result<()> {
         Command::Ops(args) => ops::run(args),
         Command::Logits(args) => generate::run_logits(args),
         Command::Generate(args) => generate::run_generate(args),
+        Command::Chat(args) => chat::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Convert(args) => convert::run(args),

@@ -80,6 +80,9 @@ export interface GenerateRequest {
   topK?: number;
   topP?: number;
   seed?: number;
+  /** Divides the logits of the last 64 generated tokens before sampling (1 = none, the
+   *  default); greedy and speculative decoding ignore it. */
+  repeatPenalty?: number;
   /** MTP speculative decoding with the loaded assistant. */
   speculative?: boolean;
   /** Drafts per round, 1..=8 (default 2). */

@@ -739,6 +739,7 @@ fn speculative_sampling_has_the_plain_sampling_distribution() {
         top_k: 3,
         top_p: 1.0,
         seed,
+        ..SamplingParams::default()
     };
     let ctx = test_context();
     let mut dist = |tokens: &[u32]| -> Vec<(u32, f32)> {

@@ -56,6 +56,10 @@ pub struct ContextOptions {
     pub max_workgroups_per_dimension: Option<u32>,
     /// The fastest GEMM family the Q4 prefill routes may use (default: all).
     pub gemm: GemmCeiling,
+    /// Only what desktop Chrome grants a page ([`super::browser`]): its features (no
+    /// cooperative matrices, no coherent storage) and its tiered limits, so a native GPU
+    /// measures the figure a browser user can expect.
+    pub webgpu_limits: bool,
 }
 
 /// A device, its queue and what wgemma learned about it.
@@ -140,10 +144,16 @@ impl GpuContext {
         let info = adapter.get_info();
         let mut features = if options.portable {
             wgpu::Features::empty()
+        } else if options.webgpu_limits {
+            adapter.features() & super::browser::BROWSER_FEATURES
         } else {
             adapter.features() & OPTIONAL_FEATURES
         };
-        let mut limits = adapter.limits();
+        let mut limits = if options.webgpu_limits {
+            super::browser::browser_limits(&adapter.limits())
+        } else {
+            adapter.limits()
+        };
         if let Some(max) = options.max_workgroups_per_dimension {
             limits.max_compute_workgroups_per_dimension =
                 limits.max_compute_workgroups_per_dimension.min(max);
@@ -152,6 +162,7 @@ impl GpuContext {
         // use; a device request that fails with the experimental feature is retried
         // without it, so the context fails closed to the portable GEMMs.
         let coop = !options.portable
+            && !options.webgpu_limits
             && options.gemm == GemmCeiling::CooperativeMatrix
             && offers_coop_16x16_f16(adapter.features(), &adapter.cooperative_matrix_properties());
         let coop_features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;

@@ -1,5 +1,6 @@
 //! The wgpu runtime: context, tensors, dispatch planning, kernels/steps and readback.
 
+mod browser;
 mod context;
 mod dispatch;
 mod kernel;
@@ -7,6 +8,7 @@ mod profile;
 mod readback;
 mod tensor;
 
+pub use browser::{browser_limits, BROWSER_FEATURES};
 pub use context::{
     offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
 };

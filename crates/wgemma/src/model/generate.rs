@@ -91,7 +91,9 @@ pub async fn generate(
         let next = if options.sampling.is_greedy() {
             out.next[0]
         } else {
-            sampler.sample(&out.logits)
+            let token = sampler.sample(&out.logits);
+            sampler.accept(token);
+            token
         };
         if first_token_at.is_none() {
             let t = start.elapsed().as_secs_f64();

@@ -1,9 +1,13 @@
-//! Token sampling on the host: greedy, temperature, top-k, top-p (nucleus), seeded.
-//! Greedy decoding normally stays on the GPU (argmax op); this is the sampler for
-//! temperature > 0 and the reference for the GPU argmax.
+//! Token sampling on the host: greedy, temperature, top-k, top-p (nucleus), a repetition
+//! penalty, seeded. Greedy decoding normally stays on the GPU (argmax op); this is the
+//! sampler for temperature > 0 and the reference for the GPU argmax.
 
 use crate::error::{Error, Result};
 use rand::{Rng as _, SeedableRng};
+use std::collections::VecDeque;
+
+/// Generated tokens the repetition penalty looks back over (llama.cpp's `repeat_last_n`).
+pub const REPEAT_WINDOW: usize = 64;
 
 /// How to pick the next token. `temperature == 0` is greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -14,6 +18,11 @@ pub struct SamplingParams {
     /// Keep the smallest set of tokens whose probability reaches `top_p` (1.0 = no limit).
     pub top_p: f32,
     pub seed: u64,
+    /// Divides a positive logit (multiplies a negative one) of every token among the last
+    /// [`REPEAT_WINDOW`] accepted ones ([`Sampler::accept`]) by this before sampling, as
+    /// llama.cpp's `repeat_penalty` does; 1.0 = none. Greedy decoding ignores it (it stays
+    /// the model's own argmax).
+    pub repeat_penalty: f32,
 }
 
 impl Default for SamplingParams {
@@ -23,6 +32,7 @@ impl Default for SamplingParams {
             top_k: 0,
             top_p: 1.0,
             seed: 0,
+            repeat_penalty: 1.0,
         }
     }
 }
@@ -49,6 +59,14 @@ impl SamplingParams {
                 self.top_p,
             ));
         }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            return Err(Error::invalid(
+                "sampling",
+                "repeat_penalty",
+                "a finite value > 0 (1.0 = none)",
+                self.repeat_penalty,
+            ));
+        }
         Ok(())
     }
 }
@@ -71,6 +89,8 @@ pub struct Sampler {
     rng: rand_chacha::ChaCha8Rng,
     /// Scratch for candidate (index, logit) pairs, reused across steps.
     candidates: Vec<(u32, f32)>,
+    /// The last [`REPEAT_WINDOW`] accepted tokens (for the repetition penalty).
+    recent: VecDeque<u32>,
 }
 
 impl Sampler {
@@ -80,7 +100,37 @@ impl Sampler {
             params,
             rng: rand_chacha::ChaCha8Rng::seed_from_u64(params.seed),
             candidates: Vec::new(),
+            recent: VecDeque::with_capacity(REPEAT_WINDOW),
         })
+    }
+
+    /// Records a token the caller kept, for the repetition penalty of the next draws.
+    pub fn accept(&mut self, token: u32) {
+        if self.recent.len() == REPEAT_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+    }
+
+    /// Applies the repetition penalty to `candidates` (still in token order, one per
+    /// token), once per distinct recent token.
+    fn penalise_recent(&mut self) {
+        let penalty = self.params.repeat_penalty;
+        if penalty == 1.0 || self.recent.is_empty() {
+            return;
+        }
+        let mut seen: Vec<u32> = self.recent.iter().copied().collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for t in seen {
+            if let Some(c) = self.candidates.get_mut(t as usize) {
+                c.1 = if c.1 > 0.0 {
+                    c.1 / penalty
+                } else {
+                    c.1 * penalty
+                };
+            }
+        }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -102,6 +152,7 @@ impl Sampler {
         self.candidates.clear();
         self.candidates
             .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+        self.penalise_recent();
         // Most likely first; ties by lower index, for determinism.
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = match self.params.top_k {
@@ -176,6 +227,7 @@ mod tests {
             top_k,
             top_p,
             seed,
+            ..SamplingParams::default()
         })
         .unwrap()
     }
@@ -254,5 +306,50 @@ mod tests {
             })
             .is_err());
         }
+        for penalty in [0.0, -1.1, f32::NAN, f32::INFINITY] {
+            assert!(Sampler::new(SamplingParams {
+                temperature: 1.0,
+                repeat_penalty: penalty,
+                ..Default::default()
+            })
+            .is_err());
+        }
+    }
+
+    #[test]
+    fn repeat_penalty_lowers_recent_tokens_only() {
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            repeat_penalty: 2.0,
+            ..Default::default()
+        })
+        .unwrap();
+        // Token 1: logit 2 (positive, divided); token 2: -1 (negative, multiplied).
+        let logits = [0.0f32, 2.0, -1.0, 1.0];
+        let before = s.distribution(&logits);
+        for _ in 0..3 {
+            // Accepted thrice, penalised once.
+            s.accept(1);
+        }
+        s.accept(2);
+        let after = s.distribution(&logits);
+        let p = |d: &[(u32, f32)], t: u32| d.iter().find(|c| c.0 == t).map_or(0.0, |c| c.1);
+        // softmax of [0, 1, -2, 1]: tokens 1 and 3 tie at e / (1 + 2e + e^-2).
+        let z = 1.0 + 2.0 * 1f64.exp() + (-2f64).exp();
+        assert!(
+            (p(&after, 1) as f64 - 1f64.exp() / z).abs() < 1e-6,
+            "{after:?}"
+        );
+        assert!(
+            (p(&after, 2) as f64 - (-2f64).exp() / z).abs() < 1e-6,
+            "{after:?}"
+        );
+        assert!(p(&after, 1) < p(&before, 1) && p(&after, 3) > p(&before, 3));
+        // The window forgets: after REPEAT_WINDOW other tokens, 1 and 2 are free again.
+        for _ in 0..REPEAT_WINDOW {
+            s.accept(0);
+        }
+        // Token 0's logit is 0, which the penalty leaves as it is: all is as before.
+        assert_eq!(s.distribution(&logits), before);
     }
 }

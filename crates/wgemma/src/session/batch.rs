@@ -62,6 +62,7 @@ impl Stream {
     fn accept(&mut self, tokenizer: Option<&Tokenizer>, id: u32) -> Result<TokenEvent> {
         let index = self.tokens.len();
         self.tokens.push(id);
+        self.sampler.accept(id);
         let text = match tokenizer {
             Some(t) => self.text.push(t, id)?.map(|piece| self.stops.push(&piece)),
             None => None,
@@ -104,6 +105,7 @@ impl Session {
             top_k: request.top_k,
             top_p: request.top_p,
             seed: request.seed,
+            repeat_penalty: request.repeat_penalty,
         };
         let mut sampler = Sampler::new(sampling)?;
         let target = self.target.as_mut().ok_or_else(super::no_model)?;

@@ -617,6 +617,7 @@ impl Session {
                 top_k: request.top_k,
                 top_p: request.top_p,
                 seed: request.seed,
+                repeat_penalty: request.repeat_penalty,
             },
             stop_ids: target.stop_ids.clone(),
         };

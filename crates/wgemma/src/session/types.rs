@@ -109,6 +109,10 @@ pub struct GenerateRequest {
     pub top_k: usize,
     pub top_p: f32,
     pub seed: u64,
+    /// Divides the logits of the last 64 generated tokens' ids (positive ones; multiplies
+    /// negative ones) before sampling; 1.0 (default) = none. Greedy decoding and speculative
+    /// rounds ignore it.
+    pub repeat_penalty: f32,
     /// Text that ends the generation; the output is cut before it.
     pub stop: Vec<String>,
     /// Draft with the loaded assistant (MTP speculative decoding).
@@ -135,6 +139,7 @@ impl Default for GenerateRequest {
             top_k: 0,
             top_p: 1.0,
             seed: 0,
+            repeat_penalty: 1.0,
             stop: Vec::new(),
             speculative: false,
             draft_tokens: SpeculativeOptions::default().draft_tokens,

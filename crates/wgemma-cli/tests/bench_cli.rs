@@ -1,0 +1,123 @@
+//! `wgemma bench` like llama-bench, on the tiny synthetic model with few tokens: a warm-up
+//! and `-r N` timed runs per test, a table of mean ± standard deviation by default (pp,
+//! tg and the speculative row), a progress line per test, and llama-bench's JSON fields.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wgemma"))
+        .args([
+            "bench",
+            "--synthetic",
+            "tiny",
+            "-p",
+            "16",
+            "-n",
+            "4",
+            "-r",
+            "2",
+        ])
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+/// `12.34 ± 0.56`
+fn is_mean_sd(cell: &str) -> bool {
+    let Some((mean, sd)) = cell.split_once(" ± ") else {
+        return false;
+    };
+    [mean, sd].iter().all(|v| {
+        v.parse::<f64>().is_ok_and(|x| x >= 0.0) && v.split('.').nth(1).map(str::len) == Some(2)
+    })
+}
+
+#[test]
+fn the_table_has_one_line_per_test() {
+    let (stdout, stderr) = bench(&[]);
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["model", "dtype", "test", "t/s", "vs tg4"],
+        "{stdout}"
+    );
+    assert!(
+        rows[1]
+            .iter()
+            .all(|c| c.starts_with('-') || c.ends_with(':')),
+        "{stdout}"
+    );
+    let tests: Vec<&str> = rows[2..].iter().map(|r| r[2]).collect();
+    assert_eq!(
+        tests,
+        ["pp16", "tg4", "tg4 spec k=2 p=1.00 oracle"],
+        "{stdout}"
+    );
+    for r in &rows[2..] {
+        assert_eq!(r[0], "tiny (synthetic)");
+        assert_eq!(r[1], "q4");
+        assert!(is_mean_sd(r[3]), "{r:?}");
+    }
+    assert!(rows[4][4].starts_with('x'), "{stdout}");
+    // The adapter above, the roofline below; no 30-field dump.
+    assert!(stdout.starts_with("wgemma bench on "), "{stdout}");
+    assert!(
+        stdout.contains("2 timed runs per test after a warm-up"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("decode roofline"), "{stdout}");
+    assert!(!stdout.contains("coop_16x16_f16"), "{stdout}");
+    // A progress line per test on stderr, before and after.
+    for test in tests {
+        assert!(
+            stderr.contains(&format!("bench: {test}: warm-up and 2 timed runs")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn json_carries_every_run_and_the_browser_profile() {
+    let (stdout, _) = bench(&[
+        "--json",
+        "--webgpu-limits",
+        "--draft-tokens",
+        "0",
+        "-d",
+        "3",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let tests = v["tests"].as_array().unwrap();
+    let names: Vec<&str> = tests.iter().map(|t| t["test"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pp16", "tg4 @ d3"], "{v}");
+    for t in tests {
+        let samples = t["samples_ts"].as_array().unwrap();
+        assert_eq!(samples.len(), 2, "{t}");
+        let mean = samples.iter().map(|s| s.as_f64().unwrap()).sum::<f64>() / 2.0;
+        assert!(
+            (t["avg_ts"].as_f64().unwrap() - mean).abs() <= 1e-9 * mean,
+            "{t}"
+        );
+        assert!(t["stddev_ts"].as_f64().unwrap() >= 0.0);
+    }
+    assert_eq!(v["prefill_tokens_per_s"], tests[0]["avg_ts"]);
+    assert_eq!(v["decode_tokens_per_s"], tests[1]["avg_ts"]);
+    assert_eq!(v["webgpu_limits"], true);
+    let features = v["features"].as_str().unwrap();
+    assert!(
+        !features.contains("COHERENT") && !features.contains("COOPERATIVE"),
+        "{features}"
+    );
+    assert_eq!(v["coop_16x16_f16"], false);
+}
