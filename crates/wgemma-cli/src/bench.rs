@@ -55,6 +55,7 @@ pub struct BenchArgs {
     /// Rows per prefill forward.
     #[arg(long, default_value_t = crate::generate::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
+    /// Seed of the synthetic weights and of the prompt's token ids.
     #[arg(short = 's', long, default_value_t = 0)]
     seed: u64,
     /// Acceptance rates of the oracle speculative runs (1.0 = the target's own greedy
@@ -841,7 +842,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         per_token(barriers),
     );
     println!(
-        "device read {:.0} GB/s{}: decode roofline {:.0} t/s, {:.0}% reached",
+        "device read {:.1} GB/s{}: decode roofline {:.0} t/s, {:.0}% reached",
         bandwidth.gb_per_s,
         if tiny {
             " (a small buffer: tiny is a smoke test)"
