@@ -464,6 +464,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
     }
     let format = WeightFormat::parse(&args.dtype)?;
+    if args.prefill_chunk == 0 {
+        bail!("--prefill-chunk: expected at least 1 row, found 0");
+    }
     if let Some(path) = &args.model {
         check_exists("--model", path)?;
     }

@@ -76,10 +76,18 @@ impl ModelArgs {
 /// it is not the checkpoint, artifact or GGUF file it expected). A dangling symlink is
 /// there: the loader names it.
 pub fn check_exists(flag: &str, path: &Path) -> Result<()> {
+    check_exists_as(
+        flag,
+        path,
+        "a checkpoint directory, a model artifact or a GGUF file",
+    )
+}
+
+/// [`check_exists`] for a path that should hold `expected`.
+pub fn check_exists_as(flag: &str, path: &Path, expected: &str) -> Result<()> {
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
-            "{flag} {}: no such file or directory (expected a checkpoint directory, a model \
-             artifact or a GGUF file, found nothing there)",
+            "{flag} {}: no such file or directory (expected {expected}, found nothing there)",
             path.display()
         ),
         _ => Ok(()),
@@ -233,7 +241,7 @@ pub fn read_prompt_file(path: &Path) -> Result<String> {
             .context("--file -: reading the prompt from standard input")?;
         s
     } else {
-        check_exists_file(path)?;
+        check_exists_as("--file", path, "a text file holding the prompt")?;
         std::fs::read_to_string(path)
             .with_context(|| format!("--file {}: reading the prompt", path.display()))?
     };
@@ -250,17 +258,6 @@ pub fn read_prompt_file(path: &Path) -> Result<String> {
         );
     }
     Ok(text)
-}
-
-fn check_exists_file(path: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
-        bail!(
-            "--file {}: no such file or directory (expected a text file holding the prompt, \
-             found nothing there)",
-            path.display()
-        );
-    }
-    Ok(())
 }
 
 #[derive(Args)]

@@ -38,6 +38,7 @@ fn model_line(config: &serde_json::Value) -> String {
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
+    crate::generate::check_exists_as("inspect", &args.file, "an artifact or a GGUF file")?;
     if crate::load::is_gguf(&args.file) {
         return crate::inspect_gguf::run(&args.file, args.json);
     }

@@ -266,6 +266,11 @@ fn errors_are_one_chain_and_name_a_missing_path() {
     let line = error_of(&["generate", "-m", model(), "--prompt-ids", "5,x"]);
     assert!(line.starts_with("error: --prompt-ids: "), "{line}");
     assert!(line.matches(": ").count() >= 2, "{line}");
+    let line = error_of(&["inspect", "/nonexistent/model.wgemma"]);
+    assert!(
+        line.contains("no such file") && line.contains("/nonexistent/model.wgemma"),
+        "{line}"
+    );
     let line = error_of(&["generate", "-m", model(), "-f", "/nonexistent/prompt.txt"]);
     assert!(
         line.contains("no such file") && line.contains("/nonexistent/prompt.txt"),
