@@ -4,18 +4,23 @@
 //! times, printed as mean ± standard deviation in a table (or JSON), with the device's read
 //! bandwidth measured in the same run for the decode roofline.
 
+use crate::bench_diag::{
+    compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
+};
+use crate::bench_table::{gemm_family, print_table, samples_at, timed, TestRow};
 use crate::generate::{check_exists, ModelArgs};
 use crate::load::{load_model, load_synthetic, Loaded};
-use crate::timing::{compare, Comparison, Samples};
+use crate::timing::{compare, Samples};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::harness;
+use wgemma::model::assistant::Assistant;
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::synthetic::SyntheticShape;
-use wgemma::model::target::{ModelOptions, Want};
+use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::read_bandwidth::ReadBandwidthCase;
 
@@ -161,79 +166,6 @@ impl GemmArg {
     }
 }
 
-/// Per-shader totals of profiled forwards.
-fn profile_forwards(
-    ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
-    first: u32,
-    rows: usize,
-    forwards: usize,
-) -> Result<serde_json::Value> {
-    let mut times = Vec::new();
-    // Each forward feeds the previous one's token, at the same position.
-    let mut token = first;
-    for _ in 0..forwards {
-        let input = vec![token; rows];
-        let want = if rows == 1 {
-            Want::NextToken
-        } else {
-            Want::AllNext
-        };
-        let base = model.len();
-        token = pollster::block_on(model.forward(ctx, &input, want))?.next[0];
-        // Every profiled forward runs at the same position (the context stays as timed).
-        model.rollback(base)?;
-        times.extend(pollster::block_on(ctx.read_profile())?);
-    }
-    Ok(summarize_profile(&times, rows, forwards))
-}
-
-/// Per-shader and per-dispatch totals of `forwards` profiled forwards.
-fn summarize_profile(
-    times: &[wgemma::gpu::DispatchTime],
-    rows: usize,
-    forwards: usize,
-) -> serde_json::Value {
-    use std::collections::BTreeMap;
-    let mut by_label: BTreeMap<String, (u64, f64)> = BTreeMap::new();
-    let mut total_ns = 0.0;
-    for t in times {
-        let e = by_label.entry(t.label.clone()).or_default();
-        e.0 += 1;
-        e.1 += t.nanos;
-        total_ns += t.nanos;
-    }
-    let per = forwards as f64;
-    let mut by_shader: BTreeMap<String, (u64, f64)> = BTreeMap::new();
-    for (label, (n, ns)) in &by_label {
-        let shader = label.split('[').next().unwrap_or(label).to_string();
-        let e = by_shader.entry(shader).or_default();
-        e.0 += n;
-        e.1 += ns;
-    }
-    let rank = |m: BTreeMap<String, (u64, f64)>, key: &str| {
-        let mut v: Vec<_> = m.into_iter().collect();
-        v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-        v.into_iter()
-            .map(|(name, (n, ns))| {
-                serde_json::json!({
-                    key: name,
-                    "dispatches_per_forward": n as f64 / per,
-                    "us_per_forward": ns / per / 1e3,
-                    "us_per_dispatch": ns / n as f64 / 1e3,
-                })
-            })
-            .collect::<Vec<_>>()
-    };
-    serde_json::json!({
-        "rows": rows,
-        "forwards": forwards,
-        "gpu_us_per_forward": total_ns / per / 1e3,
-        "by_shader": rank(by_shader, "shader"),
-        "by_dispatch": rank(by_label, "dispatch"),
-    })
-}
-
 /// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
 /// from the plain run, each kept with probability `acceptance` and otherwise replaced by
 /// a token the target will reject (acceptance 1.0 = every draft accepted), so the cost of
@@ -272,7 +204,7 @@ impl OracleRun {
 
 fn oracle_rounds(
     ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
+    model: &mut Model,
     prompt: &[u32],
     greedy: &[u32],
     k: usize,
@@ -329,125 +261,122 @@ fn oracle_rounds(
     })
 }
 
-/// One row of the table: a test and its timed runs.
-struct TestRow {
-    test: String,
-    n_prompt: usize,
-    n_gen: usize,
-    tokens_per_s: Samples,
-    /// Against the plain decode test (speculative rows).
-    vs_tg: Option<Comparison>,
+/// The speculative rows: rounds after `context` that must reproduce `greedy` (the decode
+/// test's tokens), timed as the decode test was.
+struct SpecRows<'a> {
+    context: &'a [u32],
+    greedy: &'a [u32],
+    k: usize,
+    acceptance: &'a [f64],
+    /// Also the adaptive schedule (with the drafter).
+    adaptive: bool,
+    repetitions: usize,
+    /// The plain decode test, which the rows are compared with.
+    tg: &'a Samples,
+    tg_name: &'a str,
+    depth: usize,
 }
 
-impl TestRow {
-    fn json(&self) -> serde_json::Value {
-        let mut v = self.tokens_per_s.json();
-        v["test"] = self.test.clone().into();
-        v["n_prompt"] = self.n_prompt.into();
-        v["n_gen"] = self.n_gen.into();
-        if let Some(c) = &self.vs_tg {
-            v["speedup"] = c.ratio.into();
-            v["measurable"] = c.measurable.into();
+impl SpecRows<'_> {
+    fn row(&self, test: String, samples: Samples) -> TestRow {
+        TestRow {
+            test,
+            n_prompt: self.depth,
+            n_gen: self.greedy.len() - 1,
+            vs_tg: Some(compare(self.tg, &samples)),
+            tokens_per_s: samples,
         }
-        v
     }
-}
 
-/// The GEMM family prefill runs on this context: the best the device has under the
-/// ceiling (`--gemm`), as the Q4 prefill routes choose it.
-fn gemm_family(ctx: &GpuContext) -> &'static str {
-    if ctx.has_coop_16x16_f16() {
-        "tensor-core GEMM (cooperative matrices)"
-    } else if ctx.gemm >= GemmCeiling::F16 && ctx.has(wgpu::Features::SHADER_F16) {
-        "f16-tile GEMM"
-    } else {
-        "f32 GEMM"
-    }
-}
-
-/// The tokens/s `pick` reads from each repetition's runs at acceptance rate `i`.
-fn samples_at(
-    reps: &[Vec<crate::bench_spec::RunsAtRate>],
-    i: usize,
-    pick: impl Fn(&crate::bench_spec::RunsAtRate) -> Option<f64>,
-) -> Option<Samples> {
-    let values: Vec<f64> = reps.iter().filter_map(|r| pick(&r[i])).collect();
-    (!values.is_empty()).then_some(Samples { values })
-}
-
-/// Runs `once` (tokens/s of one run) as a warm-up and then `repetitions` times, with a
-/// progress line on stderr before and after.
-fn timed(test: &str, repetitions: usize, mut once: impl FnMut() -> Result<f64>) -> Result<Samples> {
-    eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
-    once()?;
-    let mut samples = Samples::default();
-    for _ in 0..repetitions {
-        samples.push(once()?);
-    }
-    eprintln!("bench: {test}: {} t/s", samples.mean_sd());
-    Ok(samples)
-}
-
-/// llama-bench's table: one line per test, mean ± standard deviation.
-fn print_table(model: &str, dtype: &str, rows: &[TestRow], tg: &str) {
-    let head = ["model", "dtype", "test", "t/s", &format!("vs {tg}")];
-    let cells: Vec<[String; 5]> = rows
-        .iter()
-        .map(|r| {
-            [
-                model.to_string(),
-                dtype.to_string(),
-                r.test.clone(),
-                r.tokens_per_s.mean_sd(),
-                r.vs_tg.map_or(String::new(), |c| {
-                    if c.measurable {
-                        format!("x{:.2}", c.ratio)
-                    } else {
-                        format!("x{:.2} (within spread)", c.ratio)
-                    }
-                }),
-            ]
-        })
-        .collect();
-    let width = |i: usize| {
-        cells
-            .iter()
-            .map(|c| c[i].chars().count())
-            .chain([head[i].chars().count()])
-            .max()
-            .unwrap_or(0)
-    };
-    let widths: Vec<usize> = (0..5).map(width).collect();
-    // Text left, numbers right, as llama-bench aligns them.
-    let line = |c: &[&str]| {
-        let mut s = String::from("|");
-        for (i, cell) in c.iter().enumerate() {
-            if i >= 3 {
-                s += &format!(" {cell:>w$} |", w = widths[i]);
-            } else {
-                s += &format!(" {cell:<w$} |", w = widths[i]);
-            }
+    /// Oracle drafts at each acceptance rate: a row each, and each rate's JSON (the last
+    /// run's details, the runs' mean).
+    fn oracle(
+        &self,
+        ctx: &GpuContext,
+        model: &mut Model,
+    ) -> Result<(Vec<TestRow>, Vec<serde_json::Value>)> {
+        let (k, decode_tps) = (self.k, self.tg.mean());
+        let (mut rows, mut out) = (Vec::new(), Vec::new());
+        for &p in self.acceptance {
+            let test = format!("{} spec k={k} p={p:.2} oracle", self.tg_name);
+            let mut last = None;
+            let samples = timed(&test, self.repetitions, || {
+                let o = oracle_rounds(ctx, model, self.context, self.greedy, k, p, false)?;
+                let tps = o.tokens_per_s;
+                last = Some(o);
+                Ok(tps)
+            })?;
+            let mut json = last.expect("timed runs").json(decode_tps);
+            json["tokens_per_s"] = samples.mean().into();
+            json["speedup"] = (samples.mean() / decode_tps).into();
+            json["tokens_per_s_runs"] = samples.json();
+            out.push(json);
+            rows.push(self.row(test, samples));
         }
-        s
-    };
-    println!("{}", line(&head));
-    let rule: Vec<String> = widths
-        .iter()
-        .enumerate()
-        .map(|(i, &w)| {
-            if i >= 3 {
-                format!("{}:", "-".repeat(w + 1))
-            } else {
-                "-".repeat(w + 2)
+        Ok((rows, out))
+    }
+
+    /// The real drafter's rounds at each acceptance rate (fixed k, and adaptive when asked):
+    /// a warm-up and `repetitions` timed sets; rows, and each rate's JSON.
+    fn drafter(
+        &self,
+        ctx: &GpuContext,
+        model: &mut Model,
+        assistant: &mut Assistant,
+    ) -> Result<(Vec<TestRow>, Vec<serde_json::Value>)> {
+        let (k, decode_tps, repetitions) = (self.k, self.tg.mean(), self.repetitions);
+        let test = format!("{} spec k={k} drafter", self.tg_name);
+        eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
+        let mut runs_at = |model: &mut Model| {
+            crate::bench_spec::drafted_runs(
+                ctx,
+                model,
+                assistant,
+                crate::bench_spec::DraftedRuns {
+                    prompt: self.context,
+                    greedy: self.greedy,
+                    k,
+                    acceptance: self.acceptance,
+                    adaptive: self.adaptive,
+                },
+            )
+        };
+        runs_at(model)?;
+        let mut reps = Vec::with_capacity(repetitions);
+        for _ in 0..repetitions {
+            reps.push(runs_at(model)?);
+        }
+        let (mut rows, mut out) = (Vec::new(), Vec::new());
+        for (i, &p) in self.acceptance.iter().enumerate() {
+            let fixed = samples_at(&reps, i, |r| Some(r.drafted.tokens_per_s));
+            let verify_only = samples_at(&reps, i, |r| Some(r.verify_only.tokens_per_s));
+            let adaptive = samples_at(&reps, i, |r| r.adaptive.as_ref().map(|a| a.tokens_per_s));
+            let (Some(fixed), Some(verify_only)) = (fixed, verify_only) else {
+                bail!("the drafter's runs at acceptance {p}: expected {repetitions} timed runs, found none");
+            };
+            let mut json = reps[repetitions - 1][i].json(decode_tps);
+            json["drafted"]["tokens_per_s"] = fixed.mean().into();
+            json["drafted"]["speedup"] = (fixed.mean() / decode_tps).into();
+            json["drafted"]["tokens_per_s_runs"] = fixed.json();
+            json["verify_only"]["tokens_per_s"] = verify_only.mean().into();
+            json["verify_only"]["tokens_per_s_runs"] = verify_only.json();
+            rows.push(self.row(
+                format!("{} spec k={k} p={p:.2} drafter", self.tg_name),
+                fixed,
+            ));
+            if let Some(a) = adaptive {
+                json["adaptive"]["tokens_per_s"] = a.mean().into();
+                json["adaptive"]["speedup"] = (a.mean() / decode_tps).into();
+                json["adaptive"]["tokens_per_s_runs"] = a.json();
+                rows.push(self.row(
+                    format!("{} spec adaptive p={p:.2} drafter", self.tg_name),
+                    a,
+                ));
             }
-        })
-        .collect();
-    println!("|{}|", rule.join("|"));
-    for c in &cells {
-        println!(
-            "{}",
-            line(&c.iter().map(String::as_str).collect::<Vec<_>>())
-        );
+            out.push(json);
+        }
+        eprintln!("bench: {test}: done");
+        Ok((rows, out))
     }
 }
 
@@ -608,32 +537,23 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None
     };
 
-    // Speculative rounds with oracle drafts at each acceptance rate.
     let k = args.draft_tokens;
+    let spec = SpecRows {
+        context,
+        greedy: &greedy,
+        k,
+        acceptance: &args.acceptance,
+        adaptive: args.adaptive_draft,
+        repetitions,
+        tg: &tg,
+        tg_name: &tg_name,
+        depth: args.depth,
+    };
     let mut oracle = Vec::new();
     if k > 0 {
-        for &p in &args.acceptance {
-            let test = format!("{tg_name} spec k={k} p={p:.2} oracle");
-            let mut last = None;
-            let samples = timed(&test, repetitions, || {
-                let o = oracle_rounds(&ctx, &mut model, context, &greedy, k, p, false)?;
-                let tps = o.tokens_per_s;
-                last = Some(o);
-                Ok(tps)
-            })?;
-            let mut json = last.expect("timed runs").json(decode_tps);
-            json["tokens_per_s"] = samples.mean().into();
-            json["speedup"] = (samples.mean() / decode_tps).into();
-            json["tokens_per_s_runs"] = samples.json();
-            oracle.push((p, json));
-            rows.push(TestRow {
-                test,
-                n_prompt: args.depth,
-                n_gen: gen,
-                vs_tg: Some(compare(&tg, &samples)),
-                tokens_per_s: samples,
-            });
-        }
+        let (oracle_rows, json) = spec.oracle(&ctx, &mut model)?;
+        rows.extend(oracle_rows);
+        oracle = json;
     }
 
     // The same rounds with the real drafter (its cost paid), fixed and adaptive.
@@ -649,62 +569,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let mut drafted = Vec::new();
     if let Some(assistant) = assistant.as_mut() {
-        let test = format!("{tg_name} spec k={k} drafter");
-        eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
-        let mut runs_at = |model: &mut wgemma::model::target::Model| {
-            crate::bench_spec::drafted_runs(
-                &ctx,
-                model,
-                assistant,
-                crate::bench_spec::DraftedRuns {
-                    prompt: context,
-                    greedy: &greedy,
-                    k,
-                    acceptance: &args.acceptance,
-                    adaptive: args.adaptive_draft,
-                },
-            )
-        };
-        runs_at(&mut model)?;
-        let mut reps = Vec::with_capacity(repetitions);
-        for _ in 0..repetitions {
-            reps.push(runs_at(&mut model)?);
-        }
-        for (i, &p) in args.acceptance.iter().enumerate() {
-            let fixed = samples_at(&reps, i, |r| Some(r.drafted.tokens_per_s));
-            let verify_only = samples_at(&reps, i, |r| Some(r.verify_only.tokens_per_s));
-            let adaptive = samples_at(&reps, i, |r| r.adaptive.as_ref().map(|a| a.tokens_per_s));
-            let (Some(fixed), Some(verify_only)) = (fixed, verify_only) else {
-                bail!("the drafter's runs at acceptance {p}: expected {repetitions} timed runs, found none");
-            };
-            let mut json = reps[repetitions - 1][i].json(decode_tps);
-            json["drafted"]["tokens_per_s"] = fixed.mean().into();
-            json["drafted"]["speedup"] = (fixed.mean() / decode_tps).into();
-            json["drafted"]["tokens_per_s_runs"] = fixed.json();
-            json["verify_only"]["tokens_per_s"] = verify_only.mean().into();
-            json["verify_only"]["tokens_per_s_runs"] = verify_only.json();
-            rows.push(TestRow {
-                test: format!("{tg_name} spec k={k} p={p:.2} drafter"),
-                n_prompt: args.depth,
-                n_gen: gen,
-                vs_tg: Some(compare(&tg, &fixed)),
-                tokens_per_s: fixed,
-            });
-            if let Some(a) = adaptive {
-                json["adaptive"]["tokens_per_s"] = a.mean().into();
-                json["adaptive"]["speedup"] = (a.mean() / decode_tps).into();
-                json["adaptive"]["tokens_per_s_runs"] = a.json();
-                rows.push(TestRow {
-                    test: format!("{tg_name} spec adaptive p={p:.2} drafter"),
-                    n_prompt: args.depth,
-                    n_gen: gen,
-                    vs_tg: Some(compare(&tg, &a)),
-                    tokens_per_s: a,
-                });
-            }
-            drafted.push(json);
-        }
-        eprintln!("bench: {test}: done");
+        let (drafter_rows, json) = spec.drafter(&ctx, &mut model, assistant)?;
+        rows.extend(drafter_rows);
+        drafted = json;
     }
 
     let profile = if args.profile {
@@ -792,7 +659,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         "roofline_tokens_per_s": roofline_tps,
         "roofline_fraction": decode_tps / roofline_tps,
     });
-    if let Some((_, o)) = oracle.iter().find(|(p, _)| *p == 1.0) {
+    if let Some(o) = oracle.iter().find(|o| o["target_acceptance"] == 1.0) {
         report["oracle_draft_tokens"] = k.into();
         report["oracle_tokens_per_s"] = o["tokens_per_s"].clone();
         report["oracle_speedup"] = o["speedup"].clone();
@@ -805,7 +672,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     if !oracle.is_empty() {
-        report["speculative"] = oracle.iter().map(|(_, o)| o.clone()).collect();
+        report["speculative"] = oracle.into();
         for (i, runs) in drafted.iter().enumerate() {
             let entry = &mut report["speculative"][i];
             for (key, v) in runs.as_object().expect("object") {
@@ -871,117 +738,4 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Decode tokens/s, dispatches per token and a verify forward with every RMSNorm a kernel,
-/// and a verify forward with norm prologues, on the loaded model (then back to the default).
-/// Greedy decode of `steps` tokens after `prompt` with the model's current plan settings:
-/// (tokens/s, dispatches per token, barriers per token).
-fn measure_decode(
-    ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
-    prompt: &[u32],
-    steps: usize,
-) -> Result<(f64, f64, f64)> {
-    model.reset();
-    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
-    // Warm-up: builds the decode plan.
-    pollster::block_on(model.decode_greedy(ctx, next, 2, &mut |_| true))?;
-    model.reset();
-    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
-    let (d0, _, _) = ctx.counters().snapshot();
-    let b0 = ctx.counters().barriers();
-    let t = Instant::now();
-    pollster::block_on(model.decode_greedy(ctx, next, steps, &mut |_| true))?;
-    let seconds = t.elapsed().as_secs_f64();
-    let (d1, _, _) = ctx.counters().snapshot();
-    let b1 = ctx.counters().barriers();
-    let per = |n: u64| n as f64 / steps as f64;
-    Ok((steps as f64 / seconds, per(d1 - d0), per(b1 - b0)))
-}
-
-/// `--compare-fusions`: see its help.
-fn compare_fusions(
-    ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
-    prompt: &[u32],
-    steps: usize,
-) -> Result<serde_json::Value> {
-    let (fold, fused) = (model.fold_kv_append(), model.fused_attention());
-    let mut out = serde_json::json!({});
-    for (name, fold_now, fused_now) in [
-        ("unfused", false, false),
-        ("fold_only", true, false),
-        ("fold_and_fused", true, true),
-    ] {
-        model.set_fold_kv_append(fold_now);
-        model.set_fused_attention(fused_now);
-        let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
-        out[format!("{name}_decode_tokens_per_s")] = tps.into();
-        out[format!("{name}_dispatches_per_token")] = dispatches.into();
-        out[format!("{name}_barriers_per_token")] = barriers.into();
-    }
-    model.set_fold_kv_append(fold);
-    model.set_fused_attention(fused);
-    model.reset();
-    Ok(out)
-}
-
-fn compare_norm_kernels(
-    ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
-    prompt: &[u32],
-    steps: usize,
-    draft_tokens: usize,
-) -> Result<serde_json::Value> {
-    let time_forward = |model: &mut wgemma::model::target::Model, rows: usize| -> Result<f64> {
-        let tokens = vec![1u32; rows];
-        let base = model.len();
-        pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;
-        model.rollback(base)?;
-        let t = Instant::now();
-        for _ in 0..32 {
-            pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;
-            model.rollback(base)?;
-        }
-        Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
-    };
-    let default_rows = model.norm_prologue_rows();
-    model.set_norm_prologue_rows(0);
-    let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
-    let mut out = serde_json::json!({
-        "norm_kernels_decode_tokens_per_s": tps,
-        "norm_kernels_dispatches_per_token": dispatches,
-        "norm_kernels_barriers_per_token": barriers,
-    });
-    if draft_tokens > 0 {
-        out["norm_kernels_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
-        model.set_norm_prologue_rows(draft_tokens + 1);
-        out["norm_prologue_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
-    }
-    model.set_norm_prologue_rows(default_rows);
-    model.reset();
-    Ok(out)
-}
-
-fn print_profile(what: &str, p: &serde_json::Value) {
-    println!(
-        "\nprofile: {what} forward of {} rows, GPU {:.1} us per forward (mean of {})",
-        p["rows"],
-        p["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
-        p["forwards"]
-    );
-    println!(
-        "{:<28} {:>10} {:>12} {:>12}",
-        "shader", "dispatches", "us/forward", "us/dispatch"
-    );
-    for row in p["by_shader"].as_array().into_iter().flatten() {
-        println!(
-            "{:<28} {:>10.1} {:>12.1} {:>12.2}",
-            row["shader"].as_str().unwrap_or(""),
-            row["dispatches_per_forward"].as_f64().unwrap_or(0.0),
-            row["us_per_forward"].as_f64().unwrap_or(0.0),
-            row["us_per_dispatch"].as_f64().unwrap_or(0.0)
-        );
-    }
 }

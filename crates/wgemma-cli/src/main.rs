@@ -3,7 +3,9 @@
 
 mod artifact_file;
 mod bench;
+mod bench_diag;
 mod bench_spec;
+mod bench_table;
 mod chat;
 mod convert;
 mod demo;
