@@ -4,7 +4,7 @@
 
 use crate::generate::ModelArgs;
 use crate::load::{load_model, load_synthetic, Loaded};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -275,6 +275,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.prompt_len == 0 || args.gen < 2 {
         bail!("--prompt-len must be >= 1 and --gen >= 2");
     }
+    if args.prefill_chunk == 0 {
+        bail!("--prefill-chunk: expected at least 1 row, found 0");
+    }
+    // The KV cache holds the prompt, the generated tokens and a verify round's rows; the
+    // load checks that context against the device and the host before allocating it.
+    let max_context = args
+        .prompt_len
+        .checked_add(args.gen)
+        .and_then(|n| n.checked_add(16))
+        .with_context(|| {
+            format!(
+                "--prompt-len {} + --gen {}: expected a total that fits a KV cache, found one \
+                 past 2^64",
+                args.prompt_len, args.gen
+            )
+        })?;
     if let Some(p) = args.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
         bail!("--acceptance rates must be within 0..=1, found {p}");
     }
@@ -287,7 +303,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let options = ModelOptions {
         format: WeightFormat::parse(&args.quant)?,
-        max_context: args.prompt_len + args.gen + 16,
+        max_context,
         prefill_chunk: args.prefill_chunk.min(args.prompt_len),
         max_verify_rows: if args.adaptive_draft {
             MAX_DRAFT_TOKENS + 1
@@ -312,6 +328,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 context: options.max_context,
                 prefill_chunk: Some(options.prefill_chunk),
                 no_verify: false,
+                allow_extra_tensors: false,
             }
             .request()?,
         )?,
