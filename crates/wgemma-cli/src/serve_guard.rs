@@ -167,6 +167,15 @@ impl Guard {
     fn refusal(&self, req: &Request) -> Option<ApiError> {
         let headers = req.headers();
         let path = req.uri().path();
+        let hosts = headers.get_all(header::HOST).iter().count();
+        if hosts > 1 || (hosts == 0 && req.version() == axum::http::Version::HTTP_11) {
+            // RFC 9112: an HTTP/1.1 request has exactly one Host (a browser always sends one;
+            // two would let this check read one and a proxy route by the other).
+            return Some(ApiError::invalid(
+                "",
+                format!("Host header: expected exactly one, found {hosts}"),
+            ));
+        }
         if let Some(host) = headers.get(header::HOST) {
             let host = host.to_str().unwrap_or("");
             if !self.host_allowed(host) {
@@ -700,8 +709,12 @@ mod tests {
         assert!(n >= 5, "{n} inputs in {}", dir.display());
     }
 
+    /// A request with `headers`, and `Host: localhost` unless they name a host.
     fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> Request {
         let mut b = Request::builder().method(method).uri(path);
+        if !headers.iter().any(|(k, _)| *k == "host") {
+            b = b.header("host", "localhost");
+        }
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
@@ -752,6 +765,17 @@ mod tests {
             status("POST", chat, &[key, JSON, ("content-length", &big)]),
             Some(StatusCode::PAYLOAD_TOO_LARGE)
         );
+        // Exactly one Host.
+        let two = [("host", "localhost"), ("host", "evil.example")];
+        assert_eq!(
+            status("GET", "/health", &two),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        let none = Request::builder()
+            .uri("/health")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(refusal_status(&g, &none), Some(StatusCode::BAD_REQUEST));
         // /health needs no key; /metrics does.
         assert_eq!(status("GET", "/health", &[]), None);
         assert_eq!(
