@@ -128,3 +128,44 @@ pub fn gguf_reader(data: &[u8]) {
         }
     }
 }
+
+/// A checkpoint's chat template rendering a conversation, then the conversation encoded
+/// with message content inert. The input is split at its first NUL byte: the template's
+/// source before it; after it, up to 16 messages as lines `role:content`. Every render
+/// must end (minijinja fuel and the output cap bound it) with text or a clean error.
+pub fn chat_template(data: &[u8]) {
+    use wgemma::session::{encode_conversation, ChatMessage, ChatTemplate};
+    thread_local! {
+        static TOKENIZER: Tokenizer = Tokenizer::from_bytes(
+            tiny_tokenizer_json(&["hello", "world", "user", "model", "system", " "]).as_bytes(),
+        )
+        .expect("the tiny tokenizer loads");
+    }
+    let split = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    let Ok(source) = std::str::from_utf8(&data[..split]) else {
+        return;
+    };
+    let rest = String::from_utf8_lossy(data.get(split + 1..).unwrap_or(&[]));
+    let mut messages: Vec<ChatMessage> = rest
+        .lines()
+        .take(16)
+        .map(|line| {
+            let (role, content) = line.split_once(':').unwrap_or(("user", line));
+            ChatMessage::new(role, &content.replace("\\n", "\n"))
+        })
+        .collect();
+    if messages.is_empty() {
+        messages.push(ChatMessage::new("user", "hello"));
+    }
+    let Ok(template) = ChatTemplate::new(source, "<bos>", "<eos>") else {
+        return;
+    };
+    for generation_prompt in [false, true] {
+        let _ = template.render(&messages, generation_prompt);
+    }
+    TOKENIZER.with(|t| {
+        if let Ok(ids) = encode_conversation(t, &messages, &|m| template.render(m, true)) {
+            let _ = t.decode(&ids);
+        }
+    });
+}

@@ -176,7 +176,7 @@ async function artifactCase(context, base, artifactDir) {
 
 /** The trained pair through the page's controls, against `wgemma demo --json`. */
 async function demoCase(context, base) {
-  const want = JSON.parse(execFileSync(cli, ['demo', '--json', '--max-new-tokens', String(DEMO_TOKENS)],
+  const want = JSON.parse(execFileSync(cli, ['demo', '--json', '-r', '1', '--max-new-tokens', String(DEMO_TOKENS)],
     { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } }).trim().split('\n').pop());
   const page = await openPage(context, `${base}/web/`);
   const model = await page.evaluate(() => window.wgemmaPage.model);

@@ -11,7 +11,7 @@ use crate::bench_table::{gemm_family, print_table, samples_at, timed, TestRow};
 use crate::generate::{check_exists, ModelArgs};
 use crate::load::{load_model, load_synthetic, Loaded};
 use crate::timing::{compare, Samples};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -407,9 +407,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // The decode tests start after `depth` tokens, at least the one whose forward gives
     // the first generated token.
     let context_len = args.depth.max(1);
+    // The KV cache holds the prompt (or the decode depth), the generated tokens and a verify
+    // round's rows; the load checks that context against the device and the host before
+    // allocating it.
+    let max_context = context_len
+        .checked_add(gen)
+        .and_then(|n| n.checked_add(MAX_DRAFT_TOKENS + 1))
+        .map(|n| n.max(prompt_len))
+        .and_then(|n| n.checked_add(16))
+        .with_context(|| {
+            format!(
+                "--prompt-len {prompt_len}, --depth {} and --gen {gen}: expected a total that \
+                 fits a KV cache, found one past 2^64",
+                args.depth
+            )
+        })?;
     let options = ModelOptions {
         format,
-        max_context: prompt_len.max(context_len + gen + MAX_DRAFT_TOKENS + 1) + 16,
+        max_context,
         prefill_chunk: args.prefill_chunk.clamp(1, prompt_len.max(context_len)),
         max_verify_rows: if args.adaptive_draft {
             MAX_DRAFT_TOKENS + 1
@@ -434,6 +449,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 context: options.max_context,
                 prefill_chunk: Some(options.prefill_chunk),
                 no_verify: false,
+                allow_extra_tensors: false,
             }
             .request()?,
         )?,

@@ -115,6 +115,7 @@ fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
             ..ModelOptions::default()
         },
         verify: true,
+        allow_extra_tensors: false,
     };
     let loaded = load_model(ctx, &path, request)?;
     let tokenizer = loaded.tokenizer.with_context(|| {
@@ -158,11 +159,25 @@ fn synthetic(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
          assistant (4 layers, centroid head 2048 -> 32), {}, seed {}",
         c.num_hidden_layers, c.hidden_size, c.vocab_size, args.dtype, args.seed
     );
+    // The KV cache is sized by the token budget here: check it before it sizes anything
+    // (the model's positions, then the device and the host through check_sizes).
+    let positions = c.max_position_embeddings.unwrap_or(4096);
+    let max_context = SYNTHETIC_PROMPT.len() + 16;
+    if args.max_new_tokens > positions.saturating_sub(max_context) {
+        bail!(
+            "--max-new-tokens: expected at most {} (the synthetic model's {positions} \
+             positions less the prompt), found {}",
+            positions.saturating_sub(max_context),
+            args.max_new_tokens
+        );
+    }
     let options = ModelOptions {
         format,
-        max_context: SYNTHETIC_PROMPT.len() + args.max_new_tokens + 16,
+        max_context: max_context + args.max_new_tokens,
         ..ModelOptions::default()
     };
+    spec.check_sizes(&crate::load::size_limits(ctx, &options))
+        .context("the synthetic pair at --max-new-tokens")?;
     let target = Model::load(
         ctx,
         &SyntheticWeights { seed: args.seed },
@@ -258,6 +273,9 @@ pub fn run(args: DemoArgs) -> Result<()> {
             args.draft_tokens
         );
     }
+    if args.max_new_tokens == 0 {
+        bail!("--max-new-tokens: expected at least 1, found 0");
+    }
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let text_out = !args.json;
     if text_out {
@@ -269,6 +287,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
     } else {
         shipped(&ctx, &args)?
     };
+    // Before any buffer is sized by them: the prompt and the budget must fit the context.
+    wgemma::session::check_budget(
+        pair.prompt.len(),
+        args.max_new_tokens,
+        pair.target.options.max_context,
+    )
+    .context("--max-new-tokens")?;
     let greedy = args.temperature <= 0.0;
     let generate_options = GenerateOptions {
         max_new_tokens: args.max_new_tokens,

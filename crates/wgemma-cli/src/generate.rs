@@ -42,6 +42,10 @@ pub struct ModelArgs {
     /// Skip the per-tensor checksums of an artifact (its structure is still checked).
     #[arg(long)]
     pub no_verify: bool,
+    /// Load a checkpoint directory holding decoder tensors its config does not describe
+    /// (more layers, say), with a warning naming them, instead of refusing it.
+    #[arg(long)]
+    pub allow_extra_tensors: bool,
 }
 
 impl ModelArgs {
@@ -68,6 +72,7 @@ impl ModelArgs {
                 ..ModelOptions::default()
             },
             verify: !self.no_verify,
+            allow_extra_tensors: self.allow_extra_tensors,
         })
     }
 }
@@ -102,6 +107,14 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
 /// Refuses a prompt plus `max_new_tokens` that cannot fit the KV cache, before any token
 /// is generated (a limit found at the end would throw the generated tokens away).
 pub fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Result<()> {
+    // A prompt that alone leaves no room is the prompt's fault, whatever the budget.
+    if prompt.saturating_add(max_new_tokens.min(1)) > context {
+        bail!(
+            "prompt: expected at most {} tokens (--context = {context} positions, less room \
+             for a new token), found {prompt}",
+            context.saturating_sub(max_new_tokens.min(1))
+        );
+    }
     match prompt.checked_add(max_new_tokens) {
         Some(total) if total <= context => Ok(()),
         total => bail!(

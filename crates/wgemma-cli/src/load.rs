@@ -51,9 +51,9 @@ impl Loaded {
         session.install_model(
             self.model,
             TextSetup {
-                tokenizer: self.tokenizer,
+                tokenizer: self.tokenizer.map(std::sync::Arc::new),
                 eos_ids: self.eos_ids,
-                chat_template: self.chat_template,
+                chat_template: self.chat_template.map(std::sync::Arc::new),
             },
             &format!("{format:?}"),
             &model_path.display().to_string(),
@@ -74,6 +74,8 @@ pub struct LoadRequest {
     pub dtype: Option<WeightFormat>,
     pub options: ModelOptions,
     pub verify: bool,
+    /// Load a checkpoint with decoder tensors its config does not describe (warned).
+    pub allow_extra_tensors: bool,
 }
 
 pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
@@ -212,7 +214,7 @@ pub fn load_model_with(
             format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
             ..req.options
         };
-        load_dir(ctx, path, options, quantiser)
+        load_dir(ctx, path, options, quantiser, req.allow_extra_tensors)
     }
 }
 
@@ -221,6 +223,7 @@ fn load_dir(
     path: &Path,
     options: ModelOptions,
     quantiser: Quantiser,
+    allow_extra_tensors: bool,
 ) -> Result<Loaded> {
     let start = std::time::Instant::now();
     let dir = ModelDir::open(path)?;
@@ -260,6 +263,15 @@ fn load_dir(
     )
     .with_context(|| format!("the chat template in {}", path.display()))?;
     let model = Model::load(ctx, &ck, spec, options, &mut |_, _| {})?;
+    let unread = ck
+        .check_all_read(allow_extra_tensors)
+        .with_context(|| format!("--model {}", path.display()))?;
+    if !unread.is_empty() {
+        eprintln!(
+            "warning: --allow-extra-tensors: ignoring {}",
+            wgemma::model::checkpoint::describe_unread(&unread)
+        );
+    }
     progress.finish(&format!(
         "{:.2} GB of weights on the GPU ({:?}, quantised on the {})",
         gb(model.weight_bytes()),
@@ -513,6 +525,8 @@ pub fn load_synthetic(
 ) -> Result<Loaded> {
     let start = std::time::Instant::now();
     let spec = shape.spec();
+    spec.check_sizes(&size_limits(ctx, &options))
+        .context("the synthetic model at these sizes")?;
     let eos_ids = spec.eos_ids();
     let model = load_with(ctx, &SyntheticWeights { seed }, spec, options, "building")?;
     Ok(Loaded {

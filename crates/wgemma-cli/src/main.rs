@@ -19,6 +19,7 @@ mod model_dir;
 mod ops;
 mod serve;
 mod serve_api;
+mod serve_guard;
 mod serve_metrics;
 mod serve_worker;
 mod signals;
@@ -79,7 +80,13 @@ fn main() -> std::process::ExitCode {
     // A closed stdout (`wgemma info | head -1`) ends the program quietly, as it does for
     // every Unix filter: `print!` would panic and `write!` would report an error instead.
     signals::default_sigpipe();
-    match run() {
+    output_errors_are_errors();
+    match run().and_then(|()| {
+        // `print!` output still in stdout's buffer would be flushed at exit with any error
+        // ignored: a full disk would lose it silently.
+        std::io::Write::flush(&mut std::io::stdout())
+            .map_err(|e| anyhow::Error::new(e).context("writing to stdout"))
+    }) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // Where SIGPIPE cannot be restored (not Unix), a broken pipe still ends quietly.
         Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
@@ -90,6 +97,33 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `println!` and `eprintln!` panic when the write fails (`> /dev/full`): that is an
+/// output error, not a bug, so it ends the program with one line and exit code 1 instead of
+/// a panic message and 101. Every other panic keeps the previous hook.
+fn output_errors_are_errors() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if let Some(cause) = message.strip_prefix("failed printing to stdout: ") {
+            // stderr may still work; if it does not there is nowhere left to say it.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!("Error: writing to stdout: {cause}\n").as_bytes(),
+            );
+            std::process::exit(1);
+        }
+        if message.starts_with("failed printing to stderr: ") {
+            std::process::exit(1);
+        }
+        previous(info);
+    }));
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

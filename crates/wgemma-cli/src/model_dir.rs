@@ -86,10 +86,12 @@ impl ModelDir {
         let config_json = std::fs::read_to_string(&config_path)
             .with_context(|| format!("reading {}", config_path.display()))?;
         let shard_names = shard_names(path)?;
+        let roots = allowed_roots(path)?;
         let mut shards = Vec::with_capacity(shard_names.len());
         for name in shard_names {
             let file_path = path.join(&name);
             check_regular_file(&file_path, "shard")?;
+            check_confined(&file_path, &roots)?;
             let file = std::fs::File::open(&file_path)
                 .with_context(|| format!("opening shard {}", file_path.display()))?;
             // SAFETY: the map is read-only and lives as long as the ModelDir; a file changed
@@ -149,6 +151,61 @@ impl ModelDir {
     }
 }
 
+/// A shard name from the index must be a plain relative path inside the directory: an
+/// absolute path or `..` would make a downloaded checkpoint open (and `convert` record)
+/// any file of the host.
+fn check_shard_name(name: &str, index_path: &Path) -> Result<()> {
+    use std::path::Component;
+    let plain = !name.is_empty()
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        bail!(
+            "{}: expected shard file names inside the checkpoint directory, found {name:?}",
+            index_path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Where a checkpoint's files may resolve to (symlinks followed): the directory itself,
+/// and for a Hugging Face hub cache snapshot (`<repo>/snapshots/<rev>/`, whose files are
+/// symlinks into `<repo>/blobs/`) that repository's blobs.
+fn allowed_roots(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let root = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let mut roots = vec![root.clone()];
+    if let Some(snapshots) = root.parent() {
+        if snapshots.file_name().is_some_and(|n| n == "snapshots") {
+            if let Some(blobs) = snapshots.parent().map(|r| r.join("blobs")) {
+                if let Ok(blobs) = blobs.canonicalize() {
+                    roots.push(blobs);
+                }
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// Refuses a file that resolves (through symlinks) outside `roots`.
+fn check_confined(path: &Path, roots: &[std::path::PathBuf]) -> Result<()> {
+    let real = path
+        .canonicalize()
+        .with_context(|| format!("resolving {}", path.display()))?;
+    if roots.iter().any(|r| real.starts_with(r)) {
+        return Ok(());
+    }
+    bail!(
+        "shard {}: expected a file inside the checkpoint directory {} (symlinks followed), \
+         found one resolving to {}",
+        path.display(),
+        roots[0].display(),
+        real.display()
+    )
+}
+
 fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
     if path.symlink_metadata().is_ok() {
         check_regular_file(path, "optional file")?;
@@ -181,6 +238,7 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
         names.sort();
         names.dedup();
         for n in &names {
+            check_shard_name(n, &index_path)?;
             if !dir.join(n).is_file() {
                 bail!(
                     "{} names shard {n}, which is missing from {}",

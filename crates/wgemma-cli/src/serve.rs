@@ -10,15 +10,19 @@
 //! queue answers 503 at once) and relay its events. A client that disconnects drops
 //! its stream, which closes the job's channel and stops its sequence after the token in
 //! flight. Binds to 127.0.0.1 unless `--host` says otherwise; `--api-key` requires
-//! `Authorization: Bearer KEY` on `/v1/*` and `/metrics`.
+//! `Authorization: Bearer KEY` on `/v1/*` and `/metrics`. Every request passes
+//! [`crate::serve_guard`] first (host, origin, key, content type, size and deadlines), and
+//! prompts are tokenised there, off the model thread.
 
 use crate::generate::ModelArgs;
 use crate::load::load_model;
 use crate::serve_api::{self, ApiError, Endpoint, Parsed};
+use crate::serve_guard;
 use crate::serve_metrics::Metrics;
 use crate::serve_worker::{self, Event, Job};
 use anyhow::{bail, Context as _, Result};
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -39,7 +43,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::ops::attention::MAX_SEQUENCES;
-use wgemma::session::Session;
+use wgemma::session::{PromptEncoder, Session};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -78,11 +82,15 @@ pub struct ServeArgs {
     /// The model id clients name in `model` (default: the --model file or directory name).
     #[arg(long)]
     model_name: Option<String>,
+    #[command(flatten)]
+    guard: serve_guard::GuardArgs,
 }
 
 /// What the handlers share.
 struct App {
     jobs: SyncSender<Job>,
+    /// Tokenises prompts on request threads (the model thread gets token ids).
+    encoder: PromptEncoder,
     metrics: Arc<Metrics>,
     model_name: String,
     api_key: Option<String>,
@@ -125,9 +133,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.draft_tokens
         );
     }
-    if args.api_key.as_deref() == Some("") {
-        bail!("--api-key: expected a non-empty key, found an empty string");
-    }
     let model_name = match &args.model_name {
         Some(name) if name.is_empty() => {
             bail!("--model-name: expected a name, found an empty string")
@@ -144,8 +149,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     // The model thread loads the model itself (the session never crosses threads) and
     // reports back before the server binds.
     let metrics = Arc::new(Metrics::default());
+    let guard = Arc::new(serve_guard::Guard::new(
+        &args.guard,
+        args.host,
+        args.api_key.as_deref(),
+        metrics.clone(),
+    )?);
     let (jobs, job_rx) = serve_worker::queue(args.queue);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<PromptEncoder>>();
     let model_path = args.model.model.clone();
     let assistant_path = args.assistant.clone();
     let verify = !args.model.no_verify;
@@ -169,9 +180,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 }
                 Ok(session)
             })();
-            match loaded {
-                Ok(session) => {
-                    let _ = ready_tx.send(Ok(()));
+            match loaded.and_then(|s| Ok((s.prompt_encoder()?, s))) {
+                Ok((encoder, session)) => {
+                    let _ = ready_tx.send(Ok(encoder));
                     serve_worker::run(session, job_rx, worker_metrics, parallel, draft_tokens);
                 }
                 Err(e) => {
@@ -180,12 +191,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
             }
         })
         .context("starting the model thread")?;
-    ready_rx
+    let encoder = ready_rx
         .recv()
         .context("the model thread ended while loading")??;
 
     let app = Arc::new(App {
         jobs,
+        encoder,
         metrics,
         model_name,
         api_key: args.api_key.clone(),
@@ -203,14 +215,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let served = runtime.block_on(serve(app, args.host, args.port));
+    let limits = serve_guard::ConnectionLimits::from(&args.guard);
+    let served = runtime.block_on(serve(app, guard, limits, args.host, args.port));
     // Every job sender is gone with the app: the model thread finishes its job and ends.
     drop(runtime);
     let _ = worker.join();
     served
 }
 
-async fn serve(app: Arc<App>, host: IpAddr, port: u16) -> Result<()> {
+async fn serve(
+    app: Arc<App>,
+    guard: Arc<serve_guard::Guard>,
+    limits: serve_guard::ConnectionLimits,
+    host: IpAddr,
+    port: u16,
+) -> Result<()> {
     let router = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -218,7 +237,13 @@ async fn serve(app: Arc<App>, host: IpAddr, port: u16) -> Result<()> {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .fallback(not_found)
-        .with_state(app.clone());
+        .with_state(app.clone())
+        // The guard reads bodies itself, within its per-route bound.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            serve_guard::check,
+        ));
     let listener = tokio::net::TcpListener::bind((host, port))
         .await
         .with_context(|| format!("--host {host} --port {port}: binding"))?;
@@ -239,8 +264,7 @@ async fn serve(app: Arc<App>, host: IpAddr, port: u16) -> Result<()> {
         app.model_name
     );
     let _ = std::io::stdout().flush();
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
+    serve_guard::serve(listener, router, limits, shutdown_signal())
         .await
         .context("serving")?;
     eprintln!("wgemma serve: stopped");
@@ -271,30 +295,7 @@ async fn shutdown_signal() {
 
 /// Refuses a request without the right bearer key (when the server has one).
 fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = &app.api_key else {
-        return Ok(());
-    };
-    match headers
-        .get(header::AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or(""))
-    {
-        None => Err(ApiError::unauthorized(
-            "missing API key: expected the header `Authorization: Bearer <key>`, found none",
-        )),
-        Some(v) => match v.strip_prefix("Bearer ") {
-            Some(given) if constant_time_eq(given.trim().as_bytes(), key.as_bytes()) => Ok(()),
-            Some(_) => Err(ApiError::unauthorized("incorrect API key provided")),
-            None => Err(ApiError::unauthorized(
-                "Authorization header: expected `Bearer <key>`, found another scheme",
-            )),
-        },
-    }
-}
-
-/// Compares without an early exit, so the time taken does not tell how much of a guess
-/// was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    serve_guard::authorize(app.api_key.as_deref(), headers)
 }
 
 async fn health() -> Json<serde_json::Value> {
@@ -346,6 +347,10 @@ async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Byte
 }
 
 async fn answer(app: Arc<App>, endpoint: Endpoint, parsed: Result<Parsed, ApiError>) -> Response {
+    let parsed = match parsed {
+        Ok(parsed) => serve_guard::encode_prompt(&app.encoder, parsed).await,
+        Err(e) => Err(e),
+    };
     let response = match parsed {
         Ok(parsed) => generate(&app, endpoint, parsed)
             .await

@@ -218,8 +218,13 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
         ));
     }
     let top_p = f.top_p.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(ApiError::field("top_p", "a number in (0, 1]", top_p));
+    // Sampling runs in f32: a top_p that rounds to 0 there is as invalid as 0.
+    if !(top_p > 0.0 && top_p <= 1.0 && top_p as f32 > 0.0) {
+        return Err(ApiError::field(
+            "top_p",
+            "a number in (0, 1] (at least about 1e-45, f32's smallest)",
+            top_p,
+        ));
     }
     if let Some(n) = f.n.filter(|&n| n != 1) {
         return Err(ApiError::field("n", "1 (one choice per request)", n));

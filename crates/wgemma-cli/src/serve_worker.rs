@@ -274,6 +274,14 @@ fn prepare(
         ));
     }
     let room = context.saturating_sub(prompt.len());
+    if room == 0 {
+        // The prompt alone fills the context: its fault, whatever max_tokens says.
+        return Err(ApiError::field(
+            prompt_param,
+            format!("fewer than {context} tokens (the context)"),
+            format!("{} tokens", prompt.len()),
+        ));
+    }
     let max_new = match parsed.sampling.max_tokens {
         Some(m) if m > room => {
             return Err(ApiError::field(
@@ -286,13 +294,6 @@ fn prepare(
             ))
         }
         Some(m) => m,
-        None if room == 0 => {
-            return Err(ApiError::field(
-                prompt_param,
-                format!("fewer than {context} tokens (the context)"),
-                format!("{} tokens", prompt.len()),
-            ))
-        }
         None => room,
     };
     request.max_new_tokens = max_new;

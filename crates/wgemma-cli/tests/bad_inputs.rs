@@ -711,3 +711,315 @@ fn ctrl_c_during_convert_removes_the_partial_file() {
     }
     panic!("convert could not be interrupted mid-write in 20 attempts");
 }
+
+// ---- Hostile input, round 3 (issue 30): each case failed on 698cdad. ----
+
+/// Adds an f32 tensor `name` of `n` zeros to the safetensors file at `path`.
+fn add_tensor(path: &Path, name: &str, n: usize) {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    let data = &bytes[8 + len..];
+    header[name] = serde_json::json!({
+        "dtype": "F32", "shape": [n], "data_offsets": [data.len(), data.len() + 4 * n]
+    });
+    let mut text = header.to_string();
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(data);
+    out.extend(std::iter::repeat_n(0u8, 4 * n));
+    std::fs::write(path, out).unwrap();
+}
+
+fn gguf_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../wgemma/tests/data/gguf")
+        .join(name)
+}
+
+/// A copy of the e2b-like GGUF with the f32 value of metadata key `key` set to `value`.
+fn gguf_with_float(dir: &Path, key: &str, value: f32) -> PathBuf {
+    let mut bytes = std::fs::read(gguf_fixture("e2b_like.f32.gguf")).unwrap();
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .unwrap_or_else(|| panic!("{key} in the fixture"));
+    let value_at = at + key.len() + 4;
+    assert_eq!(
+        bytes[at + key.len()..value_at],
+        6u32.to_le_bytes(),
+        "f32 {key}"
+    );
+    bytes[value_at..value_at + 4].copy_from_slice(&value.to_le_bytes());
+    let path = dir.join(format!("{key}-{value}.gguf"));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn output_errors_are_errors_not_panics() {
+    // `> /dev/full`: every command panicked with exit 101.
+    let d = scratch("full");
+    let m = model_dir(&d, "m", |_| {});
+    let gguf = gguf_fixture("e2b_like.f32.gguf");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["inspect", s(&gguf)],
+        generate(s(&m), &["--prompt-ids", "5,17,9", "--max-new-tokens", "2"]),
+    ];
+    for args in cases {
+        let err_path = d.join("stderr");
+        let status = Command::new(env!("CARGO_BIN_EXE_wgemma"))
+            .args(&args)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .status()
+            .unwrap();
+        let err = std::fs::read_to_string(&err_path).unwrap();
+        assert_eq!(status.code(), Some(1), "wgemma {args:?}:\n{err}");
+        assert!(!err.contains("panicked"), "wgemma {args:?}:\n{err}");
+        assert!(
+            err.contains("Error:") && err.contains("No space left"),
+            "wgemma {args:?}:\n{err}"
+        );
+        // A failing stderr too: exit 1, nothing to say it with.
+        let status = Command::new(env!("CARGO_BIN_EXE_wgemma"))
+            .args(["inspect", s(&d.join("missing.gguf"))])
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(1));
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn checkpoints_cannot_reach_outside_their_directory() {
+    // model.safetensors.index.json named ../ and absolute paths, and the loader (and
+    // convert, into the artifact) opened them.
+    let d = scratch("confine");
+    let outside = d.join("outside.safetensors");
+    let m = model_dir(&d, "m", |_| {});
+    std::fs::rename(m.join("model.safetensors"), &outside).unwrap();
+    let bytes = std::fs::read(&outside).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    for target in [
+        "../outside.safetensors".to_string(),
+        s(&outside).to_string(),
+    ] {
+        let map: serde_json::Map<String, serde_json::Value> = header
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "__metadata__")
+            .map(|k| (k.clone(), target.clone().into()))
+            .collect();
+        std::fs::write(
+            m.join("model.safetensors.index.json"),
+            serde_json::json!({"weight_map": map}).to_string(),
+        )
+        .unwrap();
+        refused(
+            &["logits", "--model", s(&m), "--prompt-ids", "5,17,9"],
+            &["inside the checkpoint directory", &target],
+        );
+        let out = d.join("out.wgemma");
+        refused(
+            &["convert", "--model", s(&m), "--out", s(&out)],
+            &["inside the checkpoint directory"],
+        );
+        assert!(!out.exists());
+    }
+    // A shard that is a symlink out of the directory (no index).
+    #[cfg(unix)]
+    {
+        std::fs::remove_file(m.join("model.safetensors.index.json")).unwrap();
+        std::os::unix::fs::symlink(&outside, m.join("model.safetensors")).unwrap();
+        refused(
+            &["logits", "--model", s(&m), "--prompt-ids", "5,17,9"],
+            &["inside the checkpoint directory", "resolving to"],
+        );
+        // Hugging Face's cache layout (snapshots/<rev>/ -> ../../blobs/) still loads.
+        let repo = d.join("hub");
+        let (blobs, snap) = (repo.join("blobs"), repo.join("snapshots").join("abc"));
+        std::fs::create_dir_all(&blobs).unwrap();
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::copy(&outside, blobs.join("0123")).unwrap();
+        for f in ["config.json", "generation_config.json", "tokenizer.json"] {
+            std::fs::copy(m.join(f), snap.join(f)).unwrap();
+        }
+        std::os::unix::fs::symlink("../../blobs/0123", snap.join("model.safetensors")).unwrap();
+        ok(&["logits", "--model", s(&snap), "--prompt-ids", "5,17,9"]);
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn unexpected_tensors_are_named() {
+    // A checkpoint with more layers' weights than its config loaded without a word.
+    let d = scratch("extra");
+    let m = model_dir(&d, "m", |_| {});
+    let extra = "model.language_model.layers.9.mlp.gate_proj.weight";
+    add_tensor(&m.join("model.safetensors"), extra, 8);
+    let args = ["logits", "--model", s(&m), "--prompt-ids", "5,17,9"];
+    refused(&args, &[extra, "--allow-extra-tensors"]);
+    let r = run_with(
+        &[&args[..], &["--allow-extra-tensors"]].concat(),
+        LIMIT,
+        false,
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("warning") && r.stderr.contains(extra),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn gguf_floats_and_metadata_sizes_are_checked() {
+    let d = scratch("gguf3");
+    // A softcap of NaN or -1 meant "no softcap" (config.json refuses both); NaN eps and
+    // RoPE bases reached the config as null.
+    for (key, value, needle) in [
+        (
+            "gemma4.final_logit_softcapping",
+            f32::NAN,
+            "final_logit_softcapping",
+        ),
+        (
+            "gemma4.final_logit_softcapping",
+            -1.0,
+            "final_logit_softcapping",
+        ),
+        (
+            "gemma4.attention.layer_norm_rms_epsilon",
+            f32::NAN,
+            "rms_norm_eps",
+        ),
+        ("gemma4.rope.freq_base", f32::INFINITY, "rope_theta"),
+    ] {
+        let path = gguf_with_float(&d, key, value);
+        refused(&["inspect", s(&path)], &[key, needle]);
+    }
+    // Metadata arrays cost ~32x the file in memory: 4M one-byte items.
+    let n: u64 = 4 << 20;
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(0u64.to_le_bytes());
+    bytes.extend(1u64.to_le_bytes());
+    bytes.extend(3u64.to_le_bytes());
+    bytes.extend(b"big");
+    bytes.extend(9u32.to_le_bytes());
+    bytes.extend(0u32.to_le_bytes());
+    bytes.extend(n.to_le_bytes());
+    bytes.extend(std::iter::repeat_n(1u8, n as usize));
+    let path = d.join("amplified.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    refused(&["inspect", s(&path)], &["`big`", "bytes in memory"]);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn counts_are_checked_before_allocation() {
+    let d = scratch("counts");
+    let m = model_dir(&d, "m", |_| {});
+    let max = u64::MAX.to_string();
+    // demo did not check its counts (a capacity overflow; a 4.4 TB allocation abort on
+    // the speculative path); bench --prefill-chunk 0 printed a debug dump.
+    refused(
+        &["demo", "--synthetic", "--max-new-tokens", &max],
+        &["--max-new-tokens", "positions"],
+    );
+    refused(
+        &["demo", "--synthetic", "--draft-tokens", "4000000000"],
+        &["--draft-tokens", "1..=8"],
+    );
+    refused(
+        &["bench", "--synthetic", "tiny", "--prefill-chunk", "0"],
+        &["--prefill-chunk", "at least 1"],
+    );
+    refused(
+        &["bench", "--synthetic", "tiny", "--prompt-len", &max],
+        &["--prompt-len", "2^64"],
+    );
+    // A prompt longer than the context was blamed on --max-new-tokens.
+    refused(
+        &generate(
+            s(&m),
+            &[
+                "--prompt-ids",
+                "1,2,3,4,5,6,7,8,9,10",
+                "--context",
+                "8",
+                "--max-new-tokens",
+                "2",
+            ],
+        ),
+        &["prompt: expected at most 7 tokens", "found 10"],
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn runaway_chat_templates_end_in_errors() {
+    // Nested loops hung `generate --chat`; unbounded output aborted on a 9.7 GB allocation.
+    let d = scratch("template");
+    for (name, template) in [
+        (
+            "loops",
+            "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in \
+             range(100000) %}{% endfor %}{% endfor %}{% endfor %}",
+        ),
+        (
+            "output",
+            "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxx{% endfor %}\
+             {% endfor %}",
+        ),
+        (
+            "growth",
+            "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ \
+             ns.s %}{% endfor %}{{ ns.s }}",
+        ),
+    ] {
+        let m = model_dir(&d, name, |_| {});
+        std::fs::write(m.join("chat_template.jinja"), template).unwrap();
+        refused(
+            &generate(
+                s(&m),
+                &["--prompt", "hello", "--chat", "--max-new-tokens", "2"],
+            ),
+            &["chat template"],
+        );
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn server_keys_are_checked_at_start() {
+    // Keys with spaces or non-ASCII characters were accepted but could never match.
+    for key in ["two words", "clé"] {
+        refused(
+            &["serve", "--model", "/nonexistent", "--api-key", key],
+            &["--api-key", "visible ASCII"],
+        );
+    }
+}

@@ -59,3 +59,8 @@ fn chat_prompt_corpus() {
 fn gguf_reader_corpus() {
     run("gguf_reader", targets::gguf_reader);
 }
+
+#[test]
+fn chat_template_corpus() {
+    run("chat_template", targets::chat_template);
+}

@@ -594,3 +594,26 @@ fn plan_cache_stays_bounded() {
     }
     assert_eq!(next, want);
 }
+
+/// Loads refuse decoder tensors their config does not describe (issue 30): every tensor of
+/// every HF-written target fixture (dense, KV-shared, MoE, K-quant shapes) must be one a
+/// load reads, or real checkpoints of those layouts would be refused.
+#[test]
+fn every_fixture_tensor_is_read_by_a_load() {
+    for name in ["e2b_like", "dense_kv", "moe", "k_quant"] {
+        let fx = Fixture::open(name);
+        let ck =
+            Checkpoint::from_shards(vec![("model.safetensors".into(), &fx.model_bytes)]).unwrap();
+        let spec = parse_config(&fx.config).unwrap();
+        Model::load(
+            test_context(),
+            &ck,
+            spec,
+            options(WeightFormat::F32),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(ck.unread_tensors(), Vec::<String>::new(), "{name}");
+        assert!(ck.check_all_read(false).is_ok());
+    }
+}

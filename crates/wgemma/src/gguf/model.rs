@@ -13,6 +13,7 @@
 
 use super::reader::{GgufFile, Value};
 use crate::error::{Error, Result};
+use crate::model::config::{check_rms_norm_eps, check_rope_theta, check_softcap};
 use serde_json::json;
 
 const OP: &str = "gguf";
@@ -427,8 +428,21 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
     });
     let experts = m.opt_u("expert_count")?.filter(|&e| e > 0);
     let tok = |key: &str| file.get(key).and_then(Value::as_u64);
-    let theta_full = m.opt_f("rope.freq_base")?.unwrap_or(1e6);
-    let theta_swa = m.opt_f("rope.freq_base_swa")?.unwrap_or(1e4);
+    // Floats are checked here by the config's own rules: JSON has no NaN, so a NaN would
+    // reach the config as null and mean "default" or "none" instead of being refused.
+    let checked = |suffix: &str, check: &dyn Fn(f64) -> Result<()>| -> Result<Option<f64>> {
+        let v = m.opt_f(suffix)?;
+        if let Some(v) = v {
+            check(v).map_err(|e| e.within(format!("GGUF key {}", m.key(suffix))))?;
+        }
+        Ok(v)
+    };
+    let theta_full =
+        checked("rope.freq_base", &|t| check_rope_theta("rope_theta", t))?.unwrap_or(1e6);
+    let theta_swa =
+        checked("rope.freq_base_swa", &|t| check_rope_theta("rope_theta", t))?.unwrap_or(1e4);
+    let eps = checked("attention.layer_norm_rms_epsilon", &check_rms_norm_eps)?.unwrap_or(1e-6);
+    let softcap = checked("final_logit_softcapping", &check_softcap)?;
     let factor = partial_rotary_factor(file, head_dim_full)?;
     let layer_types: Vec<&str> = sliding
         .iter()
@@ -450,7 +464,7 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
         "num_key_value_heads": kv_swa,
         "head_dim": head_dim_swa,
         "global_head_dim": head_dim_full,
-        "rms_norm_eps": m.opt_f("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6),
+        "rms_norm_eps": eps,
         "sliding_window": m.u("attention.sliding_window")?,
         "layer_types": layer_types,
         "num_kv_shared_layers": shared,
@@ -473,7 +487,7 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
     if let Some(n) = m.opt_u("context_length")? {
         c["max_position_embeddings"] = json!(n);
     }
-    if let Some(cap) = m.opt_f("final_logit_softcapping")?.filter(|&c| c > 0.0) {
+    if let Some(cap) = softcap {
         c["final_logit_softcapping"] = json!(cap);
     }
     if let Some(v) = ple_vocab {

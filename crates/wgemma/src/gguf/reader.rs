@@ -17,6 +17,13 @@ pub const DEFAULT_ALIGNMENT: usize = 32;
 const MAX_DIMS: usize = 4;
 /// Array nesting GGUF writers produce (llama.cpp writes none deeper than 1).
 const MAX_ARRAY_DEPTH: usize = 2;
+/// Memory the parsed metadata may take, whatever the file's size: a Gemma 4 vocabulary
+/// (262k tokens with scores and types) takes about 40 MiB.
+pub const METADATA_MEMORY_CAP: usize = 256 << 20;
+/// ...and relative to the file: an array item costs a `Value` (32 bytes) however few bytes
+/// it has in the file (a u8 is one), so without a bound a file's metadata could take 32x
+/// its size in memory.
+const METADATA_MEMORY_PER_FILE_BYTE: usize = 16;
 
 /// A metadata value.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,7 +220,47 @@ fn min_value_bytes(type_id: u32) -> usize {
     }
 }
 
-fn read_value(c: &mut Cursor<'_>, type_id: u32, key: &str, depth: usize) -> Result<Value> {
+/// What the metadata may still take in memory (see [`METADATA_MEMORY_CAP`]).
+struct MetadataBudget {
+    left: usize,
+    total: usize,
+}
+
+impl MetadataBudget {
+    fn for_file(file_len: usize) -> MetadataBudget {
+        let total = METADATA_MEMORY_CAP
+            .min(file_len.saturating_mul(METADATA_MEMORY_PER_FILE_BYTE) + (1 << 20));
+        MetadataBudget { left: total, total }
+    }
+
+    /// Takes `bytes` of the budget before they are allocated.
+    fn charge(&mut self, bytes: usize, key: &str, at: usize) -> Result<()> {
+        match self.left.checked_sub(bytes) {
+            Some(left) => {
+                self.left = left;
+                Ok(())
+            }
+            None => Err(Error::invalid(
+                OP,
+                format!("metadata `{key}` at byte {at}"),
+                format!(
+                    "metadata taking at most {} bytes in memory (16x the file, at most {} MiB)",
+                    self.total,
+                    METADATA_MEMORY_CAP >> 20
+                ),
+                format!("{} bytes more", bytes),
+            )),
+        }
+    }
+}
+
+fn read_value(
+    c: &mut Cursor<'_>,
+    type_id: u32,
+    key: &str,
+    depth: usize,
+    budget: &mut MetadataBudget,
+) -> Result<Value> {
     let what = || format!("value of `{key}`");
     Ok(match type_id {
         0 => Value::U8(c.array::<1>(&what)?[0]),
@@ -238,7 +285,12 @@ fn read_value(c: &mut Cursor<'_>, type_id: u32, key: &str, depth: usize) -> Resu
                 }
             }
         }
-        8 => Value::String(c.string(&what)?),
+        8 => {
+            let at = c.pos;
+            let text = c.string(&what)?;
+            budget.charge(text.len(), key, at)?;
+            Value::String(text)
+        }
         9 => {
             let at = c.pos;
             if depth >= MAX_ARRAY_DEPTH {
@@ -261,9 +313,10 @@ fn read_value(c: &mut Cursor<'_>, type_id: u32, key: &str, depth: usize) -> Resu
             let n = c.count(min_value_bytes(item_type), &|| {
                 format!("item count of array `{key}`")
             })?;
+            budget.charge(n.saturating_mul(std::mem::size_of::<Value>()), key, at)?;
             let mut items = Vec::with_capacity(n);
             for _ in 0..n {
-                items.push(read_value(c, item_type, key, depth + 1)?);
+                items.push(read_value(c, item_type, key, depth + 1, budget)?);
             }
             Value::Array(items)
         }
@@ -309,10 +362,11 @@ impl<'a> GgufFile<'a> {
         let n_tensors = c.count(24, &|| "tensor count".to_string())?;
         let n_kv = c.count(13, &|| "metadata key/value count".to_string())?;
         let mut metadata = BTreeMap::new();
+        let mut budget = MetadataBudget::for_file(bytes.len());
         for i in 0..n_kv {
             let key = c.string(&|| format!("key of metadata entry {i}"))?;
             let type_id = c.u32(&|| format!("type of `{key}`"))?;
-            let value = read_value(&mut c, type_id, &key, 0)?;
+            let value = read_value(&mut c, type_id, &key, 0, &mut budget)?;
             if metadata.insert(key.clone(), value).is_some() {
                 return Err(Error::invalid(
                     OP,

@@ -11,8 +11,9 @@ use crate::error::{Error, Result};
 use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
 use safetensors::{Dtype, SafeTensors};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
+use std::sync::Mutex;
 
 const OP: &str = "checkpoint";
 
@@ -97,6 +98,8 @@ pub struct Checkpoint<'a> {
     prefix: &'static str,
     release: Option<&'a ReleaseFn<'a>>,
     stream: StreamOptions,
+    /// Full names of the tensors read so far ([`Checkpoint::check_all_read`]).
+    read: Mutex<HashSet<String>>,
 }
 
 impl<'a> Checkpoint<'a> {
@@ -148,6 +151,7 @@ impl<'a> Checkpoint<'a> {
             prefix,
             release: None,
             stream: StreamOptions::default(),
+            read: Mutex::new(HashSet::new()),
         })
     }
 
@@ -316,6 +320,10 @@ impl<'a> Checkpoint<'a> {
             )
         })?;
         let (file, st) = &self.shards[shard];
+        self.read
+            .lock()
+            .expect("read-tensor set poisoned")
+            .insert(full.clone());
         let view = st.tensor(&full).map_err(|e| {
             Error::invalid(
                 OP,
@@ -325,6 +333,39 @@ impl<'a> Checkpoint<'a> {
             )
         })?;
         Ok((file, view))
+    }
+
+    /// The decoder's tensors (under the text prefix) that no load has read, sorted: weights
+    /// of layers the config does not have, or of modules it does not enable. Towers outside
+    /// the text decoder (vision, audio) are not the text model's and are not counted.
+    pub fn unread_tensors(&self) -> Vec<String> {
+        let read = self.read.lock().expect("read-tensor set poisoned");
+        let mut unread: Vec<String> = self
+            .index
+            .keys()
+            .filter(|n| n.starts_with(self.prefix) && !read.contains(*n))
+            .cloned()
+            .collect();
+        unread.sort();
+        unread
+    }
+
+    /// After a load: refuses a checkpoint with decoder tensors the load did not read (a
+    /// config that does not describe these weights loads a different model than the one
+    /// saved), naming them; with `allow_extra` they are returned for the caller to warn
+    /// about instead.
+    pub fn check_all_read(&self, allow_extra: bool) -> Result<Vec<String>> {
+        let unread = self.unread_tensors();
+        if unread.is_empty() || allow_extra {
+            return Ok(unread);
+        }
+        Err(Error::invalid(
+            OP,
+            "tensors",
+            "only tensors the config describes (extra ones are allowed with \
+             --allow-extra-tensors / allowExtraTensors)",
+            describe_unread(&unread),
+        ))
     }
 
     /// Shape of a decoder tensor.
@@ -456,6 +497,17 @@ impl<'a> Checkpoint<'a> {
 /// read as f32 pass here ([`Checkpoint::f32_rows_full`]: vectors, the converter, the
 /// assistant); matrices a load streams raw are checked block by block with the same error
 /// ([`crate::ops::quantize::check_finite_source`]).
+/// "3 more: `a`, `b`, `c`" (the first 5 named).
+pub fn describe_unread(unread: &[String]) -> String {
+    let shown: Vec<String> = unread.iter().take(5).map(|n| format!("`{n}`")).collect();
+    let more = if unread.len() > 5 { ", ..." } else { "" };
+    format!(
+        "{} tensor(s) the config does not describe: {}{more}",
+        unread.len(),
+        shown.join(", ")
+    )
+}
+
 fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<()> {
     match values.iter().position(|v| !v.is_finite()) {
         None => Ok(()),

@@ -249,6 +249,41 @@ pub fn parse_config(json: &str) -> Result<ModelSpec> {
     ModelSpec::new(config)
 }
 
+/// `final_logit_softcapping`, whatever format it came in: HF divides the logits by it, so 0
+/// gives NaN and a negative value flips them; null (no capping) is the way to disable.
+pub(crate) fn check_softcap(cap: f64) -> Result<()> {
+    if cap > 0.0 && cap.is_finite() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        OP,
+        "final_logit_softcapping",
+        "a finite value > 0, or none for no capping",
+        cap,
+    ))
+}
+
+/// `rms_norm_eps`, whatever format it came in.
+pub(crate) fn check_rms_norm_eps(eps: f64) -> Result<()> {
+    if eps >= 0.0 && eps.is_finite() {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        OP,
+        "rms_norm_eps",
+        "a finite value >= 0",
+        eps,
+    ))
+}
+
+/// A RoPE base frequency (`name` says which), whatever format it came in.
+pub(crate) fn check_rope_theta(name: &str, theta: f64) -> Result<()> {
+    if theta > 0.0 && theta.is_finite() {
+        return Ok(());
+    }
+    Err(Error::invalid(OP, name, "a finite value > 0", theta))
+}
+
 /// Checks the fields that size or divide something: a zero there would be a division by
 /// zero, an empty buffer or a NaN far from the config that caused it.
 fn check_fields(c: &TextConfig) -> Result<()> {
@@ -266,33 +301,11 @@ fn check_fields(c: &TextConfig) -> Result<()> {
         }
     }
     if let Some(cap) = c.final_logit_softcapping {
-        // HF divides the logits by it: 0 gives NaN; null (no capping) is the way to disable.
-        if !(cap > 0.0 && cap.is_finite()) {
-            return Err(Error::invalid(
-                OP,
-                "final_logit_softcapping",
-                "a finite value > 0, or null for no capping",
-                cap,
-            ));
-        }
+        check_softcap(cap)?;
     }
-    if !(c.rms_norm_eps >= 0.0 && c.rms_norm_eps.is_finite()) {
-        return Err(Error::invalid(
-            OP,
-            "rms_norm_eps",
-            "a finite value >= 0",
-            c.rms_norm_eps,
-        ));
-    }
+    check_rms_norm_eps(c.rms_norm_eps)?;
     for (kind, p) in c.rope_parameters.iter().flatten() {
-        if !(p.rope_theta > 0.0 && p.rope_theta.is_finite()) {
-            return Err(Error::invalid(
-                OP,
-                format!("rope_parameters.{kind}.rope_theta"),
-                "a finite value > 0",
-                p.rope_theta,
-            ));
-        }
+        check_rope_theta(&format!("rope_parameters.{kind}.rope_theta"), p.rope_theta)?;
         if let Some(f) = p.partial_rotary_factor {
             if !(f > 0.0 && f <= 1.0) {
                 return Err(Error::invalid(

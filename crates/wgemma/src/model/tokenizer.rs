@@ -13,6 +13,14 @@ pub const BOS: &str = "<bos>";
 /// A loaded tokenizer.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same tokenizer with its special tokens inert (read as text), built when message
+    /// content first needs it: user text must not be able to write a turn marker.
+    inert: std::sync::OnceLock<tokenizers::Tokenizer>,
+    /// Finds the special tokens' strings in text (content that has none is encoded whole).
+    specials: aho_corasick::AhoCorasick,
+    /// The longest token's text in bytes: a prompt of n bytes has at least about
+    /// n / this many tokens ([`Tokenizer::min_tokens`]).
+    max_token_bytes: usize,
     bos_id: Option<u32>,
 }
 
@@ -23,7 +31,7 @@ impl Tokenizer {
     /// inside it is caught at this boundary as a last resort ([`quietly_catch`]).
     pub fn from_bytes(json: &[u8]) -> Result<Tokenizer> {
         check_tokenizer_json(json)?;
-        let inner = quietly_catch(|| tokenizers::Tokenizer::from_bytes(json))
+        let mut inner = quietly_catch(|| tokenizers::Tokenizer::from_bytes(json))
             .map_err(|panic| {
                 Error::invalid(
                     OP,
@@ -40,8 +48,34 @@ impl Tokenizer {
                     e.to_string(),
                 )
             })?;
+        // HF turns truncation and padding off for generation; a tokenizer.json that sets
+        // them would otherwise cut or pad every prompt without a word.
+        let _ = inner.with_truncation(None);
+        inner.with_padding(None);
+        let specials: Vec<String> = inner
+            .get_added_tokens_decoder()
+            .values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content.clone())
+            .collect();
+        let specials = aho_corasick::AhoCorasick::new(&specials).map_err(|e| {
+            Error::invalid(OP, "special tokens", "strings to search for", e.to_string())
+        })?;
+        let max_token_bytes = inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let bos_id = inner.token_to_id(BOS);
-        Ok(Tokenizer { inner, bos_id })
+        Ok(Tokenizer {
+            inner,
+            inert: std::sync::OnceLock::new(),
+            specials,
+            max_token_bytes,
+            bos_id,
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -59,6 +93,41 @@ impl Tokenizer {
             .encode(text, false)
             .map_err(|e| Error::invalid(OP, "text to encode", "encodable text", e.to_string()))?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// Token ids of `text` read as text: a special token's string in it (`<|turn>`) is
+    /// split like any other text instead of becoming that token. For message content.
+    pub fn encode_inert(&self, text: &str) -> Result<Vec<u32>> {
+        if !self.has_special_token(text) {
+            return self.encode(text);
+        }
+        let inert = self.inert.get_or_init(|| {
+            let mut t = self.inner.clone();
+            t.set_encode_special_tokens(true);
+            t
+        });
+        let enc = inert
+            .encode(text, false)
+            .map_err(|e| Error::invalid(OP, "text to encode", "encodable text", e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Whether `text` holds the string of a special token (`<bos>`, `<|turn>`, ...).
+    pub fn has_special_token(&self, text: &str) -> bool {
+        self.specials.is_match(text)
+    }
+
+    /// The first special token's string in `text`, if any (for error messages).
+    pub fn first_special_token<'a>(&self, text: &'a str) -> Option<&'a str> {
+        self.specials.find(text).map(|m| &text[m.range()])
+    }
+
+    /// A lower bound on the tokens of a text of `bytes` bytes, without encoding it: no token
+    /// covers more than the vocabulary's longest token, and a normaliser is allowed to
+    /// shrink the text up to 4x (NFKC and friends shrink far less). A prompt that cannot
+    /// fit the context by this bound is refused before the tokenizer spends time on it.
+    pub fn min_tokens(&self, bytes: usize) -> usize {
+        bytes / (self.max_token_bytes * 4)
     }
 
     /// A plain prompt: `<bos>` then the text.
@@ -352,6 +421,41 @@ mod tests {
         assert!(err.contains("#2") && err.contains("\"x\""), "{err}");
         let err = parse_prompt_ids("4294967296").unwrap_err().to_string();
         assert!(err.contains("4294967295"), "{err}");
+    }
+
+    #[test]
+    fn truncation_and_padding_are_off_for_prompts() {
+        // A tokenizer.json with truncation and padding cut or padded every prompt (issue 30).
+        let mut json: serde_json::Value =
+            serde_json::from_str(&tiny_tokenizer_json(&["hello", "world", " "])).unwrap();
+        json["truncation"] = serde_json::json!({"direction": "Right", "max_length": 2,
+            "strategy": "LongestFirst", "stride": 0});
+        json["padding"] = serde_json::json!({"strategy": {"Fixed": 16}, "direction": "Right",
+            "pad_to_multiple_of": null, "pad_id": 0, "pad_type_id": 0, "pad_token": "<pad>"});
+        let t = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+        assert_eq!(t.encode("hello world hello").unwrap().len(), 5);
+    }
+
+    #[test]
+    fn special_tokens_in_text_can_be_inert() {
+        let t = tiny();
+        let text = "hello<|turn>";
+        assert!(t.has_special_token(text) && !t.has_special_token("hello world"));
+        assert_eq!(t.first_special_token(text), Some(TURN_START));
+        let active = t.encode(text).unwrap();
+        let inert = t.encode_inert(text).unwrap();
+        let turn = t.token_id(TURN_START).unwrap();
+        assert!(
+            active.contains(&turn) && !inert.contains(&turn),
+            "{inert:?}"
+        );
+        // Text without one is encoded as before.
+        assert_eq!(
+            t.encode_inert("hello world").unwrap(),
+            t.encode("hello world").unwrap()
+        );
+        // The longest token here is `<|turn>` (7 bytes): 1 KB of text is >= 36 tokens.
+        assert_eq!(t.min_tokens(1000), 1000 / 28);
     }
 
     #[test]

@@ -150,7 +150,7 @@ impl Session {
             max_new_tokens: request.max_new_tokens,
             finish: None,
         };
-        let event = stream.accept(target.text.tokenizer.as_ref(), first)?;
+        let event = stream.accept(target.text.tokenizer.as_deref(), first)?;
         self.check_gpu_errors()?;
         Ok((stream, event))
     }
@@ -191,7 +191,7 @@ impl Session {
                 .forward_batch(&self.ctx, &mut rows, want)
                 .await?
         };
-        let tokenizer = target.text.tokenizer.as_ref();
+        let tokenizer = target.text.tokenizer.as_deref();
         let events = streams
             .iter_mut()
             .enumerate()

@@ -11,7 +11,7 @@
 
 use super::OP;
 use crate::error::{Error, Result};
-use crate::model::tokenizer::{json_kind, BOS, TURN_END, TURN_START};
+use crate::model::tokenizer::{json_kind, Tokenizer, BOS, TURN_END, TURN_START};
 use serde::{Deserialize, Serialize};
 
 /// One message of a conversation (OpenAI and HF: `{"role": ..., "content": ...}`).
@@ -198,28 +198,221 @@ impl ChatTemplate {
     /// The conversation as text, as HF's `apply_chat_template(messages, tokenize=False,
     /// add_generation_prompt=...)` renders it. A template's `raise_exception` (roles out of
     /// order, say) comes back as an error carrying its message.
+    ///
+    /// A template is a program from the checkpoint: it runs on a budget of minijinja fuel
+    /// (instructions plus bytes it creates, checked before each allocation) and an output
+    /// cap, both scaled to the conversation's size ([`RenderBudget`]), so a template with
+    /// runaway loops or output ends in an error instead of holding the caller.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
         check_messages(messages)?;
-        let template = self
-            .env
+        let budget = RenderBudget::for_messages(messages);
+        let mut env = self.env.clone();
+        env.set_fuel(Some(budget.fuel));
+        let template = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| Error::invalid(OP, "chat template", "a Jinja template", describe(&e)))?;
-        template
-            .render(minijinja::context! {
+        let mut out = CappedOutput {
+            bytes: Vec::new(),
+            cap: budget.output_bytes,
+            over: false,
+        };
+        let rendered = template.render_captured_to(
+            minijinja::context! {
                 messages => minijinja::Value::from(minijinja::value::Serde(messages)),
                 add_generation_prompt => add_generation_prompt,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
-            })
-            .map_err(|e| {
-                Error::invalid(
+            },
+            &mut out,
+        );
+        if out.over {
+            return Err(Error::invalid(
+                OP,
+                "chat template output",
+                format!(
+                    "at most {} bytes for a conversation of {} bytes",
+                    budget.output_bytes, budget.input_bytes
+                ),
+                "a template that writes more (a runaway template?)",
+            ));
+        }
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
+                return Err(Error::invalid(
+                    OP,
+                    "chat template",
+                    format!(
+                        "a template that renders this conversation within {} units of work \
+                         (minijinja fuel)",
+                        budget.fuel
+                    ),
+                    format!(
+                        "one that needs more (a runaway loop or data growth?): {}",
+                        describe(&e)
+                    ),
+                ))
+            }
+            Err(e) => {
+                return Err(Error::invalid(
                     OP,
                     "messages",
                     "a conversation the checkpoint's chat template accepts",
                     describe(&e),
-                )
-            })
+                ))
+            }
+        }
+        String::from_utf8(out.bytes)
+            .map_err(|e| Error::invalid(OP, "chat template output", "UTF-8 text", e.to_string()))
     }
+}
+
+/// What one render may spend: generous for any real template (a few hundred instructions
+/// and a few copies of the text per message), small enough that a runaway one ends in well
+/// under a second and a bounded amount of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderBudget {
+    /// Bytes of the messages' roles and contents.
+    pub input_bytes: usize,
+    /// minijinja fuel: one per instruction, one per 64 bytes of data created or written.
+    pub fuel: u64,
+    /// Bytes the rendered text may have.
+    pub output_bytes: usize,
+}
+
+impl RenderBudget {
+    pub fn for_messages(messages: &[ChatMessage]) -> RenderBudget {
+        let input_bytes: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        RenderBudget {
+            input_bytes,
+            // 1M instructions of base; 50k per message; each input byte may be copied,
+            // filtered and written about 32 times.
+            fuel: 1_000_000 + 50_000 * messages.len() as u64 + input_bytes as u64 / 2,
+            // The turn markup around each message plus the text, a few times over.
+            output_bytes: (1 << 20) + 4 * input_bytes,
+        }
+    }
+}
+
+/// Collects the rendered text, refusing to grow past `cap` (the write fails, which ends
+/// the render; `over` tells that failure from the template's own errors).
+struct CappedOutput {
+    bytes: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("chat template output over its cap"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A conversation's prompt ids, with message content read as text: only the markup the
+/// template (or the built-in format) writes may hold special tokens. `render` is the
+/// template. Content without any special token's string is the common case: the whole
+/// rendering is encoded at once, exactly as HF encodes it. Otherwise the conversation is
+/// rendered a second time with a placeholder for each content; the placeholders' places
+/// in that skeleton are where the contents went (verified: the skeleton with the contents
+/// put back, as written or trimmed as Gemma's templates trim them, must be the rendering),
+/// and there the contents are encoded with special tokens inert. A template that changes
+/// content in other ways cannot be checked and such content is refused.
+pub fn encode_conversation(
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    render: &dyn Fn(&[ChatMessage]) -> Result<String>,
+) -> Result<Vec<u32>> {
+    for (i, m) in messages.iter().enumerate() {
+        if let Some(special) = tok.first_special_token(&m.role) {
+            return Err(Error::invalid(
+                OP,
+                format!("messages[{i}].role"),
+                "a role name",
+                format!("one holding the special token {special:?}"),
+            ));
+        }
+    }
+    let text = render(messages)?;
+    if !messages.iter().any(|m| tok.has_special_token(&m.content)) {
+        return tok.encode(&text);
+    }
+    let marked: Vec<ChatMessage> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| ChatMessage::new(&m.role, &placeholder(i)))
+        .collect();
+    let skeleton = render(&marked)?;
+    for trim in [false, true] {
+        let Some(parts) = fill_skeleton(&skeleton, messages, trim) else {
+            continue;
+        };
+        let joined: String = parts.iter().map(|(_, t)| *t).collect();
+        if joined != text {
+            continue;
+        }
+        let mut ids = Vec::new();
+        for (is_content, part) in parts {
+            if is_content {
+                ids.extend(tok.encode_inert(part)?);
+            } else {
+                ids.extend(tok.encode(part)?);
+            }
+        }
+        return Ok(ids);
+    }
+    let (i, special) = messages
+        .iter()
+        .enumerate()
+        .find_map(|(i, m)| tok.first_special_token(&m.content).map(|s| (i, s)))
+        .expect("a content with a special token");
+    Err(Error::invalid(
+        OP,
+        format!("messages[{i}].content"),
+        "text without special tokens, for a chat template that changes content",
+        format!("the special token {special:?}"),
+    ))
+}
+
+/// Private-use delimiters around a message's index: text no real template writes.
+const OPEN: char = '\u{F0000}';
+const CLOSE: char = '\u{F0001}';
+
+fn placeholder(i: usize) -> String {
+    format!("{OPEN}{i}{CLOSE}")
+}
+
+/// The skeleton cut into markup (`false`) and message contents (`true`) put back where
+/// their placeholders are; None if a placeholder is malformed or names no message.
+fn fill_skeleton<'a>(
+    skeleton: &'a str,
+    messages: &'a [ChatMessage],
+    trim: bool,
+) -> Option<Vec<(bool, &'a str)>> {
+    let mut parts = Vec::new();
+    let mut rest = skeleton;
+    while let Some(start) = rest.find(OPEN) {
+        parts.push((false, &rest[..start]));
+        let after = &rest[start + OPEN.len_utf8()..];
+        let end = after.find(CLOSE)?;
+        let content = &messages.get(after[..end].parse::<usize>().ok()?)?.content;
+        parts.push((true, if trim { content.trim() } else { content }));
+        rest = &after[end + CLOSE.len_utf8()..];
+    }
+    parts.push((false, rest));
+    parts.retain(|(_, t)| !t.is_empty());
+    Some(parts)
 }
 
 /// The `default` entry of a named-template list (HF's multi-template form).

@@ -16,7 +16,7 @@ pub mod stop;
 mod types;
 
 pub use batch::Stream;
-pub use chat::{builtin_gemma4, ChatMessage, ChatTemplate};
+pub use chat::{builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget};
 pub use stop::StopStrings;
 pub use types::*;
 
@@ -45,11 +45,12 @@ const OP: &str = "session";
 /// What a target needs around its weights to turn text into tokens and back.
 #[derive(Default)]
 pub struct TextSetup {
-    pub tokenizer: Option<Tokenizer>,
+    /// Shared with [`PromptEncoder`]s, which encode prompts away from the model.
+    pub tokenizer: Option<Arc<Tokenizer>>,
     /// EOS ids of generation_config.json (else config.json).
     pub eos_ids: Vec<u32>,
     /// The checkpoint's chat template (None: Gemma 4's built-in turn format).
-    pub chat_template: Option<ChatTemplate>,
+    pub chat_template: Option<Arc<ChatTemplate>>,
 }
 
 impl TextSetup {
@@ -64,13 +65,15 @@ impl TextSetup {
         let tokenizer = tokenizer_json
             .map(Tokenizer::from_bytes)
             .transpose()
-            .map_err(|e| e.within("tokenizer.json"))?;
+            .map_err(|e| e.within("tokenizer.json"))?
+            .map(Arc::new);
         let mut eos_ids = generation_config.map(eos_ids_of).unwrap_or_default();
         if eos_ids.is_empty() {
             eos_ids = config_eos_ids;
         }
         let chat_template =
-            ChatTemplate::from_checkpoint(chat_template_jinja, tokenizer_config_json)?;
+            ChatTemplate::from_checkpoint(chat_template_jinja, tokenizer_config_json)?
+                .map(Arc::new);
         Ok(TextSetup {
             tokenizer,
             eos_ids,
@@ -95,12 +98,28 @@ pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
 /// Refuses a prompt plus `max_new_tokens` that cannot fit `context` positions, before any
 /// token is generated (a limit found at the end would throw the generated tokens away).
 pub fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Result<()> {
+    // A prompt that alone leaves no room is the prompt's fault, whatever the budget.
+    if prompt.saturating_add(max_new_tokens.min(1)) > context {
+        return Err(Error::invalid(
+            OP,
+            "prompt tokens",
+            format!(
+                "at most {} (the context of {context} positions, less room for a new token)",
+                context.saturating_sub(max_new_tokens.min(1))
+            ),
+            prompt,
+        ));
+    }
     match prompt.checked_add(max_new_tokens) {
         Some(total) if total <= context => Ok(()),
         total => Err(Error::invalid(
             OP,
             "prompt tokens + max new tokens",
-            format!("at most the context of {context} positions"),
+            format!(
+                "at most the context of {context} positions (max new tokens at most {} for \
+                 this prompt)",
+                context - prompt
+            ),
             format!(
                 "{prompt} + {max_new_tokens} = {}",
                 total.map_or("more than 2^64".to_string(), |t| t.to_string())
@@ -207,7 +226,19 @@ impl Session {
 
     /// The loaded target's tokenizer, if it has one.
     pub fn tokenizer(&self) -> Option<&Tokenizer> {
-        self.target.as_ref().and_then(|t| t.text.tokenizer.as_ref())
+        self.target
+            .as_ref()
+            .and_then(|t| t.text.tokenizer.as_deref())
+    }
+
+    /// The loaded target's prompt encoding, detached from the session (for other threads).
+    pub fn prompt_encoder(&self) -> Result<PromptEncoder> {
+        let t = self.target()?;
+        Ok(PromptEncoder {
+            tokenizer: t.text.tokenizer.clone(),
+            chat_template: t.text.chat_template.clone(),
+            context: t.model.options.max_context,
+        })
     }
 
     /// Token ids that end a generation: the EOS ids plus `<turn|>` when the vocabulary has it.
@@ -326,7 +357,12 @@ impl Session {
             "Gemma 4 checkpoint ({} layers, hidden {}, vocab {}), {}",
             c.num_hidden_layers, c.hidden_size, c.vocab_size, options.dtype
         );
-        let load = |ctx: &GpuContext| Model::load(ctx, &ck, spec, model_options, &mut |_, _| {});
+        let allow_extra = options.allow_extra_tensors;
+        let load = |ctx: &GpuContext| {
+            let model = Model::load(ctx, &ck, spec, model_options, &mut |_, _| {})?;
+            ck.check_all_read(allow_extra)?;
+            Ok(model)
+        };
         self.load_target(load, text, options.dtype.clone(), description, start)?;
         self.check_gpu_errors()?;
         self.model_info()
@@ -360,7 +396,7 @@ impl Session {
             None,
             None,
         )?;
-        text.chat_template = ChatTemplate::from_gguf(&file)?;
+        text.chat_template = ChatTemplate::from_gguf(&file)?.map(Arc::new);
         let c = &spec.config;
         let description = format!(
             "Gemma 4 GGUF ({} layers, hidden {}, vocab {}), {}",
@@ -512,87 +548,13 @@ impl Session {
     /// A conversation as text, ready for the model's reply: the checkpoint's template, or
     /// Gemma 4's turn format (which needs a tokenizer with its turn markers).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
-        let t = self.target()?;
-        match &t.text.chat_template {
-            Some(template) => template.render(messages, true),
-            None => {
-                if let Some(tok) = &t.text.tokenizer {
-                    for marker in [TURN_START, TURN_END] {
-                        if tok.token_id(marker).is_none() {
-                            return Err(Error::invalid(
-                                OP,
-                                "chat format",
-                                format!(
-                                    "a chat template, or a tokenizer with the `{marker}` token \
-                                     (Gemma 4)"
-                                ),
-                                "neither",
-                            ));
-                        }
-                    }
-                }
-                builtin_gemma4(messages, true)
-            }
-        }
+        self.prompt_encoder()?.render_chat(messages)
     }
 
     /// The request's prompt as token ids: given ids, text (plain: `<bos>` + text; with
     /// `chat`: one user turn), or a conversation through the chat template.
     pub fn prompt_ids(&self, request: &GenerateRequest) -> Result<Vec<u32>> {
-        let t = self.target()?;
-        let tokenizer = || {
-            t.text.tokenizer.as_ref().ok_or_else(|| {
-                Error::invalid(
-                    OP,
-                    "text prompt",
-                    "a model with a tokenizer (tokenizer.json with the checkpoint)",
-                    "a model without one: give promptIds instead",
-                )
-            })
-        };
-        let given = [
-            request.prompt.is_some(),
-            request.prompt_ids.is_some(),
-            request.messages.is_some(),
-        ];
-        if given.iter().filter(|&&g| g).count() != 1 {
-            return Err(Error::invalid(
-                OP,
-                "prompt",
-                "exactly one of prompt (text), promptIds (token ids) or messages",
-                format!("{} of them", given.iter().filter(|&&g| g).count()),
-            ));
-        }
-        if request.chat && request.prompt.is_none() {
-            return Err(Error::invalid(
-                OP,
-                "chat",
-                "a text prompt to wrap in the chat template",
-                if request.prompt_ids.is_some() {
-                    "promptIds"
-                } else {
-                    "messages (already a conversation)"
-                },
-            ));
-        }
-        let ids = if let Some(ids) = &request.prompt_ids {
-            ids.clone()
-        } else if let Some(messages) = &request.messages {
-            let tok = tokenizer()?;
-            tok.encode(&self.render_chat(messages)?)?
-        } else {
-            let text = request.prompt.as_deref().unwrap_or_default();
-            let tok = tokenizer()?;
-            if request.chat {
-                tok.encode(&self.render_chat(&[ChatMessage::new("user", text)])?)?
-            } else {
-                tok.encode_prompt(text)?
-            }
-        };
-        if ids.is_empty() {
-            return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
-        }
-        Ok(ids)
+        self.prompt_encoder()?.prompt_ids(request)
     }
 
     /// Generates for `request`; `on_token` sees every committed token and returns `false`
@@ -622,7 +584,7 @@ impl Session {
             stop_ids: target.stop_ids.clone(),
         };
         let gpu_errors = self.gpu_errors.clone();
-        let tokenizer = target.text.tokenizer.as_ref();
+        let tokenizer = target.text.tokenizer.as_deref();
         let mut stream = TextStream::new();
         let mut stops = StopStrings::new(&request.stop);
         let mut stream_error = None;
@@ -728,6 +690,112 @@ impl Session {
             loop_stats,
             draft_rounds,
         })
+    }
+}
+
+/// A target's prompt encoding (tokenizer, chat template, context) apart from its session:
+/// cheap to clone and shareable across threads, so a server tokenises on request threads
+/// and the model thread never spends time on a prompt's text.
+#[derive(Clone)]
+pub struct PromptEncoder {
+    tokenizer: Option<Arc<Tokenizer>>,
+    chat_template: Option<Arc<ChatTemplate>>,
+    context: usize,
+}
+
+impl PromptEncoder {
+    pub fn tokenizer(&self) -> Option<&Tokenizer> {
+        self.tokenizer.as_deref()
+    }
+
+    /// Positions of the model's KV cache: prompt + new tokens must fit.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// A conversation as text, ready for the model's reply: the checkpoint's template, or
+    /// Gemma 4's turn format (which needs a tokenizer with its turn markers).
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        match &self.chat_template {
+            Some(template) => template.render(messages, true),
+            None => {
+                if let Some(tok) = &self.tokenizer {
+                    for marker in [TURN_START, TURN_END] {
+                        if tok.token_id(marker).is_none() {
+                            return Err(Error::invalid(
+                                OP,
+                                "chat format",
+                                format!(
+                                    "a chat template, or a tokenizer with the `{marker}` token \
+                                     (Gemma 4)"
+                                ),
+                                "neither",
+                            ));
+                        }
+                    }
+                }
+                builtin_gemma4(messages, true)
+            }
+        }
+    }
+
+    /// The request's prompt as token ids: given ids, text (plain: `<bos>` + text; with
+    /// `chat`: one user turn), or a conversation through the chat template.
+    pub fn prompt_ids(&self, request: &GenerateRequest) -> Result<Vec<u32>> {
+        let tokenizer = || {
+            self.tokenizer.as_deref().ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    "text prompt",
+                    "a model with a tokenizer (tokenizer.json with the checkpoint)",
+                    "a model without one: give promptIds instead",
+                )
+            })
+        };
+        let given = [
+            request.prompt.is_some(),
+            request.prompt_ids.is_some(),
+            request.messages.is_some(),
+        ];
+        if given.iter().filter(|&&g| g).count() != 1 {
+            return Err(Error::invalid(
+                OP,
+                "prompt",
+                "exactly one of prompt (text), promptIds (token ids) or messages",
+                format!("{} of them", given.iter().filter(|&&g| g).count()),
+            ));
+        }
+        if request.chat && request.prompt.is_none() {
+            return Err(Error::invalid(
+                OP,
+                "chat",
+                "a text prompt to wrap in the chat template",
+                if request.prompt_ids.is_some() {
+                    "promptIds"
+                } else {
+                    "messages (already a conversation)"
+                },
+            ));
+        }
+        let ids = if let Some(ids) = &request.prompt_ids {
+            ids.clone()
+        } else if let Some(messages) = &request.messages {
+            encode_conversation(tokenizer()?, messages, &|m| self.render_chat(m))?
+        } else {
+            let text = request.prompt.as_deref().unwrap_or_default();
+            let tok = tokenizer()?;
+            if request.chat {
+                encode_conversation(tok, &[ChatMessage::new("user", text)], &|m| {
+                    self.render_chat(m)
+                })?
+            } else {
+                tok.encode_prompt(text)?
+            }
+        };
+        if ids.is_empty() {
+            return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
+        }
+        Ok(ids)
     }
 }
 

@@ -34,6 +34,9 @@ pub struct LoadOptions {
     pub prefill_chunk: usize,
     /// KV cache slots (sequences held at once: 1 + the streams of a batch).
     pub sequences: usize,
+    /// Load a checkpoint holding decoder tensors its config does not describe (they are
+    /// ignored) instead of refusing it.
+    pub allow_extra_tensors: bool,
 }
 
 impl Default for LoadOptions {
@@ -44,6 +47,7 @@ impl Default for LoadOptions {
             context: d.max_context,
             prefill_chunk: d.prefill_chunk,
             sequences: d.sequences,
+            allow_extra_tensors: false,
         }
     }
 }

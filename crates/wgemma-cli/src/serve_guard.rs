@@ -1,0 +1,837 @@
+//! What stands between the network and `wgemma serve`'s handlers, so that neither a web
+//! page in the user's browser nor a slow or hostile client can drive or hold the server:
+//!
+//! - `Host` must name this machine (loopback names, an IP literal of the bound address) or
+//!   one of `--allowed-hosts`: a DNS-rebinding page's requests carry its own host name.
+//! - `Origin`, when sent (browsers send it cross-origin), must be one of `--cors-origins`
+//!   (default none); allowed origins get CORS headers and answered preflights.
+//! - The API key is checked from the headers before a byte of the body is read.
+//! - Generation routes take `Content-Type: application/json` only (415 otherwise): the
+//!   content types a page may send without a preflight (`text/plain`, forms) are refused.
+//! - The body is read with a size bound per route (JSON 413) and a deadline (408); headers
+//!   with a deadline; at most `--max-connections` connections at once (503 beyond).
+//! - Shutdown closes idle connections at once and waits only for requests in flight.
+//! - Prompts are tokenised on a blocking thread, not the model's, after a check from their
+//!   byte length alone that they can fit the context at all.
+//!
+//! Refused generation requests, and ones whose client went away before an answer, are
+//! counted in `wgemma_requests_total` like every other answer.
+
+use crate::serve_api::{ApiError, Endpoint, Parsed, Prompt};
+use crate::serve_metrics::Metrics;
+use anyhow::{bail, Context as _, Result};
+use axum::body::{Body, Bytes, HttpBody as _};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use clap::Args;
+use futures_util::StreamExt as _;
+use hyper::body::Incoming;
+use hyper::service::Service as _;
+use hyper_util::service::TowerToHyperService;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use wgemma::session::{GenerateRequest, PromptEncoder};
+
+/// Bodies of the generation routes: a context's worth of text with JSON escaping, many
+/// times over (a 128K-token prompt is about 0.5 MB of text).
+pub const GENERATION_BODY_BYTES: usize = 4 << 20;
+/// Bodies of every other route (they take none).
+const OTHER_BODY_BYTES: usize = 16 << 10;
+/// How long shutdown waits for requests in flight before closing their connections.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+#[derive(Args, Clone, Debug)]
+pub struct GuardArgs {
+    /// Host names (the `Host` header) the server answers besides localhost, *.localhost
+    /// and IP literals of the bound address: a page that rebinds its own name to this
+    /// machine is refused (403). `*` allows any.
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub allowed_hosts: Vec<String>,
+    /// Web origins (`https://app.example`) whose pages may call the API (CORS); a request
+    /// carrying any other `Origin` is refused (403). Default none. `*` allows any.
+    #[arg(long, value_delimiter = ',', value_name = "ORIGIN,...")]
+    pub cors_origins: Vec<String>,
+    /// Connections held at once; beyond it a new connection gets 503 and is closed.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers (and between requests on a
+    /// kept-alive connection).
+    #[arg(long, default_value_t = 10)]
+    pub header_timeout: u64,
+    /// Seconds a client has to send a request's body.
+    #[arg(long, default_value_t = 30)]
+    pub body_timeout: u64,
+}
+
+/// The checks of every request, built once at start.
+pub struct Guard {
+    allowed_hosts: Vec<String>,
+    any_host: bool,
+    bound: IpAddr,
+    cors_origins: Vec<String>,
+    any_origin: bool,
+    api_key: Option<String>,
+    body_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Guard {
+    /// Checks the flags (and the API key: one that can never match a header is refused
+    /// here rather than at every request).
+    pub fn new(
+        args: &GuardArgs,
+        bound: IpAddr,
+        api_key: Option<&str>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Guard> {
+        if let Some(key) = api_key {
+            check_api_key(key)?;
+        }
+        if args.max_connections == 0 {
+            bail!("--max-connections: expected at least 1, found 0");
+        }
+        if args.header_timeout == 0 || args.body_timeout == 0 {
+            bail!(
+                "--header-timeout / --body-timeout: expected at least 1 second, found {} / {}",
+                args.header_timeout,
+                args.body_timeout
+            );
+        }
+        for origin in &args.cors_origins {
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                bail!(
+                    "--cors-origins: expected origins like https://app.example (scheme, host, \
+                     optional port) or *, found {origin:?}"
+                );
+            }
+        }
+        for host in &args.allowed_hosts {
+            if host.is_empty() || host.contains(['/', ' ']) {
+                bail!("--allowed-hosts: expected host names like api.example or *, found {host:?}");
+            }
+        }
+        Ok(Guard {
+            allowed_hosts: args
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
+            any_host: args.allowed_hosts.iter().any(|h| h == "*"),
+            bound,
+            cors_origins: args
+                .cors_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+            any_origin: args.cors_origins.iter().any(|o| o == "*"),
+            api_key: api_key.map(String::from),
+            body_timeout: Duration::from_secs(args.body_timeout),
+            metrics,
+        })
+    }
+
+    /// Whether the `Host` header's name is one this server answers to.
+    fn host_allowed(&self, host: &str) -> bool {
+        if self.any_host {
+            return true;
+        }
+        let name = host_name(host).trim_end_matches('.').to_ascii_lowercase();
+        if name == "localhost" || name.ends_with(".localhost") {
+            return true;
+        }
+        // An IP literal cannot be rebound: a page at another origin that uses it is
+        // cross-origin, and its `Origin` is checked.
+        if let Ok(ip) = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+        {
+            return ip.is_loopback() || self.bound.is_unspecified() || ip == self.bound;
+        }
+        self.allowed_hosts.contains(&name)
+    }
+
+    fn origin_allowed(&self, origin: &str) -> bool {
+        self.any_origin
+            || self
+                .cors_origins
+                .contains(&origin.trim_end_matches('/').to_ascii_lowercase())
+    }
+
+    /// The refusal of a request's headers, if any (host, origin, key, content type, size).
+    fn refusal(&self, req: &Request) -> Option<ApiError> {
+        let headers = req.headers();
+        let path = req.uri().path();
+        let hosts = headers.get_all(header::HOST).iter().count();
+        if hosts > 1 || (hosts == 0 && req.version() == axum::http::Version::HTTP_11) {
+            // RFC 9112: an HTTP/1.1 request has exactly one Host (a browser always sends one;
+            // two would let this check read one and a proxy route by the other).
+            return Some(ApiError::invalid(
+                "",
+                format!("Host header: expected exactly one, found {hosts}"),
+            ));
+        }
+        if let Some(host) = headers.get(header::HOST) {
+            let host = host.to_str().unwrap_or("");
+            if !self.host_allowed(host) {
+                return Some(forbidden(format!(
+                    "Host header: expected this machine's name (localhost, an IP literal of \
+                     the bound address) or one of --allowed-hosts, found {host:?}"
+                )));
+            }
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            if !self.origin_allowed(origin) {
+                return Some(forbidden(format!(
+                    "Origin header: expected one of --cors-origins (none by default: web pages \
+                     may not call this server), found {origin:?}"
+                )));
+            }
+        }
+        if req.method() == Method::OPTIONS {
+            return None;
+        }
+        if path.starts_with("/v1/") || path == "/metrics" {
+            if let Err(e) = authorize(self.api_key.as_deref(), headers) {
+                return Some(e);
+            }
+        }
+        if generation_endpoint(req).is_some() {
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .map(|v| v.to_str().unwrap_or("(not text)"));
+            let media = content_type.map(|c| {
+                c.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_ascii_lowercase()
+            });
+            if media.as_deref() != Some("application/json") {
+                return Some(
+                    ApiError::invalid(
+                        "",
+                        format!(
+                            "Content-Type: expected application/json, found {}",
+                            content_type.map_or("none".to_string(), |c| format!("{c:?}"))
+                        ),
+                    )
+                    .with_status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+                );
+            }
+        }
+        let limit = body_limit(req);
+        if let Some(length) = declared_length(headers) {
+            if length > limit as u64 {
+                return Some(too_large(limit, &format!("{length} bytes")));
+            }
+        }
+        None
+    }
+}
+
+/// The API key a server can be given: what a client can send in `Authorization: Bearer
+/// KEY` and have compared byte for byte (visible ASCII: header values are trimmed and
+/// carry no other text reliably).
+pub fn check_api_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        bail!("--api-key: expected a non-empty key, found an empty string");
+    }
+    if let Some(c) = key.chars().find(|c| !c.is_ascii_graphic()) {
+        bail!(
+            "--api-key: expected visible ASCII characters only (a key a client can send in a \
+             header), found {c:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a request without the right bearer key (when the server has one).
+pub fn authorize(key: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = key else {
+        return Ok(());
+    };
+    match headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.to_str().unwrap_or(""))
+    {
+        None => Err(ApiError::unauthorized(
+            "missing API key: expected the header `Authorization: Bearer <key>`, found none",
+        )),
+        Some(v) => match v.strip_prefix("Bearer ") {
+            Some(given) if constant_time_eq(given.trim().as_bytes(), key.as_bytes()) => Ok(()),
+            Some(_) => Err(ApiError::unauthorized("incorrect API key provided")),
+            None => Err(ApiError::unauthorized(
+                "Authorization header: expected `Bearer <key>`, found another scheme",
+            )),
+        },
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess
+/// was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// `example.com:8080` -> `example.com`, `[::1]:80` -> `[::1]`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |end| &host[..=end]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+fn forbidden(message: String) -> ApiError {
+    ApiError::invalid("", message).with_status(StatusCode::FORBIDDEN, "forbidden")
+}
+
+fn too_large(limit: usize, found: &str) -> ApiError {
+    ApiError::invalid(
+        "",
+        format!("request body: expected at most {limit} bytes for this route, found {found}"),
+    )
+    .with_status(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large")
+}
+
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The generation endpoint a request is for (POST to one), if any.
+fn generation_endpoint(req: &Request) -> Option<Endpoint> {
+    if req.method() != Method::POST {
+        return None;
+    }
+    match req.uri().path() {
+        "/v1/chat/completions" => Some(Endpoint::Chat),
+        "/v1/completions" => Some(Endpoint::Completion),
+        _ => None,
+    }
+}
+
+fn body_limit(req: &Request) -> usize {
+    if generation_endpoint(req).is_some() {
+        GENERATION_BODY_BYTES
+    } else {
+        OTHER_BODY_BYTES
+    }
+}
+
+/// Counts a generation request in `wgemma_requests_total` when its handler is dropped
+/// before answering: the client went away (counted as 499, nginx's "client closed").
+struct CountIfDropped {
+    metrics: Arc<Metrics>,
+    endpoint: Option<Endpoint>,
+}
+
+impl CountIfDropped {
+    fn answered(mut self, status: Option<StatusCode>) {
+        if let (Some(endpoint), Some(status)) = (self.endpoint.take(), status) {
+            self.metrics
+                .count_request(endpoint.label(), status.as_u16());
+        }
+    }
+}
+
+impl Drop for CountIfDropped {
+    fn drop(&mut self) {
+        if let Some(endpoint) = self.endpoint.take() {
+            self.metrics.count_request(endpoint.label(), 499);
+        }
+    }
+}
+
+/// The middleware (axum `from_fn_with_state`): every check above, the body read under
+/// its bound and deadline, then the handler; CORS headers on answers to allowed origins.
+pub async fn check(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    let count = CountIfDropped {
+        metrics: guard.metrics.clone(),
+        endpoint: generation_endpoint(&req),
+    };
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    if let Some(refusal) = guard.refusal(&req) {
+        let status = refusal.status;
+        count.answered(Some(status));
+        return with_cors(refusal.into_response(), origin);
+    }
+    if req.method() == Method::OPTIONS && origin.is_some() {
+        count.answered(None);
+        return with_cors(preflight(), origin);
+    }
+    let limit = body_limit(&req);
+    let (parts, body) = req.into_parts();
+    let read = tokio::time::timeout(guard.body_timeout, axum::body::to_bytes(body, limit)).await;
+    let bytes: Bytes = match read {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => {
+            let refusal = if is_length_limit(&e) {
+                too_large(limit, "more")
+            } else {
+                ApiError::invalid("", format!("request body: could not be read ({e})"))
+            };
+            count.answered(Some(refusal.status));
+            return with_cors(refusal.into_response(), origin);
+        }
+        Err(_) => {
+            let refusal = ApiError::invalid(
+                "",
+                format!(
+                    "request body: expected it within {} s (--body-timeout), found it still \
+                     arriving",
+                    guard.body_timeout.as_secs()
+                ),
+            )
+            .with_status(StatusCode::REQUEST_TIMEOUT, "timeout");
+            count.answered(Some(refusal.status));
+            return with_cors(refusal.into_response(), origin);
+        }
+    };
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    // The handler counted its own answer.
+    count.answered(None);
+    with_cors(response, origin)
+}
+
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+fn preflight() -> Response {
+    (
+        StatusCode::NO_CONTENT,
+        [
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS"),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "authorization, content-type",
+            ),
+            (header::ACCESS_CONTROL_MAX_AGE, "600"),
+        ],
+    )
+        .into_response()
+}
+
+/// CORS headers for an origin the guard let through (a refused one never gets here with
+/// a response a page can read: it gets no `Access-Control-Allow-Origin`).
+fn with_cors(mut response: Response, origin: Option<HeaderValue>) -> Response {
+    if let Some(origin) = origin {
+        if response.status() != StatusCode::FORBIDDEN {
+            let h = response.headers_mut();
+            h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            h.insert(header::VARY, HeaderValue::from_static("Origin"));
+        }
+    }
+    response
+}
+
+/// The prompt of `parsed` as token ids, tokenised on a blocking thread (the model thread
+/// never spends time on text), with the length checked against the context: first from
+/// the byte length alone (a prompt that cannot fit is refused without tokenising it), then
+/// exactly. Ids given as ids are left to the model thread's checks (they cost nothing).
+pub async fn encode_prompt(
+    encoder: &PromptEncoder,
+    mut parsed: Parsed,
+) -> Result<Parsed, ApiError> {
+    let param = match parsed.prompt {
+        Prompt::Messages(_) => "messages",
+        Prompt::Text(_) => "prompt",
+        Prompt::Ids(_) => return Ok(parsed),
+    };
+    let context = encoder.context();
+    let mut request = GenerateRequest::default();
+    let bytes = match std::mem::replace(&mut parsed.prompt, Prompt::Ids(Vec::new())) {
+        Prompt::Messages(m) => {
+            let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
+            request.messages = Some(m);
+            n
+        }
+        Prompt::Text(t) => {
+            let n = t.len();
+            request.prompt = Some(t);
+            n
+        }
+        Prompt::Ids(_) => unreachable!("returned above"),
+    };
+    if let Some(tok) = encoder.tokenizer() {
+        let at_least = tok.min_tokens(bytes);
+        if at_least >= context {
+            return Err(ApiError::field(
+                param,
+                format!("fewer than {context} tokens (the context)"),
+                format!("{bytes} bytes, at least {at_least} tokens"),
+            ));
+        }
+    }
+    let encoder = encoder.clone();
+    let ids = tokio::task::spawn_blocking(move || encoder.prompt_ids(&request))
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenising the prompt: {e}")))?
+        .map_err(|e| ApiError::invalid(param, format!("{param}: {e}")))?;
+    let room = context.saturating_sub(ids.len());
+    if room == 0 {
+        return Err(ApiError::field(
+            param,
+            format!("fewer than {context} tokens (the context)"),
+            format!("{} tokens", ids.len()),
+        ));
+    }
+    if let Some(m) = parsed.sampling.max_tokens.filter(|&m| m > room) {
+        return Err(ApiError::field(
+            "max_tokens",
+            format!(
+                "at most {room} (the context of {context} positions less the prompt's {} tokens)",
+                ids.len()
+            ),
+            m,
+        ));
+    }
+    parsed.prompt = Prompt::Ids(ids);
+    Ok(parsed)
+}
+
+/// Limits of the connection layer.
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+}
+
+impl From<&GuardArgs> for ConnectionLimits {
+    fn from(args: &GuardArgs) -> Self {
+        ConnectionLimits {
+            max_connections: args.max_connections,
+            header_timeout: Duration::from_secs(args.header_timeout),
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves: HTTP/1.1 with a header-read
+/// deadline, at most `max_connections` at once. At shutdown the listener closes, idle
+/// connections close at once, and requests in flight get [`SHUTDOWN_GRACE`] to finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                // Out of file descriptors and the like: the next accept may work.
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        while connections.try_join_next().is_some() {}
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            refuse_busy(&stream, limits.max_connections);
+            continue;
+        };
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let service = {
+            let (router, in_flight) = (router.clone(), in_flight.clone());
+            hyper::service::service_fn(move |req: axum::http::Request<Incoming>| {
+                let held = InFlight::enter(&in_flight);
+                let call = TowerToHyperService::new(router.clone()).call(req);
+                async move { call.await.map(|response| held.until_sent(response)) }
+            })
+        };
+        let mut closing = closing_rx.clone();
+        let header_timeout = limits.header_timeout;
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = closing.changed() => {
+                    // No new request on this connection; one in flight finishes. A
+                    // connection with none (idle, or half a request's headers) is dropped
+                    // rather than waited for.
+                    conn.as_mut().graceful_shutdown();
+                    loop {
+                        tokio::select! {
+                            _ = conn.as_mut() => break,
+                            () = tokio::time::sleep(Duration::from_millis(50)) => {
+                                if in_flight.load(Ordering::SeqCst) == 0 {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        eprintln!(
+            "wgemma serve: closing {} connection(s) still busy after {} s",
+            connections.len(),
+            SHUTDOWN_GRACE.as_secs()
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Counts a connection's requests from the service call until their response body is
+/// sent (a streamed body: until the stream ends or is dropped), for shutdown to tell a
+/// busy connection from an idle one.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(count: &Arc<AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::SeqCst);
+        InFlight(count.clone())
+    }
+
+    fn until_sent(self, response: Response) -> Response {
+        if response.body().size_hint().exact().is_some() {
+            // A body already in memory: it is written as soon as the response is.
+            return response;
+        }
+        let (parts, body) = response.into_parts();
+        let stream = body.into_data_stream().map(move |chunk| {
+            let _held = &self;
+            chunk
+        });
+        Response::from_parts(parts, Body::from_stream(stream))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A connection over the cap: one 503 written if the socket takes it now, then closed
+/// (nothing is read from it and nothing waits on it).
+fn refuse_busy(stream: &tokio::net::TcpStream, cap: usize) {
+    let body = ApiError::overloaded(format!(
+        "the server is busy: {cap} connections are open (--max-connections); retry later"
+    ))
+    .to_json()
+    .to_string();
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(response.as_bytes());
+}
+
+/// Runs the guard's checks on one request without a server (the fuzz target and tests):
+/// the refusal's status, or None when it would reach the handler.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn refusal_status(guard: &Guard, req: &Request) -> Option<StatusCode> {
+    guard.refusal(req).map(|e| e.status)
+}
+
+/// A guard with the defaults (loopback, no origins), for tests and the fuzz target.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn default_guard(api_key: Option<&str>) -> Result<Guard> {
+    let args = GuardArgs {
+        allowed_hosts: Vec::new(),
+        cors_origins: Vec::new(),
+        max_connections: 256,
+        header_timeout: 10,
+        body_timeout: 30,
+    };
+    Guard::new(
+        &args,
+        IpAddr::from([127, 0, 0, 1]),
+        api_key,
+        Arc::new(Metrics::default()),
+    )
+    .context("the default guard")
+}
+
+#[cfg(test)]
+#[path = "../../../fuzz/http_targets.rs"]
+mod http_targets;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every committed `fuzz/corpus/http_request/` input through the fuzz target's body
+    /// (CI has no fuzzing build; the corpus stays a regression suite).
+    #[test]
+    fn http_request_fuzz_corpus() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/http_request");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            super::http_targets::http_request(&bytes);
+            n += 1;
+        }
+        assert!(n >= 5, "{n} inputs in {}", dir.display());
+    }
+
+    /// A request with `headers`, and `Host: localhost` unless they name a host.
+    fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> Request {
+        let mut b = Request::builder().method(method).uri(path);
+        if !headers.iter().any(|(k, _)| *k == "host") {
+            b = b.header("host", "localhost");
+        }
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(Body::empty()).unwrap()
+    }
+
+    const JSON: (&str, &str) = ("content-type", "application/json");
+
+    #[test]
+    fn hosts_origins_keys_and_content_types() {
+        let g = default_guard(Some("k3y")).unwrap();
+        let key = ("authorization", "Bearer k3y");
+        let chat = "/v1/chat/completions";
+        let status = |m: &str, p: &str, h: &[(&str, &str)]| refusal_status(&g, &request(m, p, h));
+        // What a well-behaved local client sends passes.
+        for host in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "[::1]:8080",
+            "a.localhost",
+        ] {
+            assert_eq!(
+                status("POST", chat, &[("host", host), key, JSON]),
+                None,
+                "{host}"
+            );
+        }
+        // A rebound name, a foreign page, no or a wrong key, a page's simple content type.
+        let cases: [(&[(&str, &str)], u16); 7] = [
+            (&[("host", "evil.example:8080"), key, JSON], 403),
+            (&[("origin", "https://evil.example"), key, JSON], 403),
+            (&[("origin", "null"), key, JSON], 403),
+            (&[JSON], 401),
+            (&[("authorization", "Bearer nope"), JSON], 401),
+            (&[key, ("content-type", "text/plain")], 415),
+            (&[key], 415),
+        ];
+        for (headers, want) in cases {
+            assert_eq!(
+                status("POST", chat, headers).map(|s| s.as_u16()),
+                Some(want),
+                "{headers:?}"
+            );
+        }
+        // The size bound is known from the headers: refused before the body is read.
+        let big = (GENERATION_BODY_BYTES + 1).to_string();
+        assert_eq!(
+            status("POST", chat, &[key, JSON, ("content-length", &big)]),
+            Some(StatusCode::PAYLOAD_TOO_LARGE)
+        );
+        // Exactly one Host.
+        let two = [("host", "localhost"), ("host", "evil.example")];
+        assert_eq!(
+            status("GET", "/health", &two),
+            Some(StatusCode::BAD_REQUEST)
+        );
+        let none = Request::builder()
+            .uri("/health")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(refusal_status(&g, &none), Some(StatusCode::BAD_REQUEST));
+        // /health needs no key; /metrics does.
+        assert_eq!(status("GET", "/health", &[]), None);
+        assert_eq!(
+            status("GET", "/metrics", &[]),
+            Some(StatusCode::UNAUTHORIZED)
+        );
+        assert_eq!(
+            status(
+                "POST",
+                chat,
+                &[key, ("content-type", "Application/JSON; charset=utf-8")]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn allowed_hosts_origins_and_keys_are_checked_at_start() {
+        let args = GuardArgs {
+            allowed_hosts: vec!["api.example".into()],
+            cors_origins: vec!["https://app.example".into()],
+            max_connections: 4,
+            header_timeout: 1,
+            body_timeout: 1,
+        };
+        let g = Guard::new(&args, IpAddr::from([0, 0, 0, 0]), None, Arc::default()).unwrap();
+        let chat = "/v1/chat/completions";
+        let ok = request(
+            "POST",
+            chat,
+            &[
+                ("host", "API.example:443"),
+                ("origin", "https://app.example"),
+                JSON,
+            ],
+        );
+        assert_eq!(refusal_status(&g, &ok), None);
+        // Bound to every address: any IP literal is this machine.
+        let ip = request("POST", chat, &[("host", "192.168.1.9:8080"), JSON]);
+        assert_eq!(refusal_status(&g, &ip), None);
+        for key in ["two words", "clé", "tab\there", ""] {
+            let err = check_api_key(key).unwrap_err().to_string();
+            assert!(
+                err.contains("--api-key") && err.contains("expected"),
+                "{err}"
+            );
+        }
+        assert!(check_api_key("sk-Abc_123.~").is_ok());
+        let bad = GuardArgs {
+            cors_origins: vec!["app.example".into()],
+            ..args
+        };
+        let err = Guard::new(&bad, IpAddr::from([127, 0, 0, 1]), None, Arc::default())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("--cors-origins"), "{err}");
+    }
+}

@@ -1,0 +1,16 @@
+#![no_main]
+//! libFuzzer target: see `fuzz/http_targets.rs` for what it exercises.
+
+#[path = "../../crates/wgemma-cli/src/serve_api.rs"]
+#[allow(dead_code)]
+mod serve_api;
+#[path = "../../crates/wgemma-cli/src/serve_guard.rs"]
+#[allow(dead_code)]
+mod serve_guard;
+#[path = "../../crates/wgemma-cli/src/serve_metrics.rs"]
+#[allow(dead_code)]
+mod serve_metrics;
+#[path = "../http_targets.rs"]
+mod http_targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| http_targets::http_request(data));
