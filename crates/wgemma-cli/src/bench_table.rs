@@ -80,7 +80,9 @@ pub fn print_table(model: &str, dtype: &str, rows: &[TestRow], tg: &str) {
                 r.test.clone(),
                 r.tokens_per_s.mean_sd(),
                 r.vs_tg.map_or(String::new(), |c| {
-                    if c.measurable {
+                    if c.single {
+                        format!("x{:.2} (1 run)", c.ratio)
+                    } else if c.measurable {
                         format!("x{:.2}", c.ratio)
                     } else {
                         format!("x{:.2} (within spread)", c.ratio)

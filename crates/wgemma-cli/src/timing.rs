@@ -84,6 +84,7 @@ impl Samples {
 
 /// How a ratio of two measured rates reads: "no measurable speedup" when the ranges of
 /// the runs overlap (the difference is inside the spread), else the ratio of the medians.
+/// One run of either has no spread to judge by, and says so.
 pub fn compare(base: &Samples, other: &Samples) -> Comparison {
     let ratio = if base.median() > 0.0 {
         other.median() / base.median()
@@ -91,9 +92,11 @@ pub fn compare(base: &Samples, other: &Samples) -> Comparison {
         0.0
     };
     let overlap = other.min() <= base.max() && base.min() <= other.max();
+    let single = base.values.len() < 2 || other.values.len() < 2;
     Comparison {
         ratio,
-        measurable: !overlap,
+        measurable: !overlap && !single,
+        single,
     }
 }
 
@@ -102,15 +105,22 @@ pub fn compare(base: &Samples, other: &Samples) -> Comparison {
 pub struct Comparison {
     /// The medians' ratio.
     pub ratio: f64,
-    /// Whether the two sets of runs do not overlap.
+    /// Whether the two sets of runs do not overlap (and each has two or more).
     pub measurable: bool,
+    /// One run of either: no spread to judge the difference by.
+    pub single: bool,
 }
 
 impl Comparison {
     /// `x1.81 faster`, `x0.80 (slower)` or `no measurable speedup (x1.03, inside the spread
     /// of the runs)`.
     pub fn describe(&self) -> String {
-        if !self.measurable {
+        if self.single {
+            format!(
+                "x{:.2} from one run each: no spread to judge it by (-r 3 or more)",
+                self.ratio
+            )
+        } else if !self.measurable {
             format!(
                 "no measurable speedup (x{:.2}, inside the spread of the runs)",
                 self.ratio
@@ -160,5 +170,9 @@ mod tests {
         assert_eq!(c.describe(), "x1.50 faster");
         let c = compare(&s(&[100.0, 101.0, 99.0]), &s(&[80.0, 81.0, 79.0]));
         assert_eq!(c.describe(), "x0.80 (slower)");
+        // One run has no spread: never a verdict either way.
+        let c = compare(&s(&[100.0]), &s(&[150.0]));
+        assert!(!c.measurable && c.single);
+        assert!(c.describe().contains("no spread"), "{c:?}");
     }
 }

@@ -278,20 +278,30 @@ fn errors_are_one_chain_and_name_a_missing_path() {
     );
 }
 
+/// `generate -m MODEL -p hello` with `extra`.
+fn generate_hello(extra: &[&str]) -> Output {
+    let mut args = vec!["generate", "-m", model(), "-p", "hello"];
+    args.extend_from_slice(extra);
+    wgemma(&args)
+}
+
+#[test]
+fn generate_stats_say_what_they_measured() {
+    let out = generate_hello(&["-n", "3"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // A sampled run names its seed (to repeat it) and calls its speed what it is.
+    let sampled = err.contains("temp 0.8") && err.contains("(pass -s to repeat)");
+    assert!(sampled, "{err}");
+    assert!(err.contains("one cold run"), "{err}");
+    let err = text(&generate_hello(&["-n", "3", "--greedy"]).stderr);
+    assert!(err.contains("| greedy") && !err.contains("seed"), "{err}");
+}
+
 #[test]
 fn a_temperature_far_above_the_usual_is_flagged() {
     // llama.cpp's -t is a thread count; here it is the temperature.
-    let out = wgemma(&[
-        "generate",
-        "-m",
-        model(),
-        "-p",
-        "hello",
-        "-n",
-        "1",
-        "-t",
-        "8",
-    ]);
+    let out = generate_hello(&["-n", "1", "-t", "8"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("thread count"),
