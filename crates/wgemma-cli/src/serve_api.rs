@@ -2,10 +2,13 @@
 //! error names the field, what was expected and what was found, as OpenAI-style JSON with a
 //! 4xx status), and the response and stream-chunk JSON of chat completions and completions.
 
+use crate::serve_fields::check_fields;
+use crate::serve_structured::ResponseFormat;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use wgemma::model::sampling::LogitAdjust;
 use wgemma::session::{ChatMessage, FinishReason};
 
 /// Stop strings a request may give (OpenAI's limit).
@@ -60,6 +63,14 @@ impl ApiError {
             kind: "server_error",
             ..ApiError::invalid("", message)
                 .with_status(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+        }
+    }
+
+    /// 503 while the model loads.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind: "server_error",
+            ..ApiError::invalid("", message).with_status(StatusCode::SERVICE_UNAVAILABLE, "loading")
         }
     }
 
@@ -142,19 +153,35 @@ struct CommonFields {
     top_p: Option<f64>,
     /// Not OpenAI's; llama.cpp's and vLLM's servers take it too.
     top_k: Option<u64>,
+    /// Not OpenAI's (llama.cpp's, vLLM's).
+    min_p: Option<f64>,
     seed: Option<i64>,
     stop: Option<Value>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     n: Option<u64>,
+    frequency_penalty: Option<f64>,
+    presence_penalty: Option<f64>,
+    /// Not OpenAI's (HF's, llama.cpp's, vLLM's).
+    repetition_penalty: Option<f64>,
+    logit_bias: Option<serde_json::Map<String, Value>>,
     logprobs: Option<Value>,
-    echo: Option<bool>,
+    top_logprobs: Option<u64>,
+    user: Option<String>,
+    safety_identifier: Option<String>,
+    response_format: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StreamOptions {
     include_usage: Option<bool>,
 }
+
+/// The most alternatives `top_logprobs` (chat) may ask for, as OpenAI.
+pub const MAX_TOP_LOGPROBS_CHAT: u64 = 20;
+/// The most alternatives completions' `logprobs` may ask for, as OpenAI.
+pub const MAX_TOP_LOGPROBS_COMPLETION: u64 = 5;
 
 /// What a request asks for, checked.
 #[derive(Debug, Clone)]
@@ -164,10 +191,30 @@ pub struct Sampling {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: usize,
+    pub min_p: f32,
+    /// The request's, or a random one (reported in the `x-wgemma-seed` header).
     pub seed: u64,
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    pub adjust: LogitAdjust,
+    /// Each token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
+    /// `user` / `safety_identifier`, for the log line.
+    pub user: Option<String>,
+    /// Structured output (chat).
+    pub response_format: Option<ResponseFormat>,
+}
+
+impl Sampling {
+    /// True when the request needs its logits on the host (a batched stream, not the
+    /// speculative loop).
+    pub fn needs_stream(&self) -> bool {
+        !self.adjust.is_identity()
+            || self.min_p > 0.0
+            || self.logprobs.is_some()
+            || self.response_format.is_some()
+    }
 }
 
 /// The prompt of a request.
@@ -184,7 +231,12 @@ pub struct Parsed {
     pub sampling: Sampling,
 }
 
-fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling, ApiError> {
+fn common(
+    body: &serde_json::Map<String, Value>,
+    model: &str,
+    endpoint: Endpoint,
+) -> Result<Sampling, ApiError> {
+    check_fields(body, endpoint)?;
     let f: CommonFields = typed(body)?;
     match &f.model {
         Some(Value::String(m)) if m == model => {}
@@ -221,27 +273,69 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::field("top_p", "a number in (0, 1]", top_p));
     }
+    let min_p = f.min_p.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::field("min_p", "a number in [0, 1]", min_p));
+    }
     if let Some(n) = f.n.filter(|&n| n != 1) {
         return Err(ApiError::field("n", "1 (one choice per request)", n));
     }
-    if let Some(v) = f
-        .logprobs
-        .as_ref()
-        .filter(|v| !matches!(v, Value::Null | Value::Bool(false)))
-    {
-        return Err(ApiError::field(
-            "logprobs",
-            "false or absent (not supported)",
-            kind_of(v),
-        ));
+    let mut adjust = LogitAdjust::default();
+    for (name, value, slot) in [
+        (
+            "frequency_penalty",
+            f.frequency_penalty,
+            &mut adjust.frequency_penalty,
+        ),
+        (
+            "presence_penalty",
+            f.presence_penalty,
+            &mut adjust.presence_penalty,
+        ),
+    ] {
+        match value {
+            Some(v) if !(-2.0..=2.0).contains(&v) => {
+                return Err(ApiError::field(name, "a number in [-2, 2]", v))
+            }
+            Some(v) => *slot = v as f32,
+            None => {}
+        }
     }
-    if f.echo == Some(true) {
-        return Err(ApiError::field(
-            "echo",
-            "false or absent (not supported)",
-            true,
-        ));
+    match f.repetition_penalty {
+        Some(v) if !(v > 0.0 && v <= 10.0) => {
+            return Err(ApiError::field(
+                "repetition_penalty",
+                "a number in (0, 10] (1 = off)",
+                v,
+            ))
+        }
+        Some(v) => adjust.repetition_penalty = v as f32,
+        None => {}
     }
+    for (key, value) in f.logit_bias.iter().flatten() {
+        let param = format!("logit_bias.{key}");
+        let id: u32 = key.parse().map_err(|_| {
+            ApiError::invalid(
+                "logit_bias",
+                format!("logit_bias: expected token ids (integers) as keys, found {key:?}"),
+            )
+        })?;
+        let bias = match value.as_f64() {
+            Some(b) if (-100.0..=100.0).contains(&b) => b as f32,
+            _ => {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!(
+                        "{param}: expected a number in [-100, 100], found {}",
+                        kind_of(value)
+                    ),
+                ))
+            }
+        };
+        adjust.logit_bias.push((id, bias));
+    }
+    adjust.logit_bias.sort_unstable_by_key(|b| b.0);
+    let logprobs = logprobs_of(endpoint, f.logprobs.as_ref(), f.top_logprobs)?;
     let stop = match f.stop {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s],
@@ -275,6 +369,12 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
         }
     };
     let stream = f.stream.unwrap_or(false);
+    if f.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options: expected stream: true with it, found stream absent or false",
+        ));
+    }
     Ok(Sampling {
         max_tokens,
         temperature: temperature as f32,
@@ -282,14 +382,63 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
         top_k: f
             .top_k
             .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
-        seed: f.seed.map_or(0, |s| s as u64),
+        min_p: min_p as f32,
+        // No seed: a fresh one per request (two calls differ), reported with the answer.
+        seed: f.seed.map_or_else(rand::random, |s| s as u64),
         stop,
         stream,
         include_usage: stream
             && f.stream_options
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
+        adjust,
+        logprobs,
+        user: f.user.or(f.safety_identifier),
+        response_format: ResponseFormat::parse(f.response_format.as_ref())?,
     })
+}
+
+/// `logprobs` (chat: a boolean, with `top_logprobs` alternatives; completions: the number
+/// of alternatives) as the alternatives to report, None for none.
+fn logprobs_of(
+    endpoint: Endpoint,
+    logprobs: Option<&Value>,
+    top_logprobs: Option<u64>,
+) -> Result<Option<usize>, ApiError> {
+    match endpoint {
+        Endpoint::Chat => {
+            let on = match logprobs {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(ApiError::field("logprobs", "a boolean", kind_of(other)))
+                }
+            };
+            match top_logprobs {
+                Some(n) if n > MAX_TOP_LOGPROBS_CHAT => Err(ApiError::field(
+                    "top_logprobs",
+                    format!("an integer in 0..={MAX_TOP_LOGPROBS_CHAT}"),
+                    n,
+                )),
+                Some(_) if !on => Err(ApiError::invalid(
+                    "top_logprobs",
+                    "top_logprobs: expected logprobs: true with it, found logprobs absent or false",
+                )),
+                n => Ok(on.then_some(n.unwrap_or(0) as usize)),
+            }
+        }
+        Endpoint::Completion => match logprobs {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= MAX_TOP_LOGPROBS_COMPLETION => Ok(Some(n as usize)),
+                _ => Err(ApiError::field(
+                    "logprobs",
+                    format!("an integer in 0..={MAX_TOP_LOGPROBS_COMPLETION}"),
+                    kind_of(v),
+                )),
+            },
+        },
+    }
 }
 
 /// Text of a message's `content`: a string, or an array of `{"type": "text", "text": ...}`
@@ -331,7 +480,15 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
 /// `POST /v1/chat/completions`.
 pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model)?;
+    let sampling = common(&body, model, Endpoint::Chat)?;
+    Ok(Parsed {
+        prompt: Prompt::Messages(parse_messages(&body)?),
+        sampling,
+    })
+}
+
+/// The `messages` of a body (chat completions, `/apply-template`).
+pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
     let messages = match body.get("messages") {
         Some(Value::Array(items)) if !items.is_empty() => items,
         Some(Value::Array(_)) => {
@@ -350,10 +507,30 @@ pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
         }
         None => return Err(ApiError::field("messages", "an array of messages", "none")),
     };
-    let messages = messages
+    messages
         .iter()
         .enumerate()
         .map(|(i, m)| {
+            let Some(fields) = m.as_object() else {
+                return Err(ApiError::field(
+                    &format!("messages[{i}]"),
+                    "a message object",
+                    kind_of(m),
+                ));
+            };
+            // Nothing of a message goes unread: what the chat format cannot carry is refused.
+            if let Some((key, _)) = fields
+                .iter()
+                .find(|(k, v)| !matches!(k.as_str(), "role" | "content") && !v.is_null())
+            {
+                return Err(ApiError::invalid(
+                    &format!("messages[{i}].{key}"),
+                    format!(
+                        "messages[{i}].{key}: not supported by this server (a message here is \
+                         a role and a content)"
+                    ),
+                ));
+            }
             let role = match m.get("role") {
                 Some(Value::String(r)) => r.as_str(),
                 other => {
@@ -378,17 +555,13 @@ pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
             };
             Ok(ChatMessage::new(role, &content_text(i, m.get("content"))?))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Parsed {
-        prompt: Prompt::Messages(messages),
-        sampling,
-    })
+        .collect()
 }
 
 /// `POST /v1/completions`: `prompt` is a string, token ids, or an array of one of either.
 pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model)?;
+    let sampling = common(&body, model, Endpoint::Completion)?;
     let ids = |items: &[Value]| -> Option<Vec<u32>> {
         items
             .iter()
@@ -444,6 +617,22 @@ pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     Ok(Parsed { prompt, sampling })
 }
 
+/// `system_fingerprint` of every answer: the build that made it.
+pub const SYSTEM_FINGERPRINT: &str = concat!("wgemma-", env!("CARGO_PKG_VERSION"));
+
+/// One generated token's log-probability and its alternatives', with their text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<(String, f32)>,
+}
+
+/// A log-probability JSON can carry: a banned token's -inf is OpenAI's -9999.
+fn finite(logprob: f32) -> f32 {
+    logprob.max(-9999.0)
+}
+
 pub fn finish_reason(r: FinishReason) -> &'static str {
     match r {
         FinishReason::Stop => "stop",
@@ -464,6 +653,13 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Completion => "/v1/completions",
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Endpoint::Chat => "chat_completions",
@@ -471,14 +667,19 @@ impl Endpoint {
         }
     }
 
-    pub fn id(self, n: u64) -> String {
-        match self {
-            Endpoint::Chat => format!("chatcmpl-{n}"),
-            Endpoint::Completion => format!("cmpl-{n}"),
-        }
+    /// A fresh response id: the endpoint's prefix and 96 random bits (unique across
+    /// restarts, unlike a counter).
+    pub fn new_id(self) -> String {
+        let prefix = match self {
+            Endpoint::Chat => "chatcmpl",
+            Endpoint::Completion => "cmpl",
+        };
+        format!("{prefix}-{:024x}", rand::random::<u128>() >> 32)
     }
 
-    /// The whole response of a non-streaming request.
+    /// The whole response of a non-streaming request (`logprobs`: [`Endpoint::logprobs`]
+    /// or null).
+    #[allow(clippy::too_many_arguments)]
     pub fn response(
         self,
         id: &str,
@@ -487,24 +688,28 @@ impl Endpoint {
         text: &str,
         finish: &str,
         usage: Value,
+        logprobs: Value,
     ) -> Value {
         match self {
             Endpoint::Chat => json!({
                 "id": id, "object": "chat.completion", "created": created, "model": model,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "logprobs": null, "finish_reason": finish}],
+                             "logprobs": logprobs, "finish_reason": finish}],
                 "usage": usage,
             }),
             Endpoint::Completion => json!({
                 "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
                 "usage": usage,
             }),
         }
     }
 
     /// One stream chunk: `text` (the chat's first chunk also carries the role), or the last
-    /// one with `finish`.
+    /// one with `finish`; `logprobs` those of the chunk's tokens, or null.
+    #[allow(clippy::too_many_arguments)]
     pub fn chunk(
         self,
         id: &str,
@@ -513,6 +718,7 @@ impl Endpoint {
         text: Option<&str>,
         first: bool,
         finish: Option<&str>,
+        logprobs: Value,
     ) -> Value {
         match self {
             Endpoint::Chat => {
@@ -525,13 +731,58 @@ impl Endpoint {
                 }
                 json!({
                     "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+                    "system_fingerprint": SYSTEM_FINGERPRINT,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
                 })
             }
             Endpoint::Completion => json!({
                 "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}],
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+                "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish}],
             }),
+        }
+    }
+
+    /// The `logprobs` object of `tokens` (null when the request asked for none): chat's
+    /// `{"content": [...]}`, or completions' parallel lists; `text_offset` is where the
+    /// first token's text starts in the completion.
+    pub fn logprobs(self, tokens: Option<&[TokenLogprob]>, text_offset: usize) -> Value {
+        let Some(tokens) = tokens else {
+            return Value::Null;
+        };
+        match self {
+            Endpoint::Chat => {
+                let entry = |token: &str, logprob: f32| json!({"token": token, "logprob": finite(logprob), "bytes": token.as_bytes()});
+                let content: Vec<Value> = tokens
+                    .iter()
+                    .map(|t| {
+                        let mut e = entry(&t.token, t.logprob);
+                        e["top_logprobs"] = t.top.iter().map(|(tok, lp)| entry(tok, *lp)).collect();
+                        e
+                    })
+                    .collect();
+                json!({"content": content, "refusal": null})
+            }
+            Endpoint::Completion => {
+                let mut offset = text_offset;
+                let offsets: Vec<usize> = tokens
+                    .iter()
+                    .map(|t| {
+                        let at = offset;
+                        offset += t.token.len();
+                        at
+                    })
+                    .collect();
+                json!({
+                    "tokens": tokens.iter().map(|t| t.token.clone()).collect::<Vec<_>>(),
+                    "token_logprobs": tokens.iter().map(|t| finite(t.logprob)).collect::<Vec<_>>(),
+                    "top_logprobs": tokens.iter().map(|t| {
+                        t.top.iter().map(|(tok, lp)| (tok.clone(), json!(finite(*lp))))
+                            .collect::<serde_json::Map<_, _>>()
+                    }).collect::<Vec<_>>(),
+                    "text_offset": offsets,
+                })
+            }
         }
     }
 
@@ -541,7 +792,8 @@ impl Endpoint {
             Endpoint::Chat => "chat.completion.chunk",
             Endpoint::Completion => "text_completion",
         };
-        json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage})
+        json!({"id": id, "object": object, "created": created, "model": model,
+               "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [], "usage": usage})
     }
 }
 
@@ -641,6 +893,98 @@ mod tests {
             (StatusCode::NOT_FOUND, Some("model_not_found"))
         );
         assert!(e.message.contains("\"other\""), "{}", e.message);
+    }
+
+    #[test]
+    fn sampling_fields_are_checked_and_kept() {
+        let chat = |extra: &str| {
+            parse_chat(
+                format!(
+                    r#"{{"model": "m", "messages": [{{"role": "user", "content": "x"}}]{extra}}}"#
+                )
+                .as_bytes(),
+                "m",
+            )
+        };
+        let p = chat(
+            r#", "frequency_penalty": 0.5, "presence_penalty": -1, "repetition_penalty": 1.3,
+               "min_p": 0.05, "logit_bias": {"12": -100, "3": 2.5}, "logprobs": true,
+               "top_logprobs": 4, "user": "u""#,
+        )
+        .unwrap();
+        let s = &p.sampling;
+        assert_eq!(
+            (
+                s.adjust.frequency_penalty,
+                s.adjust.presence_penalty,
+                s.adjust.repetition_penalty
+            ),
+            (0.5, -1.0, 1.3)
+        );
+        assert_eq!(s.adjust.logit_bias, vec![(3, 2.5), (12, -100.0)]);
+        assert_eq!(
+            (s.min_p, s.logprobs, s.user.as_deref()),
+            (0.05, Some(4), Some("u"))
+        );
+        assert!(s.needs_stream());
+        for (extra, param) in [
+            (r#", "frequency_penalty": 2.5"#, "frequency_penalty"),
+            (r#", "presence_penalty": -3"#, "presence_penalty"),
+            (r#", "repetition_penalty": 0"#, "repetition_penalty"),
+            (r#", "min_p": 1.5"#, "min_p"),
+            (r#", "logit_bias": {"a": 1}"#, "logit_bias"),
+            (r#", "logit_bias": {"1": 200}"#, "logit_bias"),
+            (r#", "logprobs": 3"#, "logprobs"),
+            (r#", "top_logprobs": 2"#, "top_logprobs"),
+            (r#", "logprobs": true, "top_logprobs": 21"#, "top_logprobs"),
+            (
+                r#", "stream_options": {"include_usage": true}"#,
+                "stream_options",
+            ),
+            (
+                r#", "stream": true, "stream_options": {"include_obfuscation": true}"#,
+                "stream_options",
+            ),
+        ] {
+            let e = chat(extra).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{extra}: {}", e.message);
+        }
+        // No seed: a random one, so two requests differ.
+        let (a, b) = (chat("").unwrap(), chat("").unwrap());
+        assert_ne!(a.sampling.seed, b.sampling.seed);
+        assert!(!a.sampling.needs_stream());
+        let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
+        assert_eq!(c.sampling.logprobs, Some(0));
+        let e =
+            parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 6}"#, "m").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("logprobs"));
+        let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": "n"}]"#);
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn logprobs_json_has_openai_shapes() {
+        let t = |tok: &str, lp: f32| TokenLogprob {
+            token: tok.into(),
+            logprob: lp,
+            top: vec![(tok.into(), lp), ("b".into(), f32::NEG_INFINITY)],
+        };
+        let tokens = [t("ab", -0.5), t("c", -1.0)];
+        let chat = Endpoint::Chat.logprobs(Some(&tokens), 0);
+        assert_eq!(chat["content"][0]["token"], "ab");
+        assert_eq!(chat["content"][0]["bytes"], json!([97, 98]));
+        assert_eq!(
+            chat["content"][1]["top_logprobs"][1]["logprob"],
+            json!(-9999.0)
+        );
+        let c = Endpoint::Completion.logprobs(Some(&tokens), 3);
+        assert_eq!(c["tokens"], json!(["ab", "c"]));
+        assert_eq!(c["token_logprobs"], json!([-0.5, -1.0]));
+        assert_eq!(c["text_offset"], json!([3, 5]));
+        assert_eq!(c["top_logprobs"][0]["b"], json!(-9999.0));
+        assert_eq!(Endpoint::Chat.logprobs(None, 0), Value::Null);
+        assert!(Endpoint::Chat.new_id().starts_with("chatcmpl-"));
+        assert_ne!(Endpoint::Chat.new_id(), Endpoint::Chat.new_id());
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub async fn generate(
         let next = if options.sampling.is_greedy() {
             out.next[0]
         } else {
-            sampler.sample(&out.logits)
+            sampler.sample(&out.logits, tokens.len() as u64)
         };
         if first_token_at.is_none() {
             let t = start.elapsed().as_secs_f64();
