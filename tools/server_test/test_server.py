@@ -201,7 +201,7 @@ def main():
         servers.append(Server(args.wgemma, model, ["--parallel", "4", "--queue", "12"]))
         servers.append(Server(args.wgemma, model, ["--assistant", str(assistant)]))
         # The shipped pair: a byte-level BPE vocabulary, which structured output needs.
-        servers.append(Server(args.wgemma, ROOT / "models/kjv-pair.wgemma", ["--parallel", "4"]))
+        servers.append(Server(args.wgemma, ROOT / "models/kjv-pair.wgemma", ["--parallel", "8"]))
         print(f"servers up at {servers[0].base} (batching), {servers[1].base} (speculative) and "
               f"{servers[2].base} (the shipped pair) in {time.time() - t0:.1f} s", flush=True)
         run_tests(servers[0], servers[1], servers[2], args)
@@ -684,10 +684,10 @@ def run_tests(server, spec_server, kjv_server, args):
     person = {
         "type": "object",
         "properties": {
-            "name": {"type": "string", "minLength": 1, "maxLength": 12},
+            "name": {"type": "string", "minLength": 1, "maxLength": 8},
             "age": {"type": "integer", "minimum": 1, "maximum": 999},
             "tribe": {"enum": ["Judah", "Levi", "Benjamin", "Dan"]},
-            "sons": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 2},
+            "sons": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
         },
         "required": ["name", "age", "tribe", "sons"],
         "additionalProperties": False,
@@ -695,11 +695,11 @@ def run_tests(server, spec_server, kjv_server, args):
 
     def valid_person(v):
         assert isinstance(v, dict) and set(v) == {"name", "age", "tribe", "sons"}, v
-        assert isinstance(v["name"], str) and 1 <= len(v["name"]) <= 12, v
+        assert isinstance(v["name"], str) and 1 <= len(v["name"]) <= 8, v
         assert isinstance(v["age"], int) and not isinstance(v["age"], bool) and 1 <= v["age"] <= 999, v
         assert v["tribe"] in ["Judah", "Levi", "Benjamin", "Dan"], v
         assert isinstance(v["sons"], list) and len(v["sons"]) <= 2, v
-        assert all(isinstance(x, str) and len(x) <= 8 for x in v["sons"]), v
+        assert all(isinstance(x, str) and len(x) <= 6 for x in v["sons"]), v
 
     kjv_questions = ["Who was Moses?", "Tell of Abraham.", "Who begat Jacob?", "Name a king of Israel.",
                      "Who was Aaron?", "Describe David.", "Who was Samuel?", "Tell me of Joseph.",
@@ -726,12 +726,12 @@ def run_tests(server, spec_server, kjv_server, args):
             kw.update(temperature=0) if i % 2 else kw.update(temperature=0.8, seed=i)
             return q, kw, kjv.chat.completions.create(**kw).choices[0]
 
-        # 20 prompts, half greedy and half sampled, 4 at a time (the server batches them).
+        # 20 prompts, half greedy and half sampled, 8 at a time (the server batches them).
         plan = [(i, q, fmt, 100) for i, q in enumerate(kjv_questions)]
         # JSON mode: any object. This Bible model never closes its first string (its corpus has
         # no quotation marks), so the budget is small and a cut answer must be an object's start.
-        plan += [(i, q, {"type": "json_object"}, 12) for i, q in enumerate(kjv_questions)]
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        plan += [(i, q, {"type": "json_object"}, 8) for i, q in enumerate(kjv_questions)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(ask, plan))
         for q, kw, c in answers:
             if kw["response_format"] is fmt:

@@ -20,6 +20,7 @@ mod serve_api;
 mod serve_endpoints;
 mod serve_fields;
 mod serve_metrics;
+mod serve_response;
 mod serve_structured;
 mod serve_worker;
 mod signals;

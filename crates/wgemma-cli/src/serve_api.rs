@@ -1,15 +1,16 @@
 //! The OpenAI HTTP API's side of `wgemma serve`: request bodies checked field by field (an
 //! error names the field, what was expected and what was found, as OpenAI-style JSON with a
-//! 4xx status), and the response and stream-chunk JSON of chat completions and completions.
+//! 4xx status). The answers' JSON is [`crate::serve_response`]'s.
 
 use crate::serve_fields::check_fields;
+pub use crate::serve_response::{finish_reason, usage, Endpoint, TokenLogprob, SYSTEM_FINGERPRINT};
 use crate::serve_structured::ResponseFormat;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use wgemma::model::sampling::LogitAdjust;
-use wgemma::session::{ChatMessage, FinishReason};
+use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
@@ -155,7 +156,8 @@ struct CommonFields {
     top_k: Option<u64>,
     /// Not OpenAI's (llama.cpp's, vLLM's).
     min_p: Option<f64>,
-    seed: Option<i64>,
+    /// Any 64-bit integer, signed (OpenAI's) or not (what this server reports).
+    seed: Option<serde_json::Number>,
     stop: Option<Value>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
@@ -383,8 +385,7 @@ fn common(
             .top_k
             .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
         min_p: min_p as f32,
-        // No seed: a fresh one per request (two calls differ), reported with the answer.
-        seed: f.seed.map_or_else(rand::random, |s| s as u64),
+        seed: seed_of(f.seed.as_ref())?,
         stop,
         stream,
         include_usage: stream
@@ -396,6 +397,25 @@ fn common(
         user: f.user.or(f.safety_identifier),
         response_format: ResponseFormat::parse(f.response_format.as_ref())?,
     })
+}
+
+/// The request's seed (a negative one as its two's complement), or with none a fresh one
+/// per request (two calls differ), reported with the answer; below 2^63, so a client that
+/// types seeds as signed 64-bit integers can send it back.
+fn seed_of(seed: Option<&serde_json::Number>) -> Result<u64, ApiError> {
+    match seed {
+        None => Ok(rand::random::<u64>() >> 1),
+        Some(n) => n
+            .as_u64()
+            .or_else(|| n.as_i64().map(|s| s as u64))
+            .ok_or_else(|| {
+                ApiError::field(
+                    "seed",
+                    "an integer in -2^63..2^64 (64 bits)",
+                    format!("the number {n}"),
+                )
+            }),
+    }
 }
 
 /// `logprobs` (chat: a boolean, with `top_logprobs` alternatives; completions: the number
@@ -617,186 +637,6 @@ pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     Ok(Parsed { prompt, sampling })
 }
 
-/// `system_fingerprint` of every answer: the build that made it.
-pub const SYSTEM_FINGERPRINT: &str = concat!("wgemma-", env!("CARGO_PKG_VERSION"));
-
-/// One generated token's log-probability and its alternatives', with their text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    pub token: String,
-    pub logprob: f32,
-    pub top: Vec<(String, f32)>,
-}
-
-/// A log-probability JSON can carry: a banned token's -inf is OpenAI's -9999.
-fn finite(logprob: f32) -> f32 {
-    logprob.max(-9999.0)
-}
-
-pub fn finish_reason(r: FinishReason) -> &'static str {
-    match r {
-        FinishReason::Stop => "stop",
-        // A cancelled request has no client left to read it.
-        FinishReason::Length | FinishReason::Cancelled => "length",
-    }
-}
-
-pub fn usage(prompt: usize, completion: usize) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
-}
-
-/// Which endpoint a response is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completion,
-}
-
-impl Endpoint {
-    pub fn path(self) -> &'static str {
-        match self {
-            Endpoint::Chat => "/v1/chat/completions",
-            Endpoint::Completion => "/v1/completions",
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Endpoint::Chat => "chat_completions",
-            Endpoint::Completion => "completions",
-        }
-    }
-
-    /// A fresh response id: the endpoint's prefix and 96 random bits (unique across
-    /// restarts, unlike a counter).
-    pub fn new_id(self) -> String {
-        let prefix = match self {
-            Endpoint::Chat => "chatcmpl",
-            Endpoint::Completion => "cmpl",
-        };
-        format!("{prefix}-{:024x}", rand::random::<u128>() >> 32)
-    }
-
-    /// The whole response of a non-streaming request (`logprobs`: [`Endpoint::logprobs`]
-    /// or null).
-    #[allow(clippy::too_many_arguments)]
-    pub fn response(
-        self,
-        id: &str,
-        created: u64,
-        model: &str,
-        text: &str,
-        finish: &str,
-        usage: Value,
-        logprobs: Value,
-    ) -> Value {
-        match self {
-            Endpoint::Chat => json!({
-                "id": id, "object": "chat.completion", "created": created, "model": model,
-                "system_fingerprint": SYSTEM_FINGERPRINT,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "logprobs": logprobs, "finish_reason": finish}],
-                "usage": usage,
-            }),
-            Endpoint::Completion => json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "system_fingerprint": SYSTEM_FINGERPRINT,
-                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
-                "usage": usage,
-            }),
-        }
-    }
-
-    /// One stream chunk: `text` (the chat's first chunk also carries the role), or the last
-    /// one with `finish`; `logprobs` those of the chunk's tokens, or null.
-    #[allow(clippy::too_many_arguments)]
-    pub fn chunk(
-        self,
-        id: &str,
-        created: u64,
-        model: &str,
-        text: Option<&str>,
-        first: bool,
-        finish: Option<&str>,
-        logprobs: Value,
-    ) -> Value {
-        match self {
-            Endpoint::Chat => {
-                let mut delta = serde_json::Map::new();
-                if first {
-                    delta.insert("role".into(), "assistant".into());
-                }
-                if let Some(t) = text {
-                    delta.insert("content".into(), t.into());
-                }
-                json!({
-                    "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "system_fingerprint": SYSTEM_FINGERPRINT,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-                })
-            }
-            Endpoint::Completion => json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "system_fingerprint": SYSTEM_FINGERPRINT,
-                "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish}],
-            }),
-        }
-    }
-
-    /// The `logprobs` object of `tokens` (null when the request asked for none): chat's
-    /// `{"content": [...]}`, or completions' parallel lists; `text_offset` is where the
-    /// first token's text starts in the completion.
-    pub fn logprobs(self, tokens: Option<&[TokenLogprob]>, text_offset: usize) -> Value {
-        let Some(tokens) = tokens else {
-            return Value::Null;
-        };
-        match self {
-            Endpoint::Chat => {
-                let entry = |token: &str, logprob: f32| json!({"token": token, "logprob": finite(logprob), "bytes": token.as_bytes()});
-                let content: Vec<Value> = tokens
-                    .iter()
-                    .map(|t| {
-                        let mut e = entry(&t.token, t.logprob);
-                        e["top_logprobs"] = t.top.iter().map(|(tok, lp)| entry(tok, *lp)).collect();
-                        e
-                    })
-                    .collect();
-                json!({"content": content, "refusal": null})
-            }
-            Endpoint::Completion => {
-                let mut offset = text_offset;
-                let offsets: Vec<usize> = tokens
-                    .iter()
-                    .map(|t| {
-                        let at = offset;
-                        offset += t.token.len();
-                        at
-                    })
-                    .collect();
-                json!({
-                    "tokens": tokens.iter().map(|t| t.token.clone()).collect::<Vec<_>>(),
-                    "token_logprobs": tokens.iter().map(|t| finite(t.logprob)).collect::<Vec<_>>(),
-                    "top_logprobs": tokens.iter().map(|t| {
-                        t.top.iter().map(|(tok, lp)| (tok.clone(), json!(finite(*lp))))
-                            .collect::<serde_json::Map<_, _>>()
-                    }).collect::<Vec<_>>(),
-                    "text_offset": offsets,
-                })
-            }
-        }
-    }
-
-    /// The usage chunk (`stream_options.include_usage`): no choices.
-    pub fn usage_chunk(self, id: &str, created: u64, model: &str, usage: Value) -> Value {
-        let object = match self {
-            Endpoint::Chat => "chat.completion.chunk",
-            Endpoint::Completion => "text_completion",
-        };
-        json!({"id": id, "object": object, "created": created, "model": model,
-               "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [], "usage": usage})
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -949,9 +789,15 @@ mod tests {
             let e = chat(extra).unwrap_err();
             assert_eq!(e.param.as_deref(), Some(param), "{extra}: {}", e.message);
         }
-        // No seed: a random one, so two requests differ.
+        // No seed: a random one below 2^63, so two requests differ.
         let (a, b) = (chat("").unwrap(), chat("").unwrap());
         assert_ne!(a.sampling.seed, b.sampling.seed);
+        assert!(a.sampling.seed < 1 << 63 && b.sampling.seed < 1 << 63);
+        // Any 64-bit seed is taken back as it was reported.
+        let big = chat(r#", "seed": 11370070643807128939"#).unwrap();
+        assert_eq!(big.sampling.seed, 11370070643807128939);
+        let e = chat(r#", "seed": 1.5"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("seed"), "{}", e.message);
         assert!(!a.sampling.needs_stream());
         let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
         assert_eq!(c.sampling.logprobs, Some(0));
@@ -960,31 +806,6 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("logprobs"));
         let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": "n"}]"#);
         assert!(e.is_err());
-    }
-
-    #[test]
-    fn logprobs_json_has_openai_shapes() {
-        let t = |tok: &str, lp: f32| TokenLogprob {
-            token: tok.into(),
-            logprob: lp,
-            top: vec![(tok.into(), lp), ("b".into(), f32::NEG_INFINITY)],
-        };
-        let tokens = [t("ab", -0.5), t("c", -1.0)];
-        let chat = Endpoint::Chat.logprobs(Some(&tokens), 0);
-        assert_eq!(chat["content"][0]["token"], "ab");
-        assert_eq!(chat["content"][0]["bytes"], json!([97, 98]));
-        assert_eq!(
-            chat["content"][1]["top_logprobs"][1]["logprob"],
-            json!(-9999.0)
-        );
-        let c = Endpoint::Completion.logprobs(Some(&tokens), 3);
-        assert_eq!(c["tokens"], json!(["ab", "c"]));
-        assert_eq!(c["token_logprobs"], json!([-0.5, -1.0]));
-        assert_eq!(c["text_offset"], json!([3, 5]));
-        assert_eq!(c["top_logprobs"][0]["b"], json!(-9999.0));
-        assert_eq!(Endpoint::Chat.logprobs(None, 0), Value::Null);
-        assert!(Endpoint::Chat.new_id().starts_with("chatcmpl-"));
-        assert_ne!(Endpoint::Chat.new_id(), Endpoint::Chat.new_id());
     }
 
     #[test]
