@@ -5,8 +5,10 @@
 //!   one of `--allowed-hosts`: a DNS-rebinding page's requests carry its own host name.
 //! - `Origin`, when sent (browsers send it cross-origin), must be one of `--cors-origins`
 //!   (default none); allowed origins get CORS headers and answered preflights.
-//! - The API key is checked from the headers before a byte of the body is read.
-//! - Generation routes take `Content-Type: application/json` only (415 otherwise): the
+//! - The API key is checked from the headers before a byte of the body is read (every
+//!   route but `/health` and the chat page at `/`).
+//! - POST routes with JSON bodies (the completions, `/tokenize`, `/detokenize`,
+//!   `/apply-template`) take `Content-Type: application/json` only (415 otherwise): the
 //!   content types a page may send without a preflight (`text/plain`, forms) are refused.
 //! - The body is read with a size bound per route (JSON 413) and a deadline (408); headers
 //!   with a deadline; at most `--max-connections` connections at once (503 beyond).
@@ -37,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use wgemma::session::{GenerateRequest, PromptEncoder};
 
-/// Bodies of the generation routes: a context's worth of text with JSON escaping, many
+/// Bodies of the JSON routes: a context's worth of text with JSON escaping, many
 /// times over (a 128K-token prompt is about 0.5 MB of text).
 pub const GENERATION_BODY_BYTES: usize = 4 << 20;
 /// Bodies of every other route (they take none).
@@ -197,12 +199,14 @@ impl Guard {
         if req.method() == Method::OPTIONS {
             return None;
         }
-        if path.starts_with("/v1/") || path == "/metrics" {
+        // Every route but the health probe and the static chat page (which asks for the
+        // key itself when the API needs one).
+        if path != "/health" && path != "/" {
             if let Err(e) = authorize(self.api_key.as_deref(), headers) {
                 return Some(e);
             }
         }
-        if generation_endpoint(req).is_some() {
+        if takes_json(req) {
             let content_type = headers
                 .get(header::CONTENT_TYPE)
                 .map(|v| v.to_str().unwrap_or("(not text)"));
@@ -322,8 +326,22 @@ fn generation_endpoint(req: &Request) -> Option<Endpoint> {
     }
 }
 
+/// Whether a request is a POST to a route whose body is JSON (the completions, and
+/// `/tokenize`, `/detokenize`, `/apply-template`, which carry prompts too).
+fn takes_json(req: &Request) -> bool {
+    req.method() == Method::POST
+        && matches!(
+            req.uri().path(),
+            "/v1/chat/completions"
+                | "/v1/completions"
+                | "/tokenize"
+                | "/detokenize"
+                | "/apply-template"
+        )
+}
+
 fn body_limit(req: &Request) -> usize {
-    if generation_endpoint(req).is_some() {
+    if takes_json(req) {
         GENERATION_BODY_BYTES
     } else {
         OTHER_BODY_BYTES
