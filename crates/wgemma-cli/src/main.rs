@@ -120,7 +120,7 @@ fn output_errors_are_errors() {
             // stderr may still work; if it does not there is nowhere left to say it.
             let _ = std::io::Write::write_all(
                 &mut std::io::stderr(),
-                format!("Error: writing to stdout: {cause}\n").as_bytes(),
+                format!("error: writing to stdout: {cause}\n").as_bytes(),
             );
             std::process::exit(1);
         }

@@ -789,7 +789,7 @@ fn output_errors_are_errors_not_panics() {
         assert_eq!(status.code(), Some(1), "wgemma {args:?}:\n{err}");
         assert!(!err.contains("panicked"), "wgemma {args:?}:\n{err}");
         assert!(
-            err.contains("Error:") && err.contains("No space left"),
+            err.contains("error:") && err.contains("No space left"),
             "wgemma {args:?}:\n{err}"
         );
         // A failing stderr too: exit 1, nothing to say it with.
@@ -1015,10 +1015,13 @@ fn runaway_chat_templates_end_in_errors() {
 
 #[test]
 fn server_keys_are_checked_at_start() {
-    // Keys with spaces or non-ASCII characters were accepted but could never match.
+    // Keys with spaces or non-ASCII characters were accepted but could never match. The
+    // model path exists (a missing one is refused first, naming the path).
+    let d = scratch("keys");
+    let m = model_dir(&d, "m", |_| {});
     for key in ["two words", "clé"] {
         refused(
-            &["serve", "--model", "/nonexistent", "--api-key", key],
+            &["serve", "--model", s(&m), "--api-key", key, "--port", "0"],
             &["--api-key", "visible ASCII"],
         );
     }

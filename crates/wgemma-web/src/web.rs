@@ -56,6 +56,9 @@ export interface LoadOptions {
   prefillChunk?: number;
   /** KV cache slots (conversations held at once); default 1. */
   sequences?: number;
+  /** Load a checkpoint holding decoder tensors its config does not describe (ignored)
+   * instead of refusing it; default false. */
+  allowExtraTensors?: boolean;
 }
 export interface ArtifactOptions {
   /** KV cache positions; default 4096. */
