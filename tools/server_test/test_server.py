@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
 """End-to-end tests of `wgemma serve` with the official `openai` Python client.
 
-Starts two servers on 127.0.0.1 (free ports) over a tiny test model (the `e2b_like` golden
-fixture with a word-level tokenizer and the `gemma4_turns` chat template): one batching
-up to 4 sequences, one drafting with the fixture's MTP assistant. Runs: chat, streaming
-chat and completions through the client; seeds and stop strings; the errors (malformed
-JSON, wrong types, huge max_tokens, unknown model, missing or wrong key); a full queue
-answering 503; greedy output identical alone and batched; the speculative server's
-output equal to the plain one's; and a bounded load test (requests from 16 threads, a
-quarter cancelled mid-stream) whose finished requests must equal their solo runs, after
-which the metrics must show no sequence or KV slot held and the server must still answer.
-The servers are stopped at the end, also on failure. Every request has a timeout.
+Starts three servers on 127.0.0.1 (free ports): two over a tiny test model (the `e2b_like`
+golden fixture with a word-level tokenizer and the `gemma4_turns` chat template), one
+batching up to 4 sequences, one drafting with the fixture's MTP assistant; and one over the
+shipped pair (`models/kjv-pair.wgemma`, a byte-level BPE vocabulary) for structured output
+(a strict JSON schema and JSON mode on 20 prompts). Runs: operations (the port
+bound before loading, /health 503 "loading" then 200, the banner, unique request ids, one
+log line per request, JSON errors on every route, the latency histograms, /tokenize,
+/detokenize, /apply-template, /props, /slots); a table over every field of the client's
+chat and completions request schemas (each used, or refused with a 400 naming it); the
+penalties, logit_bias, min_p and logprobs; chat, streaming chat and completions through the
+client; seeds (a random one reported when none is given; a given one reproducing the text
+with and without the assistant) and stop strings; the errors (malformed JSON, wrong types,
+huge max_tokens, unknown model, missing or wrong key); a full queue answering 503; greedy
+output identical alone and batched; the speculative server's output equal to the plain
+one's; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
+whose finished requests must equal their solo runs, after which the metrics must show no
+sequence or KV slot held and the server must still answer. The servers are stopped at the
+end, also on failure. Every request has a timeout.
 
     test_server.py --wgemma target/debug/wgemma [--requests 200] [--concurrency 16]
 """
@@ -67,14 +75,20 @@ def model_dir(tmp):
 
 
 class Server:
-    """`wgemma serve` on a free loopback port; stopped by stop() (SIGTERM, then SIGKILL)."""
+    """`wgemma serve` on a free loopback port; stopped by stop() (SIGTERM, then SIGKILL).
+    It binds before it loads: the first stdout line names the address, /health answers 503
+    "loading" until the model is ready, then the banner line follows."""
 
-    def __init__(self, wgemma, model, extra):
-        cmd = [wgemma, "serve", "--model", str(model), "--port", "0", "--api-key", KEY,
+    def __init__(self, wgemma, model, extra, port=0, wait=True):
+        cmd = [wgemma, "serve", "--model", str(model), "--port", str(port), "--api-key", KEY,
                "--context", "256", "--model-name", "tiny"] + extra
+        self.model = model
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stderr = []
+        self.health_seen = []
         threading.Thread(target=self._drain_stderr, daemon=True).start()
+        if not wait:
+            return
         line = self._read_line(deadline=time.time() + 600)
         m = re.search(r"listening on http://([\d.]+):(\d+)", line)
         if not m:
@@ -82,6 +96,18 @@ class Server:
         self.host, self.port = m.group(1), int(m.group(2))
         assert self.host == "127.0.0.1", line
         self.base = f"http://{self.host}:{self.port}"
+        deadline = time.time() + 600
+        while True:
+            status, body = self.raw("GET", "/health", key=None)
+            self.health_seen.append((status, body))
+            if status == 200:
+                break
+            if status != 503 or body != {"status": "loading"} or time.time() > deadline:
+                self.stop()
+                raise RuntimeError(f"/health answered {status} {body!r} while loading; "
+                                   f"stderr: {''.join(self.stderr)[-3000:]}")
+            time.sleep(0.05)
+        self.banner = self._read_line(deadline=time.time() + 60)
 
     def _drain_stderr(self):
         for line in self.proc.stderr:
@@ -119,6 +145,7 @@ class Server:
         conn.request(method, path, body=body, headers=h)
         r = conn.getresponse()
         data = r.read().decode()
+        self.last_headers = {k.lower(): v for k, v in r.getheaders()}
         conn.close()
         try:
             return r.status, json.loads(data)
@@ -139,7 +166,12 @@ class Server:
 PASSED, FAILED = [], []
 
 
+ONLY = []  # --only: run the checks whose names contain one of these
+
+
 def check(name, fn):
+    if ONLY and not any(o in name for o in ONLY):
+        return
     t = time.time()
     try:
         fn()
@@ -156,7 +188,9 @@ def main():
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=6)
+    ap.add_argument("--only", default="", help="comma-separated parts of check names to run")
     args = ap.parse_args()
+    ONLY.extend(o for o in args.only.split(",") if o)
 
     tmp = tempfile.mkdtemp(prefix="wgemma-serve-test-")
     servers = []
@@ -167,9 +201,11 @@ def main():
         servers.append(Server(args.wgemma, model, ["--parallel", "4", "--queue", "12",
                                                    "--header-timeout", "3", "--body-timeout", "3"]))
         servers.append(Server(args.wgemma, model, ["--assistant", str(assistant)]))
-        print(f"servers up at {servers[0].base} (batching) and {servers[1].base} (speculative) "
-              f"in {time.time() - t0:.1f} s", flush=True)
-        run_tests(servers[0], servers[1], args)
+        # The shipped pair: a byte-level BPE vocabulary, which structured output needs.
+        servers.append(Server(args.wgemma, ROOT / "models/kjv-pair.wgemma", ["--parallel", "8"]))
+        print(f"servers up at {servers[0].base} (batching), {servers[1].base} (speculative) and "
+              f"{servers[2].base} (the shipped pair) in {time.time() - t0:.1f} s", flush=True)
+        run_tests(servers[0], servers[1], servers[2], args)
     finally:
         for server in servers:
             rc = server.stop()
@@ -190,7 +226,7 @@ def client_of(server):
     return openai.OpenAI(base_url=server.base + "/v1", api_key=KEY, max_retries=0, timeout=TIMEOUT)
 
 
-def run_tests(server, spec_server, args):
+def run_tests(server, spec_server, kjv_server, args):
     client = client_of(server)
     greedy = dict(model="tiny", temperature=0)
 
@@ -393,6 +429,356 @@ def run_tests(server, spec_server, args):
               f"{m['wgemma_tokens_per_second']:.1f} tok/s while generating, "
               f"up to {m['wgemma_batch_rows_peak']:.0f} sequences per step", flush=True)
 
+
+    def operations():
+        # Bound before loading: /health said "loading" (503) or was ready at once; a server on
+        # the same port fails at once with the port named, before it loads anything.
+        assert all(h == (503, {"status": "loading"}) for h in server.health_seen[:-1]), server.health_seen
+        assert server.health_seen[-1] == (200, {"status": "ok"}), server.health_seen
+        busy = Server(args.wgemma, server.model, [], port=server.port, wait=False)
+        try:
+            rc = busy.proc.wait(timeout=120)
+        finally:
+            busy.stop()
+        err = "".join(busy.stderr)
+        assert rc != 0 and f"--port {server.port}: binding" in err, (rc, err)
+        # The banner names adapter, model, context, slots and the speculative mode.
+        for srv, slots, spec in [(server, 4, "speculative: off"), (spec_server, 2, "speculative: MTP")]:
+            b = srv.banner
+            for needle in ["ready", "adapter", "context 256 positions", f"{slots} slot(s)", spec]:
+                assert needle in b, (needle, b)
+        # Unique ids (x-request-id is the response id) and one log line per request.
+        ids = []
+        for _ in range(2):
+            raw = client.chat.completions.with_raw_response.create(messages=chat_messages(5), max_tokens=3,
+                                                                   **greedy)
+            r = raw.parse()
+            assert raw.headers["x-request-id"] == r.id, (raw.headers, r.id)
+            assert re.fullmatch(r"chatcmpl-[0-9a-f]{24}", r.id), r.id
+            ids.append(r.id)
+        assert ids[0] != ids[1], ids
+        deadline = time.time() + 10
+        while not all(any(i in line for line in server.stderr) for i in ids) and time.time() < deadline:
+            time.sleep(0.05)
+        for i in ids:
+            lines = [line for line in server.stderr if i in line]
+            assert len(lines) == 1, (i, lines)
+            assert re.search(r"200 prompt \d+ tok, completion 3 tok, ttft [\d.]+ ms, [\d.]+ tok/s, finish length",
+                             lines[0]), lines[0]
+        # JSON errors on every route: unknown path, wrong method, and a request id on each.
+        for method, path, status, needle in [("GET", "/nope", 404, "no such endpoint"),
+                                             ("GET", "/v1/chat/completions", 405, "POST"),
+                                             ("POST", "/health", 405, "GET"),
+                                             ("DELETE", "/v1/models", 405, "GET")]:
+            got_status, got = server.raw(method, path, {} if method == "POST" else None)
+            assert got_status == status and needle in got["error"]["message"], (method, path, got_status, got)
+            assert server.last_headers.get("x-request-id", "").startswith("req-"), server.last_headers
+        # Histograms of the time to first token and between tokens.
+        m = server.metrics()
+        assert m['wgemma_time_to_first_token_seconds_bucket{le="+Inf"}'] >= 2, m
+        assert m["wgemma_time_to_first_token_seconds_count"] >= 2, m
+        assert m["wgemma_time_per_output_token_seconds_count"] >= 4, m
+        assert m["wgemma_time_to_first_token_seconds_sum"] > 0, m
+
+    def utility_endpoints():
+        s, tok = server.raw("POST", "/tokenize", {"content": "w1 w2"})
+        assert s == 200 and tok["tokens"][0] == 7 and tok["tokens"][-1] == 8, (s, tok)  # w1 = 6 + 1
+        s, bos = server.raw("POST", "/tokenize", {"content": "w1 w2", "add_special": True})
+        assert bos["tokens"] == [2] + tok["tokens"], bos
+        s, pieces = server.raw("POST", "/tokenize", {"content": "w1", "with_pieces": True})
+        assert pieces == {"tokens": [{"id": 7, "piece": "w1"}]}, pieces
+        s, text = server.raw("POST", "/detokenize", {"tokens": [7, 8]})
+        assert (s, text) == (200, {"content": "w1w2"}), (s, text)
+        s, err = server.raw("POST", "/detokenize", {"tokens": [7, 100000]})
+        assert s == 400 and err["error"]["param"] == "tokens[1]", err
+        s, err = server.raw("POST", "/tokenize", {"content": "w1", "extra": 1})
+        assert s == 400 and "extra" in err["error"]["message"], err
+        s, tpl = server.raw("POST", "/apply-template", {"messages": chat_messages(1)})
+        assert s == 200 and "<|turn>user" in tpl["prompt"] and tpl["prompt"].endswith("<|turn>model\n"), tpl
+        r = client.chat.completions.create(messages=chat_messages(1), max_tokens=2, **greedy)
+        s, ids = server.raw("POST", "/tokenize", {"content": tpl["prompt"]})
+        assert len(ids["tokens"]) == r.usage.prompt_tokens, (ids, r.usage)
+        s, props = server.raw("GET", "/props")
+        assert s == 200 and props["total_slots"] == 4 and props["context"] == 256, props
+        assert props["speculative"] is None and "adapter" in props, props
+        s, props = spec_server.raw("GET", "/props")
+        assert props["total_slots"] == 2 and "MTP" in props["speculative"], props
+        wait_idle(server)
+        s, slots = server.raw("GET", "/slots")
+        assert s == 200 and [x["id"] for x in slots] == [1, 2, 3, 4], slots
+        assert not any(x["is_processing"] for x in slots), slots
+        for path in ["/tokenize", "/props", "/slots"]:
+            s, _ = server.raw("POST" if path == "/tokenize" else "GET", path, {"content": "w1"}, key=None)
+            assert s == 401, (path, s)
+
+    # Every field of the client's request schemas: a value that asks for something, and
+    # whether this server does it (200) or refuses it by name (400).
+    chat_fields = {
+        "messages": ({}, 200), "model": ({}, 200),
+        "audio": ({"audio": {"voice": "alloy", "format": "wav"}}, 400),
+        "frequency_penalty": ({"frequency_penalty": 0.5}, 200),
+        "function_call": ({"function_call": "auto"}, 400),
+        "functions": ({"functions": [{"name": "f", "parameters": {}}]}, 400),
+        "logit_bias": ({"logit_bias": {"10": 1}}, 200),
+        "logprobs": ({"logprobs": True}, 200),
+        "max_completion_tokens": ({"max_completion_tokens": 3, "max_tokens": None}, 200),
+        "max_tokens": ({"max_tokens": 3}, 200),
+        "metadata": ({"metadata": {"k": "v"}}, 400),
+        "modalities": ({"modalities": ["text", "audio"]}, 400),
+        "moderation": ({"moderation": {"model": "omni-moderation-latest"}}, 400),
+        "n": ({"n": 2}, 400),
+        "parallel_tool_calls": ({"parallel_tool_calls": True}, 400),
+        "prediction": ({"prediction": {"type": "content", "content": "w1"}}, 400),
+        "presence_penalty": ({"presence_penalty": 0.5}, 200),
+        "prompt_cache_key": ({"prompt_cache_key": "k"}, 400),
+        "prompt_cache_options": ({"prompt_cache_options": {}}, 400),
+        "prompt_cache_retention": ({"prompt_cache_retention": "24h"}, 400),
+        "reasoning_effort": ({"reasoning_effort": "low"}, 400),
+        # 200 needs a byte-level vocabulary (the structured output test); here the fixture's
+        # word-level one makes it a 400 that names the field.
+        "response_format": ({"response_format": {"type": "json_object"}}, 400),
+        "safety_identifier": ({"safety_identifier": "u1"}, 200),
+        "seed": ({"seed": 3}, 200),
+        "service_tier": ({"service_tier": "flex"}, 400),
+        "stop": ({"stop": ["w9"]}, 200),
+        "store": ({"store": True}, 400),
+        "stream": ({"stream": True}, 200),
+        "stream_options": ({"stream_options": {"include_usage": True}, "stream": True}, 200),
+        "temperature": ({"temperature": 0.5}, 200),
+        "tool_choice": ({"tool_choice": "auto"}, 400),
+        "tools": ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, 400),
+        "top_logprobs": ({"top_logprobs": 2, "logprobs": True}, 200),
+        "top_p": ({"top_p": 0.5}, 200),
+        "user": ({"user": "u1"}, 200),
+        "verbosity": ({"verbosity": "low"}, 400),
+        "web_search_options": ({"web_search_options": {}}, 400),
+        # Not OpenAI's: llama.cpp's and vLLM's.
+        "top_k": ({"top_k": 5}, 200),
+        "min_p": ({"min_p": 0.1}, 200),
+        "repetition_penalty": ({"repetition_penalty": 1.2}, 200),
+        "no_such_field": ({"no_such_field": 1}, 400),
+    }
+    completion_fields = {
+        "model": ({}, 200), "prompt": ({}, 200),
+        "best_of": ({"best_of": 2}, 400),
+        "echo": ({"echo": True}, 400),
+        "frequency_penalty": ({"frequency_penalty": -0.5}, 200),
+        "logit_bias": ({"logit_bias": {"7": -100}}, 200),
+        "logprobs": ({"logprobs": 2}, 200),
+        "max_tokens": ({"max_tokens": 2}, 200),
+        "n": ({"n": 3}, 400),
+        "presence_penalty": ({"presence_penalty": -0.5}, 200),
+        "seed": ({"seed": 11}, 200),
+        "stop": ({"stop": "w3"}, 200),
+        "stream": ({"stream": True}, 200),
+        "stream_options": ({"stream_options": {"include_usage": True}, "stream": True}, 200),
+        "suffix": ({"suffix": "w9"}, 400),
+        "temperature": ({"temperature": 1.5}, 200),
+        "top_p": ({"top_p": 0.9}, 200),
+        "user": ({"user": "u2"}, 200),
+        "top_k": ({"top_k": 5}, 200),
+        "min_p": ({"min_p": 0.1}, 200),
+        "repetition_penalty": ({"repetition_penalty": 1.2}, 200),
+        "response_format": ({"response_format": {"type": "json_object"}}, 400),
+        "no_such_field": ({"no_such_field": 1}, 400),
+    }
+
+    def every_request_field():
+        from openai.types import completion_create_params as cp
+        from openai.types.chat import completion_create_params as ccp
+        for schema, table, path, base in [
+            (ccp.CompletionCreateParamsBase, chat_fields, "/v1/chat/completions",
+             {"model": "tiny", "messages": [{"role": "user", "content": "w1 w2"}], "max_tokens": 3}),
+            (cp.CompletionCreateParamsBase, completion_fields, "/v1/completions",
+             {"model": "tiny", "prompt": "w1 w2", "max_tokens": 3}),
+        ]:
+            fields = schema.__required_keys__ | schema.__optional_keys__
+            missing = sorted(fields - set(table))
+            assert not missing, f"{path}: fields of the client's schema the table does not cover: {missing}"
+            for field, (extra, want) in table.items():
+                body = {**base, **extra}
+                body = {k: v for k, v in body.items() if v is not None}
+                status, got = server.raw("POST", path, body)
+                assert status == want, (path, field, status, got)
+                if want == 400:
+                    assert got["error"]["param"] == field and field in got["error"]["message"], (path, field, got)
+        # A message carries a role and a content; anything else is refused by name.
+        status, got = server.raw("POST", "/v1/chat/completions", {
+            "model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "w1", "name": "bob"}]})
+        assert status == 400 and got["error"]["param"] == "messages[0].name", got
+
+    def logit_adjustments_and_logprobs():
+        msgs = chat_messages(6)
+        plain = client.chat.completions.create(messages=msgs, max_tokens=4, logprobs=True, top_logprobs=3,
+                                               **greedy)
+        lp = plain.choices[0].logprobs.content
+        assert len(lp) == plain.usage.completion_tokens and len(lp[0].top_logprobs) == 3, lp
+        first, runner_up = lp[0].top_logprobs[0], lp[0].top_logprobs[1]
+        assert first.token == lp[0].token and abs(first.logprob - lp[0].logprob) < 1e-6, lp[0]
+        assert first.logprob >= runner_up.logprob and first.logprob <= 0, lp[0]
+        # A bias of the logit gap plus one makes the runner-up the greedy choice.
+        s, ids = server.raw("POST", "/tokenize", {"content": runner_up.token})
+        bias = {str(ids["tokens"][0]): first.logprob - runner_up.logprob + 1.0}
+        biased = client.chat.completions.create(messages=msgs, max_tokens=1, logprobs=True, logit_bias=bias,
+                                                **greedy)
+        assert biased.choices[0].logprobs.content[0].token == runner_up.token, biased
+        # A ban (-100) removes the greedy choice.
+        s, ids = server.raw("POST", "/tokenize", {"content": first.token})
+        banned = client.chat.completions.create(messages=msgs, max_tokens=1, logit_bias={str(ids["tokens"][0]): -100},
+                                                **greedy)
+        assert banned.choices[0].message.content != first.token, banned
+        # min_p 1 keeps only the most likely token: sampling at T = 1 is then greedy.
+        text = plain.choices[0].message.content
+        for seed in range(3):
+            r = client.chat.completions.create(messages=msgs, max_tokens=4, model="tiny", temperature=1.0,
+                                               seed=seed, extra_body={"min_p": 1.0})
+            assert r.choices[0].message.content == text, (seed, r, text)
+        # Penalties: the second token's logits lose presence + count * frequency for the first
+        # token, and the reported log-probabilities (after adjustment) show exactly that gap.
+        def second(**kw):
+            r = server.raw("POST", "/v1/chat/completions", {"model": "tiny", "messages": msgs, "max_tokens": 2,
+                                                            "temperature": 0, "logprobs": True,
+                                                            "top_logprobs": 20, **kw})[1]
+            content = r["choices"][0]["logprobs"]["content"]
+            return content[0]["token"], {t["token"]: t["logprob"] for t in content[1]["top_logprobs"]}
+        t0, base = second()
+        t0b, pen = second(presence_penalty=-1.5, frequency_penalty=-0.25)
+        assert t0 == t0b, (t0, t0b)
+        others = [t for t in base if t in pen and t != t0]
+        assert t0 in base and t0 in pen and others, (t0, base, pen)
+        gap, gap_pen = base[t0] - base[others[0]], pen[t0] - pen[others[0]]
+        assert abs(gap_pen - gap - 1.75) < 1e-3, (gap, gap_pen)
+        # Completions' logprobs: tokens, token_logprobs, top_logprobs, text_offset.
+        c = client.completions.create(prompt="w1 w2 w3", max_tokens=3, logprobs=2, **greedy)
+        l = c.choices[0].logprobs
+        assert len(l.tokens) == 3 and len(l.token_logprobs) == 3 and len(l.top_logprobs[0]) == 2, l
+        assert "".join(l.tokens) == c.choices[0].text and l.text_offset[0] == 0, (l, c.choices[0].text)
+        # Streaming carries each token's entry.
+        stream = client.chat.completions.create(messages=msgs, max_tokens=4, logprobs=True, stream=True, **greedy)
+        streamed = [e.token for ch in stream if ch.choices and ch.choices[0].logprobs
+                    for e in ch.choices[0].logprobs.content]
+        assert streamed == [e.token for e in lp], (streamed, lp)
+        # The speculative server runs them too (plain, in its extra slot).
+        spec = client_of(spec_server).chat.completions.create(messages=msgs, max_tokens=4, logprobs=True,
+                                                              top_logprobs=3, **greedy)
+        assert [e.token for e in spec.choices[0].logprobs.content] == [e.token for e in lp], spec
+
+    def seeds():
+        kw = dict(model="tiny", messages=chat_messages(7), max_tokens=12, temperature=0.9)
+        # No seed: a fresh one each time, reported; it reproduces the text.
+        runs = [client.chat.completions.with_raw_response.create(**kw) for _ in range(2)]
+        seeds_used = [int(r.headers["x-wgemma-seed"]) for r in runs]
+        texts = [r.parse().choices[0].message.content for r in runs]
+        assert seeds_used[0] != seeds_used[1], seeds_used
+        again = client.chat.completions.create(seed=seeds_used[0], **kw).choices[0].message.content
+        assert again == texts[0], (again, texts)
+        # A given seed: the same text 3 times, with and without the assistant.
+        spec = client_of(spec_server)
+        for seed in [7, 8]:
+            got = [c.chat.completions.create(seed=seed, **kw).choices[0].message.content
+                   for c in [client, spec] for _ in range(3)]
+            assert len(set(got)) == 1, (seed, got)
+
+
+    # A strict schema: every answer must parse and validate (names, an integer in range, an
+    # enum, an array of bounded size), within a budget the bounds guarantee.
+    person = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 8},
+            "age": {"type": "integer", "minimum": 1, "maximum": 999},
+            "tribe": {"enum": ["Judah", "Levi", "Benjamin", "Dan"]},
+            "sons": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 2},
+        },
+        "required": ["name", "age", "tribe", "sons"],
+        "additionalProperties": False,
+    }
+
+    def valid_person(v):
+        assert isinstance(v, dict) and set(v) == {"name", "age", "tribe", "sons"}, v
+        assert isinstance(v["name"], str) and 1 <= len(v["name"]) <= 8, v
+        assert isinstance(v["age"], int) and not isinstance(v["age"], bool) and 1 <= v["age"] <= 999, v
+        assert v["tribe"] in ["Judah", "Levi", "Benjamin", "Dan"], v
+        assert isinstance(v["sons"], list) and len(v["sons"]) <= 2, v
+        assert all(isinstance(x, str) and len(x) <= 6 for x in v["sons"]), v
+
+    kjv_questions = ["Who was Moses?", "Tell of Abraham.", "Who begat Jacob?", "Name a king of Israel.",
+                     "Who was Aaron?", "Describe David.", "Who was Samuel?", "Tell me of Joseph.",
+                     "Who was Noah?", "Who built the temple?", "Name a prophet.", "Who was Ruth?",
+                     "Tell of Solomon.", "Who was Isaac?", "Who led the people?", "Name a judge.",
+                     "Who was Elijah?", "Tell of Joshua.", "Who was Saul?", "Name a priest."]
+
+    def structured_output():
+        kjv = client_of(kjv_server)
+        # The word-level fixture has no byte vocabulary: a clear 400, not free text.
+        try:
+            client.chat.completions.create(messages=chat_messages(1), max_tokens=4,
+                                           response_format={"type": "json_object"}, **greedy)
+            raise AssertionError("json_object accepted on a word-level vocabulary")
+        except openai.BadRequestError as e:
+            assert "response_format" in str(e), e
+        assert "structured output: JSON" in kjv_server.banner, kjv_server.banner
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": person}}
+
+        def ask(item):
+            i, q, rf, max_tokens = item
+            kw = dict(model="tiny", messages=[{"role": "user", "content": q}], max_tokens=max_tokens,
+                      response_format=rf)
+            kw.update(temperature=0) if i % 2 else kw.update(temperature=0.8, seed=i)
+            return q, kw, kjv.chat.completions.create(**kw).choices[0]
+
+        # 20 prompts, half greedy and half sampled, 8 at a time (the server batches them).
+        plan = [(i, q, fmt, 100) for i, q in enumerate(kjv_questions)]
+        # JSON mode: any object. This Bible model never closes its first string (its corpus has
+        # no quotation marks), so the budget is small and a cut answer must be an object's start.
+        plan += [(i, q, {"type": "json_object"}, 8) for i, q in enumerate(kjv_questions)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, plan))
+        for q, kw, c in answers:
+            if kw["response_format"] is fmt:
+                assert c.finish_reason == "stop", (q, c)
+                valid_person(json.loads(c.message.content))
+            elif c.finish_reason == "stop":
+                assert isinstance(json.loads(c.message.content), dict), (q, c)
+            else:
+                assert c.finish_reason == "length" and c.message.content.startswith('{"'), (q, c)
+        # Streamed, the pieces make the same answer as the greedy one above.
+        q, kw, whole = answers[1]
+        pieces = "".join(ch.choices[0].delta.content or "" for ch in kjv.chat.completions.create(stream=True, **kw)
+                         if ch.choices)
+        assert pieces == whole.message.content, (pieces, whole)
+        # A schema llguidance cannot enforce, and a malformed format, are 400s.
+        for bad in [{"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "no-such-type"}}},
+                    {"type": "yaml"}]:
+            s, got = kjv_server.raw("POST", "/v1/chat/completions", {
+                "model": "tiny", "messages": [{"role": "user", "content": "w"}], "response_format": bad})
+            assert s == 400 and got["error"]["param"] == "response_format", (bad, s, got)
+
+
+    def chat_page():
+        # The page is served without a key; in headless Chromium it streams the same answer
+        # the API gives for the same conversation.
+        s, html = server.raw("GET", "/", key=None)
+        assert s == 200 and "<title>wgemma chat</title>" in html, (s, html[:200])
+        if not (shutil.which("node") and os.path.exists(os.environ.get("WGEMMA_CHROMIUM", "/usr/bin/chromium"))):
+            raise AssertionError("node and chromium are needed (test.sh installs them)")
+        want = client.chat.completions.create(messages=[{"role": "user", "content": "w3 w4"}], max_tokens=8,
+                                              **greedy).choices[0].message.content
+        out = subprocess.run(["node", str(ROOT / "tools/server_test/page.mjs"), server.base + "/", KEY, "w3 w4", "8"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got["status"].startswith("done"), got
+        assert got["text"] == want and "page_errors" not in got, (got, want)
+        assert got["updates"] >= 2, got
+
+    check("operations", operations)
+    check("utility endpoints", utility_endpoints)
+    check("every request field is used or refused", every_request_field)
+    check("logit adjustments and logprobs", logit_adjustments_and_logprobs)
+    check("seeds", seeds)
+    check("structured output", structured_output)
+    check("chat page in Chromium", chat_page)
     check("health and models", health_and_models)
     check("chat completion", chat)
     check("streaming chat completion", streaming_chat)

@@ -146,8 +146,9 @@ pub struct SamplingArgs {
     /// text, 1 for ids].
     #[arg(long, value_name = "P")]
     pub top_p: Option<f32>,
-    /// Divide the logits of the last 64 generated tokens by this (1 = none) [default: 1.1
-    /// for text, 1 for ids]. Speculative decoding samples without it.
+    /// Divide the positive logits (multiply the negative ones) of the tokens in the prompt
+    /// or generated so far by this (1 = none) [default: 1.1 for text, 1 for ids].
+    /// Speculative decoding samples without it.
     #[arg(long, visible_alias = "repetition-penalty", value_name = "X")]
     pub repeat_penalty: Option<f32>,
     /// Sampling seed [default: a fresh one, printed with the stats so a run can be

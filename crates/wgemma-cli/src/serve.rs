@@ -1,49 +1,54 @@
 //! `wgemma serve`: an OpenAI-compatible HTTP server on tokio + axum.
 //!
 //! - `POST /v1/chat/completions`, `POST /v1/completions`: streaming (server-sent events,
-//!   ending `data: [DONE]`) or one JSON answer, with `usage`, `max_tokens`, `temperature`,
-//!   `top_p`, `seed`, `stop` (and `top_k`).
-//! - `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
+//!   ending `data: [DONE]`) or one JSON answer, with `usage`; every field of OpenAI's
+//!   request schemas is used or refused by name ([`crate::serve_api`]).
+//! - `GET /`: a chat page (plain HTML + JS, streaming through the chat endpoint).
+//! - `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text), and llama-server's
+//!   `POST /tokenize`, `/detokenize`, `/apply-template`, `GET /props`, `/slots`
+//!   ([`crate::serve_endpoints`]).
 //!
-//! The model lives on its own thread ([`crate::serve_worker`]), which decodes up to
-//! `--parallel` requests together (continuous batching); handlers queue jobs for it (a full
-//! queue answers 503 at once) and relay its events. A client that disconnects drops
-//! its stream, which closes the job's channel and stops its sequence after the token in
-//! flight. Binds to 127.0.0.1 unless `--host` says otherwise; `--api-key` requires
-//! `Authorization: Bearer KEY` on `/v1/*` and `/metrics`. Every request passes
-//! [`crate::serve_guard`] first (host, origin, key, content type, size and deadlines), and
-//! prompts are tokenised there, off the model thread.
+//! The port is bound before the model loads (a busy port fails at once; `/health` answers
+//! 503 `loading` until the model is ready). The model lives on its own thread
+//! ([`crate::serve_worker`]), which decodes up to `--parallel` requests together
+//! (continuous batching); handlers queue jobs for it (a full queue answers 503 at once) and
+//! relay its events. A client that disconnects drops its stream, which closes the job's
+//! channel and stops its sequence after the token in flight. Every answer carries an
+//! `x-request-id`, every error is OpenAI-style JSON (404 and 405 included), and every
+//! request gets one log line on stderr. Binds to 127.0.0.1 unless `--host` says otherwise;
+//! `--api-key` requires `Authorization: Bearer KEY` on every route but `/health` and the
+//! page. Every request passes [`crate::serve_guard`] first (host, origin, key, content type,
+//! size and deadlines), and prompts are tokenised there, off the model thread.
 
 use crate::generate::ModelArgs;
 use crate::load::load_model;
-use crate::serve_api::{self, ApiError, Endpoint, Parsed};
+use crate::serve_answer;
+use crate::serve_api::{self, ApiError, Endpoint};
+use crate::serve_endpoints;
 use crate::serve_guard;
-use crate::serve_metrics::Metrics;
-use crate::serve_worker::{self, Event, Job};
+use crate::serve_metrics::{Metrics, SlotState};
+use crate::serve_structured::Grammars;
+use crate::serve_worker::{self, Job};
 use anyhow::{bail, Context as _, Result};
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc::UnboundedReceiver;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::ops::attention::MAX_SEQUENCES;
-use wgemma::session::{PromptEncoder, Session};
+use wgemma::session::{PromptEncoder, Session, TextTools};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -67,9 +72,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8080)]
     port: u16,
     /// Sequences decoded together (continuous batching: one forward of one row per active
-    /// sequence per step, each over its own KV cache slot of --context positions, allocated at load).
-    /// Requests
-    /// beyond these wait in the queue. With --assistant, requests run one at a time.
+    /// sequence per step, each over its own KV cache slot of --context positions, allocated
+    /// at load). Requests beyond these wait in the queue. With --assistant, drafting
+    /// requests run one at a time (requests with penalties, bias, min_p or logprobs run plain
+    /// in one more slot).
     #[arg(long, default_value_t = 4)]
     parallel: usize,
     /// Requests that may wait for a sequence; beyond it the server answers 503 at once.
@@ -87,22 +93,83 @@ pub struct ServeArgs {
 }
 
 /// What the handlers share.
-struct App {
-    jobs: SyncSender<Job>,
-    /// Tokenises prompts on request threads (the model thread gets token ids).
-    encoder: PromptEncoder,
-    metrics: Arc<Metrics>,
-    model_name: String,
+pub(crate) struct App {
+    pub jobs: SyncSender<Job>,
+    pub metrics: Arc<Metrics>,
+    pub model_name: String,
     api_key: Option<String>,
-    /// KV cache slots of the model (sequences held at once).
-    kv_slots: usize,
     /// Capacity of the job queue (for the 503's message).
-    queue: usize,
-    next_id: AtomicU64,
+    pub queue: usize,
     created: u64,
+    /// Set by the model thread once the model has loaded.
+    ready: Arc<OnceLock<Ready>>,
 }
 
-fn unix_now() -> u64 {
+/// What the loaded model tells the handlers.
+pub(crate) struct Ready {
+    /// Tokenizer and chat template, for `/tokenize` and friends and log-probabilities'
+    /// token text.
+    pub text: TextTools,
+    /// Tokenises the completions' prompts on request threads (the model thread gets token
+    /// ids).
+    pub encoder: PromptEncoder,
+    pub info: ServerInfo,
+    /// The structured-output grammar compiler, or why this vocabulary has none.
+    pub grammars: Result<Arc<Grammars>, String>,
+}
+
+/// The banner's facts, also served by `/props`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct ServerInfo {
+    pub adapter: String,
+    pub model: String,
+    pub context: usize,
+    pub vocab_size: usize,
+    /// KV slots requests may hold.
+    pub slots: usize,
+    /// How requests draft (None: no assistant).
+    pub speculative: Option<String>,
+    pub chat_template: &'static str,
+    /// `response_format` JSON: available, or why not.
+    pub structured_output: String,
+}
+
+impl ServerInfo {
+    fn banner(&self, name: &str) -> String {
+        format!(
+            "wgemma serve: ready: model {name:?} ({}), adapter {}, context {} positions, \
+             {} slot(s), speculative: {}, chat format: {}, structured output: {}",
+            self.model,
+            self.adapter,
+            self.context,
+            self.slots,
+            self.speculative.as_deref().unwrap_or("off"),
+            self.chat_template,
+            self.structured_output,
+        )
+    }
+}
+
+impl App {
+    /// The loaded model, or the 503 a client gets while it loads.
+    pub fn ready(&self) -> Result<&Ready, ApiError> {
+        self.ready.get().ok_or_else(|| {
+            ApiError::unavailable("the model is still loading; retry when GET /health answers 200")
+        })
+    }
+
+    /// Refuses a request without the right bearer key (when the server has one).
+    pub fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        serve_guard::authorize(self.api_key.as_deref(), headers)
+    }
+
+    /// KV slots (for the metrics; 0 while loading).
+    fn kv_slots(&self) -> usize {
+        self.ready.get().map_or(0, |r| r.info.slots)
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -118,9 +185,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.parallel
         );
     }
-    // Drafting runs one request at a time in the model's own sequence: no slots beside it.
+    // Drafting runs one request at a time in the model's own sequence; one slot beside it
+    // serves requests whose logits the host must see (they do not draft).
     load_request.options.sequences = if args.assistant.is_some() {
-        1
+        2
     } else {
         args.parallel + 1
     };
@@ -146,8 +214,33 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .unwrap_or_else(|| "wgemma".into()),
     };
 
-    // The model thread loads the model itself (the session never crosses threads) and
-    // reports back before the server binds.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // Bound before the model loads: a busy port fails now, not minutes later.
+    let (host, port) = (args.host, args.port);
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind((host, port)))
+        .with_context(|| format!("--host {host} --port {port}: binding"))?;
+    let addr = listener.local_addr()?;
+    if !host.is_loopback() {
+        eprintln!(
+            "warning: listening on {host}, reachable from other machines{}",
+            if args.api_key.is_none() {
+                " WITHOUT an API key (--api-key)"
+            } else {
+                ""
+            }
+        );
+    }
+    // Scripts wait for this line (and read the port from it with --port 0), then for
+    // GET /health to answer 200.
+    println!("wgemma serve: model {model_name:?} listening on http://{addr} (loading)");
+    let _ = std::io::stdout().flush();
+
+    // The model thread loads the model itself (the session never crosses threads).
     let metrics = Arc::new(Metrics::default());
     let guard = Arc::new(serve_guard::Guard::new(
         &args.guard,
@@ -156,18 +249,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
         metrics.clone(),
     )?);
     let (jobs, job_rx) = serve_worker::queue(args.queue);
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<PromptEncoder>>();
+    let ready = Arc::new(OnceLock::new());
+    let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<()>>();
     let model_path = args.model.model.clone();
     let assistant_path = args.assistant.clone();
     let verify = !args.model.no_verify;
     let worker_metrics = metrics.clone();
-    let parallel = args.parallel;
-    let draft_tokens = args.draft_tokens;
+    let worker_ready = ready.clone();
+    let (parallel, draft_tokens) = (args.parallel, args.draft_tokens);
+    let name = model_name.clone();
     let worker = std::thread::Builder::new()
         .name("wgemma-model".into())
         .spawn(move || {
-            let loaded = (|| -> Result<Session> {
+            let loaded = (|| -> Result<(Session, Ready)> {
                 let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+                let adapter = ctx.describe();
                 let loaded = load_model(&ctx, &model_path, load_request)?;
                 let session =
                     loaded.into_session(ctx, &model_path, assistant_path.as_deref(), verify)?;
@@ -178,93 +274,177 @@ pub fn run(args: ServeArgs) -> Result<()> {
                          forward plan: --prefill-chunk), found {parallel}"
                     );
                 }
-                Ok(session)
+                let info = session.model_info()?;
+                let speculative = session.has_assistant().then(|| {
+                    format!(
+                        "MTP assistant, adaptive drafts (first round k = {draft_tokens}), one \
+                         drafting request at a time; requests with penalties, logit_bias, \
+                         min_p or logprobs run plain in 1 more slot"
+                    )
+                });
+                let text = session.text_tools()?;
+                let grammars = match &text.tokenizer {
+                    Some(t) => Grammars::new(t, info.vocab_size, &text.stop_ids).map(Arc::new),
+                    None => Err("the model has no tokenizer".to_string()),
+                };
+                let info = ServerInfo {
+                    structured_output: match &grammars {
+                        Ok(_) => "JSON (llguidance token masks)".to_string(),
+                        Err(why) => format!("unavailable ({why})"),
+                    },
+                    adapter,
+                    model: info.description,
+                    context: info.context,
+                    vocab_size: info.vocab_size,
+                    slots: if speculative.is_some() { 2 } else { parallel },
+                    speculative,
+                    chat_template: if info.has_chat_template {
+                        "the checkpoint's template"
+                    } else {
+                        "Gemma 4's built-in turns"
+                    },
+                };
+                let ready = Ready {
+                    encoder: session.prompt_encoder()?,
+                    text,
+                    info,
+                    grammars,
+                };
+                Ok((session, ready))
             })();
-            match loaded.and_then(|s| Ok((s.prompt_encoder()?, s))) {
-                Ok((encoder, session)) => {
-                    let _ = ready_tx.send(Ok(encoder));
+            match loaded {
+                Ok((session, ready)) => {
+                    for id in ready.info.slot_ids() {
+                        worker_metrics.set_slot(SlotState {
+                            id,
+                            ..SlotState::default()
+                        });
+                    }
+                    println!("{}", ready.info.banner(&name));
+                    let _ = std::io::stdout().flush();
+                    let _ = worker_ready.set(ready);
+                    let _ = loaded_tx.send(Ok(()));
                     serve_worker::run(session, job_rx, worker_metrics, parallel, draft_tokens);
                 }
                 Err(e) => {
-                    let _ = ready_tx.send(Err(e));
+                    let _ = loaded_tx.send(Err(e));
                 }
             }
         })
         .context("starting the model thread")?;
-    let encoder = ready_rx
-        .recv()
-        .context("the model thread ended while loading")??;
 
     let app = Arc::new(App {
         jobs,
-        encoder,
         metrics,
         model_name,
         api_key: args.api_key.clone(),
-        kv_slots: if args.assistant.is_some() {
-            1
-        } else {
-            args.parallel
-        },
         queue: args.queue,
-        next_id: AtomicU64::new(1),
         created: unix_now(),
+        ready,
     });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let limits = serve_guard::ConnectionLimits::from(&args.guard);
-    let served = runtime.block_on(serve(app, guard, limits, args.host, args.port));
+    let load_error = Arc::new(Mutex::new(None));
+    let served = runtime.block_on(serve(
+        app,
+        guard,
+        limits,
+        listener,
+        loaded_rx,
+        load_error.clone(),
+    ));
     // Every job sender is gone with the app: the model thread finishes its job and ends.
     drop(runtime);
     let _ = worker.join();
+    if let Some(e) = load_error.lock().expect("load error lock").take() {
+        return Err(e);
+    }
     served
+}
+
+impl ServerInfo {
+    /// The KV slot ids requests use: 1..=parallel for batching; 0 (drafting, the model's
+    /// own) and 1 with an assistant.
+    fn slot_ids(&self) -> std::ops::RangeInclusive<usize> {
+        if self.speculative.is_some() {
+            0..=1
+        } else {
+            1..=self.slots
+        }
+    }
+}
+
+/// The method each route takes (a 405 names it).
+const ROUTE_METHODS: &[(&str, &str)] = &[
+    ("/", "GET"),
+    ("/health", "GET"),
+    ("/metrics", "GET"),
+    ("/v1/models", "GET"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+    ("/tokenize", "POST"),
+    ("/detokenize", "POST"),
+    ("/apply-template", "POST"),
+    ("/props", "GET"),
+    ("/slots", "GET"),
+];
+
+fn method_of(path: &str) -> Option<&'static str> {
+    ROUTE_METHODS
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, m)| *m)
+}
+
+/// The router: every route, JSON errors and a log line for every answer.
+pub(crate) fn router(app: Arc<App>, guard: Arc<serve_guard::Guard>) -> Router {
+    Router::new()
+        .route("/", get(chat_page))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/tokenize", post(serve_endpoints::tokenize))
+        .route("/detokenize", post(serve_endpoints::detokenize))
+        .route("/apply-template", post(serve_endpoints::apply_template))
+        .route("/props", get(serve_endpoints::props))
+        .route("/slots", get(serve_endpoints::slots))
+        .fallback(not_found)
+        // The guard reads bodies itself, within its per-route bound; its refusals are
+        // JSON already and get their request id and log line from the outer layer.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            serve_guard::check,
+        ))
+        .layer(axum::middleware::from_fn(json_errors_and_log))
+        .with_state(app)
 }
 
 async fn serve(
     app: Arc<App>,
     guard: Arc<serve_guard::Guard>,
     limits: serve_guard::ConnectionLimits,
-    host: IpAddr,
-    port: u16,
+    listener: tokio::net::TcpListener,
+    loaded: tokio::sync::oneshot::Receiver<Result<()>>,
+    load_error: Arc<Mutex<Option<anyhow::Error>>>,
 ) -> Result<()> {
-    let router = Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/completions", post(completions))
-        .fallback(not_found)
-        .with_state(app.clone())
-        // The guard reads bodies itself, within its per-route bound.
-        .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn_with_state(
-            guard,
-            serve_guard::check,
-        ));
-    let listener = tokio::net::TcpListener::bind((host, port))
-        .await
-        .with_context(|| format!("--host {host} --port {port}: binding"))?;
-    let addr = listener.local_addr()?;
-    if !host.is_loopback() {
-        eprintln!(
-            "warning: listening on {host}, reachable from other machines{}",
-            if app.api_key.is_none() {
-                " WITHOUT an API key (--api-key)"
-            } else {
-                ""
-            }
-        );
-    }
-    // Scripts wait for this line (and read the port from it with --port 0).
-    println!(
-        "wgemma serve: model {:?} listening on http://{addr}",
-        app.model_name
-    );
-    let _ = std::io::stdout().flush();
-    serve_guard::serve(listener, router, limits, shutdown_signal())
+    let stop = async move {
+        tokio::select! {
+            _ = shutdown_signal() => {},
+            loaded = loaded => match loaded {
+                Ok(Ok(())) => shutdown_signal().await,
+                Ok(Err(e)) => {
+                    *load_error.lock().expect("load error lock") = Some(e.context("loading the model"));
+                }
+                Err(_) => {
+                    *load_error.lock().expect("load error lock") =
+                        Some(anyhow::anyhow!("the model thread ended while loading"));
+                }
+            },
+        }
+    };
+    serve_guard::serve(listener, router(app, guard), limits, stop)
         .await
         .context("serving")?;
     eprintln!("wgemma serve: stopped");
@@ -293,34 +473,120 @@ async fn shutdown_signal() {
     }
 }
 
-/// Refuses a request without the right bearer key (when the server has one).
-fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    serve_guard::authorize(app.api_key.as_deref(), headers)
+/// Marks a response whose handler wrote its own log line (the completions: theirs ends
+/// with the stream).
+#[derive(Clone, Copy)]
+pub(crate) struct Logged;
+
+/// The id a response carries in `x-request-id`.
+pub(crate) const REQUEST_ID: &str = "x-request-id";
+
+/// Turns every error answer that is not JSON yet (axum's 405 and body rejections, say) into
+/// OpenAI-style JSON naming the method and path, gives every answer an `x-request-id`, and
+/// writes the log line of every request whose handler did not.
+async fn json_errors_and_log(request: Request, next: Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let started = Instant::now();
+    let mut response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if (status.is_client_error() || status.is_server_error()) && !is_json {
+        let allow = response
+            .headers()
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| method_of(&path).map(str::to_string));
+        let body = axum::body::to_bytes(std::mem::take(response.body_mut()), 64 * 1024)
+            .await
+            .unwrap_or_default();
+        let detail = String::from_utf8_lossy(&body).trim().to_string();
+        let message = match (status, allow) {
+            (StatusCode::METHOD_NOT_ALLOWED, Some(allow)) => {
+                format!("{method} {path}: expected the method {allow}, found {method}")
+            }
+            _ if detail.is_empty() => format!(
+                "{method} {path}: {}",
+                status.canonical_reason().unwrap_or("error")
+            ),
+            _ => format!("{method} {path}: {detail}"),
+        };
+        let mut json = ApiError::invalid("", message)
+            .with_status(status, "request_error")
+            .into_response();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            if let Some(allow) = method_of(&path) {
+                json.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+        }
+        response = json;
+    }
+    if !response.headers().contains_key(REQUEST_ID) {
+        let id = format!("req-{:024x}", rand::random::<u128>() >> 32);
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            response.headers_mut().insert(REQUEST_ID, v);
+        }
+    }
+    if response.extensions().get::<Logged>().is_none() {
+        let id = response
+            .headers()
+            .get(REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        eprintln!(
+            "wgemma serve: {id} {method} {path} {} {:.1} ms",
+            status.as_u16(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    response
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({"status": "ok"}))
+/// The chat page: static, so it needs no key (it asks for one when the API does).
+async fn chat_page() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("serve_page.html"),
+    )
+        .into_response()
+}
+
+async fn health(State(app): State<Arc<App>>) -> Response {
+    if app.ready.get().is_some() {
+        Json(serde_json::json!({"status": "ok"})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"status": "loading"})),
+        )
+            .into_response()
+    }
 }
 
 async fn not_found() -> Response {
-    ApiError::invalid("", "no such endpoint: this server has /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics")
+    ApiError::invalid("", "no such endpoint: this server has /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics, /tokenize, /detokenize, /apply-template, /props and /slots")
         .with_status(StatusCode::NOT_FOUND, "not_found")
         .into_response()
 }
 
 async fn metrics(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorize(&app, &headers) {
+    if let Err(e) = app.authorize(&headers) {
         return e.into_response();
     }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(app.kv_slots),
+        app.metrics.render(app.kv_slots()),
     )
         .into_response()
 }
 
 async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Err(e) = authorize(&app, &headers) {
+    if let Err(e) = app.authorize(&headers) {
         return e.into_response();
     }
     Json(serde_json::json!({
@@ -335,189 +601,17 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let parsed =
-        authorize(&app, &headers).and_then(|()| serve_api::parse_chat(&body, &app.model_name));
-    answer(app, Endpoint::Chat, parsed).await
+    let parsed = app
+        .authorize(&headers)
+        .and_then(|()| app.ready().map(|_| ()))
+        .and_then(|()| serve_api::parse_chat(&body, &app.model_name));
+    serve_answer::answer(app, Endpoint::Chat, parsed).await
 }
 
 async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let parsed = authorize(&app, &headers)
+    let parsed = app
+        .authorize(&headers)
+        .and_then(|()| app.ready().map(|_| ()))
         .and_then(|()| serve_api::parse_completion(&body, &app.model_name));
-    answer(app, Endpoint::Completion, parsed).await
-}
-
-async fn answer(app: Arc<App>, endpoint: Endpoint, parsed: Result<Parsed, ApiError>) -> Response {
-    let parsed = match parsed {
-        Ok(parsed) => serve_guard::encode_prompt(&app.encoder, parsed).await,
-        Err(e) => Err(e),
-    };
-    let response = match parsed {
-        Ok(parsed) => generate(&app, endpoint, parsed)
-            .await
-            .unwrap_or_else(IntoResponse::into_response),
-        Err(e) => e.into_response(),
-    };
-    app.metrics
-        .count_request(endpoint.label(), response.status().as_u16());
-    response
-}
-
-/// Queues the job, waits for its start, then streams or collects its text.
-async fn generate(
-    app: &Arc<App>,
-    endpoint: Endpoint,
-    parsed: Parsed,
-) -> Result<Response, ApiError> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let (stream, include_usage) = (parsed.sampling.stream, parsed.sampling.include_usage);
-    app.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
-    let job = Job {
-        parsed,
-        events: tx,
-        enqueued: Instant::now(),
-    };
-    if let Err(e) = app.jobs.try_send(job) {
-        app.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-        return Err(match e {
-            TrySendError::Full(_) => ApiError::overloaded(format!(
-                "the server is busy: {} requests are waiting (--queue {}); retry later",
-                app.queue, app.queue
-            )),
-            TrySendError::Disconnected(_) => ApiError::internal("the model thread has stopped"),
-        });
-    }
-    let prompt_tokens = match rx.recv().await {
-        Some(Event::Started { prompt_tokens }) => prompt_tokens,
-        Some(Event::Failed(e)) => return Err(e),
-        Some(other) => {
-            return Err(ApiError::internal(format!(
-                "unexpected first event {other:?}"
-            )))
-        }
-        None => return Err(ApiError::internal("the model thread dropped the request")),
-    };
-    let id = endpoint.id(app.next_id.fetch_add(1, Ordering::Relaxed));
-    let created = unix_now();
-    if !stream {
-        loop {
-            match rx.recv().await {
-                Some(Event::Text(_)) => {}
-                Some(Event::Done {
-                    finish,
-                    completion_tokens,
-                    text,
-                    ..
-                }) => {
-                    let usage = serve_api::usage(prompt_tokens, completion_tokens);
-                    let body = endpoint.response(
-                        &id,
-                        created,
-                        &app.model_name,
-                        &text,
-                        serve_api::finish_reason(finish),
-                        usage,
-                    );
-                    return Ok(Json(body).into_response());
-                }
-                Some(Event::Failed(e)) => return Err(e),
-                Some(Event::Started { .. }) | None => {
-                    return Err(ApiError::internal("the model thread dropped the request"))
-                }
-            }
-        }
-    }
-    let state = SseState {
-        rx,
-        pending: VecDeque::new(),
-        endpoint,
-        id,
-        created,
-        model: app.model_name.clone(),
-        include_usage,
-        prompt_tokens,
-        finished: false,
-    };
-    let mut state = state;
-    if endpoint == Endpoint::Chat {
-        // OpenAI's first chunk names the role, with empty content.
-        let first = state.chunk(Some(""), true, None);
-        state.pending.push_back(first);
-    }
-    let events = futures_util::stream::unfold(state, |mut s| async move {
-        let event = s.next().await?;
-        Some((Ok::<_, Infallible>(event), s))
-    });
-    Ok(Sse::new(events).into_response())
-}
-
-/// The stream of one request's server-sent events.
-struct SseState {
-    rx: UnboundedReceiver<Event>,
-    pending: VecDeque<SseEvent>,
-    endpoint: Endpoint,
-    id: String,
-    created: u64,
-    model: String,
-    include_usage: bool,
-    prompt_tokens: usize,
-    finished: bool,
-}
-
-impl SseState {
-    fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>) -> SseEvent {
-        let v = self
-            .endpoint
-            .chunk(&self.id, self.created, &self.model, text, first, finish);
-        SseEvent::default().data(v.to_string())
-    }
-
-    async fn next(&mut self) -> Option<SseEvent> {
-        loop {
-            if let Some(e) = self.pending.pop_front() {
-                return Some(e);
-            }
-            if self.finished {
-                return None;
-            }
-            match self.rx.recv().await {
-                Some(Event::Text(t)) => return Some(self.chunk(Some(&t), false, None)),
-                Some(Event::Done {
-                    finish,
-                    completion_tokens,
-                    tail,
-                    ..
-                }) => {
-                    if !tail.is_empty() {
-                        let c = self.chunk(Some(&tail), false, None);
-                        self.pending.push_back(c);
-                    }
-                    let last = self.chunk(None, false, Some(serve_api::finish_reason(finish)));
-                    self.pending.push_back(last);
-                    if self.include_usage {
-                        let usage = serve_api::usage(self.prompt_tokens, completion_tokens);
-                        let v =
-                            self.endpoint
-                                .usage_chunk(&self.id, self.created, &self.model, usage);
-                        self.pending
-                            .push_back(SseEvent::default().data(v.to_string()));
-                    }
-                    self.pending.push_back(SseEvent::default().data("[DONE]"));
-                    self.finished = true;
-                }
-                Some(Event::Failed(e)) => {
-                    // The status is sent already: the error travels as an event.
-                    self.pending
-                        .push_back(SseEvent::default().data(e.to_json().to_string()));
-                    self.pending.push_back(SseEvent::default().data("[DONE]"));
-                    self.finished = true;
-                }
-                Some(Event::Started { .. }) | None => {
-                    let e = ApiError::internal("the model thread dropped the request");
-                    self.pending
-                        .push_back(SseEvent::default().data(e.to_json().to_string()));
-                    self.finished = true;
-                }
-            }
-        }
-    }
+    serve_answer::answer(app, Endpoint::Completion, parsed).await
 }

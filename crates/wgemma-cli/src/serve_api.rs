@@ -1,12 +1,16 @@
 //! The OpenAI HTTP API's side of `wgemma serve`: request bodies checked field by field (an
 //! error names the field, what was expected and what was found, as OpenAI-style JSON with a
-//! 4xx status), and the response and stream-chunk JSON of chat completions and completions.
+//! 4xx status). The answers' JSON is [`crate::serve_response`]'s.
 
+use crate::serve_fields::check_fields;
+pub use crate::serve_response::{finish_reason, usage, Endpoint, TokenLogprob, SYSTEM_FINGERPRINT};
+use crate::serve_structured::ResponseFormat;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wgemma::session::{ChatMessage, FinishReason};
+use wgemma::model::sampling::LogitAdjust;
+use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
@@ -60,6 +64,14 @@ impl ApiError {
             kind: "server_error",
             ..ApiError::invalid("", message)
                 .with_status(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+        }
+    }
+
+    /// 503 while the model loads.
+    pub fn unavailable(message: impl Into<String>) -> ApiError {
+        ApiError {
+            kind: "server_error",
+            ..ApiError::invalid("", message).with_status(StatusCode::SERVICE_UNAVAILABLE, "loading")
         }
     }
 
@@ -142,19 +154,36 @@ struct CommonFields {
     top_p: Option<f64>,
     /// Not OpenAI's; llama.cpp's and vLLM's servers take it too.
     top_k: Option<u64>,
-    seed: Option<i64>,
+    /// Not OpenAI's (llama.cpp's, vLLM's).
+    min_p: Option<f64>,
+    /// Any 64-bit integer, signed (OpenAI's) or not (what this server reports).
+    seed: Option<serde_json::Number>,
     stop: Option<Value>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     n: Option<u64>,
+    frequency_penalty: Option<f64>,
+    presence_penalty: Option<f64>,
+    /// Not OpenAI's (HF's, llama.cpp's, vLLM's).
+    repetition_penalty: Option<f64>,
+    logit_bias: Option<serde_json::Map<String, Value>>,
     logprobs: Option<Value>,
-    echo: Option<bool>,
+    top_logprobs: Option<u64>,
+    user: Option<String>,
+    safety_identifier: Option<String>,
+    response_format: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StreamOptions {
     include_usage: Option<bool>,
 }
+
+/// The most alternatives `top_logprobs` (chat) may ask for, as OpenAI.
+pub const MAX_TOP_LOGPROBS_CHAT: u64 = 20;
+/// The most alternatives completions' `logprobs` may ask for, as OpenAI.
+pub const MAX_TOP_LOGPROBS_COMPLETION: u64 = 5;
 
 /// What a request asks for, checked.
 #[derive(Debug, Clone)]
@@ -164,10 +193,30 @@ pub struct Sampling {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: usize,
+    pub min_p: f32,
+    /// The request's, or a random one (reported in the `x-wgemma-seed` header).
     pub seed: u64,
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    pub adjust: LogitAdjust,
+    /// Each token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
+    /// `user` / `safety_identifier`, for the log line.
+    pub user: Option<String>,
+    /// Structured output (chat).
+    pub response_format: Option<ResponseFormat>,
+}
+
+impl Sampling {
+    /// True when the request needs its logits on the host (a batched stream, not the
+    /// speculative loop).
+    pub fn needs_stream(&self) -> bool {
+        !self.adjust.is_identity()
+            || self.min_p > 0.0
+            || self.logprobs.is_some()
+            || self.response_format.is_some()
+    }
 }
 
 /// The prompt of a request.
@@ -184,7 +233,12 @@ pub struct Parsed {
     pub sampling: Sampling,
 }
 
-fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling, ApiError> {
+fn common(
+    body: &serde_json::Map<String, Value>,
+    model: &str,
+    endpoint: Endpoint,
+) -> Result<Sampling, ApiError> {
+    check_fields(body, endpoint)?;
     let f: CommonFields = typed(body)?;
     match &f.model {
         Some(Value::String(m)) if m == model => {}
@@ -226,27 +280,69 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
             top_p,
         ));
     }
+    let min_p = f.min_p.unwrap_or(0.0);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::field("min_p", "a number in [0, 1]", min_p));
+    }
     if let Some(n) = f.n.filter(|&n| n != 1) {
         return Err(ApiError::field("n", "1 (one choice per request)", n));
     }
-    if let Some(v) = f
-        .logprobs
-        .as_ref()
-        .filter(|v| !matches!(v, Value::Null | Value::Bool(false)))
-    {
-        return Err(ApiError::field(
-            "logprobs",
-            "false or absent (not supported)",
-            kind_of(v),
-        ));
+    let mut adjust = LogitAdjust::default();
+    for (name, value, slot) in [
+        (
+            "frequency_penalty",
+            f.frequency_penalty,
+            &mut adjust.frequency_penalty,
+        ),
+        (
+            "presence_penalty",
+            f.presence_penalty,
+            &mut adjust.presence_penalty,
+        ),
+    ] {
+        match value {
+            Some(v) if !(-2.0..=2.0).contains(&v) => {
+                return Err(ApiError::field(name, "a number in [-2, 2]", v))
+            }
+            Some(v) => *slot = v as f32,
+            None => {}
+        }
     }
-    if f.echo == Some(true) {
-        return Err(ApiError::field(
-            "echo",
-            "false or absent (not supported)",
-            true,
-        ));
+    match f.repetition_penalty {
+        Some(v) if !(v > 0.0 && v <= 10.0) => {
+            return Err(ApiError::field(
+                "repetition_penalty",
+                "a number in (0, 10] (1 = off)",
+                v,
+            ))
+        }
+        Some(v) => adjust.repetition_penalty = v as f32,
+        None => {}
     }
+    for (key, value) in f.logit_bias.iter().flatten() {
+        let param = format!("logit_bias.{key}");
+        let id: u32 = key.parse().map_err(|_| {
+            ApiError::invalid(
+                "logit_bias",
+                format!("logit_bias: expected token ids (integers) as keys, found {key:?}"),
+            )
+        })?;
+        let bias = match value.as_f64() {
+            Some(b) if (-100.0..=100.0).contains(&b) => b as f32,
+            _ => {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!(
+                        "{param}: expected a number in [-100, 100], found {}",
+                        kind_of(value)
+                    ),
+                ))
+            }
+        };
+        adjust.logit_bias.push((id, bias));
+    }
+    adjust.logit_bias.sort_unstable_by_key(|b| b.0);
+    let logprobs = logprobs_of(endpoint, f.logprobs.as_ref(), f.top_logprobs)?;
     let stop = match f.stop {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s],
@@ -280,6 +376,12 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
         }
     };
     let stream = f.stream.unwrap_or(false);
+    if f.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options: expected stream: true with it, found stream absent or false",
+        ));
+    }
     Ok(Sampling {
         max_tokens,
         temperature: temperature as f32,
@@ -287,14 +389,81 @@ fn common(body: &serde_json::Map<String, Value>, model: &str) -> Result<Sampling
         top_k: f
             .top_k
             .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
-        seed: f.seed.map_or(0, |s| s as u64),
+        min_p: min_p as f32,
+        seed: seed_of(f.seed.as_ref())?,
         stop,
         stream,
         include_usage: stream
             && f.stream_options
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
+        adjust,
+        logprobs,
+        user: f.user.or(f.safety_identifier),
+        response_format: ResponseFormat::parse(f.response_format.as_ref())?,
     })
+}
+
+/// The request's seed (a negative one as its two's complement), or with none a fresh one
+/// per request (two calls differ), reported with the answer; below 2^63, so a client that
+/// types seeds as signed 64-bit integers can send it back.
+fn seed_of(seed: Option<&serde_json::Number>) -> Result<u64, ApiError> {
+    match seed {
+        None => Ok(rand::random::<u64>() >> 1),
+        Some(n) => n
+            .as_u64()
+            .or_else(|| n.as_i64().map(|s| s as u64))
+            .ok_or_else(|| {
+                ApiError::field(
+                    "seed",
+                    "an integer in -2^63..2^64 (64 bits)",
+                    format!("the number {n}"),
+                )
+            }),
+    }
+}
+
+/// `logprobs` (chat: a boolean, with `top_logprobs` alternatives; completions: the number
+/// of alternatives) as the alternatives to report, None for none.
+fn logprobs_of(
+    endpoint: Endpoint,
+    logprobs: Option<&Value>,
+    top_logprobs: Option<u64>,
+) -> Result<Option<usize>, ApiError> {
+    match endpoint {
+        Endpoint::Chat => {
+            let on = match logprobs {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(other) => {
+                    return Err(ApiError::field("logprobs", "a boolean", kind_of(other)))
+                }
+            };
+            match top_logprobs {
+                Some(n) if n > MAX_TOP_LOGPROBS_CHAT => Err(ApiError::field(
+                    "top_logprobs",
+                    format!("an integer in 0..={MAX_TOP_LOGPROBS_CHAT}"),
+                    n,
+                )),
+                Some(_) if !on => Err(ApiError::invalid(
+                    "top_logprobs",
+                    "top_logprobs: expected logprobs: true with it, found logprobs absent or false",
+                )),
+                n => Ok(on.then_some(n.unwrap_or(0) as usize)),
+            }
+        }
+        Endpoint::Completion => match logprobs {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= MAX_TOP_LOGPROBS_COMPLETION => Ok(Some(n as usize)),
+                _ => Err(ApiError::field(
+                    "logprobs",
+                    format!("an integer in 0..={MAX_TOP_LOGPROBS_COMPLETION}"),
+                    kind_of(v),
+                )),
+            },
+        },
+    }
 }
 
 /// Text of a message's `content`: a string, or an array of `{"type": "text", "text": ...}`
@@ -336,7 +505,15 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
 /// `POST /v1/chat/completions`.
 pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model)?;
+    let sampling = common(&body, model, Endpoint::Chat)?;
+    Ok(Parsed {
+        prompt: Prompt::Messages(parse_messages(&body)?),
+        sampling,
+    })
+}
+
+/// The `messages` of a body (chat completions, `/apply-template`).
+pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatMessage>, ApiError> {
     let messages = match body.get("messages") {
         Some(Value::Array(items)) if !items.is_empty() => items,
         Some(Value::Array(_)) => {
@@ -355,10 +532,30 @@ pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
         }
         None => return Err(ApiError::field("messages", "an array of messages", "none")),
     };
-    let messages = messages
+    messages
         .iter()
         .enumerate()
         .map(|(i, m)| {
+            let Some(fields) = m.as_object() else {
+                return Err(ApiError::field(
+                    &format!("messages[{i}]"),
+                    "a message object",
+                    kind_of(m),
+                ));
+            };
+            // Nothing of a message goes unread: what the chat format cannot carry is refused.
+            if let Some((key, _)) = fields
+                .iter()
+                .find(|(k, v)| !matches!(k.as_str(), "role" | "content") && !v.is_null())
+            {
+                return Err(ApiError::invalid(
+                    &format!("messages[{i}].{key}"),
+                    format!(
+                        "messages[{i}].{key}: not supported by this server (a message here is \
+                         a role and a content)"
+                    ),
+                ));
+            }
             let role = match m.get("role") {
                 Some(Value::String(r)) => r.as_str(),
                 other => {
@@ -383,17 +580,13 @@ pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
             };
             Ok(ChatMessage::new(role, &content_text(i, m.get("content"))?))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Parsed {
-        prompt: Prompt::Messages(messages),
-        sampling,
-    })
+        .collect()
 }
 
 /// `POST /v1/completions`: `prompt` is a string, token ids, or an array of one of either.
 pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model)?;
+    let sampling = common(&body, model, Endpoint::Completion)?;
     let ids = |items: &[Value]| -> Option<Vec<u32>> {
         items
             .iter()
@@ -447,107 +640,6 @@ pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
         None => return Err(ApiError::field("prompt", "a string or token ids", "none")),
     };
     Ok(Parsed { prompt, sampling })
-}
-
-pub fn finish_reason(r: FinishReason) -> &'static str {
-    match r {
-        FinishReason::Stop => "stop",
-        // A cancelled request has no client left to read it.
-        FinishReason::Length | FinishReason::Cancelled => "length",
-    }
-}
-
-pub fn usage(prompt: usize, completion: usize) -> Value {
-    json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
-}
-
-/// Which endpoint a response is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Chat,
-    Completion,
-}
-
-impl Endpoint {
-    pub fn label(self) -> &'static str {
-        match self {
-            Endpoint::Chat => "chat_completions",
-            Endpoint::Completion => "completions",
-        }
-    }
-
-    pub fn id(self, n: u64) -> String {
-        match self {
-            Endpoint::Chat => format!("chatcmpl-{n}"),
-            Endpoint::Completion => format!("cmpl-{n}"),
-        }
-    }
-
-    /// The whole response of a non-streaming request.
-    pub fn response(
-        self,
-        id: &str,
-        created: u64,
-        model: &str,
-        text: &str,
-        finish: &str,
-        usage: Value,
-    ) -> Value {
-        match self {
-            Endpoint::Chat => json!({
-                "id": id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                             "logprobs": null, "finish_reason": finish}],
-                "usage": usage,
-            }),
-            Endpoint::Completion => json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
-                "usage": usage,
-            }),
-        }
-    }
-
-    /// One stream chunk: `text` (the chat's first chunk also carries the role), or the last
-    /// one with `finish`.
-    pub fn chunk(
-        self,
-        id: &str,
-        created: u64,
-        model: &str,
-        text: Option<&str>,
-        first: bool,
-        finish: Option<&str>,
-    ) -> Value {
-        match self {
-            Endpoint::Chat => {
-                let mut delta = serde_json::Map::new();
-                if first {
-                    delta.insert("role".into(), "assistant".into());
-                }
-                if let Some(t) = text {
-                    delta.insert("content".into(), t.into());
-                }
-                json!({
-                    "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-                })
-            }
-            Endpoint::Completion => json!({
-                "id": id, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}],
-            }),
-        }
-    }
-
-    /// The usage chunk (`stream_options.include_usage`): no choices.
-    pub fn usage_chunk(self, id: &str, created: u64, model: &str, usage: Value) -> Value {
-        let object = match self {
-            Endpoint::Chat => "chat.completion.chunk",
-            Endpoint::Completion => "text_completion",
-        };
-        json!({"id": id, "object": object, "created": created, "model": model, "choices": [], "usage": usage})
-    }
 }
 
 #[cfg(test)]
@@ -646,6 +738,79 @@ mod tests {
             (StatusCode::NOT_FOUND, Some("model_not_found"))
         );
         assert!(e.message.contains("\"other\""), "{}", e.message);
+    }
+
+    #[test]
+    fn sampling_fields_are_checked_and_kept() {
+        let chat = |extra: &str| {
+            parse_chat(
+                format!(
+                    r#"{{"model": "m", "messages": [{{"role": "user", "content": "x"}}]{extra}}}"#
+                )
+                .as_bytes(),
+                "m",
+            )
+        };
+        let p = chat(
+            r#", "frequency_penalty": 0.5, "presence_penalty": -1, "repetition_penalty": 1.3,
+               "min_p": 0.05, "logit_bias": {"12": -100, "3": 2.5}, "logprobs": true,
+               "top_logprobs": 4, "user": "u""#,
+        )
+        .unwrap();
+        let s = &p.sampling;
+        assert_eq!(
+            (
+                s.adjust.frequency_penalty,
+                s.adjust.presence_penalty,
+                s.adjust.repetition_penalty
+            ),
+            (0.5, -1.0, 1.3)
+        );
+        assert_eq!(s.adjust.logit_bias, vec![(3, 2.5), (12, -100.0)]);
+        assert_eq!(
+            (s.min_p, s.logprobs, s.user.as_deref()),
+            (0.05, Some(4), Some("u"))
+        );
+        assert!(s.needs_stream());
+        for (extra, param) in [
+            (r#", "frequency_penalty": 2.5"#, "frequency_penalty"),
+            (r#", "presence_penalty": -3"#, "presence_penalty"),
+            (r#", "repetition_penalty": 0"#, "repetition_penalty"),
+            (r#", "min_p": 1.5"#, "min_p"),
+            (r#", "logit_bias": {"a": 1}"#, "logit_bias"),
+            (r#", "logit_bias": {"1": 200}"#, "logit_bias"),
+            (r#", "logprobs": 3"#, "logprobs"),
+            (r#", "top_logprobs": 2"#, "top_logprobs"),
+            (r#", "logprobs": true, "top_logprobs": 21"#, "top_logprobs"),
+            (
+                r#", "stream_options": {"include_usage": true}"#,
+                "stream_options",
+            ),
+            (
+                r#", "stream": true, "stream_options": {"include_obfuscation": true}"#,
+                "stream_options",
+            ),
+        ] {
+            let e = chat(extra).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{extra}: {}", e.message);
+        }
+        // No seed: a random one below 2^63, so two requests differ.
+        let (a, b) = (chat("").unwrap(), chat("").unwrap());
+        assert_ne!(a.sampling.seed, b.sampling.seed);
+        assert!(a.sampling.seed < 1 << 63 && b.sampling.seed < 1 << 63);
+        // Any 64-bit seed is taken back as it was reported.
+        let big = chat(r#", "seed": 11370070643807128939"#).unwrap();
+        assert_eq!(big.sampling.seed, 11370070643807128939);
+        let e = chat(r#", "seed": 1.5"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("seed"), "{}", e.message);
+        assert!(!a.sampling.needs_stream());
+        let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
+        assert_eq!(c.sampling.logprobs, Some(0));
+        let e =
+            parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 6}"#, "m").unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("logprobs"));
+        let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": "n"}]"#);
+        assert!(e.is_err());
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //!
 //! - `Host` must name this machine (loopback names, an IP literal of the bound address) or
 //!   one of `--allowed-hosts`: a DNS-rebinding page's requests carry its own host name.
-//! - `Origin`, when sent (browsers send it cross-origin), must be one of `--cors-origins`
-//!   (default none); allowed origins get CORS headers and answered preflights.
-//! - The API key is checked from the headers before a byte of the body is read.
-//! - Generation routes take `Content-Type: application/json` only (415 otherwise): the
+//! - `Origin`, when sent (browsers send it cross-origin), must be this server's own (its
+//!   chat page) or one of `--cors-origins` (default none); allowed origins get CORS headers
+//!   and answered preflights.
+//! - The API key is checked from the headers before a byte of the body is read (every
+//!   route but `/health` and the chat page at `/`).
+//! - POST routes with JSON bodies (the completions, `/tokenize`, `/detokenize`,
+//!   `/apply-template`) take `Content-Type: application/json` only (415 otherwise): the
 //!   content types a page may send without a preflight (`text/plain`, forms) are refused.
 //! - The body is read with a size bound per route (JSON 413) and a deadline (408); headers
 //!   with a deadline; at most `--max-connections` connections at once (503 beyond).
@@ -37,7 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use wgemma::session::{GenerateRequest, PromptEncoder};
 
-/// Bodies of the generation routes: a context's worth of text with JSON escaping, many
+/// Bodies of the JSON routes: a context's worth of text with JSON escaping, many
 /// times over (a 128K-token prompt is about 0.5 MB of text).
 pub const GENERATION_BODY_BYTES: usize = 4 << 20;
 /// Bodies of every other route (they take none).
@@ -187,7 +190,13 @@ impl Guard {
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("");
-            if !self.origin_allowed(origin) {
+            // The server's own chat page (`/`) calls the API from its own origin, which
+            // browsers name on POSTs too; its host passed the check above.
+            let own = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .is_some_and(|host| same_origin(origin, host));
+            if !own && !self.origin_allowed(origin) {
                 return Some(forbidden(format!(
                     "Origin header: expected one of --cors-origins (none by default: web pages \
                      may not call this server), found {origin:?}"
@@ -197,12 +206,14 @@ impl Guard {
         if req.method() == Method::OPTIONS {
             return None;
         }
-        if path.starts_with("/v1/") || path == "/metrics" {
+        // Every route but the health probe and the static chat page (which asks for the
+        // key itself when the API needs one).
+        if path != "/health" && path != "/" {
             if let Err(e) = authorize(self.api_key.as_deref(), headers) {
                 return Some(e);
             }
         }
-        if generation_endpoint(req).is_some() {
+        if takes_json(req) {
             let content_type = headers
                 .get(header::CONTENT_TYPE)
                 .map(|v| v.to_str().unwrap_or("(not text)"));
@@ -280,6 +291,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Whether `origin` is this server's own (`http://` and the request's `Host`, port
+/// included): a page it served itself.
+fn same_origin(origin: &str, host: &str) -> bool {
+    origin
+        .strip_prefix("http://")
+        .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
+}
+
 /// `example.com:8080` -> `example.com`, `[::1]:80` -> `[::1]`.
 fn host_name(host: &str) -> &str {
     if host.starts_with('[') {
@@ -322,8 +341,22 @@ fn generation_endpoint(req: &Request) -> Option<Endpoint> {
     }
 }
 
+/// Whether a request is a POST to a route whose body is JSON (the completions, and
+/// `/tokenize`, `/detokenize`, `/apply-template`, which carry prompts too).
+fn takes_json(req: &Request) -> bool {
+    req.method() == Method::POST
+        && matches!(
+            req.uri().path(),
+            "/v1/chat/completions"
+                | "/v1/completions"
+                | "/tokenize"
+                | "/detokenize"
+                | "/apply-template"
+        )
+}
+
 fn body_limit(req: &Request) -> usize {
-    if generation_endpoint(req).is_some() {
+    if takes_json(req) {
         GENERATION_BODY_BYTES
     } else {
         OTHER_BODY_BYTES
@@ -776,12 +809,40 @@ mod tests {
             .body(Body::empty())
             .unwrap();
         assert_eq!(refusal_status(&g, &none), Some(StatusCode::BAD_REQUEST));
-        // /health needs no key; /metrics does.
+        // /health and the chat page need no key; /metrics and the other routes do.
         assert_eq!(status("GET", "/health", &[]), None);
+        assert_eq!(status("GET", "/", &[]), None);
+        for (method, path) in [
+            ("GET", "/metrics"),
+            ("GET", "/props"),
+            ("POST", "/tokenize"),
+        ] {
+            assert_eq!(
+                status(method, path, &[JSON]),
+                Some(StatusCode::UNAUTHORIZED),
+                "{path}"
+            );
+        }
+        // The other JSON routes take JSON only too; a GET route has no body to type.
         assert_eq!(
-            status("GET", "/metrics", &[]),
-            Some(StatusCode::UNAUTHORIZED)
+            status("POST", "/tokenize", &[key, ("content-type", "text/plain")]),
+            Some(StatusCode::UNSUPPORTED_MEDIA_TYPE)
         );
+        assert_eq!(status("GET", "/props", &[key]), None);
+        // The server's own page (same origin, a host that passed) may call the API; the same
+        // host on another port, or another scheme, is another origin.
+        let own = [
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ];
+        assert_eq!(status("POST", chat, &[own[0], own[1], key, JSON]), None);
+        for origin in ["http://127.0.0.1:9090", "https://127.0.0.1:8080"] {
+            assert_eq!(
+                status("POST", chat, &[own[0], ("origin", origin), key, JSON]),
+                Some(StatusCode::FORBIDDEN),
+                "{origin}"
+            );
+        }
         assert_eq!(
             status(
                 "POST",

@@ -1,11 +1,69 @@
-//! `GET /metrics` of `wgemma serve`: Prometheus text exposition of the counters and gauges
-//! the handlers and the model thread keep (requests by endpoint and status, tokens, queue
-//! depth, active sequences, KV slots, tokens/s, time to first token, speculative acceptance).
+//! `GET /metrics` of `wgemma serve`: Prometheus text exposition of the counters, gauges and
+//! histograms the handlers and the model thread keep (requests by endpoint and status,
+//! tokens, queue depth, active sequences, KV slots, tokens/s, time to first token and the
+//! time between tokens, speculative acceptance), and what each KV slot is doing
+//! (`GET /slots`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds (seconds) of the latency histograms' buckets: 1 ms to 60 s, enough to tell
+/// a GPU's 5 ms steps from lavapipe's 100 ms ones and a queued request's seconds.
+const BUCKETS_S: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0,
+];
+
+/// A Prometheus histogram of durations (cumulative buckets at render time).
+#[derive(Default)]
+pub struct Histogram {
+    /// Count per bucket of [`BUCKETS_S`], then the overflow (+Inf) bucket.
+    counts: [AtomicU64; BUCKETS_S.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = BUCKETS_S
+            .iter()
+            .position(|&b| s <= b)
+            .unwrap_or(BUCKETS_S.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// `name_bucket{le=...}` (cumulative), `name_sum`, `name_count`.
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut total = 0;
+        for (i, count) in self.counts.iter().enumerate() {
+            total += count.load(Ordering::Relaxed);
+            let le = BUCKETS_S
+                .get(i)
+                .map_or("+Inf".to_string(), |b| b.to_string());
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {total}");
+        }
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {total}");
+    }
+}
+
+/// What one KV slot is doing (`GET /slots`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SlotState {
+    /// The KV cache slot.
+    pub id: usize,
+    /// The request holding it (None: free).
+    pub request: Option<String>,
+    /// It drafts with the assistant.
+    pub speculative: bool,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+}
 
 #[derive(Default)]
 pub struct Metrics {
@@ -23,11 +81,14 @@ pub struct Metrics {
     pub peak_batch: AtomicU64,
     /// Time the model thread spent generating, in microseconds.
     pub busy_us: AtomicU64,
-    /// Sum of the times to first token, microseconds, and their count.
-    pub ttft_us: AtomicU64,
-    pub ttft_count: AtomicU64,
+    /// From a request's arrival (queueing included) to its first token.
+    pub ttft: Histogram,
+    /// From one token of a request to its next.
+    pub token_latency: Histogram,
     pub drafted: AtomicU64,
     pub accepted: AtomicU64,
+    /// The KV slots requests may hold, by slot id.
+    pub slots: Mutex<BTreeMap<usize, SlotState>>,
 }
 
 impl Metrics {
@@ -38,6 +99,31 @@ impl Metrics {
             .expect("metrics lock poisoned")
             .entry((endpoint, status))
             .or_default() += 1;
+    }
+
+    /// Records what slot `id` holds now (a request's id and progress, or nothing).
+    pub fn set_slot(&self, state: SlotState) {
+        self.slots
+            .lock()
+            .expect("slots lock poisoned")
+            .insert(state.id, state);
+    }
+
+    pub fn free_slot(&self, id: usize) {
+        if let Some(s) = self.slots.lock().expect("slots lock poisoned").get_mut(&id) {
+            s.request = None;
+            s.prompt_tokens = 0;
+            s.generated_tokens = 0;
+        }
+    }
+
+    pub fn slot_states(&self) -> Vec<SlotState> {
+        self.slots
+            .lock()
+            .expect("slots lock poisoned")
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The exposition text; `kv_slots` is how many sequences the model can hold at once.
@@ -135,19 +221,6 @@ impl Metrics {
                 0.0
             }),
         );
-        let ttft_n = get(&self.ttft_count);
-        metric(
-            "wgemma_time_to_first_token_seconds_sum",
-            "counter",
-            "Sum of the times from a request's start of generation to its first token.",
-            &one(get(&self.ttft_us) as f64 / 1e6),
-        );
-        metric(
-            "wgemma_time_to_first_token_seconds_count",
-            "counter",
-            "Requests counted in the sum above.",
-            &one(ttft_n as f64),
-        );
         let (drafted, accepted) = (get(&self.drafted), get(&self.accepted));
         metric(
             "wgemma_draft_tokens_total",
@@ -171,6 +244,44 @@ impl Metrics {
                 0.0
             }),
         );
+        self.ttft.render(
+            &mut out,
+            "wgemma_time_to_first_token_seconds",
+            "Time from a request's arrival (queueing and prefill included) to its first token.",
+        );
+        self.token_latency.render(
+            &mut out,
+            "wgemma_time_per_output_token_seconds",
+            "Time from one generated token of a request to its next (a speculative round's \
+             tokens arrive together: its first carries the round's time, the rest ~0).",
+        );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative() {
+        let m = Metrics::default();
+        for ms in [0, 3, 3, 40, 70_000] {
+            m.ttft.observe(Duration::from_millis(ms));
+        }
+        let text = m.render(1);
+        for line in [
+            "wgemma_time_to_first_token_seconds_bucket{le=\"0.001\"} 1",
+            "wgemma_time_to_first_token_seconds_bucket{le=\"0.005\"} 3",
+            "wgemma_time_to_first_token_seconds_bucket{le=\"0.05\"} 4",
+            "wgemma_time_to_first_token_seconds_bucket{le=\"60\"} 4",
+            "wgemma_time_to_first_token_seconds_bucket{le=\"+Inf\"} 5",
+            "wgemma_time_to_first_token_seconds_count 5",
+            "wgemma_time_to_first_token_seconds_sum 70.046",
+            "wgemma_time_per_output_token_seconds_count 0",
+            "# TYPE wgemma_time_to_first_token_seconds histogram",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
     }
 }

@@ -7,38 +7,57 @@
 //! (active sequences) rows per step, each row over its own KV slot; a new request is
 //! prefilled into a free slot between steps and joins the next step, a finished or
 //! cancelled one leaves. With an assistant loaded, requests draft speculatively and run one
-//! at a time (a round's drafts and verify are per sequence; batching rounds is not done).
+//! at a time (a round's drafts and verify are per sequence; batching rounds is not done);
+//! a request whose logits must come to the host (penalties, bias, min-p, log-probabilities,
+//! a `response_format` grammar) runs there as a plain stream in the one slot beside the
+//! drafting sequence.
 
 use crate::serve_api::{ApiError, Parsed, Prompt};
-use crate::serve_metrics::Metrics;
+use crate::serve_metrics::{Metrics, SlotState};
+use crate::serve_structured::JsonConstraint;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
-use wgemma::session::{FinishReason, GenerateRequest, Session, Stream, TokenEvent};
+use wgemma::session::{
+    FinishReason, GenerateRequest, Session, Stream, StreamExtras, TokenConstraint, TokenEvent,
+    TokenLogprobs,
+};
 
 /// What the model thread tells a request's handler, in order: `Started` or `Failed`, then
-/// `Text` pieces, then `Done` (or `Failed`).
+/// `Token`s, then `Done` (or `Failed`).
 #[derive(Debug)]
 pub enum Event {
     Started {
         prompt_tokens: usize,
     },
-    Text(String),
+    /// A token's new text (possibly empty) and, when asked for, its log-probabilities.
+    Token {
+        text: String,
+        id: u32,
+        logprobs: Option<TokenLogprobs>,
+    },
     Done {
         finish: FinishReason,
         completion_tokens: usize,
         /// The whole text (for a non-streaming answer).
         text: String,
-        /// Text never sent as a `Text` event (held back as a possible stop string's start).
+        /// Text never sent as a `Token` event (held back as a possible stop string's start).
         tail: String,
+        /// From the request's arrival to its first token, and from there to its last.
+        ttft: Duration,
+        decode: Duration,
     },
     Failed(ApiError),
 }
 
 pub struct Job {
+    /// The response id (also in the log line and `/slots`).
+    pub id: String,
     pub parsed: Parsed,
+    /// The grammar of a structured-output request.
+    pub constraint: Option<JsonConstraint>,
     pub events: UnboundedSender<Event>,
     pub enqueued: Instant,
 }
@@ -54,7 +73,17 @@ pub fn run(
 ) {
     if session.has_assistant() {
         while let Ok(job) = jobs.recv() {
-            if let Some(job) = take(job, &metrics) {
+            let Some(job) = take(job, &metrics) else {
+                continue;
+            };
+            if job.parsed.sampling.needs_stream() {
+                // One plain stream in the slot beside the drafting sequence, alone.
+                let mut active: Vec<Active> =
+                    admit(&mut session, job, &metrics).into_iter().collect();
+                while !active.is_empty() {
+                    step(&mut session, &mut active, &metrics);
+                }
+            } else {
                 run_job(&mut session, job, &metrics, draft_tokens);
             }
         }
@@ -86,54 +115,65 @@ pub fn run(
                 .active_sequences
                 .store(active.len() as u64, Ordering::Relaxed);
         }
-        // Clients that went away leave now: their slots come back before the step.
-        active.retain(|a| {
-            let open = !a.events.is_closed();
-            if !open {
-                metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-            }
-            open
-        });
-        metrics
-            .active_sequences
-            .store(active.len() as u64, Ordering::Relaxed);
-        if active.is_empty() {
-            continue;
-        }
-        metrics
-            .peak_batch
-            .fetch_max(active.len() as u64, Ordering::Relaxed);
-        let started = Instant::now();
-        let stepped = {
-            let mut streams: Vec<&mut Stream> = active.iter_mut().map(|a| &mut a.stream).collect();
-            pollster::block_on(session.step_streams(&mut streams))
-        };
-        metrics
-            .busy_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        match stepped {
-            Ok(events) => {
-                metrics
-                    .generated_tokens
-                    .fetch_add(events.len() as u64, Ordering::Relaxed);
-                for (a, event) in active.iter_mut().zip(&events) {
-                    a.send_text(event);
-                }
-            }
-            Err(e) => {
-                // A failed forward leaves every sequence of it in doubt: all of them end.
-                for a in active.drain(..) {
-                    let _ = a.events.send(Event::Failed(ApiError::internal(format!(
-                        "generation failed: {e}"
-                    ))));
-                }
-            }
-        }
-        active.retain_mut(|a| !a.finish_if_done());
-        metrics
-            .active_sequences
-            .store(active.len() as u64, Ordering::Relaxed);
+        step(&mut session, &mut active, &metrics);
     }
+}
+
+/// One batched step of every active stream (clients that went away leave first); finished
+/// streams leave after it.
+fn step(session: &mut Session, active: &mut Vec<Active>, metrics: &Metrics) {
+    active.retain(|a| {
+        let open = !a.events.is_closed();
+        if !open {
+            metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            metrics.free_slot(a.stream.slot());
+        }
+        open
+    });
+    metrics
+        .active_sequences
+        .store(active.len() as u64, Ordering::Relaxed);
+    if active.is_empty() {
+        return;
+    }
+    metrics
+        .peak_batch
+        .fetch_max(active.len() as u64, Ordering::Relaxed);
+    let started = Instant::now();
+    let stepped = {
+        let mut streams: Vec<&mut Stream> = active.iter_mut().map(|a| &mut a.stream).collect();
+        pollster::block_on(session.step_streams(&mut streams))
+    };
+    metrics
+        .busy_us
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    match stepped {
+        Ok(events) => {
+            metrics
+                .generated_tokens
+                .fetch_add(events.len() as u64, Ordering::Relaxed);
+            let now = Instant::now();
+            for (a, event) in active.iter_mut().zip(events) {
+                metrics.token_latency.observe(now - a.last_token);
+                a.last_token = now;
+                a.send_token(event);
+                metrics.set_slot(a.slot_state());
+            }
+        }
+        Err(e) => {
+            // A failed forward leaves every sequence of it in doubt: all of them end.
+            for a in active.drain(..) {
+                metrics.free_slot(a.stream.slot());
+                let _ = a.events.send(Event::Failed(ApiError::internal(format!(
+                    "generation failed: {e}"
+                ))));
+            }
+        }
+    }
+    active.retain_mut(|a| !a.finish_if_done(metrics));
+    metrics
+        .active_sequences
+        .store(active.len() as u64, Ordering::Relaxed);
 }
 
 /// A job off the queue, unless its client has gone already.
@@ -149,28 +189,52 @@ fn take(job: Job, metrics: &Metrics) -> Option<Job> {
 
 /// A request decoding in the batch.
 struct Active {
+    id: String,
     stream: Stream,
     events: UnboundedSender<Event>,
+    /// The request asked for log-probabilities (every token is sent, text or not).
+    logprobs: bool,
+    ttft: Duration,
+    first_token: Instant,
+    last_token: Instant,
 }
 
 impl Active {
-    fn send_text(&self, event: &TokenEvent) {
-        if let Some(text) = event.text.as_ref().filter(|t| !t.is_empty()) {
-            let _ = self.events.send(Event::Text(text.clone()));
+    fn send_token(&self, event: TokenEvent) {
+        let text = event.text.unwrap_or_default();
+        if !text.is_empty() || self.logprobs {
+            let _ = self.events.send(Event::Token {
+                text,
+                id: event.id,
+                logprobs: event.logprobs,
+            });
         }
     }
 
-    /// Sends `Done` if the stream has ended; true if it has.
-    fn finish_if_done(&mut self) -> bool {
+    fn slot_state(&self) -> SlotState {
+        SlotState {
+            id: self.stream.slot(),
+            request: Some(self.id.clone()),
+            speculative: false,
+            prompt_tokens: self.stream.prompt_tokens(),
+            generated_tokens: self.stream.tokens().len(),
+        }
+    }
+
+    /// Sends `Done` if the stream has ended (and frees its slot's record); true if it has.
+    fn finish_if_done(&mut self, metrics: &Metrics) -> bool {
         let Some(finish) = self.stream.finish_reason() else {
             return false;
         };
+        metrics.free_slot(self.stream.slot());
         let tail = self.stream.finish_text();
         let _ = self.events.send(Event::Done {
             finish,
             completion_tokens: self.stream.tokens().len(),
             text: self.stream.text().to_string(),
             tail,
+            ttft: self.ttft,
+            decode: self.last_token - self.first_token,
         });
         true
     }
@@ -191,8 +255,17 @@ fn admit(session: &mut Session, job: Job, metrics: &Metrics) -> Option<Active> {
         metrics.cancelled.fetch_add(1, Ordering::Relaxed);
         return None;
     }
+    let s = &job.parsed.sampling;
+    let extras = StreamExtras {
+        adjust: s.adjust.clone(),
+        min_p: s.min_p,
+        logprobs: s.logprobs,
+        constraint: job
+            .constraint
+            .map(|c| Box::new(c) as Box<dyn TokenConstraint>),
+    };
     let started = Instant::now();
-    let out = pollster::block_on(session.start_stream(&request));
+    let out = pollster::block_on(session.start_stream_with(&request, extras));
     metrics
         .busy_us
         .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -206,17 +279,25 @@ fn admit(session: &mut Session, job: Job, metrics: &Metrics) -> Option<Active> {
         }
     };
     // From the request's arrival: under load this includes the time queued.
-    metrics
-        .ttft_us
-        .fetch_add(job.enqueued.elapsed().as_micros() as u64, Ordering::Relaxed);
-    metrics.ttft_count.fetch_add(1, Ordering::Relaxed);
+    let ttft = job.enqueued.elapsed();
+    metrics.ttft.observe(ttft);
     metrics
         .prompt_tokens
         .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
     metrics.generated_tokens.fetch_add(1, Ordering::Relaxed);
-    let mut active = Active { stream, events };
-    active.send_text(&first);
-    if active.finish_if_done() {
+    let now = Instant::now();
+    let mut active = Active {
+        id: job.id,
+        stream,
+        events,
+        logprobs: s.logprobs.is_some(),
+        ttft,
+        first_token: now,
+        last_token: now,
+    };
+    active.send_token(first);
+    metrics.set_slot(active.slot_state());
+    if active.finish_if_done(metrics) {
         return None;
     }
     Some(active)
@@ -273,6 +354,19 @@ fn prepare(
             t,
         ));
     }
+    if let Some(&(id, _)) = parsed
+        .sampling
+        .adjust
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= vocab)
+    {
+        return Err(ApiError::field(
+            "logit_bias",
+            format!("token ids < {vocab} (the vocabulary size)"),
+            id,
+        ));
+    }
     let room = context.saturating_sub(prompt.len());
     if room == 0 {
         // The prompt alone fills the context: its fault, whatever max_tokens says.
@@ -320,19 +414,42 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics, draft_tokens: usi
         return;
     }
 
+    // The drafting sequence is the model's own, slot 0.
+    let mut slot = SlotState {
+        id: 0,
+        request: Some(job.id.clone()),
+        speculative: true,
+        prompt_tokens,
+        generated_tokens: 0,
+    };
+    metrics.set_slot(slot.clone());
     metrics.active_sequences.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
-    let mut first_token = true;
-    let mut on_token = |t: &wgemma::session::TokenEvent| {
-        if first_token {
-            first_token = false;
+    let mut ttft = None;
+    let mut first_token = started;
+    let mut last_token = started;
+    let mut on_token = |t: &TokenEvent| {
+        let now = Instant::now();
+        if ttft.is_none() {
             // From the request's arrival: under load this includes the time queued.
-            let ttft = job.enqueued.elapsed().as_micros() as u64;
-            metrics.ttft_us.fetch_add(ttft, Ordering::Relaxed);
-            metrics.ttft_count.fetch_add(1, Ordering::Relaxed);
+            let d = job.enqueued.elapsed();
+            metrics.ttft.observe(d);
+            ttft = Some(d);
+            first_token = now;
+        } else {
+            metrics.token_latency.observe(now - last_token);
         }
+        last_token = now;
+        slot.generated_tokens += 1;
+        metrics.set_slot(slot.clone());
         match &t.text {
-            Some(text) if !text.is_empty() => events.send(Event::Text(text.clone())).is_ok(),
+            Some(text) if !text.is_empty() => events
+                .send(Event::Token {
+                    text: text.clone(),
+                    id: t.id,
+                    logprobs: None,
+                })
+                .is_ok(),
             _ => !events.is_closed(),
         }
     };
@@ -341,6 +458,7 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics, draft_tokens: usi
         .busy_us
         .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     metrics.active_sequences.fetch_sub(1, Ordering::Relaxed);
+    metrics.free_slot(0);
     match result {
         Ok(out) => {
             metrics
@@ -362,6 +480,8 @@ fn run_job(session: &mut Session, job: Job, metrics: &Metrics, draft_tokens: usi
                 completion_tokens: out.tokens.len(),
                 text: out.text.unwrap_or_default(),
                 tail: out.unstreamed_text,
+                ttft: ttft.unwrap_or_default(),
+                decode: last_token - first_token,
             });
         }
         Err(e) => fail(ApiError::internal(format!("generation failed: {e}"))),

@@ -2,7 +2,7 @@
 //! GPU (only the token id comes back) or sampled on the host, until a stop token or the
 //! token budget.
 
-use super::sampling::{Sampler, SamplingParams};
+use super::sampling::{Sampler, SamplingParams, TokenHistory};
 use super::target::{Model, Want};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
@@ -70,6 +70,9 @@ pub async fn generate(
         ));
     }
     let mut sampler = Sampler::new(options.sampling)?;
+    // The repetition penalty looks back over the prompt and the tokens drawn.
+    let adjust = options.sampling.adjust();
+    let mut history = TokenHistory::new(if adjust.is_identity() { &[] } else { prompt });
     model.reset();
     let want = if options.sampling.is_greedy() {
         Want::NextToken
@@ -91,8 +94,10 @@ pub async fn generate(
         let next = if options.sampling.is_greedy() {
             out.next[0]
         } else {
-            let token = sampler.sample(&out.logits);
-            sampler.accept(token);
+            let mut logits = out.logits;
+            history.apply(&adjust, &mut logits);
+            let token = sampler.sample(&logits, tokens.len() as u64);
+            history.push(token);
             token
         };
         if first_token_at.is_none() {

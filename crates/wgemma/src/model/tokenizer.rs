@@ -11,6 +11,7 @@ pub const TURN_END: &str = "<turn|>";
 pub const BOS: &str = "<bos>";
 
 /// A loaded tokenizer.
+#[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// The same tokenizer with its special tokens inert (read as text), built when message
@@ -155,6 +156,14 @@ impl Tokenizer {
             "{TURN_START}user\n{user_text}{TURN_END}\n{TURN_START}model\n"
         ))?);
         Ok(ids)
+    }
+
+    /// The tokenizer as `tokenizer.json` text (a grammar engine reads each token's bytes
+    /// from it).
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| Error::invalid(OP, "tokenizer", "one that serialises", e.to_string()))
     }
 
     /// Text of `ids`, special tokens skipped.

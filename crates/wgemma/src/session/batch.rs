@@ -5,20 +5,61 @@
 //! are streams (`Model::forward_batch`). Streams join and leave between steps; dropping a
 //! [`Stream`] gives its KV slot back at once.
 //!
-//! Greedy tokens come from the GPU argmax; sampled ones from each stream's own seeded
-//! sampler over its row's logits. Stop ids, stop strings, the token budget and streaming
+//! Greedy tokens come from the GPU argmax; sampled ones, and any whose logits a stream
+//! changes or reports ([`StreamExtras`]), from each stream's own seeded sampler over its
+//! row's logits read back. Stop ids, stop strings, the token budget and streaming
 //! detokenisation are per stream, as in [`Session::generate`].
 
-use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, OP};
+use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, TokenLogprobs, OP};
 use crate::error::{Error, Result};
-use crate::model::sampling::{Sampler, SamplingParams};
+use crate::model::sampling::{logprobs, LogitAdjust, Sampler, SamplingParams, TokenHistory};
 use crate::model::target::{Sequence, Want};
 use crate::model::tokenizer::{TextStream, Tokenizer};
+
+/// Which tokens may come next (structured output: a grammar's token mask). It sees every
+/// token the stream takes, stop tokens included.
+pub trait TokenConstraint: Send {
+    /// Sets the logits of the tokens not allowed next to -inf (one row, the vocabulary's
+    /// length).
+    fn mask(&mut self, logits: &mut [f32]) -> Result<()>;
+    /// Advances past `token`, which the last mask allowed.
+    fn accept(&mut self, token: u32) -> Result<()>;
+    /// True once the text is complete and nothing may follow (the stream then ends).
+    fn is_finished(&self) -> bool;
+}
+
+/// What a stream may add to a [`GenerateRequest`] (all off by default).
+#[derive(Default)]
+pub struct StreamExtras {
+    /// Penalties and bias on the logits.
+    pub adjust: LogitAdjust,
+    /// Min-p truncation (0 = off).
+    pub min_p: f32,
+    /// Report each token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
+    pub constraint: Option<Box<dyn TokenConstraint>>,
+}
+
+impl StreamExtras {
+    /// True when the stream's tokens need its logits on the host.
+    fn needs_logits(&self) -> bool {
+        !self.adjust.is_identity()
+            || self.min_p > 0.0
+            || self.logprobs.is_some()
+            || self.constraint.is_some()
+    }
+}
 
 /// One request in a batch: its KV slot, sampler, text state and tokens so far.
 pub struct Stream {
     seq: Sequence,
     sampler: Sampler,
+    /// Tokens come from logits read back (sampling, or extras), not the GPU argmax.
+    host: bool,
+    adjust: LogitAdjust,
+    history: TokenHistory,
+    logprobs: Option<usize>,
+    constraint: Option<Box<dyn TokenConstraint>>,
     text: TextStream,
     stops: StopStrings,
     stop_ids: Vec<u32>,
@@ -58,21 +99,51 @@ impl Stream {
         self.stops.finish()
     }
 
+    /// The next token from its row of logits (changed in place): adjusted, masked, drawn
+    /// for its output position; with its log-probabilities when asked.
+    fn choose(&mut self, row: &mut [f32]) -> Result<(u32, Option<TokenLogprobs>)> {
+        self.history.apply(&self.adjust, row);
+        if let Some(c) = self.constraint.as_mut() {
+            c.mask(row)?;
+        }
+        let id = self.sampler.sample(row, self.tokens.len() as u64);
+        let lp = self.logprobs.map(|top| {
+            let (logprob, top) = logprobs(row, id, top);
+            TokenLogprobs { logprob, top }
+        });
+        Ok((id, lp))
+    }
+
     /// Takes token `id`: its text piece, and whether the stream ends with it.
-    fn accept(&mut self, tokenizer: Option<&Tokenizer>, id: u32) -> Result<TokenEvent> {
+    fn accept(
+        &mut self,
+        tokenizer: Option<&Tokenizer>,
+        id: u32,
+        logprobs: Option<TokenLogprobs>,
+    ) -> Result<TokenEvent> {
         let index = self.tokens.len();
         self.tokens.push(id);
-        self.sampler.accept(id);
+        self.history.push(id);
+        let mut finished = false;
+        if let Some(c) = self.constraint.as_mut() {
+            c.accept(id)?;
+            finished = c.is_finished();
+        }
         let text = match tokenizer {
             Some(t) => self.text.push(t, id)?.map(|piece| self.stops.push(&piece)),
             None => None,
         };
-        if self.stop_ids.contains(&id) || self.stops.stopped() {
+        if self.stop_ids.contains(&id) || self.stops.stopped() || finished {
             self.finish = Some(FinishReason::Stop);
         } else if self.tokens.len() >= self.max_new_tokens {
             self.finish = Some(FinishReason::Length);
         }
-        Ok(TokenEvent { index, id, text })
+        Ok(TokenEvent {
+            index,
+            id,
+            text,
+            logprobs,
+        })
     }
 }
 
@@ -89,6 +160,17 @@ impl Session {
     pub async fn start_stream(
         &mut self,
         request: &GenerateRequest,
+    ) -> Result<(Stream, TokenEvent)> {
+        self.start_stream_with(request, StreamExtras::default())
+            .await
+    }
+
+    /// [`Session::start_stream`] with penalties, bias, min-p, log-probabilities or a
+    /// token constraint.
+    pub async fn start_stream_with(
+        &mut self,
+        request: &GenerateRequest,
+        mut extras: StreamExtras,
     ) -> Result<(Stream, TokenEvent)> {
         self.check_gpu_errors()?;
         if request.speculative {
@@ -107,8 +189,28 @@ impl Session {
             seed: request.seed,
             repeat_penalty: request.repeat_penalty,
         };
-        let mut sampler = Sampler::new(sampling)?;
+        sampling.validate()?;
+        // The request's repetition penalty is the adjustment's (one implementation, in
+        // `TokenHistory::apply`); the two may not disagree.
+        let repeat = sampling.adjust().repetition_penalty;
+        if repeat != 1.0 {
+            let given = extras.adjust.repetition_penalty;
+            if given != 1.0 && given != repeat {
+                return Err(Error::invalid(
+                    OP,
+                    "repetition penalty",
+                    format!("one value (the request's repeat_penalty is {repeat})"),
+                    format!("the stream's repetition_penalty {given}"),
+                ));
+            }
+            extras.adjust.repetition_penalty = repeat;
+        }
+        let sampler = Sampler::new(sampling)?.with_min_p(extras.min_p)?;
+        let host = !sampling.is_greedy() || extras.needs_logits();
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
+        extras
+            .adjust
+            .validate(target.model.spec.config.vocab_size)?;
         super::check_budget(
             prompt.len(),
             request.max_new_tokens,
@@ -123,25 +225,25 @@ impl Session {
             ));
         }
         let mut seq = target.model.new_sequence()?;
-        let want = if sampling.is_greedy() {
-            Want::NextToken
-        } else {
+        let want = if host {
             Want::LastLogits
+        } else {
+            Want::NextToken
         };
         // The model prefills its active sequence: lend it this one, and take it back
         // whatever the forward did.
         target.model.swap_sequence(&mut seq)?;
         let out = target.model.forward(&self.ctx, &prompt, want).await;
         target.model.swap_sequence(&mut seq)?;
-        let out = out?;
-        let first = if sampling.is_greedy() {
-            out.next[0]
-        } else {
-            sampler.sample(&out.logits)
-        };
+        let mut out = out?;
         let mut stream = Stream {
             seq,
             sampler,
+            host,
+            adjust: extras.adjust,
+            history: TokenHistory::new(&prompt),
+            logprobs: extras.logprobs,
+            constraint: extras.constraint,
             text: TextStream::new(),
             stops: StopStrings::new(&request.stop),
             stop_ids: target.stop_ids.clone(),
@@ -150,7 +252,12 @@ impl Session {
             max_new_tokens: request.max_new_tokens,
             finish: None,
         };
-        let event = stream.accept(target.text.tokenizer.as_deref(), first)?;
+        let (first, logprobs) = if host {
+            stream.choose(&mut out.logits)?
+        } else {
+            (out.next[0], None)
+        };
+        let event = stream.accept(target.text.tokenizer.as_deref(), first, logprobs)?;
         self.check_gpu_errors()?;
         Ok((stream, event))
     }
@@ -169,13 +276,12 @@ impl Session {
         }
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
         let vocab = target.model.spec.config.vocab_size;
-        let greedy = streams.iter().all(|s| s.sampler.params().is_greedy());
-        let want = if greedy {
-            Want::AllNext
-        } else {
+        let want = if streams.iter().any(|s| s.host) {
             Want::AllLogits
+        } else {
+            Want::AllNext
         };
-        let out = {
+        let mut out = {
             let mut rows: Vec<(&mut Sequence, u32)> = streams
                 .iter_mut()
                 .map(|s| {
@@ -196,12 +302,12 @@ impl Session {
             .iter_mut()
             .enumerate()
             .map(|(i, s)| {
-                let id = if s.sampler.params().is_greedy() {
-                    out.next[i]
+                let (id, logprobs) = if s.host {
+                    s.choose(&mut out.logits[i * vocab..(i + 1) * vocab])?
                 } else {
-                    s.sampler.sample(&out.logits[i * vocab..(i + 1) * vocab])
+                    (out.next[i], None)
                 };
-                s.accept(tokenizer, id)
+                s.accept(tokenizer, id, logprobs)
             })
             .collect::<Result<Vec<_>>>()?;
         self.check_gpu_errors()?;

@@ -74,6 +74,7 @@ fn check_messages(messages: &[ChatMessage]) -> Result<()> {
 }
 
 /// A checkpoint's Jinja chat template, parsed once.
+#[derive(Clone)]
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
     bos_token: String,

@@ -15,7 +15,7 @@ pub mod chat;
 pub mod stop;
 mod types;
 
-pub use batch::Stream;
+pub use batch::{Stream, StreamExtras, TokenConstraint};
 pub use chat::{builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget};
 pub use stop::StopStrings;
 pub use types::*;
@@ -551,6 +551,17 @@ impl Session {
         self.prompt_encoder()?.render_chat(messages)
     }
 
+    /// The target's tokenizer, chat template and stop ids, detached from the session (a
+    /// server tokenises and renders on its HTTP threads while the model thread generates).
+    pub fn text_tools(&self) -> Result<TextTools> {
+        let t = self.target()?;
+        Ok(TextTools {
+            tokenizer: t.text.tokenizer.clone(),
+            chat_template: t.text.chat_template.clone(),
+            stop_ids: t.stop_ids.clone(),
+        })
+    }
+
     /// The request's prompt as token ids: given ids, text (plain: `<bos>` + text; with
     /// `chat`: one user turn), or a conversation through the chat template.
     pub fn prompt_ids(&self, request: &GenerateRequest) -> Result<Vec<u32>> {
@@ -607,7 +618,12 @@ impl Session {
                     return false;
                 }
             };
-            let keep_going = on_token(&TokenEvent { index, id, text });
+            let keep_going = on_token(&TokenEvent {
+                index,
+                id,
+                text,
+                logprobs: None,
+            });
             index += 1;
             cancelled |= !keep_going;
             keep_going && !stops.stopped()
@@ -716,27 +732,11 @@ impl PromptEncoder {
     /// A conversation as text, ready for the model's reply: the checkpoint's template, or
     /// Gemma 4's turn format (which needs a tokenizer with its turn markers).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
-        match &self.chat_template {
-            Some(template) => template.render(messages, true),
-            None => {
-                if let Some(tok) = &self.tokenizer {
-                    for marker in [TURN_START, TURN_END] {
-                        if tok.token_id(marker).is_none() {
-                            return Err(Error::invalid(
-                                OP,
-                                "chat format",
-                                format!(
-                                    "a chat template, or a tokenizer with the `{marker}` token \
-                                     (Gemma 4)"
-                                ),
-                                "neither",
-                            ));
-                        }
-                    }
-                }
-                builtin_gemma4(messages, true)
-            }
-        }
+        render_chat(
+            self.chat_template.as_deref(),
+            self.tokenizer.as_deref(),
+            messages,
+        )
     }
 
     /// The request's prompt as token ids: given ids, text (plain: `<bos>` + text; with
@@ -796,6 +796,51 @@ impl PromptEncoder {
             return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
         }
         Ok(ids)
+    }
+}
+
+/// A conversation as text through `template`, or Gemma 4's built-in turn format when there
+/// is none (which needs the tokenizer, if any, to have the turn markers).
+fn render_chat(
+    template: Option<&ChatTemplate>,
+    tokenizer: Option<&Tokenizer>,
+    messages: &[ChatMessage],
+) -> Result<String> {
+    if let Some(template) = template {
+        return template.render(messages, true);
+    }
+    if let Some(tok) = tokenizer {
+        for marker in [TURN_START, TURN_END] {
+            if tok.token_id(marker).is_none() {
+                return Err(Error::invalid(
+                    OP,
+                    "chat format",
+                    format!("a chat template, or a tokenizer with the `{marker}` token (Gemma 4)"),
+                    "neither",
+                ));
+            }
+        }
+    }
+    builtin_gemma4(messages, true)
+}
+
+/// A target's text side, detached from its session ([`Session::text_tools`]).
+#[derive(Clone)]
+pub struct TextTools {
+    pub tokenizer: Option<Arc<Tokenizer>>,
+    pub chat_template: Option<Arc<ChatTemplate>>,
+    /// Token ids that end a generation.
+    pub stop_ids: Vec<u32>,
+}
+
+impl TextTools {
+    /// As [`Session::render_chat`].
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        render_chat(
+            self.chat_template.as_deref(),
+            self.tokenizer.as_deref(),
+            messages,
+        )
     }
 }
 

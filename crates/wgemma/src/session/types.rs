@@ -162,6 +162,18 @@ pub struct TokenEvent {
     /// The newly printable text (None without a tokenizer, inside a multi-byte character,
     /// or while it may be the start of a stop string).
     pub text: Option<String>,
+    /// Its log-probability and the most likely alternatives' (streams asked for them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<TokenLogprobs>,
+}
+
+/// A token's log-probability under the distribution it was drawn from, before temperature
+/// and truncation (the logits after penalties, bias and any constraint), and the `top`
+/// most likely tokens' (most likely first).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
 }
 
 /// Why a generation ended (OpenAI's `finish_reason`, plus the caller's own stop).

@@ -27,22 +27,20 @@
 //! r + 1 is submitted before the host reads round r's record (one readback per round, read
 //! one round late to stream the tokens). Rounds that sample keep the host path below.
 //!
-//! Temperature > 0: lossless speculative sampling (Leviathan et al. 2023, Algorithm 1):
-//! draft d_i ~ q_i (the assistant's distribution through the same temperature / top-k /
-//! top-p as the target's), accept with probability min(1, p_i(d_i) / q_i(d_i)), on the first
-//! rejection draw from the normalised residual max(0, p_i - q_i), after k' acceptances draw
-//! the bonus from p_{k'+1}. The output is distributed exactly as plain sampling's. (HF
-//! differs here: its MTP generator drafts the assistant's argmax yet accepts with p/q of the
-//! assistant's softmax, which is not lossless.) Drafts are sampled on the host, so a
-//! sampling round waits once per draft step and once for the verify, and sampling rounds
-//! are not pipelined (T > 0 keeps this host path; so does `capture_draft_logits`).
+//! Temperature > 0: output position i's token is drawn from the target's distribution p_i
+//! (temperature / top-k / top-p / min-p) with a uniform keyed by the seed and i, as plain
+//! sampling draws it; draft d_i is drawn from the assistant's q_i with the same uniform, and
+//! drafts are accepted while they equal the target's draws. The output is plain sampling's,
+//! token for token, whatever k the schedule picks (a given seed reproduces with and without
+//! the assistant); the price against Leviathan et al.'s min(1, p/q) rule is fewer accepted
+//! drafts where p and q differ. Drafts are sampled on the host, so a sampling round waits
+//! once per draft step and once for the verify, and sampling rounds are not pipelined
+//! (T > 0 keeps this host path; so does `capture_draft_logits`).
 
-mod accept;
 mod pipeline;
 mod rounds;
 pub mod schedule;
 
-pub use accept::speculative_accept;
 pub use pipeline::ReplacedDrafts;
 pub use schedule::DraftSchedule;
 

@@ -4,8 +4,14 @@
 //! Greedy rounds with drafts chained on the GPU run pipelined ([`super::pipeline`]); rounds
 //! that sample, or that read every draft's logits back, run here one at a time, the host
 //! drafting.
+//!
+//! A sampled round draws output position i's token from the target's distribution with the
+//! uniform keyed by i ([`crate::model::sampling::uniform_at`]), exactly as plain sampling
+//! does, and accepts drafts while they equal those draws (the draft itself is drawn from the
+//! assistant's distribution with the same uniform, so a close drafter agrees often). The
+//! tokens are then those of plain sampling with the same seed, whatever k each round used:
+//! lossless, and reproducible with or without the assistant.
 
-use super::accept::{dense, draw_dense, speculative_accept};
 use super::pipeline::{self, ReplacedDrafts};
 use super::schedule::{AdaptiveDrafts, DraftCosts, DraftSchedule, NextRound};
 use super::{
@@ -20,7 +26,6 @@ use crate::model::generate::GenerateOptions;
 use crate::model::sampling::Sampler;
 use crate::model::target::{Model, Want};
 use crate::ops::embedding::write_token_ids;
-use rand::SeedableRng;
 use web_time::Instant;
 
 fn per_second(count: usize, seconds: f64) -> f64 {
@@ -61,7 +66,6 @@ pub(super) struct Session<'a> {
     /// (the adaptive schedule's probe loss is measured from it to the next chunk).
     plain_end: Option<(Instant, usize, usize)>,
     sampler: Sampler,
-    rng: rand_chacha::ChaCha8Rng,
 }
 
 impl Session<'_> {
@@ -278,7 +282,8 @@ impl Session<'_> {
         let seed_hidden = self.seed_hidden()?;
         let ids = self.target.plan(ctx, m, LogitRows::All)?.ids.clone();
         let mut drafts = Vec::with_capacity(kk);
-        let mut q_rows = Vec::new();
+        // Output position of the verify forward's first row (the token after the seed).
+        let position = self.tokens.len() as u64;
         let mut step = Step::new(ctx);
         if kk > 0 {
             let view = self.host_view()?;
@@ -299,10 +304,8 @@ impl Session<'_> {
                 let d = if greedy {
                     self.assistant.read_token(ctx).await?
                 } else {
-                    let q = dense(&self.sampler.distribution(&logits), vocab);
-                    let d = draw_dense(&mut self.rng, &q, 1.0);
-                    q_rows.push(q);
-                    d
+                    let q = self.sampler.distribution(&logits);
+                    self.sampler.draw(&q, position + i as u64)
                 };
                 self.wait_s += wait.elapsed().as_secs_f64();
                 if self.spec.capture_draft_logits {
@@ -326,21 +329,25 @@ impl Session<'_> {
         step.submit();
         let wait = Instant::now();
         let next_ids = head.next_readback.read_u32(ctx).await?;
-        let (mut valid, accepted) = if greedy {
-            let n = drafts
-                .iter()
-                .zip(&next_ids)
-                .take_while(|(d, t)| d == t)
-                .count();
-            (next_ids[..=n].to_vec(), n)
+        let targets = if greedy {
+            next_ids
         } else {
             let logits = head.logits_readback.read_f32(ctx).await?;
-            let p_rows: Vec<Vec<f32>> = logits
+            logits
                 .chunks(vocab)
-                .map(|row| dense(&self.sampler.distribution(row), vocab))
-                .collect();
-            speculative_accept(&mut self.rng, &drafts, &p_rows, &q_rows)
+                .enumerate()
+                .map(|(i, row)| {
+                    let p = self.sampler.distribution(row);
+                    self.sampler.draw(&p, position + i as u64)
+                })
+                .collect()
         };
+        let accepted = drafts
+            .iter()
+            .zip(&targets)
+            .take_while(|(d, t)| d == t)
+            .count();
+        let mut valid = targets[..=accepted].to_vec();
         self.wait_s += wait.elapsed().as_secs_f64();
         let seconds = timed.then(|| round_start.elapsed().as_secs_f64());
         self.cut(&mut valid);
@@ -402,7 +409,6 @@ pub(super) async fn run(
         ));
     }
     let mut sampler = Sampler::new(params)?;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.seed);
     let mut out = SpeculativeOutput::default();
     out.stats.base.prompt_tokens = prompt.len();
     target.reset();
@@ -422,7 +428,7 @@ pub(super) async fn run(
         prefill.next[0]
     } else {
         let dist = sampler.distribution(&prefill.logits);
-        draw_dense(&mut rng, &dense(&dist, target.spec.config.vocab_size), 1.0)
+        sampler.draw(&dist, 0)
     };
     let t_first = start.elapsed().as_secs_f64();
     let first_at = Instant::now();
@@ -464,7 +470,6 @@ pub(super) async fn run(
         costs: measured_costs,
         plain_end: None,
         sampler,
-        rng,
     };
     session.stream(vec![first], on_token);
     if host_drafts {

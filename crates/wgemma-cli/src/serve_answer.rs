@@ -1,0 +1,379 @@
+//! The completions' answers in `wgemma serve`: a parsed request queued for the model
+//! thread, its events relayed as one JSON answer or as server-sent events (with
+//! log-probabilities when asked), the `x-request-id` and `x-wgemma-seed` headers, and the
+//! request's one log line (id, prompt and completion tokens, time to first token, tokens/s,
+//! finish reason), written when the answer is complete.
+
+use crate::serve::{unix_now, App, Logged, REQUEST_ID};
+use crate::serve_api::{self, ApiError, Endpoint, Parsed, TokenLogprob};
+use crate::serve_guard;
+use crate::serve_worker::{Event, Job};
+use axum::http::HeaderValue;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::TrySendError;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+use wgemma::session::{TextTools, TokenLogprobs};
+
+/// One request's log line, written when its answer is complete.
+struct RequestLog {
+    id: String,
+    endpoint: Endpoint,
+    user: Option<String>,
+    prompt_tokens: usize,
+}
+
+impl RequestLog {
+    fn done(&self, completion_tokens: usize, finish: &str, ttft: Duration, decode: Duration) {
+        let tok_s = if completion_tokens > 1 && decode > Duration::ZERO {
+            (completion_tokens - 1) as f64 / decode.as_secs_f64()
+        } else {
+            0.0
+        };
+        eprintln!(
+            "wgemma serve: {} POST {} 200 prompt {} tok, completion {} tok, ttft {:.1} ms, \
+             {tok_s:.1} tok/s, finish {finish}{}",
+            self.id,
+            self.endpoint.path(),
+            self.prompt_tokens,
+            completion_tokens,
+            ttft.as_secs_f64() * 1e3,
+            self.user_part(),
+        );
+    }
+
+    fn failed(&self, e: &ApiError) {
+        eprintln!(
+            "wgemma serve: {} POST {} {} {}{}",
+            self.id,
+            self.endpoint.path(),
+            e.status.as_u16(),
+            e.message,
+            self.user_part(),
+        );
+    }
+
+    fn user_part(&self) -> String {
+        self.user
+            .as_ref()
+            .map_or(String::new(), |u| format!(", user {u:?}"))
+    }
+}
+
+pub async fn answer(
+    app: Arc<App>,
+    endpoint: Endpoint,
+    parsed: Result<Parsed, ApiError>,
+) -> Response {
+    let id = endpoint.new_id();
+    let mut log = RequestLog {
+        id: id.clone(),
+        endpoint,
+        user: None,
+        prompt_tokens: 0,
+    };
+    // Text prompts become token ids here, on a blocking thread (the guard's byte-length
+    // refusal first), never on the model thread.
+    let parsed = match parsed {
+        Ok(parsed) => match app.ready() {
+            Ok(ready) => serve_guard::encode_prompt(&ready.encoder, parsed).await,
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    let seed = parsed.as_ref().ok().map(|p| p.sampling.seed);
+    let mut response = match parsed {
+        Ok(parsed) => {
+            log.user = parsed.sampling.user.clone();
+            generate(&app, endpoint, parsed, &mut log)
+                .await
+                .unwrap_or_else(|e| {
+                    log.failed(&e);
+                    e.into_response()
+                })
+        }
+        Err(e) => {
+            log.failed(&e);
+            e.into_response()
+        }
+    };
+    app.metrics
+        .count_request(endpoint.label(), response.status().as_u16());
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        headers.insert(REQUEST_ID, v);
+    }
+    if let Some(seed) = seed {
+        headers.insert("x-wgemma-seed", HeaderValue::from(seed));
+    }
+    response.extensions_mut().insert(Logged);
+    response
+}
+
+/// A token's log-probabilities with their text.
+fn token_logprob(text: &TextTools, id: u32, lp: &TokenLogprobs) -> TokenLogprob {
+    let piece = |id: u32| {
+        text.tokenizer
+            .as_deref()
+            .and_then(|t| t.decode(&[id]).ok())
+            .unwrap_or_else(|| format!("<{id}>"))
+    };
+    TokenLogprob {
+        token: piece(id),
+        logprob: lp.logprob,
+        top: lp.top.iter().map(|&(t, l)| (piece(t), l)).collect(),
+    }
+}
+
+/// Queues the job, waits for its start, then streams or collects its text.
+async fn generate(
+    app: &Arc<App>,
+    endpoint: Endpoint,
+    parsed: Parsed,
+    log: &mut RequestLog,
+) -> Result<Response, ApiError> {
+    // The grammar is compiled (or copied from the cache) here, off the model thread.
+    let constraint = match (&parsed.sampling.response_format, &app.ready()?.grammars) {
+        (None, _) => None,
+        (Some(format), Ok(grammars)) => {
+            let (grammars, format) = (grammars.clone(), format.clone());
+            let compiled = tokio::task::spawn_blocking(move || grammars.constraint(&format))
+                .await
+                .map_err(|e| ApiError::internal(format!("compiling the grammar: {e}")))??;
+            Some(compiled)
+        }
+        (Some(_), Err(why)) => {
+            return Err(ApiError::invalid(
+                "response_format",
+                format!("response_format: structured output needs a byte-level vocabulary; this model's cannot be constrained ({why})"),
+            ))
+        }
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let s = &parsed.sampling;
+    let (stream, include_usage, want_logprobs) = (s.stream, s.include_usage, s.logprobs.is_some());
+    app.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
+    let job = Job {
+        id: log.id.clone(),
+        parsed,
+        constraint,
+        events: tx,
+        enqueued: Instant::now(),
+    };
+    if let Err(e) = app.jobs.try_send(job) {
+        app.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+        return Err(match e {
+            TrySendError::Full(_) => ApiError::overloaded(format!(
+                "the server is busy: {} requests are waiting (--queue {}); retry later",
+                app.queue, app.queue
+            )),
+            TrySendError::Disconnected(_) => ApiError::internal("the model thread has stopped"),
+        });
+    }
+    let prompt_tokens = match rx.recv().await {
+        Some(Event::Started { prompt_tokens }) => prompt_tokens,
+        Some(Event::Failed(e)) => return Err(e),
+        Some(other) => {
+            return Err(ApiError::internal(format!(
+                "unexpected first event {other:?}"
+            )))
+        }
+        None => return Err(ApiError::internal("the model thread dropped the request")),
+    };
+    log.prompt_tokens = prompt_tokens;
+    let text_tools = app.ready()?.text.clone();
+    let created = unix_now();
+    if !stream {
+        let mut logprobs = Vec::new();
+        loop {
+            match rx.recv().await {
+                Some(Event::Token {
+                    id, logprobs: lp, ..
+                }) => {
+                    if let Some(lp) = lp {
+                        logprobs.push(token_logprob(&text_tools, id, &lp));
+                    }
+                }
+                Some(Event::Done {
+                    finish,
+                    completion_tokens,
+                    text,
+                    ttft,
+                    decode,
+                    ..
+                }) => {
+                    let usage = serve_api::usage(prompt_tokens, completion_tokens);
+                    let finish = serve_api::finish_reason(finish);
+                    let body = endpoint.response(
+                        &log.id,
+                        created,
+                        &app.model_name,
+                        &text,
+                        finish,
+                        usage,
+                        endpoint.logprobs(want_logprobs.then_some(&logprobs[..]), 0),
+                    );
+                    log.done(completion_tokens, finish, ttft, decode);
+                    return Ok(Json(body).into_response());
+                }
+                Some(Event::Failed(e)) => return Err(e),
+                Some(Event::Started { .. }) | None => {
+                    return Err(ApiError::internal("the model thread dropped the request"))
+                }
+            }
+        }
+    }
+    let mut state = SseState {
+        rx,
+        pending: VecDeque::new(),
+        endpoint,
+        created,
+        model: app.model_name.clone(),
+        include_usage,
+        want_logprobs,
+        text_tools,
+        text_offset: 0,
+        log: RequestLog {
+            id: log.id.clone(),
+            endpoint,
+            user: log.user.clone(),
+            prompt_tokens,
+        },
+        finished: false,
+    };
+    if endpoint == Endpoint::Chat {
+        // OpenAI's first chunk names the role, with empty content.
+        let first = state.chunk(Some(""), true, None, Vec::new());
+        state.pending.push_back(first);
+    }
+    let events = futures_util::stream::unfold(state, |mut s| async move {
+        let event = s.next().await?;
+        Some((Ok::<_, Infallible>(event), s))
+    });
+    Ok(Sse::new(events).into_response())
+}
+
+/// The stream of one request's server-sent events.
+struct SseState {
+    rx: UnboundedReceiver<Event>,
+    pending: VecDeque<SseEvent>,
+    endpoint: Endpoint,
+    created: u64,
+    model: String,
+    include_usage: bool,
+    want_logprobs: bool,
+    text_tools: TextTools,
+    /// Bytes of text sent so far (completions' `text_offset`).
+    text_offset: usize,
+    log: RequestLog,
+    finished: bool,
+}
+
+impl Drop for SseState {
+    fn drop(&mut self) {
+        if !self.finished {
+            eprintln!(
+                "wgemma serve: {} POST {} 200 cancelled: the client went away mid-stream",
+                self.log.id,
+                self.log.endpoint.path()
+            );
+        }
+    }
+}
+
+impl SseState {
+    fn chunk(
+        &mut self,
+        text: Option<&str>,
+        first: bool,
+        finish: Option<&str>,
+        logprobs: Vec<TokenLogprob>,
+    ) -> SseEvent {
+        let lp = self.endpoint.logprobs(
+            (self.want_logprobs && !logprobs.is_empty()).then_some(&logprobs[..]),
+            self.text_offset,
+        );
+        self.text_offset += text.map_or(0, str::len);
+        let v = self.endpoint.chunk(
+            &self.log.id,
+            self.created,
+            &self.model,
+            text,
+            first,
+            finish,
+            lp,
+        );
+        SseEvent::default().data(v.to_string())
+    }
+
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                return Some(e);
+            }
+            if self.finished {
+                return None;
+            }
+            match self.rx.recv().await {
+                Some(Event::Token { text, id, logprobs }) => {
+                    let lp: Vec<TokenLogprob> = logprobs
+                        .iter()
+                        .map(|lp| token_logprob(&self.text_tools, id, lp))
+                        .collect();
+                    return Some(self.chunk(Some(&text), false, None, lp));
+                }
+                Some(Event::Done {
+                    finish,
+                    completion_tokens,
+                    tail,
+                    ttft,
+                    decode,
+                    ..
+                }) => {
+                    if !tail.is_empty() {
+                        let c = self.chunk(Some(&tail), false, None, Vec::new());
+                        self.pending.push_back(c);
+                    }
+                    let finish = serve_api::finish_reason(finish);
+                    let last = self.chunk(None, false, Some(finish), Vec::new());
+                    self.pending.push_back(last);
+                    if self.include_usage {
+                        let usage = serve_api::usage(self.log.prompt_tokens, completion_tokens);
+                        let v = self.endpoint.usage_chunk(
+                            &self.log.id,
+                            self.created,
+                            &self.model,
+                            usage,
+                        );
+                        self.pending
+                            .push_back(SseEvent::default().data(v.to_string()));
+                    }
+                    self.pending.push_back(SseEvent::default().data("[DONE]"));
+                    self.log.done(completion_tokens, finish, ttft, decode);
+                    self.finished = true;
+                }
+                Some(Event::Failed(e)) => {
+                    // The status is sent already: the error travels as an event.
+                    self.log.failed(&e);
+                    self.pending
+                        .push_back(SseEvent::default().data(e.to_json().to_string()));
+                    self.pending.push_back(SseEvent::default().data("[DONE]"));
+                    self.finished = true;
+                }
+                Some(Event::Started { .. }) | None => {
+                    let e = ApiError::internal("the model thread dropped the request");
+                    self.log.failed(&e);
+                    self.pending
+                        .push_back(SseEvent::default().data(e.to_json().to_string()));
+                    self.finished = true;
+                }
+            }
+        }
+    }
+}

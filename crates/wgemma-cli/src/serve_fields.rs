@@ -1,0 +1,311 @@
+//! Which request fields `wgemma serve` takes: every field of OpenAI's chat and completions
+//! request schemas (and the extensions it implements) is either used or refused with a 400
+//! that names it; a field it does not know is refused too. Nothing is accepted and ignored.
+
+use crate::serve_api::{kind_of, ApiError, Endpoint};
+use serde_json::Value;
+
+/// How the server treats a request field of OpenAI's chat or completions schema.
+#[derive(Clone, Copy)]
+pub(crate) enum FieldUse {
+    /// Read and acted on.
+    Used,
+    /// Refused with a 400 naming it, unless absent, null or a value for which `allowed`
+    /// holds (the value that asks for nothing this server lacks); `why` says what is missing.
+    Refused {
+        why: &'static str,
+        allowed: fn(&Value) -> bool,
+    },
+}
+
+use FieldUse::{Refused, Used};
+
+fn never(_: &Value) -> bool {
+    false
+}
+
+/// The fields both endpoints take.
+pub(crate) const SHARED_FIELDS: &[(&str, FieldUse)] = &[
+    ("model", Used),
+    ("max_tokens", Used),
+    ("temperature", Used),
+    ("top_p", Used),
+    ("top_k", Used),
+    ("min_p", Used),
+    ("seed", Used),
+    ("stop", Used),
+    ("stream", Used),
+    ("stream_options", Used),
+    ("n", Used),
+    ("frequency_penalty", Used),
+    ("presence_penalty", Used),
+    ("repetition_penalty", Used),
+    ("logit_bias", Used),
+    ("logprobs", Used),
+    // Identifies the end user: written to the request's log line.
+    ("user", Used),
+];
+
+pub(crate) const CHAT_FIELDS: &[(&str, FieldUse)] = &[
+    ("messages", Used),
+    ("max_completion_tokens", Used),
+    ("top_logprobs", Used),
+    ("safety_identifier", Used),
+    ("response_format", Used),
+    (
+        "tools",
+        Refused {
+            why: "tool calls are not implemented; only an empty list",
+            allowed: |v| v.as_array().is_some_and(Vec::is_empty),
+        },
+    ),
+    (
+        "tool_choice",
+        Refused {
+            why: "tool calls are not implemented; only \"none\"",
+            allowed: |v| v.as_str() == Some("none"),
+        },
+    ),
+    (
+        "parallel_tool_calls",
+        Refused {
+            why: "tool calls are not implemented",
+            allowed: never,
+        },
+    ),
+    (
+        "functions",
+        Refused {
+            why: "the deprecated function calling is not implemented",
+            allowed: never,
+        },
+    ),
+    (
+        "function_call",
+        Refused {
+            why: "the deprecated function calling is not implemented",
+            allowed: never,
+        },
+    ),
+    (
+        "audio",
+        Refused {
+            why: "this server answers in text only",
+            allowed: never,
+        },
+    ),
+    (
+        "modalities",
+        Refused {
+            why: "this server answers in text only: [\"text\"]",
+            allowed: |v| *v == serde_json::json!(["text"]),
+        },
+    ),
+    (
+        "prediction",
+        Refused {
+            why: "predicted outputs are not implemented",
+            allowed: never,
+        },
+    ),
+    (
+        "reasoning_effort",
+        Refused {
+            why: "the model has no reasoning modes",
+            allowed: never,
+        },
+    ),
+    (
+        "verbosity",
+        Refused {
+            why: "the model has no verbosity setting",
+            allowed: never,
+        },
+    ),
+    (
+        "web_search_options",
+        Refused {
+            why: "this server does not search the web",
+            allowed: never,
+        },
+    ),
+    (
+        "store",
+        Refused {
+            why: "completions are not stored; only false",
+            allowed: |v| *v == Value::Bool(false),
+        },
+    ),
+    (
+        "metadata",
+        Refused {
+            why: "completions are not stored, so they carry no metadata",
+            allowed: never,
+        },
+    ),
+    (
+        "service_tier",
+        Refused {
+            why: "there is one tier; only \"auto\" or \"default\"",
+            allowed: |v| matches!(v.as_str(), Some("auto" | "default")),
+        },
+    ),
+    (
+        "prompt_cache_key",
+        Refused {
+            why: "this server keeps no prompt cache",
+            allowed: never,
+        },
+    ),
+    (
+        "prompt_cache_retention",
+        Refused {
+            why: "this server keeps no prompt cache",
+            allowed: never,
+        },
+    ),
+    (
+        "prompt_cache_options",
+        Refused {
+            why: "this server keeps no prompt cache",
+            allowed: never,
+        },
+    ),
+    (
+        "moderation",
+        Refused {
+            why: "this server runs no moderation model",
+            allowed: never,
+        },
+    ),
+];
+
+pub(crate) const COMPLETION_FIELDS: &[(&str, FieldUse)] = &[
+    ("prompt", Used),
+    (
+        "best_of",
+        Refused {
+            why: "one candidate per request; only 1",
+            allowed: |v| v.as_u64() == Some(1),
+        },
+    ),
+    (
+        "echo",
+        Refused {
+            why: "the prompt is not echoed; only false",
+            allowed: |v| *v == Value::Bool(false),
+        },
+    ),
+    (
+        "suffix",
+        Refused {
+            why: "insertion (a suffix) is not implemented; only \"\"",
+            allowed: |v| v.as_str() == Some(""),
+        },
+    ),
+];
+
+/// Refuses a field this server does not take (unknown, or known and refused), by name.
+pub(crate) fn check_fields(
+    body: &serde_json::Map<String, Value>,
+    endpoint: Endpoint,
+) -> Result<(), ApiError> {
+    let own = match endpoint {
+        Endpoint::Chat => CHAT_FIELDS,
+        Endpoint::Completion => COMPLETION_FIELDS,
+    };
+    for (name, value) in body {
+        let found = SHARED_FIELDS
+            .iter()
+            .chain(own)
+            .find(|(n, _)| n == name)
+            .map(|(_, u)| *u);
+        match found {
+            Some(Used) => {}
+            Some(Refused { .. }) if value.is_null() => {}
+            Some(Refused { allowed, .. }) if allowed(value) => {}
+            Some(Refused { why, .. }) => {
+                return Err(ApiError::invalid(
+                    name,
+                    format!(
+                        "{name}: not supported by this server ({why}); found {}",
+                        kind_of(value)
+                    ),
+                ))
+            }
+            None => {
+                let mut known: Vec<&str> = SHARED_FIELDS
+                    .iter()
+                    .chain(own)
+                    .filter(|(_, u)| matches!(u, Used))
+                    .map(|(n, _)| *n)
+                    .collect();
+                known.sort_unstable();
+                return Err(ApiError::invalid(
+                    name,
+                    format!(
+                        "{name}: unknown field; this endpoint takes {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve_api::{parse_chat, parse_completion};
+
+    #[test]
+    fn every_field_is_used_or_refused_by_name() {
+        for (endpoint, own, base) in [
+            (
+                Endpoint::Chat,
+                CHAT_FIELDS,
+                r#""messages": [{"role": "user", "content": "x"}]"#,
+            ),
+            (Endpoint::Completion, COMPLETION_FIELDS, r#""prompt": "x""#),
+        ] {
+            let parse = |extra: &str| {
+                let body = format!(r#"{{"model": "m", {base}{extra}}}"#);
+                match endpoint {
+                    Endpoint::Chat => parse_chat(body.as_bytes(), "m"),
+                    Endpoint::Completion => parse_completion(body.as_bytes(), "m"),
+                }
+            };
+            for (name, u) in SHARED_FIELDS.iter().chain(own) {
+                // Null is the field's default: taken for all but the required ones.
+                let required = matches!(*name, "model" | "messages" | "prompt");
+                let null = parse(&format!(r#", "{name}": null"#));
+                assert_eq!(null.is_ok(), !required, "{name}: null");
+                if let Refused { .. } = u {
+                    let e = parse(&format!(r#", "{name}": {{"x": 1}}"#)).unwrap_err();
+                    assert_eq!(e.param.as_deref(), Some(*name), "{}", e.message);
+                    assert!(e.message.contains("not supported"), "{}", e.message);
+                }
+            }
+            let e = parse(r#", "cache_prompt": true"#).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("cache_prompt"));
+            assert!(e.message.contains("unknown field"), "{}", e.message);
+            for allowed in [
+                r#", "n": 1"#,
+                r#", "store": false"#,
+                r#", "service_tier": "auto""#,
+                r#", "best_of": 1"#,
+                r#", "echo": false"#,
+                r#", "response_format": {"type": "text"}"#,
+                r#", "response_format": {"type": "json_object"}"#,
+                r#", "tools": []"#,
+            ] {
+                let known = SHARED_FIELDS
+                    .iter()
+                    .chain(own)
+                    .any(|(n, _)| allowed.contains(&format!("\"{n}\"")));
+                assert_eq!(parse(allowed).is_ok(), known, "{allowed}");
+            }
+        }
+    }
+}
