@@ -2,29 +2,16 @@
 //! replies streamed to stdout, `/clear` and `/exit`, and the warning for a model without a
 //! chat template (the shipped pair is not chat-tuned).
 
-use std::io::Write as _;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::Output;
 
 const PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kjv-pair.wgemma");
 
 fn chat(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wgemma"))
-        .arg("chat")
-        .args(["-m", PAIR, "-n", "6", "--greedy", "--stats"])
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    let mut all = vec!["chat", "-m", PAIR, "-n", "6", "--greedy", "--stats"];
+    all.extend_from_slice(args);
+    common::wgemma_with(&all, stdin, &[])
 }
 
 /// The prompt token counts of each reply's stats line.

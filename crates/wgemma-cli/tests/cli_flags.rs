@@ -3,30 +3,12 @@
 //! file or standard input, and errors are one readable chain that names a missing path,
 //! with no backtrace even when RUST_BACKTRACE=1.
 
-use std::io::Write as _;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
-use wgemma::model::tokenizer::tiny_tokenizer_json;
+mod common;
 
-/// Runs `wgemma args` with `stdin` as its standard input.
-fn wgemma_with(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wgemma"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
+use common::wgemma_with;
+use std::path::PathBuf;
+use std::process::Output;
+use wgemma::model::tokenizer::tiny_tokenizer_json;
 
 fn wgemma(args: &[&str]) -> Output {
     wgemma_with(args, "", &[])
