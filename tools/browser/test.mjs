@@ -55,7 +55,7 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 function native(model, assistant, promptIds) {
   const args = ['generate', '--model', join(fixtures, model), '--prompt-ids', promptIds.join(','),
     '--max-new-tokens', String(NEW_TOKENS), '--json'];
-  if (assistant) args.push('--assistant', join(fixtures, assistant), '--draft-tokens', '2');
+  if (assistant) args.push('--assistant', join(fixtures, assistant), '--draft-tokens', '2', '--fixed-draft');
   const out = execFileSync(cli, args, { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } });
   return JSON.parse(out.trim().split('\n').pop());
 }
@@ -165,7 +165,7 @@ async function artifactCase(context, base, artifactDir) {
   for (const speculative of [false, true]) {
     const mode = speculative ? 'speculative' : 'plain';
     const args = ['generate', '--model', file, '--prompt-ids', prompt.join(','), '--max-new-tokens', String(NEW_TOKENS), '--json'];
-    if (speculative) args.push('--assistant', file, '--draft-tokens', '2');
+    if (speculative) args.push('--assistant', file, '--draft-tokens', '2', '--fixed-draft');
     const want = JSON.parse(execFileSync(cli, args, { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env } }).trim().split('\n').pop());
     const got = await generateInPage(page, { promptIds: prompt, maxNewTokens: NEW_TOKENS, speculative, draftTokens: 2, adaptiveDraft: false });
     check(!got.error && same(got.tokens, want.tokens), `artifact: ${mode} greedy tokens equal native`,
