@@ -62,11 +62,23 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut files = Vec::new();
         wgsl_files(&root.join("src/ops"), &mut files);
+        let variants = crate::ops::linear::matvec_variants::MATVEC_VARIANTS;
         assert_eq!(
-            files.len(),
+            files.len() + variants.len(),
             SHADERS.len(),
-            "shader files on disk and registry entries differ"
+            "shader files on disk (+ the matvec variants) and registry entries differ"
         );
+        let linear_dir = root.join("src/ops/linear");
+        for v in variants {
+            let entry =
+                shader(v.name).unwrap_or_else(|| panic!("{} missing from registry", v.name));
+            let source = shader_meta::expand_includes(&v.entry_source(), &mut |name| {
+                std::fs::read_to_string(linear_dir.join(name))
+                    .map_err(|e| shader_meta::MetaError(e.to_string()))
+            })
+            .unwrap();
+            assert_eq!(entry.source, source, "{}: registry source is stale", v.name);
+        }
         for path in files {
             let name = path.file_stem().unwrap().to_str().unwrap();
             let entry = shader(name).unwrap_or_else(|| panic!("{name} missing from registry"));

@@ -27,6 +27,7 @@ mod cases;
 mod gemm;
 #[cfg(test)]
 mod gemm_tests;
+pub(crate) mod matvec_variants;
 pub mod quant;
 pub mod reference;
 mod routes;
@@ -49,6 +50,7 @@ pub use tuning::{choose_tuning, AdapterProfile, MatvecTuning};
 
 use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
+use matvec_variants::{matvec_variant, MatvecFamily};
 
 /// Options of [`q4_linear_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -609,16 +611,12 @@ fn build_q4(
                 .tensor(out)
         };
         let decode_family = tuning.fits_decode_family(m);
-        let shader = match (decode_family, prologue.is_some(), subgroup) {
-            (true, false, true) => "q4_matvec_sg",
-            (true, false, false) => "q4_matvec",
-            (true, true, true) => "q4_matvec_norm_sg",
-            (true, true, false) => "q4_matvec_norm",
-            (false, false, true) => "q4_matvec_wide_sg",
-            (false, false, false) => "q4_matvec_wide",
-            (false, true, true) => "q4_matvec_wide_norm_sg",
-            (false, true, false) => "q4_matvec_wide_norm",
+        let family = if decode_family {
+            MatvecFamily::Decode
+        } else {
+            MatvecFamily::Wide
         };
+        let shader = matvec_variant(family, prologue.is_some(), subgroup).name;
         let mut combine = Vec::new();
         let kernel = match route {
             r if r.is_matvec() => {

@@ -9,7 +9,7 @@ use crate::gpu::{GemmCeiling, GpuContext};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinearRoute {
-    /// Q4, M = 1 decode GEMV (`q4_matvec[_sg].wgsl` with MV_M = 1).
+    /// Q4, M = 1 decode GEMV (`q4_matvec[_sg]` with MV_M = 1).
     Q4Gemv,
     /// Q4, M = 3 speculative verify: each weight word read once for 3 rows (MV_M = 3).
     Q4LinearM3,
@@ -60,7 +60,7 @@ impl LinearRoute {
         }
     }
 
-    /// The matvec routes (`q4_matvec[_sg].wgsl`, M <= 9 activation rows).
+    /// The matvec routes (`q4_matvec*`, M <= 9 activation rows).
     pub fn is_matvec(self) -> bool {
         matches!(
             self,

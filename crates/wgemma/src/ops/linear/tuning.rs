@@ -1,6 +1,6 @@
-//! Geometry of the Q4 matvec kernels (`q4_matvec*.wgsl`): rows per quad, lanes per quad
-//! and the K split, chosen per shape from a table keyed by the adapter, or forced
-//! (benchmarks, tests).
+//! Geometry of the Q4 matvec kernels (`q4_matvec*`, generated from `matvec_variants.rs`):
+//! rows per quad, lanes per quad and the K split, chosen per shape from a table keyed by
+//! the adapter, or forced (benchmarks, tests).
 
 use super::Epilogue;
 use crate::gpu::workgroups_for;
@@ -32,9 +32,9 @@ impl MatvecTuning {
         unroll: false,
     };
 
-    /// Whether the decode family of kernels (`q4_matvec*.wgsl`: M <= 4, 4 rows and 32 lanes
+    /// Whether the decode family of kernels (`q4_matvec[_norm][_sg]`: M <= 4, 4 rows and 32 lanes
     /// per quad, K read at run time, any split) builds this geometry for `m` rows; other
-    /// geometries and M = 5..=9 run the wide family (`q4_matvec_wide*.wgsl`). The decode
+    /// geometries and M = 5..=9 run the wide family (`q4_matvec_wide*`). The decode
     /// family is the faster on the H200 where both fit (BENCHMARKS.md, "Decode, session 7").
     pub fn fits_decode_family(self, m: usize) -> bool {
         m <= 4 && self.rows == 4 && self.lanes == 32 && !self.unroll
