@@ -28,17 +28,7 @@ const WG: u32 = 64u;
 @group(0) @binding(3) var<storage, read> scales: array<u32>;
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
-fn scale_at(e: u32) -> f32 {
-    let pair = unpack2x16float(scales[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-}
-
-// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
-fn nibbles(word: u32, first: u32) -> vec4<f32> {
-    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
-    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
-}
+#include "q4_format.wgsli"
 
 @compute @workgroup_size(WG)
 fn main(

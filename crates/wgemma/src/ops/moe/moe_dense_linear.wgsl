@@ -49,11 +49,7 @@ fn weight(c: u32) -> f32 {
     return select(pair.x, pair.y, (c & 1u) == 1u);
 }
 
-// As the geglu op: PyTorch's tanh approximation; tanh is clamped where it saturates.
-fn gelu_tanh(v: f32) -> f32 {
-    let inner = 0.7978845608028654 * (v + 0.044715 * (v * v * v));
-    return 0.5 * v * (1.0 + tanh(clamp(inner, -10.0, 10.0)));
-}
+#include "../geglu/gelu_tanh.wgsli"
 
 @compute @workgroup_size(WG)
 fn main(

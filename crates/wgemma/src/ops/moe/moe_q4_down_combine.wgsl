@@ -50,29 +50,7 @@ const WG: u32 = 256u;
 
 var<workgroup> part: array<vec2<f32>, WG>;
 
-fn scale_at(e: u32) -> f32 {
-    let pair = unpack2x16float(scales[e >> 1u]);
-    return select(pair.x, pair.y, (e & 1u) == 1u);
-}
-
-// (nibble - 8) for 4 nibbles starting at bit `first`: 0x4b000000 | v is 2^23 + v exactly.
-fn nibbles(word: u32, first: u32) -> vec4<f32> {
-    let shifts = vec4<u32>(first, first + 4u, first + 8u, first + 12u);
-    let bits = (vec4<u32>(word) >> shifts) & vec4<u32>(15u);
-    return bitcast<vec4<f32>>(bits | vec4<u32>(0x4b000000u)) - vec4<f32>(8388616.0);
-}
-
-fn word_scales(e: u32, k0: u32) -> vec4<f32> {
-    if (GROUP % 32u == 0u) {
-        return vec4<f32>(scale_at(e + k0 / GROUP));
-    }
-    return vec4<f32>(
-        scale_at(e + k0 / GROUP),
-        scale_at(e + (k0 + 8u) / GROUP),
-        scale_at(e + (k0 + 16u) / GROUP),
-        scale_at(e + (k0 + 24u) / GROUP),
-    );
-}
+#include "../linear/q4_format.wgsli"
 
 @compute @workgroup_size(WG)
 fn main(
