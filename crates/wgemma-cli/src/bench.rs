@@ -53,8 +53,9 @@ pub struct BenchArgs {
         value_name = "D"
     )]
     depth: usize,
-    /// Timed runs of each test after its warm-up; the table shows mean ± standard
-    /// deviation [default: 5; 3 for tiny].
+    /// Timed runs of each test after its warm-up (the test repeated for at least 1.5 s, so
+    /// an idle GPU's clocks are up); the table shows mean ± standard deviation [default: 5;
+    /// 3 for tiny].
     #[arg(short = 'r', long, value_name = "N")]
     repetitions: Option<usize>,
     /// Rows per prefill forward.
