@@ -6,7 +6,7 @@
 
 use super::{GpuContext, Grid, Tensor};
 use crate::error::{Error, Result};
-use crate::registry;
+use crate::gpu::registry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;

@@ -6,6 +6,8 @@ mod dispatch;
 mod kernel;
 mod profile;
 mod readback;
+pub mod registry;
+pub(crate) mod shader_meta;
 mod tensor;
 
 pub use browser::{browser_limits, BROWSER_FEATURES};

@@ -11,32 +11,32 @@
 //! native callers block on it with pollster at their edge.
 
 mod batch;
-pub mod chat;
-pub mod stop;
 mod types;
 
+pub use crate::text::chat::{
+    builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget,
+};
+pub use crate::text::stop::StopStrings;
 pub use batch::{Stream, StreamExtras, TokenConstraint};
-pub use chat::{builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget};
-pub use stop::StopStrings;
 pub use types::*;
 
-use crate::artifact::{self, Artifact, LoadHooks, Which};
 use crate::error::{Error, Result};
-use crate::gguf::{self, GgufFile, GgufWeights};
+use crate::formats::artifact::{self, Artifact, LoadHooks, Which};
+use crate::formats::gguf::{self, GgufFile, GgufWeights};
+use crate::formats::hf::Checkpoint;
+use crate::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
+use crate::generate::plain::{generate, GenerateOptions};
+use crate::generate::sampling::SamplingParams;
+use crate::generate::speculative::{generate_speculative, DraftSchedule, SpeculativeOptions};
 use crate::gpu::{ContextOptions, GpuContext};
 use crate::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource, AssistantSpec,
 };
-use crate::model::checkpoint::Checkpoint;
-use crate::model::generate::{generate, GenerateOptions};
 use crate::model::parse_config;
-use crate::model::sampling::SamplingParams;
-use crate::model::speculative::{generate_speculative, DraftSchedule, SpeculativeOptions};
-use crate::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
 use crate::model::target::{Model, ModelOptions};
-use crate::model::tokenizer::{TextStream, Tokenizer, TURN_END, TURN_START};
 use crate::model::weights::WeightFormat;
 use crate::ops::opset::OpSet;
+use crate::text::tokenizer::{TextStream, Tokenizer, TURN_END, TURN_START};
 use std::sync::{Arc, Mutex};
 use web_time::Instant;
 

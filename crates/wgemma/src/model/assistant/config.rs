@@ -2,12 +2,12 @@
 //! from.
 
 use crate::error::{Error, Result};
+use crate::formats::hf::Checkpoint;
 use crate::gpu::GpuContext;
-use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{ModelSpec, TextConfig};
-use crate::model::linear_weight::LinearWeight;
-use crate::model::prepared::{prepare_parts, Matrix, MatrixLayout};
 use crate::model::weights::WeightFormat;
+use crate::weights::layout::{prepare_parts, Matrix, MatrixLayout};
+use crate::weights::linear::LinearWeight;
 
 pub(super) const OP: &str = "assistant";
 
@@ -174,7 +174,7 @@ pub trait AssistantSource {
     fn has(&self, name: &str) -> bool;
 
     /// The matrix the loader uploads as `name` (see
-    /// [`WeightSource::matrix`](crate::model::checkpoint::WeightSource::matrix)).
+    /// [`WeightSource::matrix`](crate::formats::hf::WeightSource::matrix)).
     fn matrix(
         &self,
         name: &str,
