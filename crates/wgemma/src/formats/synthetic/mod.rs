@@ -35,7 +35,9 @@ impl SyntheticShape {
         }
     }
 
-    /// The HF `config.json` of this shape (DESIGN.md section 1).
+    /// The HF `config.json` of this shape: E2B, E4B and 31B with the sizes, heads, windows,
+    /// layer patterns and KV sharing of Gemma 4's published configs; tiny is a small model of
+    /// the same structure (PLE, KV sharing, double-wide MLP).
     pub fn config_json(self) -> String {
         let layer_types = |n: usize, period: usize| -> Vec<&'static str> {
             (0..n)
