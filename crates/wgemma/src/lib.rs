@@ -9,10 +9,10 @@
 //!   (scoped names), the host layout of prepared matrices, the uploader, linear weights.
 //! - [`model`]: the Gemma 4 decoder (config, blocks, layer loop, the target `Model`, the
 //!   MTP assistant).
+//! - [`text`]: tokenizer, chat templates, stop strings.
 //! - [`formats`]: where weights come from: Hugging Face checkpoints, GGUF files, the
 //!   exported model artifact, synthetic weights for tests.
 //! - [`generate`]: plain and speculative generation, sampling.
-//! - [`text`]: tokenizer, chat templates, stop strings.
 //! - [`session`]: the front door (load, chat templates, stop ids and strings, plain and
 //!   speculative generation with streaming, stats) that the CLI, browser and server use.
 

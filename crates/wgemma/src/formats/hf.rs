@@ -3,10 +3,13 @@
 //! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
 
 use crate::error::{Error, Result};
+use crate::gpu::GpuContext;
+use crate::model::assistant::AssistantSource;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
 use crate::weights::layout::MatrixLayout;
 use crate::weights::layout::MatrixUse;
+use crate::weights::linear::LinearWeight;
 use crate::weights::source::experts_by_expert;
 pub use crate::weights::source::{embed_scale, WeightSource};
 use crate::weights::upload::{
@@ -519,6 +522,30 @@ fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<
             "finite numbers",
             format!("{} at element {}", values[i], first + i),
         )),
+    }
+}
+
+// The assistant reads a checkpoint through its own seam (whole names, no scope).
+impl AssistantSource for Checkpoint<'_> {
+    fn linear(
+        &self,
+        ctx: &GpuContext,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<LinearWeight> {
+        self.upload_linear_full(ctx, name, parts, n, k, layout)
+    }
+    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        self.f32_full(name, expected_shape)
+    }
+    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
+        self.i64_full(name, expected_shape)
+    }
+    fn has(&self, name: &str) -> bool {
+        self.has_full(name)
     }
 }
 

@@ -13,10 +13,10 @@ use super::config::{KvSource, LayerKind, ModelSpec};
 use super::forward::{ForwardPlan, LogitRows, PlanShape, Shared};
 use super::weights::{WeightFormat, Weights};
 use crate::error::{Error, Result};
-use crate::formats::hf::WeightSource;
 use crate::gpu::{GpuContext, Step};
 use crate::ops::attention::{KvCache, KvCacheConfig, KvCursor, KvLayout, MAX_SEQUENCES};
 use crate::ops::embedding::write_token_ids;
+use crate::weights::source::WeightSource;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -167,38 +167,6 @@ impl ChatTemplate {
             .transpose()
     }
 
-    /// The template a GGUF file carries, if any: `tokenizer.chat_template` (llama.cpp's
-    /// converter copies the HF tokenizer's template there), with `bos_token` / `eos_token`
-    /// the strings of `tokenizer.ggml.bos_token_id` / `eos_token_id` in
-    /// `tokenizer.ggml.tokens` (`<bos>` / `<eos>` when the file lacks them).
-    pub fn from_gguf(file: &crate::formats::gguf::GgufFile<'_>) -> Result<Option<ChatTemplate>> {
-        const KEY: &str = "tokenizer.chat_template";
-        let source = match file.get(KEY) {
-            None => return Ok(None),
-            Some(v) => v.as_str().ok_or_else(|| {
-                Error::invalid(OP, format!("GGUF key {KEY}"), "a string", v.type_name())
-            })?,
-        };
-        let token = |id_key: &str, default: &str| -> String {
-            let id = file.get(id_key).and_then(|v| v.as_u64());
-            match (id, file.get("tokenizer.ggml.tokens")) {
-                (Some(id), Some(crate::formats::gguf::Value::Array(tokens))) => tokens
-                    .get(id as usize)
-                    .and_then(|t| t.as_str())
-                    .unwrap_or(default)
-                    .to_string(),
-                _ => default.to_string(),
-            }
-        };
-        let (bos, eos) = (
-            token("tokenizer.ggml.bos_token_id", BOS),
-            token("tokenizer.ggml.eos_token_id", "<eos>"),
-        );
-        ChatTemplate::new(source, &bos, &eos)
-            .map(Some)
-            .map_err(|e| e.within(format!("GGUF key {KEY}")))
-    }
-
     /// The conversation as text, as HF's `apply_chat_template(messages, tokenize=False,
     /// add_generation_prompt=...)` renders it. A template's `raise_exception` (roles out of
     /// order, say) comes back as an error carrying its message.

@@ -14,13 +14,14 @@ use super::plan::{
 use super::writer::{TensorWriter, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
 use crate::formats::gguf::{GgufAssistant, GgufFile, GgufWeights};
-use crate::formats::hf::{Checkpoint, WeightSource};
+use crate::formats::hf::Checkpoint;
 use crate::model::assistant::parse_assistant_config;
 use crate::model::assistant::AssistantSource;
 use crate::model::parse_config;
 use crate::model::weights::WeightFormat;
 use crate::text::tokenizer::Tokenizer;
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::source::WeightSource;
 use safetensors::Dtype;
 use std::collections::BTreeMap;
 use std::io::{Seek, Write};

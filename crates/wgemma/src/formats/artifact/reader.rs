@@ -6,7 +6,6 @@ use super::manifest::{Manifest, ASSISTANT_PREFIX, MANIFEST_KEY, TARGET_PREFIX, T
 use super::plan::{assistant_plan, expert_layout, target_plan, StoredTensor, Q4_PACKED, Q4_SCALES};
 use super::writer::{checksum, header_checksum_prefix, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
-use crate::formats::hf::WeightSource;
 use crate::model::assistant::{parse_assistant_config, AssistantSource, AssistantSpec};
 use crate::model::config::ModelSpec;
 use crate::model::parse_config;
@@ -14,6 +13,7 @@ use crate::model::weights::WeightFormat;
 use crate::ops::linear::Q4Host;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::source::WeightSource;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 use std::borrow::Cow;

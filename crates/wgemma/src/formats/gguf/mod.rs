@@ -7,8 +7,9 @@
 //! - [`quant`]: ggml's block formats and their bit-exact dequantisation.
 //! - [`model`]: the gemma4 metadata as an HF config, and HF <-> llama.cpp tensor names.
 //! - [`tokenizer`]: `tokenizer.json` from `tokenizer.ggml.*` (the chat template,
-//!   `tokenizer.chat_template`, is read by [`crate::session::ChatTemplate::from_gguf`]).
-//! - [`source`]: the file as a [`crate::formats::hf::WeightSource`].
+//!   `tokenizer.chat_template`, is read by [`crate::text::chat::ChatTemplate::from_gguf`], defined
+//!   in [`tokenizer`]).
+//! - [`source`]: the file as a [`crate::weights::source::WeightSource`].
 
 pub mod model;
 pub mod quant;

@@ -73,12 +73,12 @@ fn q4_0_maps_onto_q4_group_32_exactly() {
 /// file's values, not a requantisation), a block of rows at a time.
 #[test]
 fn q4_0_matrices_upload_without_requantising() {
-    use crate::formats::hf::WeightSource;
     use crate::gpu::read_tensor_bytes;
     use crate::harness::test_context;
     use crate::model::weights::LinearWeight;
     use crate::weights::layout::MatrixLayout;
     use crate::weights::layout::MatrixUse;
+    use crate::weights::source::WeightSource;
     use crate::weights::upload::Uploader;
     let ctx = test_context();
     let bytes = data("e2b_like.q4_0.gguf");

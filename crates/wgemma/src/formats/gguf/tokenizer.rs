@@ -9,6 +9,8 @@
 
 use super::reader::{GgufFile, Value};
 use crate::error::{Error, Result};
+use crate::text::chat::ChatTemplate;
+use crate::text::tokenizer::BOS;
 use serde_json::json;
 
 const OP: &str = "gguf tokenizer";
@@ -132,4 +134,49 @@ pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Option<String>> {
         })
         .to_string(),
     ))
+}
+
+/// Errors of the chat template a GGUF carries name the session (the API that reports them),
+/// as template errors of other sources do.
+const CHAT_OP: &str = "session";
+
+// Defined here rather than in text/chat.rs so that the text layer does not depend on the GGUF
+// reader.
+impl ChatTemplate {
+    /// The template a GGUF file carries, if any: `tokenizer.chat_template` (llama.cpp's
+    /// converter copies the HF tokenizer's template there), with `bos_token` / `eos_token`
+    /// the strings of `tokenizer.ggml.bos_token_id` / `eos_token_id` in
+    /// `tokenizer.ggml.tokens` (`<bos>` / `<eos>` when the file lacks them).
+    pub fn from_gguf(file: &GgufFile<'_>) -> Result<Option<ChatTemplate>> {
+        const KEY: &str = "tokenizer.chat_template";
+        let source = match file.get(KEY) {
+            None => return Ok(None),
+            Some(v) => v.as_str().ok_or_else(|| {
+                Error::invalid(
+                    CHAT_OP,
+                    format!("GGUF key {KEY}"),
+                    "a string",
+                    v.type_name(),
+                )
+            })?,
+        };
+        let token = |id_key: &str, default: &str| -> String {
+            let id = file.get(id_key).and_then(|v| v.as_u64());
+            match (id, file.get("tokenizer.ggml.tokens")) {
+                (Some(id), Some(Value::Array(tokens))) => tokens
+                    .get(id as usize)
+                    .and_then(|t| t.as_str())
+                    .unwrap_or(default)
+                    .to_string(),
+                _ => default.to_string(),
+            }
+        };
+        let (bos, eos) = (
+            token("tokenizer.ggml.bos_token_id", BOS),
+            token("tokenizer.ggml.eos_token_id", "<eos>"),
+        );
+        ChatTemplate::new(source, &bos, &eos)
+            .map(Some)
+            .map_err(|e| e.within(format!("GGUF key {KEY}")))
+    }
 }

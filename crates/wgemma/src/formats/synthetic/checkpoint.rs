@@ -105,7 +105,8 @@ fn bf16_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::hf::{Checkpoint, WeightSource};
+    use crate::formats::hf::Checkpoint;
+    use crate::weights::source::WeightSource;
 
     #[test]
     fn blocks_split_over_threads_equal_the_serial_values() {

@@ -3,8 +3,8 @@
 //! [`WeightSource`] path as a checkpoint, so benchmarks and the demo run the real code.
 
 use crate::error::{Error, Result};
-use crate::formats::hf::WeightSource;
 use crate::model::config::{parse_config, ModelSpec};
+use crate::weights::source::WeightSource;
 use safetensors::Dtype;
 
 pub mod checkpoint;
