@@ -70,6 +70,7 @@ def strip_comments_and_strings(text):
 
 def expand_groups(path):
     """`a::{b, c::{d, e}}` -> [a::b, a::c::d, a::c::e] (`self` in a group is the prefix)."""
+    path = re.sub(r"\s+as\s+", "@", path)  # `x as y` -> `x@y`
     path = re.sub(r"\s+", "", path)
     m = re.search(r"\{", path)
     if not m:
@@ -110,7 +111,6 @@ class Crate:
                     self.files[self.module_of(rel)] = rel
         self.text = {f: strip_comments_and_strings(open(os.path.join(src, f)).read())
                      for f in self.files.values()}
-        self.inline = {}  # inline `mod x {` blocks: (file, line range) -> extra segment
         self.reexports = {}  # module -> {name: absolute path}
         for mod, f in self.files.items():
             self.reexports[mod] = {}
@@ -120,7 +120,7 @@ class Crate:
                     if absolute is None:
                         continue
                     name = absolute[-1]
-                    m = re.match(r".*\bas\s*(" + IDENT + ")$", p)
+                    m = re.match(r".*@(" + IDENT + ")$", p)
                     self.reexports[mod][m.group(1) if m else name] = absolute
 
     @staticmethod
@@ -142,8 +142,7 @@ class Crate:
         segs = [s for s in segs if s]
         if not segs:
             return None
-        segs[-1] = re.sub(r"as" + IDENT + "$", "", segs[-1]) if False else segs[-1]
-        segs[-1] = re.split(r"\bas\b", segs[-1])[0]
+        segs[-1] = segs[-1].split("@")[0]  # `x as y` (see expand_groups)
         if segs[0] == "crate":
             return tuple(segs[1:])
         if segs[0] in ("super", "self"):
