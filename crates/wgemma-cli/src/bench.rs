@@ -22,6 +22,7 @@ use wgemma::harness;
 use wgemma::model::assistant::Assistant;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
+use wgemma::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
 use wgemma::ops::read_bandwidth::ReadBandwidthCase;
 
 #[derive(Args)]
@@ -86,7 +87,7 @@ pub struct BenchArgs {
     profile: bool,
     /// Forwards of at most N rows run their RMSNorms as the prologue of the matvec that
     /// consumes them; larger ones (and N = 0: all) as kernels of their own.
-    #[arg(long, value_name = "N", default_value_t = wgemma::model::target::DEFAULT_NORM_PROLOGUE_ROWS)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_NORM_PROLOGUE_ROWS)]
     norm_prologue_rows: usize,
     /// Also measure, in this run, decode and a verify forward with every norm a kernel
     /// (`norm_kernels_*` fields) and a verify forward with norm prologues
@@ -107,6 +108,10 @@ pub struct BenchArgs {
     /// on one load.
     #[arg(long)]
     compare_fusions: bool,
+    /// Print every dispatch of every forward and the bindings that cost it a barrier, to
+    /// stderr (a diagnostic for barrier counts; long output: use with a short --gen).
+    #[arg(long)]
+    trace_barriers: bool,
     /// The fastest GEMM family prefill may use: coop (tensor cores where offered), f16
     /// (f16-tile vector GEMM), f32.
     #[arg(long, value_enum, default_value_t = GemmArg::Coop)]
@@ -130,6 +135,15 @@ struct Sizes {
 }
 
 impl BenchArgs {
+    /// The plan options the flags ask for (the library's defaults where none is given).
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            norm_prologue_rows: self.norm_prologue_rows,
+            fold_kv_append: !self.no_fold_kv_append,
+            fused_attention: self.fused_attention,
+        }
+    }
+
     fn sizes(&self) -> Result<Sizes> {
         let tiny = self.synthetic.as_deref() == Some("tiny");
         let sizes = Sizes {
@@ -405,6 +419,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         webgpu_limits: args.webgpu_limits,
         ..Default::default()
     })?;
+    ctx.set_trace_barriers(args.trace_barriers);
     // The decode tests start after `depth` tokens, at least the one whose forward gives
     // the first generated token.
     let context_len = args.depth.max(1);
@@ -456,9 +471,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )?,
         _ => bail!("expected --synthetic SHAPE or --model DIR|FILE, found neither"),
     };
-    model.set_norm_prologue_rows(args.norm_prologue_rows);
-    model.set_fold_kv_append(!args.no_fold_kv_append);
-    model.set_fused_attention(args.fused_attention);
+    model.set_plan_options(args.plan_options());
     let vocab = model.spec.config.vocab_size as u64;
     let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
         .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)

@@ -6,6 +6,7 @@ use anyhow::Result;
 use std::time::Instant;
 use wgemma::gpu::GpuContext;
 use wgemma::model::target::Want;
+use wgemma::model::PlanOptions;
 
 /// Per-shader totals of profiled forwards.
 pub fn profile_forwards(
@@ -114,22 +115,24 @@ pub fn compare_fusions(
     prompt: &[u32],
     steps: usize,
 ) -> Result<serde_json::Value> {
-    let (fold, fused) = (model.fold_kv_append(), model.fused_attention());
+    let options = model.plan_options();
     let mut out = serde_json::json!({});
     for (name, fold_now, fused_now) in [
         ("unfused", false, false),
         ("fold_only", true, false),
         ("fold_and_fused", true, true),
     ] {
-        model.set_fold_kv_append(fold_now);
-        model.set_fused_attention(fused_now);
+        model.set_plan_options(PlanOptions {
+            fold_kv_append: fold_now,
+            fused_attention: fused_now,
+            ..options
+        });
         let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
         out[format!("{name}_decode_tokens_per_s")] = tps.into();
         out[format!("{name}_dispatches_per_token")] = dispatches.into();
         out[format!("{name}_barriers_per_token")] = barriers.into();
     }
-    model.set_fold_kv_append(fold);
-    model.set_fused_attention(fused);
+    model.set_plan_options(options);
     model.reset();
     Ok(out)
 }
@@ -153,8 +156,12 @@ pub fn compare_norm_kernels(
         }
         Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
     };
-    let default_rows = model.norm_prologue_rows();
-    model.set_norm_prologue_rows(0);
+    let options = model.plan_options();
+    let rows = |norm_prologue_rows| PlanOptions {
+        norm_prologue_rows,
+        ..options
+    };
+    model.set_plan_options(rows(0));
     let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
     let mut out = serde_json::json!({
         "norm_kernels_decode_tokens_per_s": tps,
@@ -163,10 +170,10 @@ pub fn compare_norm_kernels(
     });
     if draft_tokens > 0 {
         out["norm_kernels_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
-        model.set_norm_prologue_rows(draft_tokens + 1);
+        model.set_plan_options(rows(draft_tokens + 1));
         out["norm_prologue_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
     }
-    model.set_norm_prologue_rows(default_rows);
+    model.set_plan_options(options);
     model.reset();
     Ok(out)
 }

@@ -121,3 +121,28 @@ fn json_carries_every_run_and_the_browser_profile() {
     );
     assert_eq!(v["coop_16x16_f16"], false);
 }
+
+/// The plan flags reach the model's `PlanOptions`: with the K/V append as its own kernel
+/// (`--no-fold-kv-append`) and every norm a kernel (`--norm-prologue-rows 0`) a decode
+/// token takes more dispatches than with the defaults, and `--trace-barriers` prints each
+/// dispatch to stderr (the default prints none).
+#[test]
+fn plan_flags_change_the_plan_and_trace_prints_dispatches() {
+    let dispatches = |extra: &[&str]| {
+        let mut args = vec!["--draft-tokens", "0", "--json"];
+        args.extend_from_slice(extra);
+        let (stdout, stderr) = bench(&args);
+        let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        (v["dispatches_per_token"].as_f64().unwrap(), stderr)
+    };
+    let (default, quiet) = dispatches(&[]);
+    let (unfused, traced) = dispatches(&[
+        "--no-fold-kv-append",
+        "--norm-prologue-rows",
+        "0",
+        "--trace-barriers",
+    ]);
+    assert!(unfused > default, "{unfused} vs {default} dispatches per token");
+    assert!(!quiet.contains("dispatch "), "{quiet}");
+    assert!(traced.lines().any(|l| l.starts_with("dispatch ")), "{traced}");
+}

@@ -6,7 +6,7 @@ use safetensors::SafeTensors;
 use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::harness::test_context;
-use wgemma::model::parse_config;
+use wgemma::model::{parse_config, PlanOptions};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
@@ -496,7 +496,10 @@ fn norm_prologues_equal_norm_kernels() {
                     prefill_chunk: rows,
                     ..options(WeightFormat::Q4 { group: 32 })
                 });
-                model.set_norm_prologue_rows(if prologues { 4 } else { 0 });
+                model.set_plan_options(PlanOptions {
+                    norm_prologue_rows: if prologues { 4 } else { 0 },
+                    ..PlanOptions::default()
+                });
                 let out =
                     pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits))
                         .unwrap();
@@ -536,7 +539,10 @@ fn kv_append_in_norm_rope_equals_the_append_kernel() {
                     sequences: 2,
                     ..options(WeightFormat::F32)
                 });
-                model.set_fold_kv_append(fold);
+                model.set_plan_options(PlanOptions {
+                    fold_kv_append: fold,
+                    ..PlanOptions::default()
+                });
                 let mut seq = model.new_sequence().unwrap();
                 model.swap_sequence(&mut seq).unwrap();
                 let out =

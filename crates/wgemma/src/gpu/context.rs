@@ -80,6 +80,9 @@ pub struct GpuContext {
     scratch: Mutex<HashMap<&'static str, super::Tensor>>,
     counters: Counters,
     profiler: Option<Profiler>,
+    /// Print every dispatch of a pass and the bindings that cost it a barrier (see
+    /// [`GpuContext::set_trace_barriers`]).
+    trace_barriers: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -211,6 +214,7 @@ impl GpuContext {
             scratch: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             profiler: None,
+            trace_barriers: false,
         })
     }
 
@@ -293,6 +297,17 @@ impl GpuContext {
     pub fn enable_profiling(&mut self) -> Result<()> {
         self.profiler = Some(Profiler::new(self)?);
         Ok(())
+    }
+
+    /// Prints every dispatch of each pass recorded from now on, and the bindings that cost it
+    /// a barrier, to stderr (a diagnostic: `wgemma bench --trace-barriers`; it replaced the
+    /// `WGEMMA_TRACE_BARRIERS` environment switch, so the library reads no environment).
+    pub fn set_trace_barriers(&mut self, on: bool) {
+        self.trace_barriers = on;
+    }
+
+    pub(crate) fn trace_barriers(&self) -> bool {
+        self.trace_barriers
     }
 
     pub(crate) fn profiler(&self) -> Option<&Profiler> {

@@ -209,12 +209,6 @@ impl Hasher for AddressHasher {
     }
 }
 
-/// `WGEMMA_TRACE_BARRIERS=1`, read once (passes are recorded per forward).
-fn trace_barriers() -> bool {
-    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *TRACE.get_or_init(|| std::env::var_os("WGEMMA_TRACE_BARRIERS").is_some_and(|v| v == "1"))
-}
-
 /// One compute pass inside a [`Step`].
 ///
 /// It also counts the barriers wgpu records: a buffer's usage in a pass is read-only or
@@ -228,7 +222,7 @@ pub struct Pass<'e> {
     barriers: u64,
     /// Each buffer's last usage in this pass (true: read-write).
     usage: HashMap<usize, bool, BuildHasherDefault<AddressHasher>>,
-    /// `WGEMMA_TRACE_BARRIERS=1`: print every dispatch and why it needs a barrier.
+    /// Print every dispatch and why it needs a barrier ([`GpuContext::set_trace_barriers`]).
     trace: bool,
     profiler: Option<&'e super::profile::Profiler>,
 }
@@ -315,7 +309,7 @@ impl<'c> Step<'c> {
             dispatches: 0,
             barriers: 0,
             usage: HashMap::default(),
-            trace: trace_barriers(),
+            trace: self.ctx.trace_barriers(),
             profiler: self.ctx.profiler(),
         };
         if let Some(p) = pass.profiler {

@@ -9,6 +9,7 @@
 use super::blocks::{self, BlockCx};
 use super::config::{KvSource, LayerKind, ModelSpec};
 use super::geglu_stage::GegluStage;
+use super::plan_options::PlanOptions;
 use super::residual::{prologue_weight, Residual};
 use super::weights::{LinearWeight, Weights};
 use crate::error::{Error, Result};
@@ -103,13 +104,8 @@ pub struct PlanShape {
     /// Rows of the forward.
     pub m: usize,
     pub logit_rows: LogitRows,
-    /// Fold the RMSNorms into matvec prologues where every linear can take one.
-    pub norm_prologues: bool,
-    /// Append new K/V rows inside the norm_rope dispatch where the cache allows.
-    pub fold_kv_append: bool,
-    /// Decode attention in one dispatch (partial + last-workgroup merge) where the device
-    /// allows.
-    pub fused_attention: bool,
+    /// The fusions the plan may use.
+    pub options: PlanOptions,
 }
 
 /// Everything one forward of M rows needs, built once.
@@ -204,9 +200,7 @@ impl ForwardPlan {
         let PlanShape {
             m,
             logit_rows,
-            norm_prologues,
-            fold_kv_append,
-            fused_attention,
+            options,
         } = shape;
         let c = &spec.config;
         let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
@@ -324,7 +318,7 @@ impl ForwardPlan {
         if spec.layers.is_empty() {
             return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
         }
-        let mut residual = if norm_prologues && Self::prologues_fit(ctx, spec, weights, m) {
+        let mut residual = if options.norm_prologues(m) && Self::prologues_fit(ctx, spec, weights, m) {
             Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
         } else {
             Residual::kernels(ctx, &a.h, &a.x, eps)
@@ -339,8 +333,7 @@ impl ForwardPlan {
             positions: &positions,
             m,
             eps,
-            fold_kv_append,
-            fused_attention,
+            options,
         };
         // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
         for l in &spec.layers {

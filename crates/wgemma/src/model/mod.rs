@@ -6,9 +6,12 @@ pub mod config;
 mod decode;
 pub mod forward;
 mod geglu_stage;
+pub mod plan_options;
 mod residual;
 pub mod target;
 pub mod weights;
+
+pub use plan_options::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
 
 pub use config::{
     parse_config, KvSource, LayerKind, LayerSpec, ModelSpec, SizeEstimate, SizeLimits, TextConfig,

@@ -11,6 +11,7 @@
 
 use super::config::{KvSource, LayerKind, ModelSpec};
 use super::forward::{ForwardPlan, LogitRows, PlanShape, Shared};
+use super::plan_options::PlanOptions;
 use super::weights::{WeightFormat, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Step};
@@ -20,10 +21,6 @@ use crate::weights::source::WeightSource;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Forwards of up to this many rows run their RMSNorms as matvec prologues by default:
-/// decode steps. Measured on the H200 (BENCHMARKS.md), a verify forward of 3 rows was
-/// slower with them (each workgroup normalises every row), so verify keeps the kernels.
-pub const DEFAULT_NORM_PROLOGUE_ROWS: usize = 1;
 
 /// How to build a model.
 #[derive(Debug, Clone, Copy)]
@@ -197,15 +194,8 @@ pub struct Model {
     free: Arc<FreeSlots>,
     shared: Shared,
     plans: PlanCache,
-    /// Plans of at most this many rows fold the RMSNorms into matvec prologues where they
-    /// can (0: never).
-    norm_prologue_rows: usize,
-    /// Plans append new K/V rows inside norm_rope where they can (default; off: the
-    /// kv_append kernel, for tests and `bench --no-fold-kv-append`).
-    fold_kv_append: bool,
-    /// Plans run decode attention as one dispatch where the device allows (off by default:
-    /// measured no faster on the H200, BENCHMARKS.md run 17; `bench --fused-attention`).
-    fused_attention: bool,
+    /// How plans are built (the fusions they use); the plan cache holds plans of these.
+    plan_options: PlanOptions,
     /// Rows whose logits fit one buffer binding (rows x vocab f32): forwards that return
     /// every row's logits run in pieces of at most this many rows, so a large prefill chunk
     /// (which computes the last row's logits only) is not bounded by the vocabulary.
@@ -309,9 +299,7 @@ impl Model {
             free,
             shared,
             plans: PlanCache::default(),
-            norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
-            fold_kv_append: true,
-            fused_attention: false,
+            plan_options: PlanOptions::default(),
             max_logit_rows,
             host_encode_seconds: 0.0,
         })
@@ -420,9 +408,7 @@ impl Model {
                 PlanShape {
                     m,
                     logit_rows: rows,
-                    norm_prologues: m <= self.norm_prologue_rows,
-                    fold_kv_append: self.fold_kv_append,
-                    fused_attention: self.fused_attention,
+                    options: self.plan_options,
                 },
             )?;
             self.plans.insert(key, plan, now);
@@ -430,47 +416,16 @@ impl Model {
         Ok(&self.plans.plans[&key].0)
     }
 
-    /// Rows up to which forwards run their RMSNorms as matvec prologues.
-    pub fn norm_prologue_rows(&self) -> usize {
-        self.norm_prologue_rows
+    /// How plans are built (see [`PlanOptions`]).
+    pub fn plan_options(&self) -> PlanOptions {
+        self.plan_options
     }
 
-    /// Forwards of at most `max_rows` rows fold the RMSNorms into the matvecs that consume
-    /// them (0: every norm is a kernel; default [`DEFAULT_NORM_PROLOGUE_ROWS`]). Tests and
-    /// `wgemma bench` compare the ways. Drops the plans built so far.
-    pub fn set_norm_prologue_rows(&mut self, max_rows: usize) {
-        if self.norm_prologue_rows != max_rows {
-            self.norm_prologue_rows = max_rows;
-            self.plans.clear();
-        }
-    }
-
-    /// Whether plans append K/V rows inside norm_rope (see [`Model::set_fold_kv_append`]).
-    pub fn fold_kv_append(&self) -> bool {
-        self.fold_kv_append
-    }
-
-    /// Plans append new K/V rows inside the norm_rope dispatch where the cache is one
-    /// buffer (default), or with the separate kv_append kernel. Drops the plans built so far.
-    pub fn set_fold_kv_append(&mut self, fold: bool) {
-        if self.fold_kv_append != fold {
-            self.fold_kv_append = fold;
-            self.plans.clear();
-        }
-    }
-
-    /// Whether plans run decode attention as one dispatch (see [`Model::set_fused_attention`]).
-    pub fn fused_attention(&self) -> bool {
-        self.fused_attention
-    }
-
-    /// Decode attention as one dispatch (partial + a merge by the last workgroup) where the
-    /// device has coherent storage, or as partial + combine (default: on the H200 the
-    /// last workgroup's merge cost what the combine dispatch did, BENCHMARKS.md run 17).
-    /// Drops the plans.
-    pub fn set_fused_attention(&mut self, fused: bool) {
-        if self.fused_attention != fused {
-            self.fused_attention = fused;
+    /// Plans from now on are built with `options`; drops the plans built so far when they
+    /// change. Tests and `wgemma bench` compare the ways on one load.
+    pub fn set_plan_options(&mut self, options: PlanOptions) {
+        if self.plan_options != options {
+            self.plan_options = options;
             self.plans.clear();
         }
     }

@@ -3,11 +3,9 @@
 
 pub mod argmax;
 pub mod attention;
-pub mod elementwise;
 pub mod embedding;
 pub mod gather;
 pub mod geglu;
-pub mod int_sub;
 pub mod linear;
 pub mod min_fill;
 pub mod moe;
@@ -27,8 +25,6 @@ use crate::harness::{OpCase, Rng};
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
     cases.extend(argmax::random_cases(rng));
-    cases.extend(elementwise::random_cases(rng));
-    cases.extend(int_sub::random_cases(rng));
     cases.extend(gather::random_cases(rng));
     cases.extend(topk::random_cases(rng));
     cases.extend(scatter::random_cases(rng));
@@ -56,8 +52,6 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     // First: the roofline the other cases are read against.
     cases.extend(read_bandwidth::bench_cases());
     cases.extend(argmax::bench_cases());
-    cases.extend(elementwise::bench_cases());
-    cases.extend(int_sub::bench_cases());
     cases.extend(gather::bench_cases());
     cases.extend(topk::bench_cases());
     cases.extend(scatter::bench_cases());

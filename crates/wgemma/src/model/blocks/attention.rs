@@ -156,7 +156,7 @@ pub(in crate::model) fn plan<'a>(
         },
         &shared.scratch,
     )?;
-    if !cx.fused_attention {
+    if !cx.options.fused_attention {
         attention.disable_fused_merge();
     }
     ops.push(Op::Attention(attention));
@@ -193,7 +193,7 @@ fn norm_rope_and_append(
     ops: &mut Vec<Op>,
 ) -> Result<()> {
     let (ctx, positions, eps) = (cx.ctx, cx.positions, cx.eps);
-    if cx.fold_kv_append {
+    if cx.options.fold_kv_append {
         if let Some(rows) = cache.single_chunk_rows() {
             match rope.norm_rope_with(ctx, positions, heads.q, heads.k, heads.v, eps, Some(rows)) {
                 Ok(kernel) => {

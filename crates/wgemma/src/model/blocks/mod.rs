@@ -14,6 +14,7 @@ pub(super) mod per_layer_input;
 
 use super::config::ModelSpec;
 use super::forward::{Activations, Op, Shared};
+use super::plan_options::PlanOptions;
 use super::residual::{BlockInput, Residual};
 use super::weights::Weights;
 use crate::error::Result;
@@ -31,10 +32,9 @@ pub(super) struct BlockCx<'a> {
     pub positions: &'a Tensor,
     pub m: usize,
     pub eps: f32,
-    /// Append K/V inside norm_rope where the cache allows (see `attention`).
-    pub fold_kv_append: bool,
-    /// Decode attention as one dispatch where the device allows (see `attention`).
-    pub fused_attention: bool,
+    /// The fusions this plan may use (K/V append and one-dispatch decode attention are
+    /// read in `attention`).
+    pub options: PlanOptions,
 }
 
 /// The next block's input from the residual stream (a norm kernel pushed to `ops` when

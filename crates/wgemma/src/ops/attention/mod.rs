@@ -23,7 +23,7 @@
 //!   split_k serves the rest. Where the device has 16x16x16 f16/f32 cooperative matrices
 //!   and 32-wide subgroups, the same tiles run on the tensor cores
 //!   (`attention_tiled_coop.wgsl`: f16 Q, K, V and P, f32 scores and sums; guards in
-//!   `tiled::coop_guards`, `WGEMMA_ATTN_COOP=0` turns it off); elsewhere in f32 vector math.
+//!   `tiled::coop_guards`); elsewhere in f32 vector math.
 //!
 //! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
 //!   powers of two (a multiple of 4 in 4..=512, of 8 for K = V): HF runs Gemma 4 configs with
@@ -497,7 +497,7 @@ impl Attention {
     }
 
     /// Keeps the decode route's partial + combine pair even where the fused one-dispatch
-    /// kernel was built (the model does unless asked: `Model::set_fused_attention`).
+    /// kernel was built (the model does unless asked: `PlanOptions::fused_attention`).
     pub fn disable_fused_merge(&mut self) {
         if let Ok(decode) = &mut self.decode {
             decode.disable_fused();

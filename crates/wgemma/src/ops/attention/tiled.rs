@@ -14,13 +14,6 @@ const SHADER_COOP: &str = "attention_tiled_coop";
 /// Workgroup memory of `attention_tiled_coop.wgsl` (its header adds it up).
 const COOP_WORKGROUP_BYTES: u32 = 40_720;
 
-/// `WGEMMA_ATTN_COOP=0` keeps prefill attention on the f32 vector kernel where the tensor
-/// cores are offered (A/B runs); read once per process.
-fn coop_allowed() -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_ATTN_COOP").is_none_or(|v| v != "0"))
-}
-
 /// What the device offers the tensor-core kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct CoopCaps {
@@ -31,8 +24,6 @@ pub(super) struct CoopCaps {
     pub subgroup_min_size: u32,
     pub subgroup_max_size: u32,
     pub workgroup_storage: u32,
-    /// Not turned off with `WGEMMA_ATTN_COOP=0`.
-    pub allowed: bool,
 }
 
 impl CoopCaps {
@@ -43,7 +34,6 @@ impl CoopCaps {
             subgroup_min_size: ctx.info.subgroup_min_size,
             subgroup_max_size: ctx.info.subgroup_max_size,
             workgroup_storage: ctx.limits.max_compute_workgroup_storage_size,
-            allowed: coop_allowed(),
         }
     }
 }
@@ -54,9 +44,6 @@ impl CoopCaps {
 /// f32 kernel runs. Fails closed: anything unknown keeps the f32 kernel.
 pub(super) fn coop_guards(caps: &CoopCaps) -> Vec<String> {
     let mut failed = Vec::new();
-    if !caps.allowed {
-        failed.push("turned off (WGEMMA_ATTN_COOP=0)".into());
-    }
     if !caps.coop_16x16_f16 {
         failed.push("16x16x16 f16/f32 cooperative matrices (not offered or not requested)".into());
     }

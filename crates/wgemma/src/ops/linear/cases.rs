@@ -582,8 +582,7 @@ pub fn prefill_cases(caps: &super::DeviceCaps, rng: &mut Rng) -> Vec<Box<dyn OpC
             cases.push(boxed(c));
         }
         if route == Q4GemmCoop {
-            // E2B's prefill shapes at M = 512 whose 128 x 128 grids split K (gemm.rs, unless
-            // WGEMMA_GEMM_SPLIT=0): N = 1536 (48 tiles, 6 splits), N = 256 (8 tiles, 12
+            // E2B's prefill shapes at M = 512 whose 128 x 128 grids split K (gemm.rs): N = 1536 (48 tiles, 6 splits), N = 256 (8 tiles, 12
             // splits), K = 256 (2 splits); and a grid of 256 tiles (N = 8192, K = 96: the
             // unsplit kernel at M = 512, cheap on the CPU reference).
             for (m, n, k) in [

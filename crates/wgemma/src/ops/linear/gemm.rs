@@ -2,9 +2,10 @@
 //! each shader's own tile sizes; on the tensor-core route, grids too small to fill the GPU
 //! split K across workgroups (`q4_gemm_coop_split.wgsl`, then `q4_gemm_split_combine.wgsl`).
 //!
-//! The split is on by default; `WGEMMA_GEMM_SPLIT=0` in the environment turns it off (A/B
-//! runs). Checked on the H200 on 2026-12-02 (run 22: `WGEMMA_GEMM_SPLIT=1 wgemma ops check
-//! --filter q4`, 45 cases OK; E2B pp512 45.8 -> 37.3 ms; BENCHMARKS.md, "Session 7").
+//! The split is always allowed: the environment switch that turned it off for A/B runs
+//! (`WGEMMA_GEMM_SPLIT=0`) left once the comparison was done (checked on the H200 on
+//! 2026-12-02, run 22: `wgemma ops check --filter q4`, 45 cases OK; E2B pp512 45.8 -> 37.3
+//! ms; BENCHMARKS.md, "Session 7"). [`plan`] still takes `can_split` so tests compare both.
 
 use super::LinearRoute;
 use crate::error::Result;
@@ -48,12 +49,6 @@ impl GemmPlan {
     pub fn partial_len(&self) -> usize {
         self.workgroups() as usize * self.tile[0] * self.tile[1]
     }
-}
-
-/// Whether K splits are allowed (unless `WGEMMA_GEMM_SPLIT=0`; see the module header).
-pub(super) fn split_allowed() -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| std::env::var_os("WGEMMA_GEMM_SPLIT").is_none_or(|v| v != "0"))
 }
 
 /// The plan of `route` for `m` rows of x, `rows` weight rows and `k`, splitting K where

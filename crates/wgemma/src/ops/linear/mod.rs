@@ -654,7 +654,7 @@ fn build_q4(
                 _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
             })?,
             LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let plan = gemm::plan(route, m, rows, k, gemm::split_allowed());
+                let plan = gemm::plan(route, m, rows, k, true);
                 let out = |t: &Tensor| builder(plan.shader, t);
                 let mut built = gemm::build(ctx, plan, out, &params, y)?;
                 // A split GEMM's combine follows it.

@@ -149,7 +149,6 @@ fn the_tensor_core_kernel_takes_the_tiled_tiles_and_fails_closed() {
         subgroup_min_size: 32,
         subgroup_max_size: 32,
         workgroup_storage: 49_152,
-        allowed: true,
     };
     assert!(coop_guards(&h200).is_empty());
     for (caps, why) in [
@@ -181,13 +180,6 @@ fn the_tensor_core_kernel_takes_the_tiled_tiles_and_fails_closed() {
                 ..h200
             },
             "workgroup memory",
-        ),
-        (
-            CoopCaps {
-                allowed: false,
-                ..h200
-            },
-            "WGEMMA_ATTN_COOP",
         ),
     ] {
         let failed = coop_guards(&caps);

@@ -1,0 +1,44 @@
+//! [`PlanOptions`]: every switch that changes how a [`super::forward::ForwardPlan`] is built,
+//! in one place the caller sets (`Model::set_plan_options`; `wgemma bench` flags). The
+//! library reads no environment variable: route switches that were A/B knobs left once
+//! their comparison was done (BENCHMARKS.md keeps the figures).
+
+/// Forwards of up to this many rows run their RMSNorms as matvec prologues by default:
+/// decode steps. Measured on the H200 (BENCHMARKS.md), a verify forward of 3 rows was
+/// slower with them (each workgroup normalises every row), so verify keeps the kernels.
+pub const DEFAULT_NORM_PROLOGUE_ROWS: usize = 1;
+
+/// The fusions a forward plan may use. Each keeps every value as the unfused way computes
+/// it; the default is the measured-fastest choice (tests and `wgemma bench` compare ways).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PlanOptions {
+    /// Plans of at most this many rows fold the RMSNorms into the prologue of the matvec
+    /// that consumes them where every linear can take one (0: every norm is a kernel).
+    pub norm_prologue_rows: usize,
+    /// Append new K/V rows inside the norm_rope dispatch where the cache is one buffer
+    /// (off: the separate kv_append kernel; `bench --no-fold-kv-append`).
+    pub fold_kv_append: bool,
+    /// Decode attention as one dispatch (partial + a merge by the last workgroup) where
+    /// the device has coherent storage (off by default: on the H200 the last workgroup's
+    /// merge cost what the combine dispatch did, BENCHMARKS.md run 17;
+    /// `bench --fused-attention`).
+    pub fused_attention: bool,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
+            fold_kv_append: true,
+            fused_attention: false,
+        }
+    }
+}
+
+impl PlanOptions {
+    /// Whether a plan of `m` rows asks for norm prologues (it takes them only where every
+    /// linear of the plan can).
+    pub fn norm_prologues(&self, m: usize) -> bool {
+        m <= self.norm_prologue_rows
+    }
+}
