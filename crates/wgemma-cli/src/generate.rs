@@ -466,6 +466,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         prompt,
         messages,
         prompt_ids,
+        tools: Vec::new(),
         max_new_tokens: args.max_new_tokens,
         temperature: p.temperature,
         top_k: p.top_k,

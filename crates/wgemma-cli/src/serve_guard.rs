@@ -498,6 +498,10 @@ pub async fn encode_prompt(
         Prompt::Messages(m) => {
             let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
             request.messages = Some(m);
+            // A model reads the declared tools as text in its prompt.
+            if let Some(tools) = &parsed.sampling.tools {
+                request.tools = tools.declared().to_vec();
+            }
             n
         }
         Prompt::Text(t) => {

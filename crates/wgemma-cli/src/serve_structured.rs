@@ -4,6 +4,8 @@
 //! sampled token the grammar's mask sets the logits of the tokens that cannot continue a
 //! valid answer to -inf, so every completed answer parses and validates. A schema is
 //! compiled once (the first request that names it) and each request then runs on a copy.
+//! A forced tool call runs the same way on a Lark grammar of the model's call syntax
+//! (`crate::serve_tools`).
 //!
 //! JSON is written compactly (`, ` and `: ` between items, no other whitespace): a free
 //! whitespace rule lets a small model pad the answer with newlines until the budget ends.
@@ -164,9 +166,36 @@ impl Grammars {
 
     /// The constraint of one request: a copy of the format's compiled grammar (compiled
     /// now if it is new; a schema llguidance refuses is the client's error).
-    pub fn constraint(&self, format: &ResponseFormat) -> Result<JsonConstraint, ApiError> {
+    pub fn constraint(&self, format: &ResponseFormat) -> Result<GrammarConstraint, ApiError> {
         let schema = format.schema();
-        let key = schema.to_string();
+        self.compiled(
+            format!("json {schema}"),
+            || TopLevelGrammar::from_json_schema(schema.clone()),
+            "response_format",
+            "a JSON schema",
+        )
+    }
+
+    /// The constraint of a forced tool call: `lark` is the calls' grammar
+    /// ([`wgemma::session::tool_grammar`]); one llguidance refuses names `tool_choice`.
+    pub fn tool_constraint(&self, lark: &str) -> Result<GrammarConstraint, ApiError> {
+        self.compiled(
+            format!("lark {lark}"),
+            || TopLevelGrammar::from_lark(lark.to_string()),
+            "tools",
+            "tool schemas",
+        )
+    }
+
+    /// A copy of the grammar cached under `key`, compiled from `grammar()` if new; `param`
+    /// and `what` name the request's field in a refusal.
+    fn compiled(
+        &self,
+        key: String,
+        grammar: impl FnOnce() -> TopLevelGrammar,
+        param: &str,
+        what: &str,
+    ) -> Result<GrammarConstraint, ApiError> {
         let cached = self
             .cache
             .lock()
@@ -176,14 +205,12 @@ impl Grammars {
         let matcher = match cached {
             Some(m) => m,
             None => {
-                let parser = self
-                    .factory
-                    .create_parser(TopLevelGrammar::from_json_schema(schema));
+                let parser = self.factory.create_parser(grammar());
                 let matcher = Matcher::new(parser);
                 if let Some(e) = matcher.get_error() {
                     return Err(ApiError::invalid(
-                        "response_format",
-                        format!("response_format: expected a JSON schema this server can enforce, found one it cannot ({e})"),
+                        param,
+                        format!("{param}: expected {what} this server can enforce, found one it cannot ({e})"),
                     ));
                 }
                 let mut cache = self.cache.lock().expect("grammar cache poisoned");
@@ -194,7 +221,7 @@ impl Grammars {
                 matcher
             }
         };
-        Ok(JsonConstraint {
+        Ok(GrammarConstraint {
             matcher,
             stop_ids: self.stop_ids.clone(),
             ended: false,
@@ -203,7 +230,7 @@ impl Grammars {
 }
 
 /// One request's grammar state.
-pub struct JsonConstraint {
+pub struct GrammarConstraint {
     matcher: Matcher,
     stop_ids: Vec<u32>,
     /// A stop token was taken (only ever allowed once the answer is complete).
@@ -219,7 +246,7 @@ fn grammar_error(e: impl std::fmt::Display) -> wgemma::Error {
     )
 }
 
-impl TokenConstraint for JsonConstraint {
+impl TokenConstraint for GrammarConstraint {
     fn mask(&mut self, logits: &mut [f32]) -> wgemma::Result<()> {
         // Once the answer is complete the grammar allows only an end (its EOS set).
         let mask = self.matcher.compute_mask_or_eos().map_err(grammar_error)?;

@@ -13,10 +13,16 @@
 mod batch;
 pub mod chat;
 pub mod stop;
+pub mod tool_grammar;
+pub mod tools;
 mod types;
 
 pub use batch::{Stream, StreamExtras, TokenConstraint};
-pub use chat::{builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget};
+pub use chat::{
+    builtin_gemma4, builtin_gemma4_with_tools, encode_conversation,
+    encode_conversation_with_tools, ChatMessage, ChatTemplate, RenderBudget,
+};
+pub use tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use stop::StopStrings;
 pub use types::*;
 
@@ -732,10 +738,20 @@ impl PromptEncoder {
     /// A conversation as text, ready for the model's reply: the checkpoint's template, or
     /// Gemma 4's turn format (which needs a tokenizer with its turn markers).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        self.render_chat_with_tools(messages, &[])
+    }
+
+    /// [`PromptEncoder::render_chat`] with tools the model may call.
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+    ) -> Result<String> {
         render_chat(
             self.chat_template.as_deref(),
             self.tokenizer.as_deref(),
             messages,
+            tools,
         )
     }
 
@@ -780,7 +796,9 @@ impl PromptEncoder {
         let ids = if let Some(ids) = &request.prompt_ids {
             ids.clone()
         } else if let Some(messages) = &request.messages {
-            encode_conversation(tokenizer()?, messages, &|m| self.render_chat(m))?
+            encode_conversation_with_tools(tokenizer()?, messages, &request.tools, &|m| {
+                self.render_chat_with_tools(m, &request.tools)
+            })?
         } else {
             let text = request.prompt.as_deref().unwrap_or_default();
             let tok = tokenizer()?;
@@ -805,9 +823,10 @@ fn render_chat(
     template: Option<&ChatTemplate>,
     tokenizer: Option<&Tokenizer>,
     messages: &[ChatMessage],
+    tools: &[ToolDeclaration],
 ) -> Result<String> {
     if let Some(template) = template {
-        return template.render(messages, true);
+        return template.render_with_tools(messages, tools, true);
     }
     if let Some(tok) = tokenizer {
         for marker in [TURN_START, TURN_END] {
@@ -821,7 +840,7 @@ fn render_chat(
             }
         }
     }
-    builtin_gemma4(messages, true)
+    builtin_gemma4_with_tools(messages, tools, true)
 }
 
 /// A target's text side, detached from its session ([`Session::text_tools`]).
@@ -834,12 +853,13 @@ pub struct TextTools {
 }
 
 impl TextTools {
-    /// As [`Session::render_chat`].
-    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+    /// As [`Session::render_chat`], with tools the model may call.
+    pub fn render_chat(&self, messages: &[ChatMessage], tools: &[ToolDeclaration]) -> Result<String> {
         render_chat(
             self.chat_template.as_deref(),
             self.tokenizer.as_deref(),
             messages,
+            tools,
         )
     }
 }

@@ -3,6 +3,7 @@
 //! (camelCase, unknown fields refused).
 
 use super::chat::ChatMessage;
+use super::tools::ToolDeclaration;
 use crate::model::generate::GenerateStats;
 use crate::model::speculative::{DraftRound, SpeculativeOptions, SpeculativeStats};
 use crate::model::target::ModelOptions;
@@ -105,6 +106,10 @@ pub struct GenerateRequest {
     /// A conversation, rendered with the checkpoint's chat template (Gemma 4's turn format
     /// when it has none), ready for the model's reply.
     pub messages: Option<Vec<ChatMessage>>,
+    /// Functions the model may call, declared to it with `messages` (the chat template's
+    /// `tools`). Not part of the browser's JSON request.
+    #[serde(skip)]
+    pub tools: Vec<ToolDeclaration>,
     /// Wrap the text prompt in the chat template as one user turn.
     pub chat: bool,
     pub max_new_tokens: usize,
@@ -137,6 +142,7 @@ impl Default for GenerateRequest {
             prompt: None,
             prompt_ids: None,
             messages: None,
+            tools: Vec::new(),
             chat: false,
             max_new_tokens: 128,
             temperature: 0.0,
