@@ -359,6 +359,116 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("response_format"), "{}", e.message);
     }
 
+    /// Runs `c` to its end, taking at each step the allowed token `pick` chooses (given the
+    /// step, the text so far and the allowed ids).
+    fn walk(c: &mut GrammarConstraint, pick: &dyn Fn(usize, &[u8], &[u32]) -> u32) -> String {
+        let mut text = Vec::new();
+        for step in 0.. {
+            assert!(step < 2000, "no end after {:?}", String::from_utf8_lossy(&text));
+            let mut logits = vec![0.0f32; 260];
+            c.mask(&mut logits).unwrap();
+            let allowed: Vec<u32> = (0..260u32)
+                .filter(|&i| logits[i as usize].is_finite())
+                .collect();
+            let t = pick(step, &text, &allowed);
+            c.accept(t).unwrap();
+            if t < 256 {
+                text.push(t as u8);
+            }
+            if c.is_finished() {
+                break;
+            }
+        }
+        String::from_utf8(text).unwrap()
+    }
+
+    /// Heads for the end: stop when allowed, else go on with a string mark or a marker
+    /// begun, else open one; None when none of that is allowed.
+    fn towards_end(text: &[u8], allowed: &[u32]) -> Option<u32> {
+        if allowed.contains(&256) {
+            return Some(256);
+        }
+        for mark in [&b"<|\"|>"[..], b"<tool_call|>"] {
+            for k in (1..mark.len()).rev() {
+                if text.ends_with(&mark[..k]) && allowed.contains(&(mark[k] as u32)) {
+                    return Some(mark[k] as u32);
+                }
+            }
+        }
+        allowed.contains(&(b'<' as u32)).then_some(b'<' as u32)
+    }
+
+    #[test]
+    fn forced_tool_calls_follow_the_argument_schemas() {
+        use wgemma::session::tool_grammar::tool_call_grammar;
+        use wgemma::session::tools::parse_reply;
+        use wgemma::session::ToolDeclaration;
+        let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
+        let weather = ToolDeclaration::new(
+            "get_weather",
+            None,
+            Some(json!({"type": "object", "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer"},
+                "note": {"type": "string"},
+                "flags": {"type": "array", "items": {"type": "boolean"}},
+                "metric": {"type": ["boolean", "null"]}},
+                "required": ["city", "note"]})),
+        )
+        .unwrap();
+        let time = ToolDeclaration::new("get_time", None, None).unwrap();
+        let tools = [(0, &weather), (1, &time)];
+        let lark = tool_call_grammar(&tools, true, &|i| format!("tools[{i}]")).unwrap();
+        let mut c = grammars.tool_constraint(&lark).unwrap();
+        // Pseudo-random walks, heading for the end more often as they go: each ends in
+        // calls that parse and follow the schema.
+        for seed in 0..12usize {
+            let mut walker = grammars.tool_constraint(&lark).unwrap();
+            let text = walk(&mut walker, &|step, text, allowed| {
+                let r = (step * 7919 + seed * 104729 + 13) % 1000;
+                match towards_end(text, allowed) {
+                    Some(t) if r < 300 + step => t,
+                    _ => allowed[r % allowed.len()],
+                }
+            });
+            let (content, calls) = parse_reply(&text);
+            assert_eq!(content, "", "{text}");
+            assert!(!calls.is_empty(), "{text}");
+            for call in calls {
+                match call.name.as_str() {
+                    "get_time" => assert!(call.arguments.is_empty(), "{text}"),
+                    "get_weather" => {
+                        let a = &call.arguments;
+                        assert!(
+                            matches!(a["city"].as_str(), Some("Paris" | "Rome")),
+                            "{text}"
+                        );
+                        assert!(a["note"].is_string(), "{text}");
+                        assert!(a.get("days").is_none_or(|d| d.is_i64()), "{text}");
+                        assert!(
+                            a.get("flags").is_none_or(|f| f
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .all(|b| b.is_boolean())),
+                            "{text}"
+                        );
+                        assert!(
+                            a.get("metric").is_none_or(|m| m.is_boolean() || m.is_null()),
+                            "{text}"
+                        );
+                    }
+                    other => panic!("{other}: {text}"),
+                }
+            }
+        }
+        // The first token can only open a call.
+        let mut logits = vec![0.0f32; 260];
+        c.mask(&mut logits).unwrap();
+        let allowed: Vec<usize> = (0..260).filter(|&i| logits[i].is_finite()).collect();
+        assert_eq!(allowed, vec![b'<' as usize]);
+    }
+
     #[test]
     fn response_formats_parse_or_name_what_is_wrong() {
         let p = |s: &str| ResponseFormat::parse(Some(&serde_json::from_str(s).unwrap()));
