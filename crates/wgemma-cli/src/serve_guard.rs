@@ -502,6 +502,13 @@ pub async fn encode_prompt(
             if let Some(tools) = &parsed.sampling.tools {
                 request.tools = tools.declared().to_vec();
             }
+            if !request.tools.is_empty() && !encoder.takes_tools() {
+                return Err(ApiError::invalid(
+                    "tools",
+                    "tools: expected a model whose chat template declares tools (reads \
+                     `tools`), found a template that would drop them",
+                ));
+            }
             n
         }
         Prompt::Text(t) => {

@@ -145,6 +145,8 @@ pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The template reads `tools` (a template that does not would drop them).
+    reads_tools: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -174,11 +176,20 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| Error::invalid(OP, "chat template", "a Jinja template", describe(&e)))?;
+        let reads_tools = env
+            .get_template(TEMPLATE_NAME)
+            .is_ok_and(|t| t.undeclared_variables(false).contains("tools"));
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            reads_tools,
         })
+    }
+
+    /// True when the template declares tools to the model (it reads `tools`).
+    pub fn reads_tools(&self) -> bool {
+        self.reads_tools
     }
 
     /// The template a checkpoint defines, if any: `chat_template.jinja` first (what
@@ -284,6 +295,14 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String> {
         check_messages(messages)?;
+        if !tools.is_empty() && !self.reads_tools {
+            return Err(Error::invalid(
+                OP,
+                "tools",
+                "a chat template that declares tools to the model (reads `tools`)",
+                "one that never reads them",
+            ));
+        }
         let budget = RenderBudget::for_conversation(messages, tools);
         let tools = if tools.is_empty() {
             minijinja::Value::from(())

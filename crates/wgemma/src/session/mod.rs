@@ -741,6 +741,12 @@ impl PromptEncoder {
         self.render_chat_with_tools(messages, &[])
     }
 
+    /// True when prompts can declare tools to the model: the built-in format, or a chat
+    /// template that reads `tools`.
+    pub fn takes_tools(&self) -> bool {
+        self.chat_template.as_ref().is_none_or(|t| t.reads_tools())
+    }
+
     /// [`PromptEncoder::render_chat`] with tools the model may call.
     pub fn render_chat_with_tools(
         &self,
