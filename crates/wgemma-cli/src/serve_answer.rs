@@ -342,7 +342,8 @@ impl SseState {
     fn push_calls(&mut self, calls: Vec<serde_json::Value>) {
         if !calls.is_empty() {
             let v = serve_tools::tool_calls_chunk(&self.log.id, self.created, &self.model, calls);
-            self.pending.push_back(SseEvent::default().data(v.to_string()));
+            self.pending
+                .push_back(SseEvent::default().data(v.to_string()));
         }
     }
 

@@ -224,7 +224,9 @@ impl Sampling {
 
     /// Tools are declared to the model: its replies are read for calls.
     pub fn declares_tools(&self) -> bool {
-        self.tools.as_ref().is_some_and(|t| !t.declared().is_empty())
+        self.tools
+            .as_ref()
+            .is_some_and(|t| !t.declared().is_empty())
     }
 }
 
@@ -599,7 +601,9 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
             _ => &[],
         };
         if let Some((key, _)) = fields.iter().find(|(k, v)| {
-            !matches!(k.as_str(), "role" | "content") && !extra.contains(&k.as_str()) && !v.is_null()
+            !matches!(k.as_str(), "role" | "content")
+                && !extra.contains(&k.as_str())
+                && !v.is_null()
         }) {
             return Err(ApiError::invalid(
                 &format!("messages[{i}].{key}"),

@@ -359,12 +359,18 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("response_format"), "{}", e.message);
     }
 
-    /// Runs `c` to its end, taking at each step the allowed token `pick` chooses (given the
-    /// step, the text so far and the allowed ids).
-    fn walk(c: &mut GrammarConstraint, pick: &dyn Fn(usize, &[u8], &[u32]) -> u32) -> String {
+    /// Chooses a token from the step, the text so far and the allowed ids.
+    type Picker = dyn Fn(usize, &[u8], &[u32]) -> u32;
+
+    /// Runs `c` to its end, taking at each step the allowed token `pick` chooses.
+    fn walk(c: &mut GrammarConstraint, pick: &Picker) -> String {
         let mut text = Vec::new();
         for step in 0.. {
-            assert!(step < 2000, "no end after {:?}", String::from_utf8_lossy(&text));
+            assert!(
+                step < 2000,
+                "no end after {:?}",
+                String::from_utf8_lossy(&text)
+            );
             let mut logits = vec![0.0f32; 260];
             c.mask(&mut logits).unwrap();
             let allowed: Vec<u32> = (0..260u32)
@@ -424,7 +430,7 @@ mod tests {
         // calls that parse and follow the schema.
         for seed in 0..12usize {
             let mut walker = grammars.tool_constraint(&lark).unwrap();
-            let text = walk(&mut walker, &|step, text, allowed| {
+            let text = walk(&mut walker, &move |step, text, allowed| {
                 let r = (step * 7919 + seed * 104729 + 13) % 1000;
                 match towards_end(text, allowed) {
                     Some(t) if r < 300 + step => t,
@@ -454,7 +460,8 @@ mod tests {
                             "{text}"
                         );
                         assert!(
-                            a.get("metric").is_none_or(|m| m.is_boolean() || m.is_null()),
+                            a.get("metric")
+                                .is_none_or(|m| m.is_boolean() || m.is_null()),
                             "{text}"
                         );
                     }

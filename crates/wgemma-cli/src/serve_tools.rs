@@ -176,7 +176,10 @@ fn parse_tools(value: Option<&Value>) -> Result<Vec<ToolDeclaration>, ApiError> 
         let Some(o) = item.as_object() else {
             return Err(ApiError::field(&at, "a tool object", kind_of(item)));
         };
-        if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "type" | "function")) {
+        if let Some(k) = o
+            .keys()
+            .find(|k| !matches!(k.as_str(), "type" | "function"))
+        {
             return Err(ApiError::invalid(
                 "tools",
                 format!("{at}.{k}: unknown field (a tool is type and function)"),
@@ -199,12 +202,10 @@ fn parse_tools(value: Option<&Value>) -> Result<Vec<ToolDeclaration>, ApiError> 
                 o.get("function").map_or("none".into(), kind_of),
             ));
         };
-        if let Some(k) = f.keys().find(|k| {
-            !matches!(
-                k.as_str(),
-                "name" | "description" | "parameters" | "strict"
-            )
-        }) {
+        if let Some(k) = f
+            .keys()
+            .find(|k| !matches!(k.as_str(), "name" | "description" | "parameters" | "strict"))
+        {
             return Err(ApiError::invalid(
                 "tools",
                 format!(
@@ -224,9 +225,8 @@ fn parse_tools(value: Option<&Value>) -> Result<Vec<ToolDeclaration>, ApiError> 
                 )),
             }
         };
-        let name = text("name")?.ok_or_else(|| {
-            ApiError::field("tools", format!("{at}.function.name"), "none")
-        })?;
+        let name = text("name")?
+            .ok_or_else(|| ApiError::field("tools", format!("{at}.function.name"), "none"))?;
         // `strict` asks that arguments follow the schema: they always do when a call is
         // forced, and are the model's own otherwise; either value is taken.
         if let Some(s) = f.get("strict").filter(|s| !s.is_null() && !s.is_boolean()) {
@@ -484,7 +484,11 @@ mod tests {
         assert_eq!(parse(r#""tool_choice": "none""#).unwrap(), None);
         for (extra, param, needle) in [
             (r#""tools": {}"#, "tools", "an object"),
-            (r#""tools": [{"type": "code_interpreter"}]"#, "tools", "\"function\""),
+            (
+                r#""tools": [{"type": "code_interpreter"}]"#,
+                "tools",
+                "\"function\"",
+            ),
             (
                 r#""tools": [{"type": "function", "function": {"name": "a b"}}]"#,
                 "tools",
@@ -500,7 +504,11 @@ mod tests {
                 "tools",
                 "tools[0].function.x",
             ),
-            (r#""tool_choice": "required""#, "tool_choice", "tools to choose"),
+            (
+                r#""tool_choice": "required""#,
+                "tool_choice",
+                "tools to choose",
+            ),
             (
                 &format!(r#"{WEATHER}, "tool_choice": "always""#),
                 "tool_choice",
@@ -526,7 +534,12 @@ mod tests {
         // A schema a grammar cannot enforce is refused only when a call is forced.
         let pattern = r#""tools": [{"type": "function", "function": {"name": "f", "parameters":
             {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}}]"#;
-        assert!(parse(pattern).unwrap().unwrap().grammar().unwrap().is_none());
+        assert!(parse(pattern)
+            .unwrap()
+            .unwrap()
+            .grammar()
+            .unwrap()
+            .is_none());
         let forced = parse(&format!(r#"{pattern}, "tool_choice": "required""#))
             .unwrap()
             .unwrap();
@@ -536,9 +549,8 @@ mod tests {
 
     #[test]
     fn replies_become_openai_tool_calls() {
-        let (m, n) = answer_message(
-            "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
-        );
+        let (m, n) =
+            answer_message("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>");
         assert_eq!(n, 1);
         assert_eq!(m["content"], Value::Null);
         assert_eq!(m["tool_calls"][0]["function"]["name"], "get_weather");
@@ -558,7 +570,10 @@ mod tests {
         let (t1, c1) = s.feed("Hi <|tool_call>call:f{a:1}");
         let (t2, c2) = s.feed("<tool_call|> <|tool");
         let (t3, c3) = s.finish();
-        assert_eq!((t1.as_str(), t2.as_str(), t3.as_str()), ("Hi ", " ", "<|tool"));
+        assert_eq!(
+            (t1.as_str(), t2.as_str(), t3.as_str()),
+            ("Hi ", " ", "<|tool")
+        );
         assert!(c1.is_empty() && c3.is_empty());
         assert_eq!(c2[0]["index"], 0);
         assert_eq!(c2[0]["function"]["arguments"], r#"{"a":1}"#);
@@ -575,8 +590,7 @@ mod tests {
         let mut turn = ChatMessage::new("assistant", "");
         turn.tool_calls = calls;
         let mut messages = vec![ChatMessage::new("user", "weather?"), turn];
-        attach_tool_response(&mut messages, 2, Some(&json!("c1")), "{\"t\": 21}".into())
-            .unwrap();
+        attach_tool_response(&mut messages, 2, Some(&json!("c1")), "{\"t\": 21}".into()).unwrap();
         attach_tool_response(&mut messages, 3, Some(&json!("c1")), "sunny".into()).unwrap();
         assert_eq!(
             messages[1].tool_responses,
@@ -591,8 +605,7 @@ mod tests {
                 }
             ]
         );
-        let e = attach_tool_response(&mut messages, 4, Some(&json!("c9")), "x".into())
-            .unwrap_err();
+        let e = attach_tool_response(&mut messages, 4, Some(&json!("c9")), "x".into()).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("messages[4].tool_call_id"));
         let e = attach_tool_response(&mut messages[..1], 1, Some(&json!("c1")), "x".into())
             .unwrap_err();

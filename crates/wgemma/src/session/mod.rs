@@ -19,11 +19,11 @@ mod types;
 
 pub use batch::{Stream, StreamExtras, TokenConstraint};
 pub use chat::{
-    builtin_gemma4, builtin_gemma4_with_tools, encode_conversation,
-    encode_conversation_with_tools, ChatMessage, ChatTemplate, RenderBudget,
+    builtin_gemma4, builtin_gemma4_with_tools, encode_conversation, encode_conversation_with_tools,
+    ChatMessage, ChatTemplate, RenderBudget,
 };
-pub use tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use stop::StopStrings;
+pub use tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use types::*;
 
 use crate::artifact::{self, Artifact, LoadHooks, Which};
@@ -860,7 +860,11 @@ pub struct TextTools {
 
 impl TextTools {
     /// As [`Session::render_chat`], with tools the model may call.
-    pub fn render_chat(&self, messages: &[ChatMessage], tools: &[ToolDeclaration]) -> Result<String> {
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+    ) -> Result<String> {
         render_chat(
             self.chat_template.as_deref(),
             self.tokenizer.as_deref(),

@@ -133,7 +133,10 @@ impl TryFrom<HfToolCall> for ToolCall {
     type Error = String;
     fn try_from(c: HfToolCall) -> std::result::Result<ToolCall, String> {
         if c.kind != "function" {
-            return Err(format!("tool call type: expected \"function\", found {:?}", c.kind));
+            return Err(format!(
+                "tool call type: expected \"function\", found {:?}",
+                c.kind
+            ));
         }
         Ok(ToolCall {
             id: c.id,
@@ -440,7 +443,10 @@ impl Cursor<'_> {
             loop {
                 let key = self.key()?;
                 if !self.eat(":") {
-                    return Err(format!("expected ':' after key {key:?}, found {}", self.here()));
+                    return Err(format!(
+                        "expected ':' after key {key:?}, found {}",
+                        self.here()
+                    ));
                 }
                 let v = self.value(depth + 1)?;
                 map.insert(key, v);
@@ -599,8 +605,10 @@ mod tests {
         let d = ToolDeclaration::new(
             "get_weather",
             Some("Weather now"),
-            Some(json!({"type": "object", "properties": {"city": {"type": "string"}},
-                        "required": ["city"]})),
+            Some(
+                json!({"type": "object", "properties": {"city": {"type": "string"}},
+                        "required": ["city"]}),
+            ),
         )
         .unwrap();
         // Key order is the map's (insertion or sorted, by serde_json's features).
@@ -636,7 +644,9 @@ mod tests {
             "<|tool_response>response:f{t:21}<tool_response|>"
         );
         for bad in ["", "a b", "x<y", &"n".repeat(65)] {
-            let e = ToolDeclaration::new(bad, None, None).unwrap_err().to_string();
+            let e = ToolDeclaration::new(bad, None, None)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("tool name"), "{e}");
         }
         let e = ToolDeclaration::new("f", None, Some(json!([1])))
