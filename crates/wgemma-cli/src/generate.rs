@@ -478,6 +478,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         draft_tokens: args.draft.draft_tokens,
         adaptive_draft: !args.draft.fixed_draft,
         trace_drafts: args.trace_drafts,
+        keep_tool_markers: false,
     };
     let (mut session, load_ms) = load_session(&args.model, &args.draft)?;
     if args.chat {

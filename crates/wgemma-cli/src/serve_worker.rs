@@ -313,6 +313,7 @@ fn request_of(parsed: &Parsed, speculative: bool) -> GenerateRequest {
         seed: s.seed,
         stop: s.stop.clone(),
         speculative,
+        keep_tool_markers: s.declares_tools(),
         ..GenerateRequest::default()
     };
     match &parsed.prompt {

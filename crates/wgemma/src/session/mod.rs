@@ -602,7 +602,7 @@ impl Session {
         };
         let gpu_errors = self.gpu_errors.clone();
         let tokenizer = target.text.tokenizer.as_deref();
-        let mut stream = TextStream::new();
+        let mut stream = text_stream(tokenizer, request);
         let mut stops = StopStrings::new(&request.stop);
         let mut stream_error = None;
         let mut cancelled = false;
@@ -699,7 +699,7 @@ impl Session {
         let text = match self.tokenizer() {
             None => None,
             Some(_) if stopped_by_text => Some(stops.text().to_string()),
-            Some(tok) => Some(tok.decode(&tokens)?),
+            Some(tok) => Some(text_stream(Some(tok), request).text_of(tok, &tokens)?),
         };
         Ok(GenerateResult {
             prompt_ids: prompt,
@@ -820,6 +820,15 @@ impl PromptEncoder {
             return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
         }
         Ok(ids)
+    }
+}
+
+/// The text decoder of a request's reply: one that keeps the tool-call markers when the
+/// request reads calls out of the reply.
+fn text_stream(tokenizer: Option<&Tokenizer>, request: &GenerateRequest) -> TextStream {
+    match tokenizer {
+        Some(tok) if request.keep_tool_markers => TextStream::keeping(tok.tool_marker_ids()),
+        _ => TextStream::new(),
     }
 }
 

@@ -134,6 +134,11 @@ pub struct GenerateRequest {
     pub adaptive_draft: bool,
     /// Keep every speculative round's drafts ([`GenerateResult::draft_rounds`]).
     pub trace_drafts: bool,
+    /// Write Gemma 4's tool-call markers into the text even where the vocabulary has them as
+    /// special tokens (which text otherwise skips), so the reply's calls can be read back.
+    /// Not part of the browser's JSON request.
+    #[serde(skip)]
+    pub keep_tool_markers: bool,
 }
 
 impl Default for GenerateRequest {
@@ -155,6 +160,7 @@ impl Default for GenerateRequest {
             draft_tokens: SpeculativeOptions::default().draft_tokens,
             adaptive_draft: true,
             trace_drafts: false,
+            keep_tool_markers: false,
         }
     }
 }
