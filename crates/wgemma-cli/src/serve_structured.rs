@@ -17,8 +17,8 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use wgemma::model::tokenizer::Tokenizer;
 use wgemma::session::TokenConstraint;
+use wgemma::text::tokenizer::Tokenizer;
 
 /// Compiled grammars kept at most (a server that sees more distinct schemas compiles again).
 const CACHED_GRAMMARS: usize = 64;
@@ -177,7 +177,7 @@ impl Grammars {
     }
 
     /// The constraint of a forced tool call: `lark` is the calls' grammar
-    /// ([`wgemma::session::tool_grammar`]); one llguidance refuses names `tool_choice`.
+    /// ([`wgemma::text::tool_grammar`]); one llguidance refuses names `tool_choice`.
     pub fn tool_constraint(&self, lark: &str) -> Result<GrammarConstraint, ApiError> {
         self.compiled(
             format!("lark {lark}"),
@@ -406,9 +406,9 @@ mod tests {
 
     #[test]
     fn forced_tool_calls_follow_the_argument_schemas() {
-        use wgemma::session::tool_grammar::tool_call_grammar;
-        use wgemma::session::tools::parse_reply;
         use wgemma::session::ToolDeclaration;
+        use wgemma::text::tool_grammar::tool_call_grammar;
+        use wgemma::text::tools::parse_reply;
         let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
         let weather = ToolDeclaration::new(
             "get_weather",

@@ -1,17 +1,17 @@
 //! Tool calling in `wgemma serve` (OpenAI's `tools`, `tool_choice`, `parallel_tool_calls`):
 //! the tools go to the model through its chat template (Gemma 4's declarations, or the
 //! checkpoint's template's own `tools`), its calls come back out of its text
-//! ([`wgemma::session::tools`]) as `tool_calls` (whole, or as stream deltas), and `tool`
+//! ([`wgemma::text::tools`]) as `tool_calls` (whole, or as stream deltas), and `tool`
 //! messages go back in as the responses of the assistant turn that made the calls.
 //! `tool_choice` "required" or a named function forces a call by constrained decoding: a
 //! Lark grammar of the call syntax with each function's argument schema
-//! ([`wgemma::session::tool_grammar`]), run as structured output is.
+//! ([`wgemma::text::tool_grammar`]), run as structured output is.
 
 use crate::serve_api::{kind_of, ApiError};
 use serde_json::{json, Map, Value};
-use wgemma::session::tool_grammar::tool_call_grammar;
-use wgemma::session::tools::{ReplyPiece, ToolCallParser};
 use wgemma::session::{ChatMessage, ToolCall, ToolDeclaration, ToolResponse};
+use wgemma::text::tool_grammar::tool_call_grammar;
+use wgemma::text::tools::{ReplyPiece, ToolCallParser};
 
 /// What `tool_choice` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,7 +385,7 @@ pub fn finish_with_calls(finish: &'static str, calls: usize) -> &'static str {
 /// A whole chat answer's message with its calls taken out of the text: OpenAI's shape
 /// (content null when the reply is only calls).
 pub fn answer_message(text: &str) -> (Value, usize) {
-    let (content, calls) = wgemma::session::tools::parse_reply(text);
+    let (content, calls) = wgemma::text::tools::parse_reply(text);
     if calls.is_empty() {
         return (json!({"role": "assistant", "content": content}), 0);
     }

@@ -1,0 +1,556 @@
+//! Text in and out: `tokenizer.json` through the `tokenizers` crate, Gemma 4's chat format,
+//! stop tokens, and streaming detokenisation.
+
+use crate::error::{Error, Result};
+
+const OP: &str = "tokenizer";
+
+/// Gemma 4 turn markers.
+pub const TURN_START: &str = "<|turn>";
+pub const TURN_END: &str = "<turn|>";
+pub const BOS: &str = "<bos>";
+
+/// A loaded tokenizer.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// The same tokenizer with its special tokens inert (read as text), built when message
+    /// content first needs it: user text must not be able to write a turn marker.
+    inert: std::sync::OnceLock<tokenizers::Tokenizer>,
+    /// Finds the special tokens' strings in text (content that has none is encoded whole).
+    specials: aho_corasick::AhoCorasick,
+    /// The longest token's text in bytes: a prompt of n bytes has at least about
+    /// n / this many tokens ([`Tokenizer::min_tokens`]).
+    max_token_bytes: usize,
+    bos_id: Option<u32>,
+}
+
+impl Tokenizer {
+    /// Parses `tokenizer.json` bytes. The JSON and its top-level shape are checked here
+    /// before the `tokenizers` crate sees them: that crate panics on some malformed files
+    /// (a truncated `{"decoder": {` did), and a panic is no error message. Any panic left
+    /// inside it is caught at this boundary as a last resort ([`quietly_catch`]).
+    pub fn from_bytes(json: &[u8]) -> Result<Tokenizer> {
+        check_tokenizer_json(json)?;
+        let mut inner = quietly_catch(|| tokenizers::Tokenizer::from_bytes(json))
+            .map_err(|panic| {
+                Error::invalid(
+                    OP,
+                    "tokenizer.json",
+                    "a Hugging Face tokenizer file",
+                    format!("one the tokenizers crate cannot read ({panic})"),
+                )
+            })?
+            .map_err(|e| {
+                Error::invalid(
+                    OP,
+                    "tokenizer.json",
+                    "a Hugging Face tokenizer file",
+                    e.to_string(),
+                )
+            })?;
+        // HF turns truncation and padding off for generation; a tokenizer.json that sets
+        // them would otherwise cut or pad every prompt without a word.
+        let _ = inner.with_truncation(None);
+        inner.with_padding(None);
+        let specials: Vec<String> = inner
+            .get_added_tokens_decoder()
+            .values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content.clone())
+            .collect();
+        let specials = aho_corasick::AhoCorasick::new(&specials).map_err(|e| {
+            Error::invalid(OP, "special tokens", "strings to search for", e.to_string())
+        })?;
+        let max_token_bytes = inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let bos_id = inner.token_to_id(BOS);
+        Ok(Tokenizer {
+            inner,
+            inert: std::sync::OnceLock::new(),
+            specials,
+            max_token_bytes,
+            bos_id,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Token ids of `text` as-is (special tokens in the text are recognised; no BOS added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| Error::invalid(OP, "text to encode", "encodable text", e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Token ids of `text` read as text: a special token's string in it (`<|turn>`) is
+    /// split like any other text instead of becoming that token. For message content.
+    pub fn encode_inert(&self, text: &str) -> Result<Vec<u32>> {
+        if !self.has_special_token(text) {
+            return self.encode(text);
+        }
+        let inert = self.inert.get_or_init(|| {
+            let mut t = self.inner.clone();
+            t.set_encode_special_tokens(true);
+            t
+        });
+        let enc = inert
+            .encode(text, false)
+            .map_err(|e| Error::invalid(OP, "text to encode", "encodable text", e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Whether `text` holds the string of a special token (`<bos>`, `<|turn>`, ...).
+    pub fn has_special_token(&self, text: &str) -> bool {
+        self.specials.is_match(text)
+    }
+
+    /// The first special token's string in `text`, if any (for error messages).
+    pub fn first_special_token<'a>(&self, text: &'a str) -> Option<&'a str> {
+        self.specials.find(text).map(|m| &text[m.range()])
+    }
+
+    /// A lower bound on the tokens of a text of `bytes` bytes, without encoding it: no token
+    /// covers more than the vocabulary's longest token, and a normaliser is allowed to
+    /// shrink the text up to 4x (NFKC and friends shrink far less). A prompt that cannot
+    /// fit the context by this bound is refused before the tokenizer spends time on it.
+    pub fn min_tokens(&self, bytes: usize) -> usize {
+        bytes / (self.max_token_bytes * 4)
+    }
+
+    /// A plain prompt: `<bos>` then the text.
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids: Vec<u32> = self.bos_id.into_iter().collect();
+        ids.extend(self.encode(text)?);
+        Ok(ids)
+    }
+
+    /// One user turn in Gemma 4's chat format, ready for the model's answer:
+    /// `<bos><|turn>user\n{text}<turn|>\n<|turn>model\n`.
+    pub fn encode_chat(&self, user_text: &str) -> Result<Vec<u32>> {
+        for marker in [TURN_START, TURN_END] {
+            if self.token_id(marker).is_none() {
+                return Err(Error::invalid(
+                    OP,
+                    "chat format",
+                    format!("a tokenizer with the `{marker}` token (Gemma 4)"),
+                    "a tokenizer without it",
+                ));
+            }
+        }
+        let mut ids: Vec<u32> = self.bos_id.into_iter().collect();
+        ids.extend(self.encode(&format!(
+            "{TURN_START}user\n{user_text}{TURN_END}\n{TURN_START}model\n"
+        ))?);
+        Ok(ids)
+    }
+
+    /// The tokenizer as `tokenizer.json` text (a grammar engine reads each token's bytes
+    /// from it).
+    pub fn to_json(&self) -> Result<String> {
+        self.inner
+            .to_string(false)
+            .map_err(|e| Error::invalid(OP, "tokenizer", "one that serialises", e.to_string()))
+    }
+
+    /// Text of `ids`, special tokens skipped.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, true).map_err(|e| {
+            Error::invalid(
+                OP,
+                "token ids to decode",
+                "ids of this vocabulary",
+                e.to_string(),
+            )
+        })
+    }
+
+    /// Text of `ids` with special tokens skipped, except those of `keep`, which are written
+    /// as their strings (Gemma 4's tool-call markers, which a reader of the text must see).
+    pub fn decode_keeping(&self, ids: &[u32], keep: &[u32]) -> Result<String> {
+        if keep.is_empty() {
+            return self.decode(ids);
+        }
+        let mut text = String::new();
+        for run in ids.split_inclusive(|id| keep.contains(id)) {
+            match run.split_last() {
+                Some((last, rest)) if keep.contains(last) => {
+                    text.push_str(&self.decode(rest)?);
+                    text.push_str(&self.inner.id_to_token(*last).unwrap_or_default());
+                }
+                _ => text.push_str(&self.decode(run)?),
+            }
+        }
+        Ok(text)
+    }
+
+    /// Ids of the tool-call markers that are tokens of this vocabulary (what
+    /// [`Tokenizer::decode_keeping`] keeps in a reply that may call tools).
+    pub fn tool_marker_ids(&self) -> Vec<u32> {
+        use super::tools::{STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START};
+        [
+            TOOL_CALL_START,
+            TOOL_CALL_END,
+            STRING_MARK,
+            TOOL_RESPONSE_START,
+        ]
+        .iter()
+        .filter_map(|m| self.token_id(m))
+        .collect()
+    }
+
+    /// Stop tokens: the config's EOS ids plus `<turn|>` when the vocabulary has it.
+    pub fn stop_ids(&self, eos_ids: &[u32]) -> Vec<u32> {
+        let mut ids = eos_ids.to_vec();
+        ids.extend(self.token_id(TURN_END));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// Checks that `json` is a JSON object with a `model` object (what every Hugging Face
+/// tokenizer.json has), naming what was found otherwise.
+fn check_tokenizer_json(json: &[u8]) -> Result<()> {
+    let value: serde_json::Value = serde_json::from_slice(json)
+        .map_err(|e| Error::invalid(OP, "tokenizer.json", "valid JSON", e.to_string()))?;
+    let Some(object) = value.as_object() else {
+        return Err(Error::invalid(
+            OP,
+            "tokenizer.json",
+            "a JSON object",
+            json_kind(&value),
+        ));
+    };
+    match object.get("model") {
+        Some(m) if m.is_object() => Ok(()),
+        other => Err(Error::invalid(
+            OP,
+            "tokenizer.json field `model`",
+            "an object (the tokenizer model: BPE, Unigram, WordLevel, WordPiece)",
+            other.map_or("none".to_string(), json_kind),
+        )),
+    }
+}
+
+/// A JSON value's kind in words ("an object", "a number", ...), for error messages.
+pub(crate) fn json_kind(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+    .to_string()
+}
+
+thread_local! {
+    /// Set while [`quietly_catch`] runs on this thread: its panics are reported as errors.
+    static CATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into `Err(message)` without the panic hook printing it (the
+/// caller reports it as an error). The hook stays the previous one for every other panic
+/// and thread. On wasm32 (panic = abort) a panic still aborts.
+pub fn quietly_catch<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CATCHING.with(|c| c.get()) {
+                previous(info);
+            }
+        }));
+    });
+    let was = CATCHING.with(|c| c.replace(true));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CATCHING.with(|c| c.set(was));
+    out.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".to_string())
+    })
+}
+
+/// Parses prompt token ids written `5,17,9` (spaces allowed around each): at least one id,
+/// each a u32. Errors name the offending item and its position.
+pub fn parse_prompt_ids(s: &str) -> Result<Vec<u32>> {
+    if s.trim().is_empty() {
+        return Err(Error::invalid(
+            OP,
+            "prompt ids",
+            "at least one comma-separated token id",
+            "an empty list",
+        ));
+    }
+    s.split(',')
+        .enumerate()
+        .map(|(i, t)| {
+            t.trim().parse::<u32>().map_err(|_| {
+                Error::invalid(
+                    OP,
+                    format!("prompt id #{} of {s:?}", i + 1),
+                    "a token id (an integer 0..=4294967295)",
+                    format!("{t:?}"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Turns a growing token sequence into text pieces as they become printable: a piece is
+/// emitted only once it does not end in an incomplete UTF-8 sequence (decoded as U+FFFD).
+/// It holds no tokenizer, so one can live beside the model that owns it (a server keeps
+/// one per sequence).
+#[derive(Debug, Clone, Default)]
+pub struct TextStream {
+    ids: Vec<u32>,
+    emitted: usize,
+    /// Special tokens written as text ([`Tokenizer::decode_keeping`]).
+    keep: Vec<u32>,
+}
+
+impl TextStream {
+    pub fn new() -> Self {
+        TextStream::default()
+    }
+
+    /// A stream that writes the special tokens of `keep` as their strings.
+    pub fn keeping(keep: Vec<u32>) -> Self {
+        TextStream {
+            keep,
+            ..TextStream::default()
+        }
+    }
+
+    /// Adds a token; returns the new printable text, if any.
+    pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<Option<String>> {
+        self.ids.push(id);
+        let text = tokenizer.decode_keeping(&self.ids, &self.keep)?;
+        if text.ends_with('\u{fffd}')
+            || text.len() <= self.emitted
+            || !text.is_char_boundary(self.emitted)
+        {
+            return Ok(None);
+        }
+        let piece = text[self.emitted..].to_string();
+        self.emitted = text.len();
+        Ok(Some(piece))
+    }
+
+    /// Text of `ids` as this stream writes it.
+    pub fn text_of(&self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+        tokenizer.decode_keeping(ids, &self.keep)
+    }
+
+    /// All text so far.
+    pub fn text(&self, tokenizer: &Tokenizer) -> Result<String> {
+        tokenizer.decode_keeping(&self.ids, &self.keep)
+    }
+}
+
+/// Builds a small word-level tokenizer with Gemma's special tokens (tests and demos).
+pub fn tiny_tokenizer_json(words: &[&str]) -> String {
+    let mut vocab = serde_json::Map::new();
+    let specials = ["<pad>", "<eos>", BOS, "<unk>", TURN_START, TURN_END];
+    for (i, t) in specials
+        .iter()
+        .chain(words.iter())
+        .chain(["\n"].iter())
+        .enumerate()
+    {
+        vocab.insert(t.to_string(), i.into());
+    }
+    let added: Vec<serde_json::Value> = specials
+        .iter()
+        .map(|t| {
+            serde_json::json!({"id": vocab[*t], "content": t, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null, "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\n| "}, "behavior": "Isolated", "invert": false},
+        "post_processor": null,
+        "decoder": {"type": "Fuse"},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Tokenizer {
+        Tokenizer::from_bytes(
+            tiny_tokenizer_json(&["hello", "world", "user", "model", " "]).as_bytes(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn kept_special_tokens_are_written_as_text() {
+        let t = tiny();
+        let id = |s: &str| t.token_id(s).unwrap();
+        let ids = [
+            id("hello"),
+            id(TURN_START),
+            id("world"),
+            id(TURN_END),
+            id(TURN_START),
+        ];
+        assert_eq!(t.decode(&ids).unwrap(), "helloworld");
+        assert_eq!(
+            t.decode_keeping(&ids, &[id(TURN_START)]).unwrap(),
+            "hello<|turn>world<|turn>"
+        );
+        let mut s = TextStream::keeping(vec![id(TURN_START)]);
+        let pieces: Vec<String> = ids.iter().filter_map(|&i| s.push(&t, i).unwrap()).collect();
+        assert_eq!(pieces, vec!["hello", "<|turn>", "world", "<|turn>"]);
+        // This vocabulary has no tool markers.
+        assert!(t.tool_marker_ids().is_empty());
+    }
+
+    #[test]
+    fn chat_format_and_stop_ids() {
+        let t = tiny();
+        let ids = t.encode_chat("hello world").unwrap();
+        let id = |s: &str| t.token_id(s).unwrap();
+        assert_eq!(
+            ids,
+            vec![
+                id(BOS),
+                id(TURN_START),
+                id("user"),
+                id("\n"),
+                id("hello"),
+                id(" "),
+                id("world"),
+                id(TURN_END),
+                id("\n"),
+                id(TURN_START),
+                id("model"),
+                id("\n")
+            ]
+        );
+        assert_eq!(t.stop_ids(&[1]), vec![1, id(TURN_END)]);
+        assert_eq!(
+            t.encode_prompt("hello").unwrap(),
+            vec![id(BOS), id("hello")]
+        );
+    }
+
+    #[test]
+    fn stream_emits_new_text_only() {
+        let t = tiny();
+        let mut s = TextStream::new();
+        let hello = t.token_id("hello").unwrap();
+        let space = t.token_id(" ").unwrap();
+        assert_eq!(s.push(&t, hello).unwrap().as_deref(), Some("hello"));
+        assert_eq!(s.push(&t, space).unwrap().as_deref(), Some(" "));
+        assert_eq!(s.push(&t, t.token_id(TURN_END).unwrap()).unwrap(), None);
+        assert_eq!(s.text(&t).unwrap(), "hello ");
+    }
+
+    #[test]
+    fn malformed_tokenizer_json_is_an_error_not_a_panic() {
+        // A truncated file made the tokenizers crate panic (issue 17, item 2).
+        for (bad, needle) in [
+            (&b"{\"decoder\": {"[..], "valid JSON"),
+            (b"[1, 2]", "a JSON object"),
+            (b"{\"model\": 3}", "`model`"),
+            (b"{}", "`model`"),
+            (b"\xff\xfe", "valid JSON"),
+        ] {
+            let err = Tokenizer::from_bytes(bad).err().unwrap().to_string();
+            assert!(err.contains(needle), "{err}");
+        }
+        let caught = quietly_catch(|| -> u32 { panic!("inside") });
+        assert_eq!(caught, Err("inside".to_string()));
+        assert_eq!(quietly_catch(|| 7), Ok(7));
+    }
+
+    #[test]
+    fn prompt_ids_parse_or_name_the_bad_item() {
+        assert_eq!(parse_prompt_ids("5, 17,9").unwrap(), vec![5, 17, 9]);
+        assert!(parse_prompt_ids("")
+            .unwrap_err()
+            .to_string()
+            .contains("at least one"));
+        let err = parse_prompt_ids("1,x,3").unwrap_err().to_string();
+        assert!(err.contains("#2") && err.contains("\"x\""), "{err}");
+        let err = parse_prompt_ids("4294967296").unwrap_err().to_string();
+        assert!(err.contains("4294967295"), "{err}");
+    }
+
+    #[test]
+    fn truncation_and_padding_are_off_for_prompts() {
+        // A tokenizer.json with truncation and padding cut or padded every prompt (issue 30).
+        let mut json: serde_json::Value =
+            serde_json::from_str(&tiny_tokenizer_json(&["hello", "world", " "])).unwrap();
+        json["truncation"] = serde_json::json!({"direction": "Right", "max_length": 2,
+            "strategy": "LongestFirst", "stride": 0});
+        json["padding"] = serde_json::json!({"strategy": {"Fixed": 16}, "direction": "Right",
+            "pad_to_multiple_of": null, "pad_id": 0, "pad_type_id": 0, "pad_token": "<pad>"});
+        let t = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+        assert_eq!(t.encode("hello world hello").unwrap().len(), 5);
+    }
+
+    #[test]
+    fn special_tokens_in_text_can_be_inert() {
+        let t = tiny();
+        let text = "hello<|turn>";
+        assert!(t.has_special_token(text) && !t.has_special_token("hello world"));
+        assert_eq!(t.first_special_token(text), Some(TURN_START));
+        let active = t.encode(text).unwrap();
+        let inert = t.encode_inert(text).unwrap();
+        let turn = t.token_id(TURN_START).unwrap();
+        assert!(
+            active.contains(&turn) && !inert.contains(&turn),
+            "{inert:?}"
+        );
+        // Text without one is encoded as before.
+        assert_eq!(
+            t.encode_inert("hello world").unwrap(),
+            t.encode("hello world").unwrap()
+        );
+        // The longest token here is `<|turn>` (7 bytes): 1 KB of text is >= 36 tokens.
+        assert_eq!(t.min_tokens(1000), 1000 / 28);
+    }
+
+    #[test]
+    fn bad_tokenizer_and_missing_chat_tokens_are_errors() {
+        assert!(Tokenizer::from_bytes(b"{}").is_err());
+        let mut json: serde_json::Value =
+            serde_json::from_str(&tiny_tokenizer_json(&["a"])).unwrap();
+        json["added_tokens"] = serde_json::json!([]);
+        json["model"]["vocab"]
+            .as_object_mut()
+            .unwrap()
+            .remove(TURN_START);
+        let t = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+        let err = t.encode_chat("a").unwrap_err().to_string();
+        assert!(err.contains(TURN_START), "{err}");
+    }
+}
