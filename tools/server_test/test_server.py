@@ -5,7 +5,9 @@ Starts three servers on 127.0.0.1 (free ports): two over a tiny test model (the 
 golden fixture with a word-level tokenizer and the `gemma4_turns` chat template), one
 batching up to 4 sequences, one drafting with the fixture's MTP assistant; and one over the
 shipped pair (`models/kjv-pair.wgemma`, a byte-level BPE vocabulary) for structured output
-(a strict JSON schema and JSON mode on 20 prompts). Runs: operations (the port
+(a strict JSON schema and JSON mode on 20 prompts) and tool calls (a forced call, whole and
+streamed, its tool message back and the model's answer, the prompt in Gemma 4's notation).
+Runs: operations (the port
 bound before loading, /health 503 "loading" then 200, the banner, unique request ids, one
 log line per request, JSON errors on every route, the latency histograms, /tokenize,
 /detokenize, /apply-template, /props, /slots); a table over every field of the client's
@@ -527,7 +529,7 @@ def run_tests(server, spec_server, kjv_server, args):
         "modalities": ({"modalities": ["text", "audio"]}, 400),
         "moderation": ({"moderation": {"model": "omni-moderation-latest"}}, 400),
         "n": ({"n": 2}, 400),
-        "parallel_tool_calls": ({"parallel_tool_calls": True}, 400),
+        "parallel_tool_calls": ({"parallel_tool_calls": True}, 200),
         "prediction": ({"prediction": {"type": "content", "content": "w1"}}, 400),
         "presence_penalty": ({"presence_penalty": 0.5}, 200),
         "prompt_cache_key": ({"prompt_cache_key": "k"}, 400),
@@ -545,6 +547,8 @@ def run_tests(server, spec_server, kjv_server, args):
         "stream": ({"stream": True}, 200),
         "stream_options": ({"stream_options": {"include_usage": True}, "stream": True}, 200),
         "temperature": ({"temperature": 0.5}, 200),
+        # Tools are taken (the tool calls check); here "auto" has no tools to choose from,
+        # and this fixture's chat template has no place for tools.
         "tool_choice": ({"tool_choice": "auto"}, 400),
         "tools": ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, 400),
         "top_logprobs": ({"top_logprobs": 2, "logprobs": True}, 200),
@@ -755,6 +759,67 @@ def run_tests(server, spec_server, kjv_server, args):
             assert s == 400 and got["error"]["param"] == "response_format", (bad, s, got)
 
 
+    # Small: the shipped model's context is 256 positions, and its vocabulary spells the
+    # declaration's markup out in short tokens (~150 for this prompt).
+    weather = {"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "enum": ["Jerusalem", "Babylon"]}},
+        "required": ["city"]}}}
+
+    def tool_calls():
+        kjv = client_of(kjv_server)
+        ask = [{"role": "user", "content": "What is the weather in Jerusalem?"}]
+        forced = dict(model="tiny", messages=ask, tools=[weather], tool_choice="required",
+                      parallel_tool_calls=False, max_tokens=60, temperature=0)
+        named = {**forced, "tool_choice": {"type": "function", "function": {"name": "weather"}}}
+        # Whole, streamed and named at once (the server batches them).
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            whole = pool.submit(lambda: kjv.chat.completions.create(**forced))
+            streamed = pool.submit(lambda: [ch for ch in kjv.chat.completions.create(stream=True, **forced)
+                                            if ch.choices])
+            by_name = pool.submit(lambda: kjv.chat.completions.create(**named))
+        # A forced call (constrained decoding): arguments that follow the schema.
+        c = whole.result().choices[0]
+        assert c.finish_reason == "tool_calls", c
+        (call,) = c.message.tool_calls
+        assert call.type == "function" and call.function.name == "weather" and call.id.startswith("call_"), call
+        args = json.loads(call.function.arguments)
+        assert args["city"] in ("Jerusalem", "Babylon") and set(args) == {"city"}, args
+        # Streamed: the same call as one tool_calls delta, then finish_reason tool_calls.
+        chunks = streamed.result()
+        deltas = [d for ch in chunks for d in ch.choices[0].delta.tool_calls or []]
+        assert [(d.index, d.function.name) for d in deltas] == [(0, "weather")], deltas
+        assert json.loads(deltas[0].function.arguments) == args, (deltas, args)
+        assert chunks[-1].choices[0].finish_reason == "tool_calls", chunks[-1]
+        # A named function is forced the same way.
+        assert by_name.result().choices[0].message.tool_calls[0].function.name == "weather"
+        # The tool's answer goes back as a tool message; the model (free to answer) answers in text.
+        history = ask + [c.message.model_dump(exclude_none=True),
+                         {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"degrees": 21})}]
+        r = kjv.chat.completions.create(model="tiny", messages=history, tools=[weather], max_tokens=10, temperature=0)
+        a = r.choices[0]
+        assert a.finish_reason in ("stop", "length") and a.message.content and not a.message.tool_calls, a
+        # The prompt holds the declaration, the call and the response in Gemma 4's notation, the
+        # model's turn left open for its answer.
+        s, tpl = kjv_server.raw("POST", "/apply-template", {"messages": history, "tools": [weather]})
+        p = tpl["prompt"]
+        assert s == 200 and "<|turn>system\n<|tool>declaration:weather{parameters:{" in p, (s, tpl)
+        assert f'<|turn>model\n<|tool_call>call:weather{{city:<|"|>{args["city"]}<|"|>}}<tool_call|>' in p, p
+        assert p.endswith("<|tool_response>response:weather{degrees:21}<tool_response|>"), p
+        s, tpl = kjv_server.raw("POST", "/apply-template", {"messages": ask, "tools": [weather], "tool_choice": "none"})
+        assert s == 200 and "<|tool>" not in tpl["prompt"], tpl
+        # What cannot be done is a 400 naming the field.
+        pattern = {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "string", "pattern": "^x+$"}}}}}
+        for body, param in [
+            ({"tools": [pattern], "tool_choice": "required"}, "tools"),
+            ({"tools": [weather], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+            ({"tools": [weather], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+            ({"messages": history[:2] + [{"role": "tool", "tool_call_id": "other", "content": "x"}]},
+             "messages[2].tool_call_id"),
+        ]:
+            s, got = kjv_server.raw("POST", "/v1/chat/completions", {"model": "tiny", "messages": ask, **body})
+            assert s == 400 and got["error"]["param"] == param, (body, s, got)
+
     def chat_page():
         # The page is served without a key; in headless Chromium it streams the same answer
         # the API gives for the same conversation.
@@ -778,6 +843,7 @@ def run_tests(server, spec_server, kjv_server, args):
     check("logit adjustments and logprobs", logit_adjustments_and_logprobs)
     check("seeds", seeds)
     check("structured output", structured_output)
+    check("tool calls round-trip", tool_calls)
     check("chat page in Chromium", chat_page)
     check("health and models", health_and_models)
     check("chat completion", chat)

@@ -26,6 +26,7 @@ mod serve_guard;
 mod serve_metrics;
 mod serve_response;
 mod serve_structured;
+mod serve_tools;
 mod serve_worker;
 mod signals;
 mod synth;

@@ -14,7 +14,7 @@
 
 use crate::serve_api::{ApiError, Parsed, Prompt};
 use crate::serve_metrics::{Metrics, SlotState};
-use crate::serve_structured::JsonConstraint;
+use crate::serve_structured::GrammarConstraint;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -56,8 +56,8 @@ pub struct Job {
     /// The response id (also in the log line and `/slots`).
     pub id: String,
     pub parsed: Parsed,
-    /// The grammar of a structured-output request.
-    pub constraint: Option<JsonConstraint>,
+    /// The grammar of a structured-output request or a forced tool call.
+    pub constraint: Option<GrammarConstraint>,
     pub events: UnboundedSender<Event>,
     pub enqueued: Instant,
 }
@@ -313,6 +313,7 @@ fn request_of(parsed: &Parsed, speculative: bool) -> GenerateRequest {
         seed: s.seed,
         stop: s.stop.clone(),
         speculative,
+        keep_tool_markers: s.declares_tools(),
         ..GenerateRequest::default()
     };
     match &parsed.prompt {

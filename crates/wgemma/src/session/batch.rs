@@ -10,6 +10,7 @@
 //! row's logits read back. Stop ids, stop strings, the token budget and streaming
 //! detokenisation are per stream, as in [`Session::generate`].
 
+use super::text_stream;
 use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, TokenLogprobs, OP};
 use crate::error::{Error, Result};
 use crate::generate::sampling::{logprobs, LogitAdjust, Sampler, SamplingParams, TokenHistory};
@@ -244,7 +245,7 @@ impl Session {
             history: TokenHistory::new(&prompt),
             logprobs: extras.logprobs,
             constraint: extras.constraint,
-            text: TextStream::new(),
+            text: text_stream(target.text.tokenizer.as_deref(), request),
             stops: StopStrings::new(&request.stop),
             stop_ids: target.stop_ids.clone(),
             tokens: Vec::new(),
