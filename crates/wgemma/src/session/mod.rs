@@ -5,17 +5,20 @@
 //! prompts or stop lists of its own.
 //!
 //! Requests can also decode together, each in its own KV slot ([`Stream`]: continuous
-//! batching, one forward per step for all of them).
+//! batching, one forward per step for all of them), speculative ones included (each
+//! stream drafting for itself, every stream's verify rows in one forward).
 //!
 //! Platform-independent (no threads, no filesystem, no blocking): the browser awaits it,
 //! native callers block on it with pollster at their edge.
 
 mod batch;
+mod batch_spec;
 pub mod chat;
 pub mod stop;
 mod types;
 
 pub use batch::{Stream, StreamExtras, TokenConstraint};
+pub use batch_spec::DraftReplacement;
 pub use chat::{builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget};
 pub use stop::StopStrings;
 pub use types::*;
@@ -147,6 +150,10 @@ pub struct Session {
     /// silently skipped and readbacks return stale bytes: generation checks this after
     /// every step.
     gpu_errors: Arc<Mutex<Vec<String>>>,
+    /// Batched speculative steps' staging (round starts) and draft readback, kept between
+    /// steps.
+    draft_staging: Option<crate::gpu::Tensor>,
+    draft_readback: Option<crate::gpu::Readback>,
 }
 
 impl Session {
@@ -175,6 +182,8 @@ impl Session {
             target: None,
             assistant: None,
             gpu_errors,
+            draft_staging: None,
+            draft_readback: None,
         }
     }
 
