@@ -240,7 +240,7 @@ pub fn run(session: &mut Session, bench: &ParallelBench) -> Result<()> {
             "batched_tokens_per_s": batched.json(),
             "speculative": reports,
         });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{report}");
     } else {
         println!("device: {}", session.ctx().describe());
         print_table(&bench.model_name, &bench.dtype, &rows, &plain_name);
