@@ -484,7 +484,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     })?;
     // The decode tests start after `depth` tokens, at least the one whose forward gives
     // the first generated token.
-    let context_len = args.depth.max(1);
+    // (--parallel: the streams decode after their prompts.)
+    let context_len = if args.parallel.is_some() {
+        prompt_len
+    } else {
+        args.depth.max(1)
+    };
     // The KV cache holds the prompt (or the decode depth), the generated tokens and a verify
     // round's rows; the load checks that context against the device and the host before
     // allocating it.
