@@ -7,9 +7,9 @@
 use crate::bench_diag::{
     compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
 };
+use crate::bench_parallel;
 use crate::bench_table::{gemm_family, print_table, samples_at, timed, TestRow};
 use crate::generate::{check_exists, ModelArgs};
-use crate::bench_parallel;
 use crate::load::{load_assistant, load_model, load_synthetic, Loaded};
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
@@ -411,7 +411,10 @@ fn parallel(
     loaded.model.set_fold_kv_append(!args.no_fold_kv_append);
     loaded.model.set_fused_attention(args.fused_attention);
     let format = loaded.model.options.format;
-    let path = args.model.clone().unwrap_or_else(|| model_name.clone().into());
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(|| model_name.clone().into());
     let mut session = loaded.into_session(ctx, &path, None, true)?;
     let assistant = match &args.model {
         None => bench_parallel::synthetic_assistant(&session, args.seed)?,

@@ -37,10 +37,7 @@ pub struct ParallelBench<'a> {
 
 /// The assistant a synthetic target gets: the published assistant's shape with random
 /// weights (E2B, E4B), or the demo's echo drafter (tiny).
-pub fn synthetic_assistant(
-    session: &Session,
-    seed: u64,
-) -> Result<Option<Assistant>> {
+pub fn synthetic_assistant(session: &Session, seed: u64) -> Result<Option<Assistant>> {
     let model = session.model()?;
     let ctx = session.ctx();
     if let Some(shape) = assistant_shape(model) {
@@ -192,10 +189,7 @@ pub fn run(session: &mut Session, bench: &ParallelBench) -> Result<()> {
     }];
     let mut reports = Vec::new();
     for &p in bench.acceptance {
-        let name = format!(
-            "spec x{n} k={} p={p:.2} (drafter)",
-            bench.draft_tokens
-        );
+        let name = format!("spec x{n} k={} p={p:.2} (drafter)", bench.draft_tokens);
         let mut last = None;
         let samples: Samples = timed(&name, bench.repetitions, || {
             let run = run_streams(session, &speculative, Some((p, &reference)))?;

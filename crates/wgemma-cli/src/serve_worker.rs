@@ -258,8 +258,7 @@ fn admit(
     speculative: Option<usize>,
 ) -> Option<Active> {
     let events = job.events;
-    let (mut request, prompt_tokens) = match prepare(session, &job.parsed, speculative.is_some())
-    {
+    let (mut request, prompt_tokens) = match prepare(session, &job.parsed, speculative.is_some()) {
         Ok(r) => r,
         Err(e) => {
             let _ = events.send(Event::Failed(e));

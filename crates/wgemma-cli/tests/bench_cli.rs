@@ -167,7 +167,15 @@ fn parallel_compares_batched_plain_and_speculative_streams() {
     assert!(stderr.contains("tg4 x3 batched"), "{stderr}");
     // Refused with a reason, not ignored.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_wgemma"))
-        .args(["bench", "--synthetic", "tiny", "--parallel", "3", "--draft-tokens", "0"])
+        .args([
+            "bench",
+            "--synthetic",
+            "tiny",
+            "--parallel",
+            "3",
+            "--draft-tokens",
+            "0",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

@@ -490,7 +490,10 @@ fn batched_speculative_streams_match_their_solo_runs() {
             let (drafted, accepted) = c.expect("a drafting stream");
             assert!(drafted > 0, "stream {i} drafted nothing");
             if keep == Some(true) {
-                assert_eq!(accepted, drafted, "stream {i}: every draft is its own token");
+                assert_eq!(
+                    accepted, drafted,
+                    "stream {i}: every draft is its own token"
+                );
             }
         }
         if keep == Some(true) {

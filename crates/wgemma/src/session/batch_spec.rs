@@ -90,9 +90,7 @@ impl Drafting {
             .built_plan(m_last, LogitRows::Last)
             .and_then(|plan| plan.head.as_ref())
             .map(|head| head.hidden.clone())
-            .ok_or_else(|| {
-                Error::invalid(OP, "hidden states of the prefill", "kept", "none")
-            })?;
+            .ok_or_else(|| Error::invalid(OP, "hidden states of the prefill", "kept", "none"))?;
         let ht = *source.shape().last().unwrap_or(&0);
         let hidden = Tensor::zeros(ctx, "stream seed hidden", &[1, ht], DType::F32)?;
         let mut step = Step::new(ctx);
@@ -171,7 +169,10 @@ impl Session {
     /// the module's notes).
     ///
     /// [`GenerateRequest::speculative`]: super::GenerateRequest::speculative
-    pub async fn step_rounds(&mut self, streams: &mut [&mut Stream]) -> Result<Vec<Vec<TokenEvent>>> {
+    pub async fn step_rounds(
+        &mut self,
+        streams: &mut [&mut Stream],
+    ) -> Result<Vec<Vec<TokenEvent>>> {
         self.check_gpu_errors()?;
         super::batch::check_running(streams)?;
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
@@ -317,9 +318,7 @@ impl Session {
             model.record_batch(ctx, &mut step, &mut spans)?;
         }
         let host = streams.iter().any(|s| s.reads_logits());
-        let plan = model
-            .built_plan(m, LogitRows::All)
-            .expect("built above");
+        let plan = model.built_plan(m, LogitRows::All).expect("built above");
         let head = plan.head.as_ref().expect("a plan of every row's logits");
         step.copy_to_readback(&head.next, &head.next_readback)?;
         if host {
