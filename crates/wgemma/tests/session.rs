@@ -437,7 +437,7 @@ fn batched_speculative_streams_match_their_solo_runs() {
         let mut counts = vec![None; requests.len()];
         let mut rounds = vec![0; requests.len()];
         let mut active: Vec<(usize, wgemma::session::Stream)> = Vec::new();
-        let mut start = |engine: &mut Engine, i: usize, got: &mut Vec<Vec<u32>>| {
+        let start = |engine: &mut Engine, i: usize, got: &mut Vec<Vec<u32>>| {
             let (mut stream, first) =
                 pollster::block_on(engine.start_stream(&requests[i])).unwrap();
             assert_eq!(stream.is_speculative(), i != 4);
