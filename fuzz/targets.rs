@@ -3,10 +3,10 @@
 //! them in a normal `cargo test`. Each must return (Ok or a clean error) on ANY input:
 //! a panic, an abort, a hang or an allocation the input's size does not justify is a bug.
 
-use wgemma::artifact::Artifact;
-use wgemma::model::checkpoint::Checkpoint;
-use wgemma::model::tokenizer::{parse_prompt_ids, tiny_tokenizer_json, Tokenizer};
+use wgemma::formats::artifact::Artifact;
+use wgemma::formats::hf::Checkpoint;
 use wgemma::model::{parse_config, SizeLimits};
+use wgemma::text::tokenizer::{parse_prompt_ids, tiny_tokenizer_json, Tokenizer};
 
 /// The artifact reader: framing, header checksum, manifest, configs, tensor contract;
 /// then what `inspect` and a load read of a parsed one.
@@ -14,7 +14,7 @@ pub fn artifact_reader(data: &[u8]) {
     if let Ok(a) = Artifact::parse(data) {
         let _ = a.tensor_table();
         let _ = a.verify_all(&mut |_, _| {});
-        let _ = a.tokenizer_json(wgemma::artifact::Which::Target);
+        let _ = a.tokenizer_json(wgemma::formats::artifact::Which::Target);
     }
 }
 
@@ -99,8 +99,8 @@ pub fn chat_prompt(data: &[u8]) {
 /// the gemma4 config and its size check, the tokenizer rebuilt from the metadata, every
 /// tensor dequantised (bounded), and every decoder tensor through the weight source.
 pub fn gguf_reader(data: &[u8]) {
-    use wgemma::gguf::{config_json, quant, tokenizer, GgufFile, GgufWeights};
-    use wgemma::model::checkpoint::WeightSource;
+    use wgemma::formats::gguf::{config_json, quant, tokenizer, GgufFile, GgufWeights};
+    use wgemma::formats::hf::WeightSource;
     let Ok(file) = GgufFile::parse(data) else {
         return;
     };
@@ -123,7 +123,7 @@ pub fn gguf_reader(data: &[u8]) {
     let weights = GgufWeights::new(&file);
     for t in file.tensors.iter().filter(|t| t.elements() <= 1 << 20) {
         let _ = quant::dequantize_to_vec(t.ty, t.data);
-        if let Some(hf) = wgemma::gguf::model::hf_name(&t.name) {
+        if let Some(hf) = wgemma::formats::gguf::model::hf_name(&t.name) {
             let _ = weights.f32(&hf, &t.hf_shape());
         }
     }

@@ -5,7 +5,7 @@
 //! entry point's workgroup size. A shader whose workgroup size cannot be resolved fails the
 //! build with a message naming the file.
 
-#[path = "src/shader_meta.rs"]
+#[path = "src/gpu/shader_meta.rs"]
 mod shader_meta;
 
 // The op's lookup (`matvec_variant`) is the library's; build.rs writes the entries.
@@ -36,7 +36,7 @@ fn main() {
     let ops_dir = manifest.join("src/ops");
     // A directory makes cargo rescan every file under it, so added files count too.
     println!("cargo:rerun-if-changed=src/ops");
-    println!("cargo:rerun-if-changed=src/shader_meta.rs");
+    println!("cargo:rerun-if-changed=src/gpu/shader_meta.rs");
 
     let mut files = Vec::new();
     collect_wgsl(&ops_dir, &mut files);

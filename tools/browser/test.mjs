@@ -37,7 +37,9 @@ const MAX_TICK_GAP_MS = 1000;
 /** SwiftShader compiles every pipeline on first use: the first generation takes a while. */
 const STEP_TIMEOUT_MS = 300_000;
 
-// Flags from BROWSER.md: no network chatter, a fresh profile; WebGPU only with the unsafe flag.
+// No network chatter (without these flags Chromium floods a closed network with retries) and
+// a fresh profile; WebGPU only with --enable-unsafe-webgpu (without it requestAdapter() is
+// null on a machine with no GPU, docs/browser.md).
 const BASE_FLAGS = [
   '--headless=new', '--no-sandbox', '--disable-gpu-sandbox', '--disable-quic',
   '--no-first-run', '--disable-background-networking', '--disable-component-update',

@@ -1,4 +1,4 @@
-# Sourced by build.sh and test.sh: the wasm32 toolchain of BROWSER.md, installed when
+# Sourced by build.sh and test.sh: the wasm32 toolchain of docs/browser.md, installed when
 # missing (Debian's rustc-web builds std for wasm32 from source; rustup here has no wasm32
 # target). Sets WASM_CARGO, WASM_BINDGEN and WASM_TARGET_DIR.
 
@@ -30,7 +30,7 @@ ensure_wasm_bindgen() {
     WASM_BINDGEN="${CARGO_HOME:-$HOME/.cargo}/bin/wasm-bindgen"
     if [ ! -x "$WASM_BINDGEN" ] || [ "$("$WASM_BINDGEN" --version | awk '{print $2}')" != "$want" ]; then
         echo "browser: installing wasm-bindgen-cli $want (cargo install, several minutes)" >&2
-        # Not --locked: one of its locked dependencies is not on the index (BROWSER.md).
+        # Not --locked: one of its locked dependencies is not on the reachable crates index.
         cargo install -q wasm-bindgen-cli --version "$want" >&2
     fi
 }

@@ -48,7 +48,7 @@ TIMEOUT = 120  # seconds, any one request
 
 
 def word_tokenizer():
-    """tokenizer.json of `wgemma::model::tokenizer::tiny_tokenizer_json` over w0..w504: the
+    """tokenizer.json of `wgemma::text::tokenizer::tiny_tokenizer_json` over w0..w504: the
     fixture's 512 ids (6 specials, 505 words, "\\n")."""
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"]
     tokens = specials + [f"w{i}" for i in range(505)] + ["\n"]

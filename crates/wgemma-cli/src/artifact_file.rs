@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use std::ops::Range;
 use std::path::Path;
-use wgemma::artifact::Artifact;
+use wgemma::formats::artifact::Artifact;
 
 /// An opened artifact file.
 pub struct ArtifactFile {

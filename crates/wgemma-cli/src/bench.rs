@@ -16,11 +16,11 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
+use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::harness;
 use wgemma::model::assistant::Assistant;
-use wgemma::model::speculative::MAX_DRAFT_TOKENS;
-use wgemma::model::synthetic::SyntheticShape;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::read_bandwidth::ReadBandwidthCase;
@@ -54,8 +54,9 @@ pub struct BenchArgs {
         value_name = "D"
     )]
     depth: usize,
-    /// Timed runs of each test after its warm-up; the table shows mean ± standard
-    /// deviation [default: 5; 3 for tiny].
+    /// Timed runs of each test after its warm-up (the test repeated for at least 1.5 s, so
+    /// an idle GPU's clocks are up); the table shows mean ± standard deviation [default: 5;
+    /// 3 for tiny].
     #[arg(short = 'r', long, value_name = "N")]
     repetitions: Option<usize>,
     /// Rows per prefill forward.

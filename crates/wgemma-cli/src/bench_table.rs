@@ -51,15 +51,26 @@ pub fn samples_at(
     (!values.is_empty()).then_some(Samples { values })
 }
 
-/// Runs `once` (tokens/s of one run) as a warm-up and then `repetitions` times, with a
-/// progress line on stderr before and after.
+/// How long a test's warm-up runs at least. A GPU that idled while the model loaded runs
+/// at low clocks until it has been busy for a while: on the H100, pp512 after a single
+/// warm-up run measured 9,197 ± 5,249 t/s (one slow run of three) and 11,982 ± 279 when
+/// the clocks were already up. Repeating the warm-up for this long makes the first
+/// process's figures those of the next ones.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// Runs `once` (tokens/s of one run) as a warm-up, repeated until [`WARM_UP`] has passed,
+/// then `repetitions` times, with a progress line on stderr before and after.
 pub fn timed(
     test: &str,
     repetitions: usize,
     mut once: impl FnMut() -> Result<f64>,
 ) -> Result<Samples> {
     eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
+    let start = std::time::Instant::now();
     once()?;
+    while start.elapsed() < WARM_UP {
+        once()?;
+    }
     let mut samples = Samples::default();
     for _ in 0..repetitions {
         samples.push(once()?);

@@ -7,9 +7,9 @@ use crate::model_dir::ModelDir;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
-use wgemma::artifact::{convert, ConvertInput, ConvertWeights, SourceFile};
-use wgemma::gguf::GgufFile;
-use wgemma::model::checkpoint::Checkpoint;
+use wgemma::formats::artifact::{convert, ConvertInput, ConvertWeights, SourceFile};
+use wgemma::formats::gguf::GgufFile;
+use wgemma::formats::hf::Checkpoint;
 use wgemma::model::weights::WeightFormat;
 
 #[derive(Args)]
@@ -163,14 +163,15 @@ impl<'a> Parsed<'a> {
             Opened::Gguf { map, name } => {
                 let file = map.parse(path)?;
                 let (config_json, tokenizer_json, generation_config) = if model == "assistant" {
-                    let config =
-                        wgemma::gguf::assistant_config_json(&file).with_context(described)?;
+                    let config = wgemma::formats::gguf::assistant_config_json(&file)
+                        .with_context(described)?;
                     (config, None, None)
                 } else {
-                    let config = wgemma::gguf::config_json(&file).with_context(described)?;
-                    let tokenizer = wgemma::gguf::tokenizer::tokenizer_json(&file)
+                    let config =
+                        wgemma::formats::gguf::config_json(&file).with_context(described)?;
+                    let tokenizer = wgemma::formats::gguf::tokenizer::tokenizer_json(&file)
                         .with_context(|| format!("the tokenizer metadata of {}", described()))?;
-                    let eos = wgemma::gguf::eos_ids(&file);
+                    let eos = wgemma::formats::gguf::eos_ids(&file);
                     let generation =
                         (!eos.is_empty()).then(|| serde_json::json!({ "eos_token_id": eos }));
                     (config, tokenizer.map(|t| t.into_bytes().into()), generation)

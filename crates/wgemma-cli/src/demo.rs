@@ -15,19 +15,19 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
 use std::path::PathBuf;
+use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
+use wgemma::generate::plain::{generate, GenerateOptions, GenerateStats};
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{
+    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeStats, MAX_DRAFT_TOKENS,
+};
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::forward::LogitRows;
-use wgemma::model::generate::{generate, GenerateOptions, GenerateStats};
-use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{
-    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeStats, MAX_DRAFT_TOKENS,
-};
-use wgemma::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
-use wgemma::model::tokenizer::Tokenizer;
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
+use wgemma::text::tokenizer::Tokenizer;
 
 /// The shipped pair, found from the source tree (`./dev run`, `cargo run`).
 pub const SHIPPED_PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kjv-pair.wgemma");

@@ -7,9 +7,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
@@ -101,7 +101,7 @@ pub fn check_exists_as(flag: &str, path: &Path, expected: &str) -> Result<()> {
 
 /// Parses `5,17,9`: at least one id, each a u32.
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
-    wgemma::model::tokenizer::parse_prompt_ids(s).context("--prompt-ids")
+    wgemma::text::tokenizer::parse_prompt_ids(s).context("--prompt-ids")
 }
 
 /// Refuses a prompt plus `max_new_tokens` that cannot fit the KV cache, before any token

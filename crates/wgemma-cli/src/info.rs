@@ -2,8 +2,8 @@
 
 use clap::Args;
 use serde_json::json;
+use wgemma::gpu::registry::SHADERS;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::registry::SHADERS;
 
 #[derive(Args)]
 pub struct InfoArgs {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
-use wgemma::artifact::Artifact;
+use wgemma::formats::artifact::Artifact;
 
 #[derive(Args)]
 pub struct InspectArgs {

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use wgemma::gguf::source::load_route;
-use wgemma::gguf::{GgufFile, Value};
+use wgemma::formats::gguf::source::load_route;
+use wgemma::formats::gguf::{GgufFile, Value};
 
 /// Per tensor type: (tensors, bytes).
 fn by_type(file: &GgufFile<'_>) -> BTreeMap<String, (usize, u64)> {
@@ -26,9 +26,9 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
     let file = map.parse(path)?;
     let arch = file.architecture()?.to_string();
     let config: serde_json::Value = serde_json::from_str(&if arch == "gemma4-assistant" {
-        wgemma::gguf::assistant_config_json(&file)
+        wgemma::formats::gguf::assistant_config_json(&file)
     } else {
-        wgemma::gguf::config_json(&file)
+        wgemma::formats::gguf::config_json(&file)
     }?)?;
     let name = file.get("general.name").and_then(Value::as_str);
     let tokenizer = file.get("tokenizer.ggml.model").and_then(Value::as_str);

@@ -9,18 +9,18 @@ use anyhow::{Context, Result};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::Instant;
-use wgemma::artifact::{self, LoadHooks, Which};
+use wgemma::formats::artifact::{self, LoadHooks, Which};
+use wgemma::formats::hf::Checkpoint;
+use wgemma::formats::synthetic::{SyntheticShape, SyntheticWeights};
 use wgemma::gpu::GpuContext;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::checkpoint::Checkpoint;
-use wgemma::model::synthetic::{SyntheticShape, SyntheticWeights};
 use wgemma::model::target::{Model, ModelOptions};
-use wgemma::model::tokenizer::Tokenizer;
-use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, ModelSpec, SizeLimits};
 use wgemma::ops::opset::OpSet;
 use wgemma::session::{eos_ids_of, ChatTemplate, Session, TextSetup};
+use wgemma::text::tokenizer::Tokenizer;
+use wgemma::weights::upload::Quantiser;
 
 /// A loaded target with what the CLI needs around it.
 pub struct Loaded {
@@ -175,7 +175,7 @@ pub fn size_limits(ctx: &GpuContext, options: &ModelOptions) -> SizeLimits {
 
 fn load_with(
     ctx: &GpuContext,
-    source: &dyn wgemma::model::checkpoint::WeightSource,
+    source: &dyn wgemma::formats::hf::WeightSource,
     spec: ModelSpec,
     options: ModelOptions,
     label: &str,
@@ -269,7 +269,7 @@ fn load_dir(
     if !unread.is_empty() {
         eprintln!(
             "warning: --allow-extra-tensors: ignoring {}",
-            wgemma::model::checkpoint::describe_unread(&unread)
+            wgemma::formats::hf::describe_unread(&unread)
         );
     }
     progress.finish(&format!(
@@ -296,7 +296,7 @@ pub fn is_gguf(path: &Path) -> bool {
         && std::fs::File::open(path)
             .and_then(|mut f| f.read_exact(&mut magic))
             .is_ok()
-        && wgemma::gguf::is_gguf(&magic)
+        && wgemma::formats::gguf::is_gguf(&magic)
 }
 
 /// A GGUF file, memory-mapped.
@@ -316,8 +316,9 @@ impl GgufMap {
         Ok(GgufMap { map })
     }
 
-    pub fn parse(&self, path: &Path) -> Result<wgemma::gguf::GgufFile<'_>> {
-        wgemma::gguf::GgufFile::parse(&self.map).with_context(|| format!("{}", path.display()))
+    pub fn parse(&self, path: &Path) -> Result<wgemma::formats::gguf::GgufFile<'_>> {
+        wgemma::formats::gguf::GgufFile::parse(&self.map)
+            .with_context(|| format!("{}", path.display()))
     }
 
     pub fn release(&self, range: std::ops::Range<usize>) {
@@ -342,18 +343,19 @@ fn load_gguf(
     let start = std::time::Instant::now();
     let map = GgufMap::open(path)?;
     let file = map.parse(path)?;
-    let config = wgemma::gguf::config_json(&file).with_context(|| format!("{}", path.display()))?;
+    let config =
+        wgemma::formats::gguf::config_json(&file).with_context(|| format!("{}", path.display()))?;
     let spec = parse_config(&config)
         .with_context(|| format!("the config the metadata of {} describes", path.display()))?;
     spec.check_sizes(&size_limits(ctx, &options))
         .with_context(|| format!("{}", path.display()))?;
-    let tokenizer = wgemma::gguf::tokenizer::tokenizer_json(&file)
+    let tokenizer = wgemma::formats::gguf::tokenizer::tokenizer_json(&file)
         .and_then(|json| {
             json.map(|j| Tokenizer::from_bytes(j.as_bytes()))
                 .transpose()
         })
         .with_context(|| format!("the tokenizer metadata of {}", path.display()))?;
-    let mut eos_ids = wgemma::gguf::eos_ids(&file);
+    let mut eos_ids = wgemma::formats::gguf::eos_ids(&file);
     if eos_ids.is_empty() {
         eos_ids = spec.eos_ids();
     }
@@ -372,11 +374,11 @@ fn load_gguf(
         progress.add(range.len() as u64);
         map.release(range);
     };
-    let stream = wgemma::model::upload::StreamOptions {
+    let stream = wgemma::weights::upload::StreamOptions {
         quantiser,
         ..Default::default()
     };
-    let weights = wgemma::gguf::GgufWeights::new(&file)
+    let weights = wgemma::formats::gguf::GgufWeights::new(&file)
         .with_release(&release)
         .with_stream(stream);
     let model = Model::load(ctx, &weights, spec, options, &mut |_, _| {})
@@ -477,7 +479,7 @@ pub fn load_assistant(
     if is_gguf(path) {
         let map = GgufMap::open(path)?;
         let file = map.parse(path)?;
-        let config = wgemma::gguf::assistant_config_json(&file)
+        let config = wgemma::formats::gguf::assistant_config_json(&file)
             .with_context(|| format!("{}", path.display()))?;
         let spec = parse_assistant_config(&config).with_context(|| {
             format!(
@@ -487,7 +489,7 @@ pub fn load_assistant(
         })?;
         return Assistant::load(
             ctx,
-            &wgemma::gguf::GgufAssistant { file: &file },
+            &wgemma::formats::gguf::GgufAssistant { file: &file },
             spec,
             target,
             &OpSet::with_mtp(),

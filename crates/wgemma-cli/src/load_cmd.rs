@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::model::upload::Quantiser;
+use wgemma::weights::upload::Quantiser;
 
 #[derive(Args)]
 pub struct LoadArgs {

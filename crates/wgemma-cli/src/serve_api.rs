@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wgemma::model::sampling::LogitAdjust;
+use wgemma::generate::sampling::LogitAdjust;
 use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).

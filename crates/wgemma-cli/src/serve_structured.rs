@@ -15,8 +15,8 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use wgemma::model::tokenizer::Tokenizer;
 use wgemma::session::TokenConstraint;
+use wgemma::text::tokenizer::Tokenizer;
 
 /// Compiled grammars kept at most (a server that sees more distinct schemas compiles again).
 const CACHED_GRAMMARS: usize = 64;

@@ -6,8 +6,8 @@ use crate::load::bytes_bar;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
-use wgemma::artifact::synthetic_checkpoint::write_synthetic_checkpoint;
-use wgemma::model::synthetic::SyntheticShape;
+use wgemma::formats::synthetic::checkpoint::write_synthetic_checkpoint;
+use wgemma::formats::synthetic::SyntheticShape;
 
 #[derive(Args)]
 pub struct SynthArgs {

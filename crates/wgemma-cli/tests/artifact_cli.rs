@@ -239,7 +239,7 @@ fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
     // Edited headers are resealed (their checksum recomputed) so the checks behind the
     // header checksum are reached; an unsealed edit is refused by the checksum itself.
     let with_header = |name: &str, h: &serde_json::Value| {
-        let json = wgemma::artifact::writer::reseal_header(&h.to_string());
+        let json = wgemma::formats::artifact::writer::reseal_header(&h.to_string());
         let len = json.len().div_ceil(8) * 8;
         let mut b = (len as u64).to_le_bytes().to_vec();
         b.extend(json.as_bytes());

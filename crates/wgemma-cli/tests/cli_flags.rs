@@ -8,7 +8,7 @@ mod common;
 use common::wgemma_with;
 use std::path::PathBuf;
 use std::process::Output;
-use wgemma::model::tokenizer::tiny_tokenizer_json;
+use wgemma::text::tokenizer::tiny_tokenizer_json;
 
 fn wgemma(args: &[&str]) -> Output {
     wgemma_with(args, "", &[])

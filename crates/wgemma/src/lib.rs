@@ -1,24 +1,33 @@
-//! wgemma: Gemma 4 on WebGPU.
+//! wgemma: Gemma 4 on WebGPU. The layers, bottom up (each uses only those above it in
+//! this list; docs/ARCHITECTURE.md walks through them):
 //!
-//! - [`gpu`]: the runtime (context, tensors, kernels, one-pass steps, readback).
-//! - [`registry`]: the WGSL shader registry generated at build time.
-//! - [`ops`]: the operator library, one folder per operator, each with a CPU reference.
+//! - [`gpu`]: the runtime (context, tensors, kernels, one-pass steps, readback) and the
+//!   WGSL shader registry generated at build time.
 //! - [`harness`]: the op test harness (GPU vs CPU reference; perf mode).
-//! - [`artifact`]: the exported model artifact (one safetensors file of GPU-layout weights
-//!   and a manifest): writing, contract check, loading from bytes.
+//! - [`ops`]: the operator library, one folder per operator, each with a CPU reference.
+//! - [`weights`]: the one seam between weight formats and the model: the weight source
+//!   (scoped names), the host layout of prepared matrices, the uploader, linear weights.
+//! - [`model`]: the Gemma 4 decoder (config, blocks, layer loop, the target `Model`, the
+//!   MTP assistant).
+//! - [`text`]: tokenizer, chat templates, stop strings.
+//! - [`formats`]: where weights come from: Hugging Face checkpoints, GGUF files, the
+//!   exported model artifact, synthetic weights for tests.
+//! - [`generate`]: plain and speculative generation, sampling.
 //! - [`session`]: the front door (load, chat templates, stop ids and strings, plain and
 //!   speculative generation with streaming, stats) that the CLI, browser and server use.
 
-pub mod artifact;
 pub mod error;
-pub mod gguf;
+pub mod formats;
+pub mod generate;
 pub mod gpu;
 pub mod harness;
 pub mod model;
 pub mod ops;
-pub mod registry;
 pub mod session;
-mod shader_meta;
+pub mod text;
+pub mod weights;
 
 pub use error::{Error, Result};
-pub use shader_meta::{compute_entries, content_hash, expand_includes, strip_comments, EntryMeta};
+pub use gpu::shader_meta::{
+    compute_entries, content_hash, expand_includes, strip_comments, EntryMeta,
+};

@@ -8,17 +8,17 @@
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::PathBuf;
-use wgemma::artifact::manifest::MANIFEST_KEY;
-use wgemma::artifact::{
+use wgemma::formats::artifact::manifest::MANIFEST_KEY;
+use wgemma::formats::artifact::{
     convert, load_assistant, load_target, Artifact, ConvertInput, LoadHooks, Manifest,
 };
+use wgemma::formats::hf::Checkpoint;
+use wgemma::generate::plain::GenerateOptions;
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::harness::test_context;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::checkpoint::Checkpoint;
-use wgemma::model::generate::GenerateOptions;
 use wgemma::model::parse_config;
-use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
@@ -67,7 +67,7 @@ fn input<'a>(f: &'a Fixture, ck: &'a Checkpoint<'a>) -> ConvertInput<'a> {
 /// A small real tokenizer.json: convert checks the tokenizer before storing it.
 fn tokenizer_json() -> &'static [u8] {
     static JSON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    JSON.get_or_init(|| wgemma::model::tokenizer::tiny_tokenizer_json(&["hello", "world"]))
+    JSON.get_or_init(|| wgemma::text::tokenizer::tiny_tokenizer_json(&["hello", "world"]))
         .as_bytes()
 }
 
@@ -233,7 +233,7 @@ fn the_manifest_records_quant_census_tokenizer_and_checksums() {
     );
     let artifact = Artifact::parse(&bytes).unwrap();
     let m = artifact.manifest();
-    assert_eq!(m.version, wgemma::artifact::FORMAT_VERSION);
+    assert_eq!(m.version, wgemma::formats::artifact::FORMAT_VERSION);
     assert_eq!(artifact.format(), WeightFormat::Q4 { group: 32 });
     assert!(m
         .census
@@ -253,7 +253,7 @@ fn the_manifest_records_quant_census_tokenizer_and_checksums() {
         .filter(|r| r.model == "target")
         .all(|r| !r.mtp));
     let tok = artifact
-        .tokenizer_json(wgemma::artifact::Which::Target)
+        .tokenizer_json(wgemma::formats::artifact::Which::Target)
         .unwrap()
         .unwrap();
     assert_eq!(tok, tokenizer_json());
@@ -292,8 +292,9 @@ fn edit_header(
     let mut header: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&bytes[8..8 + n]).unwrap();
     edit(&mut header);
-    let json =
-        wgemma::artifact::writer::reseal_header(&serde_json::Value::Object(header).to_string());
+    let json = wgemma::formats::artifact::writer::reseal_header(
+        &serde_json::Value::Object(header).to_string(),
+    );
     let len = json.len().div_ceil(8) * 8;
     let mut out = (len as u64).to_le_bytes().to_vec();
     out.extend(json.as_bytes());

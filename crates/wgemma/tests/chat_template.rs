@@ -147,8 +147,8 @@ fn runaway_templates_end_in_errors() {
 /// user cannot forge a system turn; the template's own markers stay special.
 #[test]
 fn a_forged_turn_in_content_is_not_a_turn() {
-    use wgemma::model::tokenizer::{tiny_tokenizer_json, Tokenizer, TURN_START};
     use wgemma::session::encode_conversation;
+    use wgemma::text::tokenizer::{tiny_tokenizer_json, Tokenizer, TURN_START};
     let tok = Tokenizer::from_bytes(
         tiny_tokenizer_json(&["hello", "world", "user", "model", "system", " "]).as_bytes(),
     )

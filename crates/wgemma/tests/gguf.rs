@@ -6,16 +6,18 @@
 //! gemma4-assistant GGUF drafting bit for bit as from its HF directory.
 
 use std::path::PathBuf;
-use wgemma::gguf::{assistant_config_json, config_json, GgufAssistant, GgufFile, GgufWeights};
+use wgemma::formats::gguf::{
+    assistant_config_json, config_json, GgufAssistant, GgufFile, GgufWeights,
+};
+use wgemma::formats::hf::{Checkpoint, WeightSource};
+use wgemma::generate::plain::GenerateOptions;
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::harness::test_context;
 use wgemma::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
 };
-use wgemma::model::checkpoint::{Checkpoint, WeightSource};
-use wgemma::model::generate::GenerateOptions;
 use wgemma::model::parse_config;
-use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
@@ -309,7 +311,7 @@ fn max_rel_diff(a: &[f32], b: &[f32], vocab: usize) -> f32 {
 fn argmaxes(logits: &[f32], vocab: usize) -> Vec<u32> {
     logits
         .chunks(vocab)
-        .map(wgemma::model::sampling::argmax)
+        .map(wgemma::generate::sampling::argmax)
         .collect()
 }
 
@@ -319,7 +321,7 @@ fn argmaxes(logits: &[f32], vocab: usize) -> Vec<u32> {
 /// f32 tolerance), the same argmax everywhere and HF's greedy continuations.
 #[test]
 fn q4_k_m_gguf_matches_hf_on_its_dequantised_weights() {
-    use wgemma::gguf::quant::GgmlType;
+    use wgemma::formats::gguf::quant::GgmlType;
     let kq = KQuant::open();
     let file = GgufFile::parse(&kq.gguf).unwrap();
     let recipe = kq.expected["q4_k_m"]["quantised_tensors"]
@@ -402,7 +404,7 @@ fn q4_k_m_gguf_matches_hf_on_its_dequantised_weights() {
 /// wgemma's own Q4 of the unquantised HF checkpoint against HF.
 #[test]
 fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
-    use wgemma::gguf::quant::GgmlType;
+    use wgemma::formats::gguf::quant::GgmlType;
     use wgemma::ops::linear::quant::quantize_q4;
     let kq = KQuant::open();
     let file = GgufFile::parse(&kq.gguf).unwrap();
@@ -419,7 +421,7 @@ fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
         let (mut own, mut requant) = (0.0f32, 0.0f32);
         for t in file.tensors.iter().filter(|t| t.ty == ty) {
             let (k, n) = (t.dims[0], t.dims[1]);
-            let hf_name = wgemma::gguf::model::hf_name(&t.name).unwrap();
+            let hf_name = wgemma::formats::gguf::model::hf_name(&t.name).unwrap();
             let stored = weights.f32(&hf_name, &[n, k]).unwrap();
             let original = ck.f32(&hf_name, &[n, k]).unwrap();
             let q = quantize_q4(&stored, n, k, 32).unwrap();
@@ -510,8 +512,8 @@ fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
 #[test]
 fn artifacts_of_gguf_files_give_the_gguf_logits() {
     use std::io::Cursor;
-    use wgemma::artifact::{convert, load_assistant, load_target, Artifact, ConvertInput};
-    use wgemma::artifact::{ConvertWeights, LoadHooks};
+    use wgemma::formats::artifact::{convert, load_assistant, load_target, Artifact, ConvertInput};
+    use wgemma::formats::artifact::{ConvertWeights, LoadHooks};
     let ctx = test_context();
     let artifact_of = |file: &GgufFile<'_>, assistant: Option<&GgufFile<'_>>, format| {
         let config = config_json(file).unwrap();

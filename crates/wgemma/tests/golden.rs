@@ -4,8 +4,8 @@
 
 use safetensors::SafeTensors;
 use std::path::PathBuf;
+use wgemma::formats::hf::Checkpoint;
 use wgemma::harness::test_context;
-use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
@@ -76,7 +76,7 @@ fn options(format: WeightFormat) -> ModelOptions {
 }
 
 fn argmax(row: &[f32]) -> u32 {
-    wgemma::model::sampling::argmax(row)
+    wgemma::generate::sampling::argmax(row)
 }
 
 /// Logits at every position of prompt + greedy continuation within `rel_tol` of HF (max

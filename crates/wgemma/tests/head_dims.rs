@@ -3,9 +3,9 @@
 //! the same tokens give the same logits, and a power-of-two twin of the config still
 //! takes the power-of-two kernels.
 
+use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::harness::test_context;
 use wgemma::model::parse_config;
-use wgemma::model::synthetic::SyntheticWeights;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 

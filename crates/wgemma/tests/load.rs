@@ -7,12 +7,12 @@ use safetensors::{Dtype, SafeTensors};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::path::PathBuf;
+use wgemma::formats::hf::Checkpoint;
 use wgemma::harness::test_context;
-use wgemma::model::checkpoint::Checkpoint;
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
-use wgemma::model::upload::Quantiser;
 use wgemma::model::weights::WeightFormat;
+use wgemma::weights::upload::Quantiser;
 
 fn fixture(name: &str) -> (String, Vec<u8>) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,9 +3,9 @@
 //! prompt runs as prefill chunks (tiled attention, rows past the sliding window) and when it
 //! runs one token at a time (decode attention).
 
+use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::harness::test_context;
 use wgemma::model::parse_config;
-use wgemma::model::synthetic::SyntheticWeights;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 

@@ -5,11 +5,11 @@
 //! gets.
 
 use std::path::PathBuf;
-use wgemma::model::tokenizer::tiny_tokenizer_json;
 use wgemma::session::{
     ChatMessage, CheckpointFiles, FinishReason, GenerateRequest, LoadOptions, Session as Engine,
     TokenEvent,
 };
+use wgemma::text::tokenizer::tiny_tokenizer_json;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,17 +7,17 @@
 
 use safetensors::SafeTensors;
 use std::path::PathBuf;
+use wgemma::formats::hf::Checkpoint;
+use wgemma::generate::plain::{generate, GenerateOptions};
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{
+    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput,
+};
 use wgemma::harness::test_context;
 use wgemma::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
 };
-use wgemma::model::checkpoint::Checkpoint;
-use wgemma::model::generate::{generate, GenerateOptions};
 use wgemma::model::parse_config;
-use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{
-    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput,
-};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
@@ -331,7 +331,7 @@ fn speculative_rounds_in_another_sequence_match_hf() {
 /// The demo's pair: the Tiny synthetic target and the synthetic centroid-head assistant at
 /// the E2B head shape (2048 centroids -> top 32: the fast TopK route, certified scatter).
 fn synthetic_pair(format: WeightFormat) -> (Model, Assistant) {
-    use wgemma::model::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
+    use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
     let ctx = test_context();
     let target = Model::load(
         ctx,
@@ -442,7 +442,7 @@ fn adaptive_schedule_equals_plain_greedy() {
 /// rejects none is; the output is plain greedy's either way.
 #[test]
 fn replaced_drafts_set_the_acceptance() {
-    use wgemma::model::speculative::{
+    use wgemma::generate::speculative::{
         generate_speculative_replacing_drafts, Phase, ReplacedDrafts,
     };
     let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
@@ -729,7 +729,7 @@ const TEMPERATURE: f32 = 1.0;
 #[test]
 fn speculative_sampling_has_the_plain_sampling_distribution() {
     use std::collections::HashMap;
-    use wgemma::model::sampling::Sampler;
+    use wgemma::generate::sampling::Sampler;
     let mut pair = load_pair("e2b_like_assistant", WeightFormat::F32, 3);
     // The prompt and the first 4 greedy tokens, which end in 158: the target then tends to
     // repeat 158 and the echo drafter proposes it, so drafts are accepted AND rejected.

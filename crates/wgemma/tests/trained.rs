@@ -8,12 +8,12 @@
 use safetensors::SafeTensors;
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use wgemma::artifact::{load_assistant, load_target, Artifact, LoadHooks};
+use wgemma::formats::artifact::{load_assistant, load_target, Artifact, LoadHooks};
+use wgemma::generate::plain::{generate, GenerateOptions};
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::harness::test_context;
 use wgemma::model::assistant::Assistant;
-use wgemma::model::generate::{generate, GenerateOptions};
-use wgemma::model::sampling::SamplingParams;
-use wgemma::model::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
@@ -114,8 +114,8 @@ fn trained_pair_logits_match_hf_at_every_position() {
             "position {t}: max |diff| {diff} > 1e-3 x {scale}"
         );
         assert_eq!(
-            wgemma::model::sampling::argmax(got),
-            wgemma::model::sampling::argmax(want),
+            wgemma::generate::sampling::argmax(got),
+            wgemma::generate::sampling::argmax(want),
             "position {t}: argmax"
         );
     }

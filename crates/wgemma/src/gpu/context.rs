@@ -3,7 +3,7 @@
 
 use super::profile::{DispatchTime, Profiler};
 use crate::error::{Error, Result};
-use crate::registry;
+use crate::gpu::registry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -4,9 +4,9 @@
 //! the step is submitted once. Values that change per step (positions, lengths) live in GPU
 //! buffers written through the queue, so kernels and bind groups never change.
 
-use super::{GpuContext, Grid, Tensor};
+use super::{GpuContext, Grid, Readback, Tensor};
 use crate::error::{Error, Result};
-use crate::registry;
+use crate::gpu::registry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -328,7 +328,7 @@ impl<'c> Step<'c> {
     }
 
     /// Copies a tensor into a readback buffer after the pass (same submit).
-    pub fn copy_to_readback(&mut self, tensor: &Tensor, readback: &super::Readback) -> Result<()> {
+    pub fn copy_to_readback(&mut self, tensor: &Tensor, readback: &Readback) -> Result<()> {
         readback.record_copy(&mut self.encoder, tensor)
     }
 
@@ -351,6 +351,33 @@ pub fn run_kernels(ctx: &GpuContext, kernels: &[Kernel]) -> wgpu::SubmissionInde
     let mut step = Step::new(ctx);
     step.pass(|pass| kernels.iter().for_each(|k| pass.dispatch(k)));
     step.submit()
+}
+
+// The one-tensor readers live next to Step, which they drive, so readback.rs does not
+// depend on the step recorder.
+/// Convenience for tests and tools: copies one tensor out through a fresh staging buffer.
+/// Not for the decode path (it allocates); models keep a [`Readback`].
+pub async fn read_tensor_bytes(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<u8>> {
+    let readback = Readback::new(ctx, "read_tensor", tensor.byte_size());
+    let mut step = Step::new(ctx);
+    step.copy_to_readback(tensor, &readback)?;
+    step.submit();
+    readback.read_bytes(ctx).await
+}
+
+pub async fn read_tensor_f32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<f32>> {
+    let bytes = read_tensor_bytes(ctx, tensor).await?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
+}
+
+pub async fn read_tensor_u32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<u32>> {
+    let bytes = read_tensor_bytes(ctx, tensor).await?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
+}
+
+pub async fn read_tensor_i32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<i32>> {
+    let bytes = read_tensor_bytes(ctx, tensor).await?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
 }
 
 #[cfg(test)]

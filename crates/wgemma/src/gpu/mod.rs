@@ -6,6 +6,8 @@ mod dispatch;
 mod kernel;
 mod profile;
 mod readback;
+pub mod registry;
+pub(crate) mod shader_meta;
 mod tensor;
 
 pub use browser::{browser_limits, BROWSER_FEATURES};
@@ -13,9 +15,10 @@ pub use context::{
     offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
 };
 pub use dispatch::{workgroups_for, Grid};
-pub use kernel::{run_kernels, Kernel, KernelBuilder, Pass, Step};
-pub use profile::{DispatchTime, MAX_PROFILE_MARKS};
-pub use readback::{
-    read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, Readback,
+pub use kernel::{
+    read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, run_kernels, Kernel,
+    KernelBuilder, Pass, Step,
 };
+pub use profile::{DispatchTime, MAX_PROFILE_MARKS};
+pub use readback::Readback;
 pub use tensor::{plan_row_chunks, DType, Tensor};

@@ -98,28 +98,3 @@ impl Readback {
         Ok(bytemuck::pod_collect_to_vec(&self.read_bytes(ctx).await?))
     }
 }
-
-/// Convenience for tests and tools: copies one tensor out through a fresh staging buffer.
-/// Not for the decode path (it allocates); models keep a [`Readback`].
-pub async fn read_tensor_bytes(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<u8>> {
-    let readback = Readback::new(ctx, "read_tensor", tensor.byte_size());
-    let mut step = super::Step::new(ctx);
-    step.copy_to_readback(tensor, &readback)?;
-    step.submit();
-    readback.read_bytes(ctx).await
-}
-
-pub async fn read_tensor_f32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<f32>> {
-    let bytes = read_tensor_bytes(ctx, tensor).await?;
-    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
-}
-
-pub async fn read_tensor_u32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<u32>> {
-    let bytes = read_tensor_bytes(ctx, tensor).await?;
-    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
-}
-
-pub async fn read_tensor_i32(ctx: &GpuContext, tensor: &Tensor) -> Result<Vec<i32>> {
-    let bytes = read_tensor_bytes(ctx, tensor).await?;
-    Ok(bytemuck::pod_collect_to_vec(&bytes[..tensor.numel() * 4]))
-}

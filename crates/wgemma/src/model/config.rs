@@ -714,7 +714,9 @@ impl ModelSpec {
 mod tests {
     use super::*;
 
-    /// The E2B shape from DESIGN.md section 1.
+    /// The E2B shape of google/gemma-4-E2B's config.json: 35 layers, hidden 1536, 8 query
+    /// heads and 1 KV head, head_dim 256 (sliding) / 512 (full), (4 sliding + 1 full) x 7 with
+    /// window 512, the last 20 layers sharing K/V and double-wide MLPs, PLE width 256.
     pub(crate) const E2B_CONFIG: &str = r#"{
         "model_type": "gemma4_text", "vocab_size": 262144, "hidden_size": 1536,
         "intermediate_size": 6144, "num_hidden_layers": 35, "num_attention_heads": 8,

@@ -9,7 +9,6 @@
 //! and [`Model::forward_batch`] advances several sequences by one token each in ONE forward
 //! (continuous batching: the attention reads each row's own slot).
 
-use super::checkpoint::WeightSource;
 use super::config::{KvSource, LayerKind, ModelSpec};
 use super::forward::{ForwardPlan, LogitRows, PlanShape, Shared};
 use super::weights::{WeightFormat, Weights};
@@ -17,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Step};
 use crate::ops::attention::{KvCache, KvCacheConfig, KvCursor, KvLayout, MAX_SEQUENCES};
 use crate::ops::embedding::write_token_ids;
+use crate::weights::source::WeightSource;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

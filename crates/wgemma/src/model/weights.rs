@@ -2,16 +2,16 @@
 //! f32 (parity), f16, or Q4 (default). Names follow the HF checkpoint.
 
 use super::config::{KvSource, ModelSpec};
-pub use super::linear_weight::{table_from_matrix, table_rows, LinearWeight};
-use super::prepared::MatrixLayout;
-pub use super::prepared::WeightFormat;
-use super::source::{embed_scale, Scope, WeightSource};
-use super::upload::Uploader;
-use crate::artifact::plan::MatrixUse;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::EmbeddingTable;
 use crate::ops::moe::ExpertWeight;
+use crate::weights::layout::MatrixLayout;
+use crate::weights::layout::MatrixUse;
+pub use crate::weights::layout::WeightFormat;
+pub use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
+use crate::weights::source::{embed_scale, Scope, WeightSource};
+use crate::weights::upload::Uploader;
 
 fn table_bytes(t: &EmbeddingTable) -> u64 {
     t.chunks()

@@ -16,9 +16,9 @@
 use super::batch_spec::{DraftReplacement, Drafting};
 use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, TokenLogprobs, OP};
 use crate::error::{Error, Result};
-use crate::model::sampling::{logprobs, LogitAdjust, Sampler, SamplingParams, TokenHistory};
+use crate::generate::sampling::{logprobs, LogitAdjust, Sampler, SamplingParams, TokenHistory};
 use crate::model::target::{Sequence, Want};
-use crate::model::tokenizer::{TextStream, Tokenizer};
+use crate::text::tokenizer::{TextStream, Tokenizer};
 
 /// Which tokens may come next (structured output: a grammar's token mask). It sees every
 /// token the stream takes, stop tokens included.

@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
-use crate::model::speculative::{check_session, DraftSchedule, SpeculativeOptions};
+use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
 use crate::model::target::{Model, Sequence};
 use crate::ops::embedding::write_token_ids;
 
@@ -41,7 +41,7 @@ use crate::ops::embedding::write_token_ids;
 /// the seed token and a pad.
 const STAGE_WORDS: usize = 8;
 
-/// Benchmarks' drafts in a batch (as [`crate::model::speculative::ReplacedDrafts`] for one
+/// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
 /// generation): the assistant drafts as usual (its cost is paid), then draft j of a round
 /// after `c` committed tokens is replaced by `reference[c + j]` where `keep` says so, else
 /// by `(reference[c + j] + 1) % vocab` (a token a target whose greedy continuation is
@@ -260,7 +260,7 @@ impl Session {
                 _ => Tensor::zeros(
                     ctx,
                     "batch draft staging",
-                    &[streams.len() * (STAGE_WORDS + crate::model::speculative::MAX_DRAFT_TOKENS)],
+                    &[streams.len() * (STAGE_WORDS + crate::generate::speculative::MAX_DRAFT_TOKENS)],
                     DType::U32,
                 )?,
             };

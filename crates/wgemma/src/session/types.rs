@@ -2,10 +2,10 @@
 //! streamed token event, stats and the result. Their serde forms are the browser's JS API
 //! (camelCase, unknown fields refused).
 
-use super::chat::ChatMessage;
-use crate::model::generate::GenerateStats;
-use crate::model::speculative::{DraftRound, SpeculativeOptions, SpeculativeStats};
+use crate::generate::plain::GenerateStats;
+use crate::generate::speculative::{DraftRound, SpeculativeOptions, SpeculativeStats};
 use crate::model::target::ModelOptions;
+use crate::text::chat::ChatMessage;
 use serde::{Deserialize, Serialize};
 
 /// The files of a Hugging Face checkpoint, as bytes (read, fetched or mapped by the caller).

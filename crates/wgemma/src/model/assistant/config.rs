@@ -3,11 +3,10 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
-use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{ModelSpec, TextConfig};
-use crate::model::linear_weight::LinearWeight;
-use crate::model::prepared::{prepare_parts, Matrix, MatrixLayout};
 use crate::model::weights::WeightFormat;
+use crate::weights::layout::{prepare_parts, Matrix, MatrixLayout};
+use crate::weights::linear::LinearWeight;
 
 pub(super) const OP: &str = "assistant";
 
@@ -174,7 +173,7 @@ pub trait AssistantSource {
     fn has(&self, name: &str) -> bool;
 
     /// The matrix the loader uploads as `name` (see
-    /// [`WeightSource::matrix`](crate::model::checkpoint::WeightSource::matrix)).
+    /// [`WeightSource::matrix`](crate::weights::source::WeightSource::matrix)).
     fn matrix(
         &self,
         name: &str,
@@ -200,29 +199,6 @@ pub trait AssistantSource {
     ) -> Result<LinearWeight> {
         let m = self.matrix(name, parts, n, k, layout)?;
         LinearWeight::from_matrix(ctx, name, &m)
-    }
-}
-
-impl AssistantSource for Checkpoint<'_> {
-    fn linear(
-        &self,
-        ctx: &GpuContext,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<LinearWeight> {
-        self.upload_linear_full(ctx, name, parts, n, k, layout)
-    }
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.f32_full(name, expected_shape)
-    }
-    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
-        self.i64_full(name, expected_shape)
-    }
-    fn has(&self, name: &str) -> bool {
-        self.has_full(name)
     }
 }
 

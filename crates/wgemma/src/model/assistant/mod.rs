@@ -50,9 +50,9 @@ pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
 pub use view::DraftView;
 
 use super::config::{KvSource, LayerKind, ModelSpec};
-use super::speculative::schedule::DraftCosts;
 use super::target::Model;
 use crate::error::{Error, Result};
+use crate::generate::speculative::schedule::DraftCosts;
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::ops::attention::{AttentionScratch, KeyFromValue};
 use crate::ops::opset::OpSet;

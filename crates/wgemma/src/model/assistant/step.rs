@@ -8,7 +8,6 @@ use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Tensor};
 use crate::model::config::{LayerKind, LayerSpec};
 use crate::model::geglu_stage::GegluStage;
-use crate::model::prepared::{MatrixData, MatrixLayout};
 use crate::model::residual::{
     project, project_geglu, prologue_weight, BlockInput, Pending, Residual,
 };
@@ -25,6 +24,7 @@ use crate::ops::opset::OpSet;
 use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType, VHeads};
 use crate::ops::scatter::{scatter, PermutationCertificate, ScatterRoute};
 use crate::ops::topk::{topk, TopKRoute};
+use crate::weights::layout::{MatrixData, MatrixLayout};
 
 /// One recorded operation of a draft step.
 pub(super) enum Op {

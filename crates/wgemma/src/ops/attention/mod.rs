@@ -44,13 +44,7 @@ mod tests;
 
 mod cases;
 pub mod decode;
-#[cfg(test)]
-mod decode_tests;
-#[cfg(test)]
-mod generic_tests;
 mod tiled;
-#[cfg(test)]
-mod tiled_tests;
 
 pub use cases::{bench_cases, prefill_check_cases, random_cases, AttentionCase};
 pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};

@@ -25,8 +25,6 @@
 
 mod cases;
 mod gemm;
-#[cfg(test)]
-mod gemm_tests;
 pub(crate) mod matvec_variants;
 pub mod quant;
 pub mod reference;

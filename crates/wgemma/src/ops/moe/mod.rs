@@ -47,8 +47,6 @@ mod block;
 mod cases;
 mod down_combine;
 mod linear;
-#[cfg(test)]
-mod linear_tests;
 mod lists;
 pub mod reference;
 #[cfg(test)]

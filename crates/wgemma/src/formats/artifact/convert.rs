@@ -1,0 +1,450 @@
+//! Converting Hugging Face checkpoints or llama.cpp GGUF files (target, and optionally its
+//! assistant) into one artifact, streamed: matrices are read, prepared and written a block of rows at a time
+//! (Q4 quantises each row on its own, so a block's words are the whole matrix's words for
+//! those rows), so memory stays at one block however large the checkpoint.
+
+use super::census::{assistant_census, target_census};
+use super::manifest::{
+    Manifest, ModelEntry, Quant, SourceFile, ASSISTANT_PREFIX, FORMAT_NAME, FORMAT_VERSION,
+    MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR,
+};
+use super::plan::{
+    assistant_plan, target_plan, PlannedWeight, Prep, StoredTensor, Q4_PACKED, Q4_SCALES,
+};
+use super::writer::{TensorWriter, CHECKSUM_PLACEHOLDER};
+use crate::error::{Error, Result};
+use crate::formats::gguf::{GgufAssistant, GgufFile, GgufWeights};
+use crate::formats::hf::Checkpoint;
+use crate::model::assistant::parse_assistant_config;
+use crate::model::assistant::AssistantSource;
+use crate::model::parse_config;
+use crate::model::weights::WeightFormat;
+use crate::text::tokenizer::Tokenizer;
+use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::source::WeightSource;
+use safetensors::Dtype;
+use std::collections::BTreeMap;
+use std::io::{Seek, Write};
+
+const OP: &str = "convert";
+
+/// Elements of f32 a converter holds at once (one block of rows): 32 MiB.
+const BLOCK_ELEMENTS: usize = 8 << 20;
+
+/// Where a conversion reads its weights: a Hugging Face checkpoint, or a llama.cpp GGUF
+/// file (its blocks prepared as [`crate::formats::gguf::GgufWeights`] loads them: Q4_0 into Q4 group
+/// 32 as it is, every other type dequantised first).
+#[derive(Clone, Copy)]
+pub enum ConvertWeights<'a> {
+    Checkpoint(&'a Checkpoint<'a>),
+    Gguf(&'a GgufFile<'a>),
+}
+
+impl<'a> From<&'a Checkpoint<'a>> for ConvertWeights<'a> {
+    fn from(ck: &'a Checkpoint<'a>) -> Self {
+        ConvertWeights::Checkpoint(ck)
+    }
+}
+
+/// One model to convert, as bytes (the CLI maps the files).
+pub struct ConvertInput<'a> {
+    /// config.json (for a GGUF file: what [`crate::formats::gguf::config_json`] makes of it).
+    pub config_json: &'a str,
+    pub weights: ConvertWeights<'a>,
+    pub generation_config: Option<serde_json::Value>,
+    pub tokenizer_json: Option<&'a [u8]>,
+    /// Hashes of the files read (see [`SourceFile::hash`]).
+    pub sources: Vec<SourceFile>,
+}
+
+/// Reads rows of a checkpoint tensor by the name the plan gives it.
+type RowReader<'a> = dyn Fn(&str, &[usize], std::ops::Range<usize>) -> Result<Vec<f32>> + 'a;
+/// Reads an integer checkpoint tensor as i64.
+type IntReader<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<i64>> + 'a;
+/// Rows of one part (name, shape) prepared in a layout, where the source stores a block
+/// format that maps onto it ([`ConvertWeights::Gguf`]).
+type BlockReader<'a> =
+    dyn Fn(&str, &[usize], std::ops::Range<usize>, MatrixLayout) -> Result<Matrix<'static>> + 'a;
+
+struct Model<'a> {
+    prefix: &'static str,
+    input: &'a ConvertInput<'a>,
+    plan: Vec<PlannedWeight>,
+    read_rows: Box<RowReader<'a>>,
+    read_i64: Box<IntReader<'a>>,
+    read_block: Option<Box<BlockReader<'a>>>,
+}
+
+/// The target's readers (tensors by their names without `model.`).
+fn target_model<'a>(
+    input: &'a ConvertInput<'a>,
+    spec: &crate::model::ModelSpec,
+    format: WeightFormat,
+) -> Model<'a> {
+    let no_ints = |name: &str, _: &[usize]| -> Result<Vec<i64>> {
+        Err(Error::invalid(
+            OP,
+            format!("integer tensor `{name}`"),
+            "none in a target",
+            "asked",
+        ))
+    };
+    let (plan, read_rows, read_block): (_, Box<RowReader<'a>>, Option<Box<BlockReader<'a>>>) =
+        match input.weights {
+            ConvertWeights::Checkpoint(ck) => (
+                target_plan(spec, format, &|n| ck.has(n)),
+                Box::new(move |name, shape, rows| ck.f32_rows(name, shape, rows)),
+                None,
+            ),
+            ConvertWeights::Gguf(file) => (
+                target_plan(spec, format, &|n| GgufWeights::new(file).has(n)),
+                Box::new(move |name, shape, rows| {
+                    GgufWeights::new(file).f32_rows(name, shape, rows)
+                }),
+                Some(Box::new(move |name, shape, rows, layout| {
+                    GgufWeights::new(file).prepared_rows(name, shape, rows, layout)
+                })),
+            ),
+        };
+    Model {
+        prefix: TARGET_PREFIX,
+        input,
+        plan,
+        read_rows,
+        read_i64: Box::new(no_ints),
+        read_block,
+    }
+}
+
+/// The assistant's readers (tensors by their full names).
+fn assistant_model<'a>(
+    input: &'a ConvertInput<'a>,
+    aspec: &crate::model::assistant::AssistantSpec,
+    format: WeightFormat,
+) -> Model<'a> {
+    let (plan, read_rows, read_i64): (_, Box<RowReader<'a>>, Box<IntReader<'a>>) = match input
+        .weights
+    {
+        ConvertWeights::Checkpoint(ck) => (
+            assistant_plan(aspec, format, &|n| ck.has_full(n)),
+            Box::new(move |name, shape, rows| ck.f32_rows_full(name, shape, rows)),
+            Box::new(move |name, shape| ck.i64_full(name, shape)),
+        ),
+        ConvertWeights::Gguf(file) => (
+            assistant_plan(aspec, format, &|n| GgufAssistant { file }.has(n)),
+            Box::new(move |name, shape, rows| GgufAssistant { file }.f32_rows(name, shape, rows)),
+            Box::new(move |name, shape| GgufAssistant { file }.i64(name, shape)),
+        ),
+    };
+    Model {
+        prefix: ASSISTANT_PREFIX,
+        input,
+        plan,
+        read_rows,
+        read_i64,
+        read_block: None,
+    }
+}
+
+/// Writes the artifact of `target` (and `assistant`) in `format` to `sink`; `progress`
+/// gets (bytes written, bytes total). On error the sink holds a partial file whose header
+/// carries placeholder checksums: the caller must discard it (the CLI writes to a
+/// temporary file and renames it only after this returns).
+pub fn convert<W: Write + Seek>(
+    sink: W,
+    target: &ConvertInput<'_>,
+    assistant: Option<&ConvertInput<'_>>,
+    format: WeightFormat,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<W> {
+    if let WeightFormat::Q4 { group } = format {
+        if ![32, 64, 128].contains(&group) {
+            return Err(Error::invalid(OP, "Q4 group size", "32, 64 or 128", group));
+        }
+    }
+    let spec = parse_config(target.config_json)?;
+    // A tokenizer stored unchecked would fail every later load of the artifact.
+    for (which, input) in [("target", Some(target)), ("assistant", assistant)] {
+        if let Some(json) = input.and_then(|i| i.tokenizer_json) {
+            Tokenizer::from_bytes(json).map_err(|e| {
+                Error::invalid(
+                    OP,
+                    format!("the {which}'s tokenizer.json"),
+                    "a readable tokenizer",
+                    e,
+                )
+            })?;
+        }
+    }
+    let mut models = vec![target_model(target, &spec, format)];
+    let mut census = target_census(&models[0].plan);
+    if let Some(a) = assistant {
+        let aspec = parse_assistant_config(a.config_json)?;
+        let c = &spec.config;
+        if aspec.backbone_hidden_size != c.hidden_size
+            || aspec.text.config.vocab_size != c.vocab_size
+        {
+            return Err(Error::invalid(
+                OP,
+                "assistant backbone_hidden_size / vocab_size (must be the target's)",
+                format!("{} / {}", c.hidden_size, c.vocab_size),
+                format!(
+                    "{} / {}",
+                    aspec.backbone_hidden_size, aspec.text.config.vocab_size
+                ),
+            ));
+        }
+        let model = assistant_model(a, &aspec, format);
+        census.extend(assistant_census(&aspec, &model.plan));
+        models.push(model);
+    }
+
+    // Weights whose tensors are not whole words go last, so every other tensor starts on
+    // a 4-byte boundary (a u32 view of the mapped file needs no copy); the tokenizers last.
+    let whole_words =
+        |w: &PlannedWeight, prefix: &str| w.stored(prefix).iter().all(|t| t.byte_len() % 4 == 0);
+    let mut order: Vec<(usize, usize)> = Vec::new();
+    for pass in [true, false] {
+        for (m, model) in models.iter().enumerate() {
+            for (i, w) in model.plan.iter().enumerate() {
+                if whole_words(w, model.prefix) == pass {
+                    order.push((m, i));
+                }
+            }
+        }
+    }
+    let mut tensors: Vec<StoredTensor> = order
+        .iter()
+        .flat_map(|&(m, i)| models[m].plan[i].stored(models[m].prefix))
+        .collect();
+    for model in &models {
+        if let Some(t) = model.input.tokenizer_json {
+            tensors.push(StoredTensor {
+                name: format!("{}{TOKENIZER_TENSOR}", model.prefix),
+                dtype: Dtype::U8,
+                shape: vec![t.len()],
+            });
+        }
+    }
+    let total: u64 = tensors.iter().map(|t| t.byte_len() as u64).sum();
+
+    let entry = |input: &ConvertInput<'_>| -> Result<ModelEntry> {
+        Ok(ModelEntry {
+            config: serde_json::from_str(input.config_json)
+                .map_err(|e| Error::invalid(OP, "config.json", "a JSON object", e.to_string()))?,
+            generation_config: input.generation_config.clone(),
+            tokenizer: input.tokenizer_json.is_some(),
+        })
+    };
+    let mut manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        version: FORMAT_VERSION,
+        producer: format!("wgemma {}", env!("CARGO_PKG_VERSION")),
+        quant: Quant::of(format),
+        target: entry(target)?,
+        assistant: assistant.map(entry).transpose()?,
+        checksums: tensors
+            .iter()
+            .map(|t| (t.name.clone(), CHECKSUM_PLACEHOLDER.to_string()))
+            .collect(),
+        sources: models
+            .iter()
+            .flat_map(|m| m.input.sources.iter().cloned())
+            .collect(),
+        census,
+    };
+    let metadata = |m: &Manifest| {
+        BTreeMap::from([(
+            MANIFEST_KEY.to_string(),
+            serde_json::to_string(m).expect("the manifest serialises"),
+        )])
+    };
+    let mut w = TensorWriter::begin(sink, tensors, &metadata(&manifest))?;
+    let mut done = 0u64;
+    for &(m, i) in &order {
+        let model = &models[m];
+        write_weight(&mut w, model, &model.plan[i], &mut |bytes| {
+            done += bytes;
+            progress(done, total);
+        })?;
+    }
+    for model in &models {
+        if let Some(t) = model.input.tokenizer_json {
+            w.write(&format!("{}{TOKENIZER_TENSOR}", model.prefix), t)?;
+        }
+    }
+    progress(total, total);
+    w.finish(|sums| {
+        manifest.checksums = sums.clone();
+        metadata(&manifest)
+    })
+}
+
+/// Prepares one planned weight and writes its tensor(s).
+fn write_weight<W: Write + Seek>(
+    w: &mut TensorWriter<W>,
+    model: &Model<'_>,
+    weight: &PlannedWeight,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let name = format!("{}{}", model.prefix, weight.name);
+    match &weight.prep {
+        Prep::F32 { shape } => {
+            let rows = shape[..shape.len() - 1].iter().product();
+            let v = (model.read_rows)(&weight.parts[0].0, shape, 0..rows)?;
+            w.write(&name, bytemuck::cast_slice(&v))?;
+            progress(v.len() as u64 * 4);
+        }
+        Prep::U32 { len } => {
+            let part = &weight.parts[0].0;
+            let v = (model.read_i64)(part, &[*len])?
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    u32::try_from(v)
+                        .map_err(|_| Error::invalid(OP, format!("`{part}`[{i}]"), "0..2^32", v))
+                })
+                .collect::<Result<Vec<u32>>>()?;
+            w.write(&name, bytemuck::cast_slice(&v))?;
+            progress(v.len() as u64 * 4);
+        }
+        Prep::Matrix { n, k, layout, .. } => {
+            let (n, k) = (*n, *k);
+            // Multiples of 64 rows: even, so a block's scale words never straddle blocks.
+            let block = (BLOCK_ELEMENTS / k.max(1) / 64 * 64).max(64);
+            let mut scales: Vec<u32> = Vec::new();
+            let mut start = 0;
+            while start < n {
+                let end = (start + block).min(n);
+                let m = match stacked_blocks(model, weight, start..end, k, *layout)? {
+                    Some(m) => m,
+                    None => {
+                        let rows = read_stacked(model, weight, start..end, k)?;
+                        Matrix::prepare(rows, end - start, k, *layout)?
+                    }
+                };
+                match &m.data {
+                    MatrixData::F32(v) => w.write(&name, bytemuck::cast_slice(v))?,
+                    MatrixData::F16(v) => w.write(&name, bytemuck::cast_slice(v))?,
+                    MatrixData::Q4 {
+                        packed, scales: s, ..
+                    } => {
+                        w.write(&format!("{name}{Q4_PACKED}"), bytemuck::cast_slice(packed))?;
+                        scales.extend_from_slice(s);
+                    }
+                }
+                progress(match &m.data {
+                    MatrixData::F32(v) => v.len() as u64 * 4,
+                    MatrixData::F16(v) => v.len() as u64 * 2,
+                    MatrixData::Q4 { packed, .. } => packed.len() as u64 * 4,
+                });
+                start = end;
+            }
+            if !scales.is_empty() {
+                w.write(&format!("{name}{Q4_SCALES}"), bytemuck::cast_slice(&scales))?;
+                progress(scales.len() as u64 * 4);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rows `rows` of the matrix stacked from the weight's parts (equal row blocks).
+fn read_stacked(
+    model: &Model<'_>,
+    weight: &PlannedWeight,
+    rows: std::ops::Range<usize>,
+    k: usize,
+) -> Result<Vec<f32>> {
+    let mut out = Vec::with_capacity(rows.len() * k);
+    let mut first = 0;
+    for (part, shape) in &weight.parts {
+        let part_rows = shape.iter().product::<usize>() / k.max(1);
+        let (lo, hi) = (rows.start.max(first), rows.end.min(first + part_rows));
+        if lo < hi {
+            out.extend((model.read_rows)(part, shape, lo - first..hi - first)?);
+        }
+        first += part_rows;
+    }
+    Ok(out)
+}
+
+/// Rows `rows` of the stacked matrix from the source's own blocks ([`Model::read_block`]),
+/// or `None` where the source has none or the parts' Q4 scale words would not join whole
+/// (an odd number of scales in a part: tiny test shapes only).
+fn stacked_blocks(
+    model: &Model<'_>,
+    weight: &PlannedWeight,
+    rows: std::ops::Range<usize>,
+    k: usize,
+    layout: MatrixLayout,
+) -> Result<Option<Matrix<'static>>> {
+    let Some(read_block) = &model.read_block else {
+        return Ok(None);
+    };
+    let mut pieces = Vec::new();
+    let mut first = 0;
+    for (part, shape) in &weight.parts {
+        let part_rows = shape.iter().product::<usize>() / k.max(1);
+        let (lo, hi) = (rows.start.max(first), rows.end.min(first + part_rows));
+        if lo < hi {
+            if let MatrixLayout::Q4 { group } = layout {
+                if weight.parts.len() > 1 && ((hi - lo) * (k / group)) % 2 == 1 {
+                    return Ok(None);
+                }
+            }
+            pieces.push(read_block(part, shape, lo - first..hi - first, layout)?);
+        }
+        first += part_rows;
+    }
+    let mut joined: Option<MatrixData<'static>> = None;
+    for piece in pieces {
+        joined = Some(match (joined, piece.data) {
+            (None, data) => data,
+            (Some(MatrixData::F32(mut a)), MatrixData::F32(b)) => {
+                a.to_mut().extend_from_slice(&b);
+                MatrixData::F32(a)
+            }
+            (Some(MatrixData::F16(mut a)), MatrixData::F16(b)) => {
+                a.to_mut().extend_from_slice(&b);
+                MatrixData::F16(a)
+            }
+            (
+                Some(MatrixData::Q4 {
+                    group,
+                    mut packed,
+                    mut scales,
+                }),
+                MatrixData::Q4 {
+                    packed: p,
+                    scales: s,
+                    ..
+                },
+            ) => {
+                packed.to_mut().extend_from_slice(&p);
+                scales.to_mut().extend_from_slice(&s);
+                MatrixData::Q4 {
+                    group,
+                    packed,
+                    scales,
+                }
+            }
+            _ => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("layouts of the parts of `{}`", weight.name),
+                    "one layout",
+                    "several",
+                ))
+            }
+        });
+    }
+    let Some(data) = joined else {
+        return Ok(None);
+    };
+    Ok(Some(Matrix {
+        n: rows.len(),
+        k,
+        data,
+    }))
+}

@@ -1,0 +1,649 @@
+//! Hugging Face safetensors checkpoints, from bytes (the CLI memory-maps the files; the
+//! browser fetches them). One or more shards; tensor names with the multimodal prefix
+//! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
+
+use crate::error::{Error, Result};
+use crate::gpu::GpuContext;
+use crate::model::assistant::AssistantSource;
+use crate::ops::moe::{ExpertFormat, ExpertHost};
+use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
+use crate::weights::layout::MatrixLayout;
+use crate::weights::layout::MatrixUse;
+use crate::weights::linear::LinearWeight;
+use crate::weights::source::experts_by_expert;
+pub use crate::weights::source::{embed_scale, WeightSource};
+use crate::weights::upload::{
+    upload_raw_parts, Quantiser, RawTensor, StreamOptions, Uploaded, Uploader,
+};
+use safetensors::{Dtype, SafeTensors};
+use std::collections::{HashMap, HashSet};
+use std::ops::Range;
+use std::sync::Mutex;
+
+const OP: &str = "checkpoint";
+
+/// The tensor-name prefixes of the text decoder, tried in order.
+const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
+
+impl WeightSource for Checkpoint<'_> {
+    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        Checkpoint::f32(self, name, expected_shape)
+    }
+    fn has(&self, name: &str) -> bool {
+        Checkpoint::has(self, name)
+    }
+    fn embedding_dtype(&self) -> Result<Dtype> {
+        Checkpoint::embedding_dtype(self)
+    }
+
+    fn upload_matrix(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+        use_: MatrixUse,
+    ) -> Result<Uploaded> {
+        let rows = n / parts.len().max(1);
+        let raw = parts
+            .iter()
+            .map(|part| self.raw(part, &[rows, k]))
+            .collect::<Result<Vec<_>>>()?;
+        self.upload_raw(up, name, &raw, n, k, layout, use_)
+    }
+
+    /// Expert by expert from the stored bytes ([`experts_by_expert`]), each expert's pages
+    /// released once converted.
+    fn experts(
+        &self,
+        name: &str,
+        experts: usize,
+        n: usize,
+        k: usize,
+        format: ExpertFormat,
+    ) -> Result<ExpertHost> {
+        let raw = self.raw(name, &[experts, n, k])?;
+        let per = n * k * raw.dtype.bytes();
+        experts_by_expert(experts, n, k, format, &mut |e| {
+            let range = e * per..(e + 1) * per;
+            let bytes = &raw.data[range.clone()];
+            check_finite_source(bytes, raw.dtype, e * n * k, &raw.what)?;
+            let values = source_to_f32(bytes, raw.dtype);
+            if let Some(release) = self.release {
+                release(raw.shard, raw.offset + range.start..raw.offset + range.end);
+            }
+            Ok(values)
+        })
+    }
+}
+
+/// A decoder tensor's stored bytes and where they sit in their shard.
+struct RawView<'a> {
+    shard: usize,
+    /// Byte offset of `data` in the shard.
+    offset: usize,
+    dtype: SourceDtype,
+    data: &'a [u8],
+    /// "`full name` in `file`", for errors.
+    what: String,
+}
+
+/// Called with (shard index, byte range) for shard bytes a load is done with.
+pub type ReleaseFn<'a> = dyn Fn(usize, Range<usize>) + 'a;
+
+/// All shards of one checkpoint, indexed by tensor name.
+pub struct Checkpoint<'a> {
+    shards: Vec<(String, SafeTensors<'a>)>,
+    /// Each shard's bytes, in the order given.
+    bytes: Vec<&'a [u8]>,
+    /// Full tensor name -> shard index.
+    index: HashMap<String, usize>,
+    prefix: &'static str,
+    release: Option<&'a ReleaseFn<'a>>,
+    stream: StreamOptions,
+    /// Full names of the tensors read so far ([`Checkpoint::check_all_read`]).
+    read: Mutex<HashSet<String>>,
+}
+
+impl<'a> Checkpoint<'a> {
+    /// Parses each `(file name, bytes)` shard. A truncated or corrupt shard is an error
+    /// naming the file; a tensor present in two shards is an error.
+    pub fn from_shards(shards: Vec<(String, &'a [u8])>) -> Result<Checkpoint<'a>> {
+        let mut parsed = Vec::with_capacity(shards.len());
+        let mut index = HashMap::new();
+        let all_bytes = shards.iter().map(|(_, b)| *b).collect();
+        for (i, (file, bytes)) in shards.into_iter().enumerate() {
+            let st = SafeTensors::deserialize(bytes).map_err(|e| {
+                Error::invalid(
+                    OP,
+                    format!("shard `{file}`"),
+                    "a complete safetensors file",
+                    e.to_string(),
+                )
+            })?;
+            for name in st.names() {
+                if let Some(prev) = index.insert(name.to_string(), i) {
+                    let prev_file = parsed
+                        .get(prev)
+                        .map_or(file.as_str(), |(f, _): &(String, SafeTensors)| f.as_str());
+                    return Err(Error::invalid(
+                        OP,
+                        format!("tensor `{name}`"),
+                        "one shard holding it",
+                        format!("both `{prev_file}` and `{file}`"),
+                    ));
+                }
+            }
+            parsed.push((file, st));
+        }
+        let prefix = PREFIXES
+            .into_iter()
+            .find(|p| index.contains_key(&format!("{p}embed_tokens.weight")))
+            .ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    "embedding tensor",
+                    "`model.language_model.embed_tokens.weight` or `model.embed_tokens.weight`",
+                    "neither",
+                )
+            })?;
+        Ok(Checkpoint {
+            shards: parsed,
+            bytes: all_bytes,
+            index,
+            prefix,
+            release: None,
+            stream: StreamOptions::default(),
+            read: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Calls `release(shard, byte range)` for the shard bytes of each block of rows a load
+    /// has uploaded: the CLI drops those pages of its memory maps, so a load does not end
+    /// up holding the whole checkpoint (a browser passes nothing).
+    pub fn with_release(mut self, release: &'a ReleaseFn<'a>) -> Self {
+        self.release = Some(release);
+        self
+    }
+
+    /// Where Q4 quantisation runs while loading (default [`Quantiser::Auto`]).
+    pub fn with_quantiser(mut self, quantiser: Quantiser) -> Self {
+        self.stream.quantiser = quantiser;
+        self
+    }
+
+    /// Source bytes uploaded per block of rows (default
+    /// [`BLOCK_BYTES`](crate::weights::upload::BLOCK_BYTES); at least 64 rows a block).
+    pub fn with_block_bytes(mut self, bytes: usize) -> Self {
+        self.stream.block_bytes = bytes;
+        self
+    }
+
+    /// The stored bytes of a decoder tensor, checked against the expected shape.
+    fn raw(&self, name: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
+        self.raw_full(&self.full_name(name), expected_shape)
+    }
+
+    /// The stored bytes of a tensor by its full name, checked against the expected shape.
+    fn raw_full(&self, full: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
+        let (file, view) = self.view_full(full)?;
+        if view.shape() != expected_shape {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{full}` in `{file}`"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", view.shape()),
+            ));
+        }
+        let dtype = match view.dtype() {
+            Dtype::F32 => SourceDtype::F32,
+            Dtype::F16 => SourceDtype::F16,
+            Dtype::BF16 => SourceDtype::BF16,
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of `{full}` in `{file}`"),
+                    "bf16, f16 or f32",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        let shard = self.index[full];
+        let data = view.data();
+        let offset = data.as_ptr() as usize - self.bytes[shard].as_ptr() as usize;
+        Ok(RawView {
+            shard,
+            offset,
+            dtype,
+            data,
+            what: format!("`{full}` in `{file}`"),
+        })
+    }
+
+    /// Uploads the stored row blocks `raw` stacked as one `[n, k]` matrix, a block of rows
+    /// at a time, each block's pages released once uploaded.
+    #[allow(clippy::too_many_arguments)]
+    fn upload_raw(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        raw: &[RawView<'_>],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+        use_: MatrixUse,
+    ) -> Result<Uploaded> {
+        let releases: Vec<_> = raw
+            .iter()
+            .map(|r| {
+                let (shard, offset) = (r.shard, r.offset);
+                move |range: Range<usize>| {
+                    if let Some(release) = self.release {
+                        release(shard, offset + range.start..offset + range.end);
+                    }
+                }
+            })
+            .collect();
+        let tensors: Vec<RawTensor<'_>> = raw
+            .iter()
+            .zip(&releases)
+            .map(|(r, release)| RawTensor {
+                data: r.data,
+                dtype: r.dtype,
+                what: &r.what,
+                release,
+            })
+            .collect();
+        upload_raw_parts(up, self.stream, name, &tensors, n, k, layout, use_)
+    }
+
+    /// A linear weight stacked from tensors given by their FULL names (the assistant's
+    /// `pre_projection`, `model.layers.0...`), streamed like the target's.
+    pub fn upload_linear_full(
+        &self,
+        ctx: &crate::gpu::GpuContext,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<crate::weights::linear::LinearWeight> {
+        let rows = n / parts.len().max(1);
+        let raw = parts
+            .iter()
+            .map(|part| self.raw_full(part, &[rows, k]))
+            .collect::<Result<Vec<_>>>()?;
+        let mut up = Uploader::new(ctx);
+        let uploaded = self.upload_raw(&mut up, name, &raw, n, k, layout, MatrixUse::Linear)?;
+        up.flush();
+        uploaded.linear.ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("upload of `{name}`"),
+                "a linear weight",
+                "nothing",
+            )
+        })
+    }
+
+    /// The decoder's tensor-name prefix found in this checkpoint.
+    pub fn prefix(&self) -> &str {
+        self.prefix
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.index.contains_key(&self.full_name(name))
+    }
+
+    fn full_name(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The raw view of a decoder tensor (name without the prefix).
+    fn view(&self, name: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
+        self.view_full(&self.full_name(name))
+    }
+
+    /// Whether the checkpoint holds a tensor under its FULL name (no prefix added): the
+    /// assistant keeps `pre_projection`, `post_projection` and `masked_embedding.*` outside
+    /// its decoder.
+    pub fn has_full(&self, full_name: &str) -> bool {
+        self.index.contains_key(full_name)
+    }
+
+    /// The raw view of a tensor by its full name.
+    fn view_full(&self, full: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
+        let full = full.to_string();
+        let shard = *self.index.get(&full).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("tensor `{full}`"),
+                "present in the checkpoint",
+                "missing",
+            )
+        })?;
+        let (file, st) = &self.shards[shard];
+        self.read
+            .lock()
+            .expect("read-tensor set poisoned")
+            .insert(full.clone());
+        let view = st.tensor(&full).map_err(|e| {
+            Error::invalid(
+                OP,
+                format!("tensor `{full}` in `{file}`"),
+                "readable",
+                e.to_string(),
+            )
+        })?;
+        Ok((file, view))
+    }
+
+    /// The decoder's tensors (under the text prefix) that no load has read, sorted: weights
+    /// of layers the config does not have, or of modules it does not enable. Towers outside
+    /// the text decoder (vision, audio) are not the text model's and are not counted.
+    pub fn unread_tensors(&self) -> Vec<String> {
+        let read = self.read.lock().expect("read-tensor set poisoned");
+        let mut unread: Vec<String> = self
+            .index
+            .keys()
+            .filter(|n| n.starts_with(self.prefix) && !read.contains(*n))
+            .cloned()
+            .collect();
+        unread.sort();
+        unread
+    }
+
+    /// After a load: refuses a checkpoint with decoder tensors the load did not read (a
+    /// config that does not describe these weights loads a different model than the one
+    /// saved), naming them; with `allow_extra` they are returned for the caller to warn
+    /// about instead.
+    pub fn check_all_read(&self, allow_extra: bool) -> Result<Vec<String>> {
+        let unread = self.unread_tensors();
+        if unread.is_empty() || allow_extra {
+            return Ok(unread);
+        }
+        Err(Error::invalid(
+            OP,
+            "tensors",
+            "only tensors the config describes (extra ones are allowed with \
+             --allow-extra-tensors / allowExtraTensors)",
+            describe_unread(&unread),
+        ))
+    }
+
+    /// Shape of a decoder tensor.
+    pub fn shape(&self, name: &str) -> Result<Vec<usize>> {
+        Ok(self.view(name)?.1.shape().to_vec())
+    }
+
+    /// A decoder tensor converted to f32, checked against the expected shape.
+    pub fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        self.f32_full(&self.full_name(name), expected_shape)
+    }
+
+    /// Rows of a decoder tensor as f32 ([`Checkpoint::f32_rows_full`]).
+    pub fn f32_rows(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>> {
+        self.f32_rows_full(&self.full_name(name), expected_shape, rows)
+    }
+
+    /// An integer tensor (i64, i32 or u32) by its full name, as i64, checked against the
+    /// expected shape (the assistant's `masked_embedding.token_ordering`).
+    pub fn i64_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
+        let (file, view) = self.view_full(full)?;
+        if view.shape() != expected_shape {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{full}` in `{file}`"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", view.shape()),
+            ));
+        }
+        let data = view.data();
+        Ok(match view.dtype() {
+            Dtype::I64 => data
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect(),
+            Dtype::I32 => data
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            Dtype::U32 => data
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of `{full}` in `{file}`"),
+                    "i64, i32 or u32",
+                    format!("{other:?}"),
+                ))
+            }
+        })
+    }
+
+    /// A tensor by its full name converted to f32, checked against the expected shape.
+    pub fn f32_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        let rows = expected_shape[..expected_shape.len().saturating_sub(1)]
+            .iter()
+            .product();
+        self.f32_rows_full(full, expected_shape, 0..rows)
+    }
+
+    /// Rows `rows` of a tensor by its full name (rows over all but the last dimension),
+    /// converted to f32, the whole tensor checked against the expected shape: a converter
+    /// streams large tensors through this a block at a time.
+    pub fn f32_rows_full(
+        &self,
+        full: &str,
+        expected_shape: &[usize],
+        rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>> {
+        let (file, view) = self.view_full(full)?;
+        if view.shape() != expected_shape {
+            return Err(Error::invalid(
+                OP,
+                format!("shape of `{full}` in `{file}`"),
+                format!("{expected_shape:?}"),
+                format!("{:?}", view.shape()),
+            ));
+        }
+        let row_len = expected_shape.last().copied().unwrap_or(1);
+        let total_rows = view.shape().iter().product::<usize>() / row_len.max(1);
+        if rows.start > rows.end || rows.end > total_rows {
+            return Err(Error::invalid(
+                OP,
+                format!("rows of `{full}`"),
+                format!("within 0..{total_rows}"),
+                format!("{rows:?}"),
+            ));
+        }
+        let elem = view.dtype().bitsize() / 8;
+        let data = &view.data()[rows.start * row_len * elem..rows.end * row_len * elem];
+        let values = match view.dtype() {
+            Dtype::F32 => bytemuck::pod_collect_to_vec(data),
+            Dtype::BF16 => data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            Dtype::F16 => data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of `{full}` in `{file}`"),
+                    "bf16, f16 or f32",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        check_finite(full, file, rows.start * row_len, &values)?;
+        Ok(values)
+    }
+
+    /// The storage dtype of the embedding (HF casts `sqrt(hidden)` to it).
+    pub fn embedding_dtype(&self) -> Result<Dtype> {
+        Ok(self.view("embed_tokens.weight")?.1.dtype())
+    }
+}
+
+/// Refuses a NaN or infinite weight, naming the tensor, its file and the element: such a
+/// weight turns every logit into NaN, and the model would silently emit token 0. Values
+/// read as f32 pass here ([`Checkpoint::f32_rows_full`]: vectors, the converter, the
+/// assistant); matrices a load streams raw are checked block by block with the same error
+/// ([`crate::ops::quantize::check_finite_source`]).
+/// "3 more: `a`, `b`, `c`" (the first 5 named).
+pub fn describe_unread(unread: &[String]) -> String {
+    let shown: Vec<String> = unread.iter().take(5).map(|n| format!("`{n}`")).collect();
+    let more = if unread.len() > 5 { ", ..." } else { "" };
+    format!(
+        "{} tensor(s) the config does not describe: {}{more}",
+        unread.len(),
+        shown.join(", ")
+    )
+}
+
+fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<()> {
+    match values.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::invalid(
+            OP,
+            format!("weights of `{full}` in `{file}`"),
+            "finite numbers",
+            format!("{} at element {}", values[i], first + i),
+        )),
+    }
+}
+
+// The assistant reads a checkpoint through its own seam (whole names, no scope).
+impl AssistantSource for Checkpoint<'_> {
+    fn linear(
+        &self,
+        ctx: &GpuContext,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> Result<LinearWeight> {
+        self.upload_linear_full(ctx, name, parts, n, k, layout)
+    }
+    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
+        self.f32_full(name, expected_shape)
+    }
+    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
+        self.i64_full(name, expected_shape)
+    }
+    fn has(&self, name: &str) -> bool {
+        self.has_full(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use safetensors::tensor::TensorView;
+
+    fn shard(tensors: &[(&str, Dtype, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+        let views: Vec<(String, TensorView)> = tensors
+            .iter()
+            .map(|(n, d, s, b)| (n.to_string(), TensorView::new(*d, s.clone(), b).unwrap()))
+            .collect();
+        safetensors::serialize(views, None).unwrap()
+    }
+
+    #[test]
+    fn loads_prefixed_bf16_and_checks_shapes() {
+        let bf: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+            .collect();
+        let a = shard(&[(
+            "model.language_model.embed_tokens.weight",
+            Dtype::BF16,
+            vec![1, 2],
+            bf,
+        )]);
+        let b = shard(&[(
+            "model.language_model.norm.weight",
+            Dtype::F32,
+            vec![2],
+            bytemuck::cast_slice(&[3.0f32, 4.0]).to_vec(),
+        )]);
+        let ck = Checkpoint::from_shards(vec![("a".into(), &a), ("b".into(), &b)]).unwrap();
+        assert_eq!(ck.prefix(), "model.language_model.");
+        assert_eq!(
+            ck.f32("embed_tokens.weight", &[1, 2]).unwrap(),
+            vec![1.5, -2.0]
+        );
+        assert_eq!(ck.f32("norm.weight", &[2]).unwrap(), vec![3.0, 4.0]);
+        let err = ck.f32("norm.weight", &[3]).unwrap_err().to_string();
+        assert!(
+            err.contains("model.language_model.norm.weight")
+                && err.contains("[3]")
+                && err.contains("[2]"),
+            "{err}"
+        );
+        let err = ck
+            .f32("layers.0.mlp.up_proj.weight", &[2, 2])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing"), "{err}");
+        assert_eq!(ck.embedding_dtype().unwrap(), Dtype::BF16);
+    }
+
+    #[test]
+    fn truncated_shard_and_bad_dtype_are_clear_errors() {
+        let a = shard(&[("model.embed_tokens.weight", Dtype::I64, vec![1], vec![0; 8])]);
+        let err = Checkpoint::from_shards(vec![("cut.safetensors".into(), &a[..a.len() - 3])])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("cut.safetensors"), "{err}");
+        let ck = Checkpoint::from_shards(vec![("a".into(), &a)]).unwrap();
+        assert_eq!(ck.prefix(), "model.");
+        let err = ck.f32("embed_tokens.weight", &[1]).unwrap_err().to_string();
+        assert!(err.contains("bf16, f16 or f32"), "{err}");
+        let none = shard(&[("other", Dtype::F32, vec![1], vec![0; 4])]);
+        assert!(Checkpoint::from_shards(vec![("n".into(), &none)]).is_err());
+    }
+
+    #[test]
+    fn nan_and_inf_weights_name_the_tensor() {
+        for (bad, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf")] {
+            let a = shard(&[
+                ("model.embed_tokens.weight", Dtype::F32, vec![1], vec![0; 4]),
+                (
+                    "model.norm.weight",
+                    Dtype::F32,
+                    vec![3],
+                    bytemuck::cast_slice(&[1.0f32, bad, 2.0]).to_vec(),
+                ),
+            ]);
+            let ck = Checkpoint::from_shards(vec![("w.safetensors".into(), &a)]).unwrap();
+            let err = ck.f32("norm.weight", &[3]).unwrap_err().to_string();
+            assert!(
+                err.contains("model.norm.weight")
+                    && err.contains("w.safetensors")
+                    && err.contains(&format!("{shown} at element 1")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn embed_scale_rounds_to_weight_dtype() {
+        assert_eq!(embed_scale(1536, Dtype::BF16), 39.25);
+        assert!((embed_scale(1536, Dtype::F32) - 39.191836).abs() < 1e-5);
+    }
+}

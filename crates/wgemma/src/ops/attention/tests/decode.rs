@@ -1,0 +1,582 @@
+//! Tests of the decode route: the same reference and tolerances as the split_k route, on the
+//! subgroup reduction (lavapipe has 8-lane subgroups) and on the portable one (a context
+//! without optional features), plus route choice and the planner.
+
+use super::super::decode::*;
+use super::super::plan::{AttentionRoute, Geometry};
+use super::super::*;
+use crate::gpu::{ContextOptions, Grid};
+use crate::harness::{assert_cases_pass, check, rng, test_context, OpCase};
+
+fn decode(mut c: AttentionCase) -> AttentionCase {
+    c.route = Some(AttentionRoute::Decode);
+    c
+}
+
+fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {
+    cases
+        .into_iter()
+        .map(|c| Box::new(decode(c)) as Box<dyn OpCase>)
+        .collect()
+}
+
+/// A context without optional features: the decode kernel reduces through workgroup memory.
+fn portable_context() -> &'static GpuContext {
+    static CTX: std::sync::OnceLock<GpuContext> = std::sync::OnceLock::new();
+    CTX.get_or_init(|| {
+        GpuContext::new_blocking(ContextOptions {
+            portable: true,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+fn assert_pass_on(ctx: &GpuContext, cases: &[Box<dyn OpCase>], seeds: std::ops::Range<u64>) {
+    let mut failures = Vec::new();
+    for case in cases {
+        for seed in seeds.clone() {
+            match pollster::block_on(check(ctx, case.as_ref(), seed)) {
+                Ok(report) if report.pass() => {}
+                Ok(report) => failures.push(report.to_string()),
+                Err(e) => failures.push(format!("{} (seed {seed}): error: {e}", case.name())),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "failing cases:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// An attention layer over a full cache of `max_len` positions, q of `rows` rows.
+fn decode_layer(
+    ctx: &GpuContext,
+    (heads, kv_heads, d): (usize, usize, usize),
+    rows: usize,
+    max_len: usize,
+) -> Attention {
+    let cache = KvCache::new(
+        ctx,
+        "c",
+        KvCacheConfig {
+            kv_heads,
+            head_dim: d,
+            layout: KvLayout::Full { max_len },
+            k_eq_v: false,
+            max_binding_bytes: None,
+            sequences: 1,
+        },
+    )
+    .unwrap();
+    let q = Tensor::zeros(ctx, "q", &[rows, heads, d], DType::F32).unwrap();
+    let out = Tensor::zeros(ctx, "out", &[rows, heads, d], DType::F32).unwrap();
+    let pos = Tensor::zeros(ctx, "pos", &[rows], DType::U32).unwrap();
+    let scratch = AttentionScratch::for_head_dim(ctx, d).unwrap();
+    Attention::new(
+        ctx,
+        AttentionInputs {
+            q: &q,
+            positions: &pos,
+            cache: &cache,
+            out: &out,
+            key_from_v: None,
+        },
+        &scratch,
+    )
+    .unwrap()
+}
+
+/// The decode kernels an attention layer of `case`'s shape gets on `ctx`.
+fn decode_lanes(ctx: &GpuContext, heads: usize, kv_heads: usize, d: usize) -> Option<u32> {
+    let attention = decode_layer(ctx, (heads, kv_heads, d), 1, 8);
+    let route = attention.decode_route().expect("decode route built");
+    route.subgroup_lanes()
+}
+
+#[test]
+fn random_cases_pass_on_both_reductions() {
+    let portable = portable_context();
+    assert_eq!(decode_lanes(portable, 8, 1, 256), None);
+    for seed in 0..3 {
+        let cases = decode_random_cases(&mut rng(700 + seed));
+        assert_cases_pass(&cases, seed..seed + 1);
+        assert_pass_on(portable, &cases, seed..seed + 1);
+    }
+}
+
+/// Where the device has coherent storage (every Vulkan device, lavapipe included), a split
+/// decode step is ONE dispatch (the fused partial + merge) and the other decode-route tests
+/// run it; without (the portable context) it stays partial + combine.
+#[test]
+fn fused_merge_is_one_dispatch_where_storage_is_coherent() {
+    for ctx in [test_context(), portable_context()] {
+        let mut attention = decode_layer(ctx, (8, 1, 256), 3, 4096);
+        let coherent = ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT);
+        let route = attention.decode_route().unwrap();
+        assert_eq!(route.has_fused(), coherent);
+        // 3 rows at 500 keys: 16 splits of 8 query heads, 128 merge weights.
+        let plan = attention.plan(3, 500).unwrap();
+        assert!(plan.splits > 1 && !plan.direct, "{plan:?}");
+        let fused = attention.kernels_for_plan(&plan);
+        assert_eq!(fused.len(), if coherent { 1 } else { 2 });
+        // More merge weights than the last workgroup holds: partial + combine.
+        let wide = attention
+            .plan_route(AttentionRoute::Decode, 1, 4000, Some(128))
+            .unwrap();
+        assert_eq!(attention.kernels_for_plan(&wide).len(), 2);
+        attention.disable_fused_merge();
+        assert_eq!(attention.kernels_for_plan(&plan).len(), 2);
+    }
+    assert!(
+        test_context().has(wgpu::Features::MEMORY_DECORATION_COHERENT),
+        "the test device runs the fused route"
+    );
+}
+
+#[test]
+fn subgroup_reduction_is_used_when_the_device_allows() {
+    let ctx = test_context();
+    let lanes = decode_lanes(ctx, 8, 1, 256);
+    let (lo, hi) = (ctx.info.subgroup_min_size, ctx.info.subgroup_max_size);
+    if ctx.has(wgpu::Features::SUBGROUP) && lo == hi && lo >= 4 && 64 % lo == 0 {
+        assert_eq!(lanes, Some(lo));
+    } else {
+        assert_eq!(lanes, None);
+    }
+}
+
+#[test]
+fn head_dims_gqa_ratios_and_row_counts() {
+    let mut cases = Vec::new();
+    let gqa = [(8, 1), (4, 2), (32, 4), (6, 3), (12, 1), (9, 1), (1, 1)];
+    for (i, d) in [64, 256, 512].into_iter().enumerate() {
+        for (j, (h, kvh)) in gqa.into_iter().enumerate() {
+            let m = 1 + (i * 7 + j * 3) % DECODE_MAX_ROWS;
+            cases.push(AttentionCase::new(h, kvh, d, m, 29 * (i + j) + 3));
+        }
+    }
+    let cases = boxed(cases);
+    assert_cases_pass(&cases, 0..1);
+    assert_pass_on(portable_context(), &cases, 0..1);
+}
+
+#[test]
+fn sliding_windows_smaller_and_larger_than_the_context() {
+    let cases = boxed(vec![
+        // Window larger than the context: everything visible.
+        AttentionCase::new(4, 2, 64, 3, 20).sliding(512, 3),
+        // Window smaller than the context, verify rows at the edge of the window.
+        AttentionCase::new(8, 1, 256, 9, 300).sliding(40, 9),
+        // Window 1: each query sees only itself (output = own V row).
+        AttentionCase::new(2, 1, 64, 3, 10).sliding(1, 3),
+        // Exactly the window.
+        AttentionCase::new(8, 1, 256, 1, 511).sliding(512, 1),
+    ]);
+    assert_cases_pass(&cases, 0..2);
+}
+
+#[test]
+fn ring_wraps_far_beyond_its_slots() {
+    let cases = boxed(vec![
+        AttentionCase::new(4, 1, 64, 3, 100_003).sliding(16, 5),
+        AttentionCase::new(2, 2, 64, 5, 200_000).sliding(16, 5),
+        AttentionCase::new(8, 1, 256, 1, 70_001).sliding(512, 3),
+    ]);
+    assert_cases_pass(&cases, 0..2);
+}
+
+#[test]
+fn forced_splits_agree_and_empty_splits_weigh_nothing() {
+    let mut cases = Vec::new();
+    for splits in [1, 2, 7, 64] {
+        // From position 0: row r sees r + 1 keys, so most of 64 splits are empty.
+        let mut c = AttentionCase::new(4, 2, 64, 9, 0);
+        c.splits = Some(splits);
+        cases.push(c);
+        let mut c = AttentionCase::new(8, 1, 256, 1, 1000).sliding(300, 3);
+        c.splits = Some(splits);
+        cases.push(c);
+    }
+    assert_cases_pass(&boxed(cases), 0..1);
+}
+
+#[test]
+fn chunked_full_cache_matches_the_reference() {
+    let mut cases = Vec::new();
+    for (m, k_eq_v, splits) in [(1, false, None), (3, false, Some(3)), (9, true, None)] {
+        let mut c = AttentionCase::new(4, 2, 64, m, 700);
+        c.max_len = 1200;
+        c.chunk_bytes = Some(2 * 64 * 4 * 100); // 100 slots per chunk: 12 chunks, 8 active
+        c.k_eq_v = k_eq_v;
+        c.splits = splits;
+        cases.push(c);
+    }
+    assert_cases_pass(&boxed(cases), 0..1);
+}
+
+#[test]
+fn k_eq_v_rebuilds_keys_from_values() {
+    let mut cases = Vec::new();
+    for (d, m, start) in [(512, 1, 900), (512, 3, 40), (256, 9, 70), (64, 2, 5)] {
+        let mut c = AttentionCase::new(8, 2, d, m, start);
+        c.k_eq_v = true;
+        cases.push(c);
+    }
+    // Near the position limit: the keys' rope angles are large.
+    let mut far = AttentionCase::new(2, 1, 512, 1, 200_000).sliding(64, 1);
+    far.k_eq_v = true;
+    cases.push(far);
+    let cases = boxed(cases);
+    assert_cases_pass(&cases, 0..1);
+    assert_pass_on(portable_context(), &cases, 0..1);
+}
+
+#[test]
+fn softmax_is_stable_for_large_scores() {
+    let mut cases = Vec::new();
+    for splits in [None, Some(5)] {
+        let mut c = AttentionCase::new(4, 1, 256, 3, 600);
+        c.q_scale = 40.0;
+        c.splits = splits;
+        cases.push(c);
+    }
+    assert_cases_pass(&boxed(cases), 0..2);
+}
+
+#[test]
+fn long_context_decode_and_verify() {
+    // 8K keys at D 256 (several tiles per split), and the E2B full layer shape at 4K.
+    let cases = boxed(vec![
+        AttentionCase::new(8, 1, 256, 1, 8191),
+        AttentionCase::new(8, 1, 512, 3, 4093),
+        AttentionCase::new(8, 1, 256, 3, 8189).sliding(512, 3),
+    ]);
+    assert_cases_pass(&cases, 0..1);
+    // One split: each workgroup walks thousands of keys in many tiles (online rescaling).
+    let mut one = decode(AttentionCase::new(8, 1, 512, 1, 4095));
+    one.splits = Some(1);
+    assert_cases_pass(&[Box::new(one) as Box<dyn OpCase>], 0..1);
+}
+
+#[test]
+fn rollback_then_decode_uses_the_decode_route() {
+    // The split_k test of rollback runs through Attention::record; check that it now plans
+    // decode-route steps for its verify (4 rows) and decode (1 row) forwards.
+    let ctx = test_context();
+    let cache = KvCache::new(
+        ctx,
+        "c",
+        KvCacheConfig {
+            kv_heads: 1,
+            head_dim: 64,
+            layout: KvLayout::Sliding {
+                window: 8,
+                max_rows: 4,
+            },
+            k_eq_v: false,
+            max_binding_bytes: None,
+            sequences: 1,
+        },
+    )
+    .unwrap();
+    let q = Tensor::zeros(ctx, "q", &[4, 4, 64], DType::F32).unwrap();
+    let out = Tensor::zeros(ctx, "out", &[4, 4, 64], DType::F32).unwrap();
+    let pos = Tensor::zeros(ctx, "pos", &[4], DType::U32).unwrap();
+    let scratch = AttentionScratch::for_head_dim(ctx, 64).unwrap();
+    let inputs = AttentionInputs {
+        q: &q,
+        positions: &pos,
+        cache: &cache,
+        out: &out,
+        key_from_v: None,
+    };
+    let attention = Attention::new(ctx, inputs, &scratch).unwrap();
+    for m in [1, 4] {
+        assert_eq!(attention.plan(m, 44).unwrap().route, AttentionRoute::Decode);
+    }
+}
+
+/// An attention layer for route-choice tests (no GPU work is recorded).
+fn layer(heads: usize, kv_heads: usize, d: usize, rows: usize) -> Attention {
+    let ctx = test_context();
+    let cache = KvCache::new(
+        ctx,
+        "c",
+        KvCacheConfig {
+            kv_heads,
+            head_dim: d,
+            layout: KvLayout::Full { max_len: 64 },
+            k_eq_v: false,
+            max_binding_bytes: None,
+            sequences: 1,
+        },
+    )
+    .unwrap();
+    let q = Tensor::zeros(ctx, "q", &[rows, heads, d], DType::F32).unwrap();
+    let out = Tensor::zeros(ctx, "out", &[rows, heads, d], DType::F32).unwrap();
+    let pos = Tensor::zeros(ctx, "pos", &[rows], DType::U32).unwrap();
+    let scratch = AttentionScratch::for_head_dim(ctx, d).unwrap();
+    Attention::new(
+        ctx,
+        AttentionInputs {
+            q: &q,
+            positions: &pos,
+            cache: &cache,
+            out: &out,
+            key_from_v: None,
+        },
+        &scratch,
+    )
+    .unwrap()
+}
+
+#[test]
+fn route_choice_decode_for_small_steps_split_k_otherwise() {
+    let a = layer(8, 1, 64, 17);
+    assert!(a.decode_route().is_ok());
+    for m in 1..=DECODE_MAX_ROWS {
+        let p = a.plan(m, 40).unwrap();
+        assert_eq!(p.route, AttentionRoute::Decode, "m {m}");
+        assert_eq!(p.partial_grid.y, m as u32);
+        // The harness kernels of a decode plan are the decode kernels.
+        assert!(a
+            .kernels_for_plan(&p)
+            .iter()
+            .all(|k| k.name.starts_with("attention_decode")));
+    }
+    for m in [DECODE_MAX_ROWS + 1, 17] {
+        assert_eq!(
+            a.plan(m, 40).unwrap().route,
+            AttentionRoute::SplitK,
+            "m {m}"
+        );
+    }
+    // Forcing: split_k for a decode-sized step; decode refuses more than 9 rows.
+    let p = a.plan_route(AttentionRoute::SplitK, 1, 40, None).unwrap();
+    assert_eq!(p.route, AttentionRoute::SplitK);
+    assert!(a.kernels_for_plan(&p).iter().all(|k| k.name == "attention"));
+    match a.plan_route(AttentionRoute::Decode, 10, 40, None) {
+        Err(Error::NoRoute { failed, .. }) => {
+            assert!(failed.iter().any(|f| f.contains("rows 10")), "{failed:?}")
+        }
+        other => panic!("expected NoRoute, got {other:?}"),
+    }
+    // A split count the planner cannot honour is refused, not silently changed.
+    assert!(matches!(
+        a.plan_route(AttentionRoute::Decode, 1, 40, Some(600)),
+        Err(Error::Invalid { .. })
+    ));
+}
+
+#[test]
+fn layers_outside_the_decode_guards_keep_split_k() {
+    // head_dim 16 is below the decode route's 32: the layer still has split_k.
+    let a = layer(4, 2, 16, 3);
+    let failed = a
+        .decode_route()
+        .expect_err("no decode route at head_dim 16");
+    assert!(
+        failed.iter().any(|f| f.contains("head_dim 16")),
+        "{failed:?}"
+    );
+    assert_eq!(a.plan(1, 10).unwrap().route, AttentionRoute::SplitK);
+    match a.plan_route(AttentionRoute::Decode, 1, 10, None) {
+        Err(Error::NoRoute { failed, .. }) => {
+            assert!(
+                failed.iter().any(|f| f.contains("head_dim 16")),
+                "{failed:?}"
+            )
+        }
+        other => panic!("expected NoRoute, got {other:?}"),
+    }
+    // And it still computes attention (split_k) for a decode step.
+    let case = AttentionCase::new(4, 2, 16, 1, 20);
+    assert_cases_pass(&[Box::new(case) as Box<dyn OpCase>], 0..1);
+}
+
+#[test]
+fn decode_guards_name_every_failure() {
+    let geo = e2b(512, None, 1 << 31);
+    let limits = wgpu::Limits {
+        max_compute_workgroup_storage_size: 16_384,
+        max_compute_invocations_per_workgroup: 128,
+        ..Default::default()
+    };
+    let bad = Geometry {
+        heads: 6,
+        kv_heads: 4,
+        head_dim: 96,
+        ..geo.clone()
+    };
+    let failed = decode_guards(&bad, &limits);
+    for needle in [
+        "head_dim 96",
+        "multiple of kv_heads",
+        "256-thread",
+        "workgroup memory",
+    ] {
+        assert!(
+            failed.iter().any(|f| f.contains(needle)),
+            "{needle}: {failed:?}"
+        );
+    }
+    let ok = wgpu::Limits {
+        max_compute_workgroup_storage_size: 32_768,
+        max_compute_invocations_per_workgroup: 256,
+        ..Default::default()
+    };
+    assert!(decode_guards(&geo, &ok).is_empty());
+}
+
+fn e2b(head_dim: usize, window: Option<usize>, max_binding: u64) -> Geometry {
+    let slots = match window {
+        Some(w) => w + 8,
+        None => 131_072,
+    };
+    let chunks =
+        crate::gpu::plan_row_chunks(slots, (head_dim * 4) as u64, max_binding, 1).expect("chunks");
+    Geometry {
+        heads: 8,
+        kv_heads: 1,
+        head_dim,
+        window,
+        ring: window.is_some(),
+        slots,
+        chunks,
+        rows: 9,
+        sequences: 1,
+        max_query_splits: 16_384,
+        max_per_dim: 65_535,
+    }
+}
+
+#[test]
+fn planner_fills_the_gpu_and_keeps_splits_mergeable() {
+    // Sliding E2B layer (W 512): 16 splits of 32 keys at any context length.
+    let sliding = e2b(256, Some(512), 1 << 31);
+    for kv_len in [4096, 32_768] {
+        let p = plan_decode(&sliding, 1, kv_len, None).unwrap();
+        assert_eq!((p.splits, p.direct), (16, false));
+        assert_eq!(p.partial_grid, Grid::new(16, 1, 1));
+        assert_eq!(p.combine_grid, Grid::new(8, 8, 1)); // D/4/8 column blocks, heads, rows
+    }
+    // Full layer: splits grow with the context up to the target (>= 2 workgroups per SM of
+    // a 132-SM GPU), each split keeping >= 32 keys.
+    let full = e2b(512, None, 1 << 31);
+    let p = plan_decode(&full, 1, 4096, None).unwrap();
+    assert_eq!(p.splits, 128);
+    let p = plan_decode(&full, 1, 32_768, None).unwrap();
+    assert_eq!(
+        p.splits as usize,
+        DECODE_TARGET_WORKGROUPS.min(DECODE_MAX_SPLITS)
+    );
+    assert!(p.partial_grid.count() >= 264);
+    // Verify M = 3: the workgroup target is shared by the rows.
+    let p = plan_decode(&full, 3, 32_768, None).unwrap();
+    assert_eq!(p.splits as usize, DECODE_TARGET_WORKGROUPS.div_ceil(3));
+    assert_eq!(p.partial_grid.y, 3);
+    // Short contexts: one split, written directly (one dispatch).
+    let p = plan_decode(&full, 1, 20, None).unwrap();
+    assert!(p.direct && p.splits == 1);
+    // Large GQA groups are cut into tiles of <= 8 query heads.
+    let wide = Geometry {
+        heads: 32,
+        kv_heads: 2,
+        ..full.clone()
+    };
+    let p = plan_decode(&wide, 9, 32_768, None).unwrap();
+    assert_eq!(p.partial_grid.z, 4);
+    assert!(p.splits as usize * 9 * 32 <= wide.max_query_splits);
+}
+
+#[test]
+fn planner_at_128k_with_a_chunked_cache_stays_within_limits() {
+    // 128K keys x 512 x f32 = 256 MiB: two chunks under a 128 MiB binding.
+    let geo = e2b(512, None, 128 << 20);
+    assert_eq!(geo.chunks.len(), 2);
+    let p = plan_decode(&geo, 1, 131_072, None).unwrap();
+    assert_eq!(p.chunks, 2);
+    assert!(!p.direct);
+    let total = p.splits as usize * p.chunks;
+    assert!(
+        total <= DECODE_MAX_SPLITS && total * 8 <= geo.max_query_splits,
+        "{p:?}"
+    );
+    assert!(p.partial_grid.count() as usize * p.chunks >= 264, "{p:?}");
+    // Only chunks holding keys < kv_len are dispatched.
+    assert_eq!(plan_decode(&geo, 1, 1000, None).unwrap().chunks, 1);
+    // Scratch too small for a chunked cache fails closed.
+    let tiny = Geometry {
+        max_query_splits: 1,
+        ..geo
+    };
+    assert!(matches!(
+        plan_decode(&tiny, 1, 131_072, None),
+        Err(Error::NoRoute { .. })
+    ));
+}
+
+#[test]
+fn planner_rejects_bad_steps() {
+    let geo = e2b(512, None, 1 << 31);
+    assert!(plan_decode(&geo, 0, 10, None).is_err());
+    assert!(plan_decode(&geo, 10, 100, None).is_err()); // more rows than the route takes
+    assert!(plan_decode(&geo, 3, 2, None).is_err()); // kv_len < rows
+    assert!(plan_decode(&geo, 1, 131_073, None).is_err()); // past the cache
+    assert!(plan_decode(&geo, 1, 4096, Some(513)).is_err()); // > DECODE_MAX_SPLITS
+}
+
+#[test]
+fn decode_tiles_split_groups_evenly() {
+    assert_eq!(decode_tiles(1), (1, 1));
+    assert_eq!(decode_tiles(8), (8, 1));
+    assert_eq!(decode_tiles(9), (5, 2)); // tiles of 5 and 4 heads
+    assert_eq!(decode_tiles(12), (6, 2));
+    assert_eq!(decode_tiles(16), (8, 2));
+    assert_eq!(decode_tiles(32), (8, 4));
+}
+
+#[test]
+fn shader_copies_are_identical() {
+    let block = |name: &str, begin: &str, end: &str| -> String {
+        let src = crate::gpu::registry::shader(name).unwrap().source;
+        let a = src.find(begin).unwrap_or_else(|| panic!("{name}: {begin}"));
+        let b = src.find(end).unwrap_or_else(|| panic!("{name}: {end}"));
+        src[a..b].to_string()
+    };
+    let shared = |name| block(name, "// BEGIN decode_shared", "// END decode_shared");
+    assert_eq!(shared("attention_decode"), shared("attention_decode_sg"));
+    let sincos = |name| block(name, "fn rope_sincos", "// END rope_sincos");
+    assert_eq!(sincos("rope"), sincos("attention_decode"));
+}
+
+#[test]
+fn bench_cases_are_well_formed() {
+    let cases = decode_bench_cases();
+    assert_eq!(cases.len(), 16);
+    let names: Vec<String> = cases.iter().map(|c| c.name()).collect();
+    assert_eq!(
+        names.iter().filter(|n| n.contains("route=decode")).count(),
+        8
+    );
+    assert_eq!(
+        names.iter().filter(|n| n.contains("route=split_k")).count(),
+        8
+    );
+    for needle in [
+        "sliding w=512",
+        "m=1 start=4095",
+        "d=256",
+        "copies=64",
+        "route=decode",
+    ] {
+        assert!(names[0].contains(needle), "{needle}: {}", names[0]);
+    }
+    // A cheap one on lavapipe: that E2B sliding decode at 4K with one cache copy.
+    let mut first = decode(AttentionCase::new(8, 1, 256, 1, 4095).sliding(512, 9));
+    first.copies = 1;
+    let report = pollster::block_on(check(test_context(), &first, 0)).unwrap();
+    assert!(report.pass(), "{report}");
+}

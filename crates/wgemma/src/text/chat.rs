@@ -1,0 +1,578 @@
+//! Chat prompts: the checkpoint's own Jinja template (`chat_template.jinja`, or the
+//! `chat_template` of `tokenizer_config.json`) rendered with minijinja the way HF's
+//! `apply_chat_template` renders it, and Gemma 4's turn format built in for checkpoints
+//! that ship none.
+//!
+//! HF renders in a sandboxed jinja2 environment with `trim_blocks` and `lstrip_blocks`, the
+//! loop-controls extension, a `tojson` that does not HTML-escape, and a `raise_exception`
+//! global; the same are set up here (Python string methods such as `.strip()` come from
+//! minijinja-contrib's pycompat). The rendered text carries its own `<bos>`; it is encoded
+//! without adding special tokens, as HF does.
+
+use crate::error::{Error, Result};
+use crate::text::tokenizer::{json_kind, Tokenizer, BOS, TURN_END, TURN_START};
+use serde::{Deserialize, Serialize};
+
+/// Template errors name the session, as they did when templates lived there (the API
+/// that reports them).
+const OP: &str = "session";
+
+/// One message of a conversation (OpenAI and HF: `{"role": ..., "content": ...}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> ChatMessage {
+        ChatMessage {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+/// The roles the built-in format knows (HF's Gemma templates map `assistant` to `model`).
+const ROLES: [&str; 4] = ["system", "user", "assistant", "model"];
+
+/// Gemma 4's turn format: `<bos>`, then `<|turn>{role}\n{content}<turn|>\n` per message
+/// (`assistant` written `model`), then `<|turn>model\n` when a reply is wanted. One user
+/// message gives exactly what `Tokenizer::encode_chat` encodes.
+pub fn builtin_gemma4(messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    check_messages(messages)?;
+    let mut text = String::from(BOS);
+    for (i, m) in messages.iter().enumerate() {
+        if !ROLES.contains(&m.role.as_str()) {
+            return Err(Error::invalid(
+                OP,
+                format!("messages[{i}].role"),
+                "one of system, user, assistant",
+                format!("{:?}", m.role),
+            ));
+        }
+        let role = if m.role == "assistant" {
+            "model"
+        } else {
+            &m.role
+        };
+        text.push_str(&format!("{TURN_START}{role}\n{}{TURN_END}\n", m.content));
+    }
+    if add_generation_prompt {
+        text.push_str(&format!("{TURN_START}model\n"));
+    }
+    Ok(text)
+}
+
+fn check_messages(messages: &[ChatMessage]) -> Result<()> {
+    if messages.is_empty() {
+        return Err(Error::invalid(
+            OP,
+            "messages",
+            "at least one message",
+            "an empty list",
+        ));
+    }
+    Ok(())
+}
+
+/// A checkpoint's Jinja chat template, parsed once.
+#[derive(Clone)]
+pub struct ChatTemplate {
+    env: minijinja::Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish_non_exhaustive()
+    }
+}
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+impl ChatTemplate {
+    /// Parses `source` (refusing a template that does not compile, with minijinja's reason
+    /// and line). `bos_token` / `eos_token` are what the template sees under those names.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<ChatTemplate> {
+        let mut env = minijinja::Environment::new();
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| Error::invalid(OP, "chat template syntax", "HF's", e.to_string()))?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", tojson);
+        env.add_function("raise_exception", raise_exception);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| Error::invalid(OP, "chat template", "a Jinja template", describe(&e)))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The template a checkpoint defines, if any: `chat_template.jinja` first (what
+    /// transformers >= 4.43 saves), else `tokenizer_config.json`'s `chat_template` (a string,
+    /// or a list of `{name, template}` of which `default` is used). The special tokens come
+    /// from `tokenizer_config.json` (`<bos>` / `<eos>` when it has none).
+    pub fn from_checkpoint(
+        chat_template_jinja: Option<&str>,
+        tokenizer_config_json: Option<&str>,
+    ) -> Result<Option<ChatTemplate>> {
+        let config: Option<serde_json::Value> = tokenizer_config_json
+            .map(|json| {
+                serde_json::from_str(json).map_err(|e| {
+                    Error::invalid(OP, "tokenizer_config.json", "valid JSON", e.to_string())
+                })
+            })
+            .transpose()?;
+        let token = |name: &str, default: &str| -> String {
+            match config.as_ref().and_then(|c| c.get(name)) {
+                Some(serde_json::Value::String(s)) => s.clone(),
+                // The older AddedToken form: {"content": "<bos>", ...}.
+                Some(serde_json::Value::Object(o)) => o
+                    .get("content")
+                    .and_then(|c| c.as_str())
+                    .unwrap_or(default)
+                    .to_string(),
+                _ => default.to_string(),
+            }
+        };
+        let (bos, eos) = (token("bos_token", BOS), token("eos_token", "<eos>"));
+        let source = match chat_template_jinja {
+            Some(source) => Some(source.to_string()),
+            None => match config.as_ref().and_then(|c| c.get("chat_template")) {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(serde_json::Value::Array(list)) => Some(default_of(list)?),
+                Some(other) => {
+                    return Err(Error::invalid(
+                        OP,
+                        "tokenizer_config.json field `chat_template`",
+                        "a string or a list of {name, template}",
+                        json_kind(other),
+                    ))
+                }
+            },
+        };
+        source
+            .map(|s| ChatTemplate::new(&s, &bos, &eos))
+            .transpose()
+    }
+
+    /// The conversation as text, as HF's `apply_chat_template(messages, tokenize=False,
+    /// add_generation_prompt=...)` renders it. A template's `raise_exception` (roles out of
+    /// order, say) comes back as an error carrying its message.
+    ///
+    /// A template is a program from the checkpoint: it runs on a budget of minijinja fuel
+    /// (instructions plus bytes it creates, checked before each allocation) and an output
+    /// cap, both scaled to the conversation's size ([`RenderBudget`]), so a template with
+    /// runaway loops or output ends in an error instead of holding the caller.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        check_messages(messages)?;
+        let budget = RenderBudget::for_messages(messages);
+        let mut env = self.env.clone();
+        env.set_fuel(Some(budget.fuel));
+        let template = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| Error::invalid(OP, "chat template", "a Jinja template", describe(&e)))?;
+        let mut out = CappedOutput {
+            bytes: Vec::new(),
+            cap: budget.output_bytes,
+            over: false,
+        };
+        let rendered = template.render_captured_to(
+            minijinja::context! {
+                messages => minijinja::Value::from(minijinja::value::Serde(messages)),
+                add_generation_prompt => add_generation_prompt,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+            },
+            &mut out,
+        );
+        if out.over {
+            return Err(Error::invalid(
+                OP,
+                "chat template output",
+                format!(
+                    "at most {} bytes for a conversation of {} bytes",
+                    budget.output_bytes, budget.input_bytes
+                ),
+                "a template that writes more (a runaway template?)",
+            ));
+        }
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
+                return Err(Error::invalid(
+                    OP,
+                    "chat template",
+                    format!(
+                        "a template that renders this conversation within {} units of work \
+                         (minijinja fuel)",
+                        budget.fuel
+                    ),
+                    format!(
+                        "one that needs more (a runaway loop or data growth?): {}",
+                        describe(&e)
+                    ),
+                ))
+            }
+            Err(e) => {
+                return Err(Error::invalid(
+                    OP,
+                    "messages",
+                    "a conversation the checkpoint's chat template accepts",
+                    describe(&e),
+                ))
+            }
+        }
+        String::from_utf8(out.bytes)
+            .map_err(|e| Error::invalid(OP, "chat template output", "UTF-8 text", e.to_string()))
+    }
+}
+
+/// What one render may spend: generous for any real template (a few hundred instructions
+/// and a few copies of the text per message), small enough that a runaway one ends in well
+/// under a second and a bounded amount of memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderBudget {
+    /// Bytes of the messages' roles and contents.
+    pub input_bytes: usize,
+    /// minijinja fuel: one per instruction, one per 64 bytes of data created or written.
+    pub fuel: u64,
+    /// Bytes the rendered text may have.
+    pub output_bytes: usize,
+}
+
+impl RenderBudget {
+    pub fn for_messages(messages: &[ChatMessage]) -> RenderBudget {
+        let input_bytes: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        RenderBudget {
+            input_bytes,
+            // 1M instructions of base; 50k per message; each input byte may be copied,
+            // filtered and written about 32 times.
+            fuel: 1_000_000 + 50_000 * messages.len() as u64 + input_bytes as u64 / 2,
+            // The turn markup around each message plus the text, a few times over.
+            output_bytes: (1 << 20) + 4 * input_bytes,
+        }
+    }
+}
+
+/// Collects the rendered text, refusing to grow past `cap` (the write fails, which ends
+/// the render; `over` tells that failure from the template's own errors).
+struct CappedOutput {
+    bytes: Vec<u8>,
+    cap: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("chat template output over its cap"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A conversation's prompt ids, with message content read as text: only the markup the
+/// template (or the built-in format) writes may hold special tokens. `render` is the
+/// template. Content without any special token's string is the common case: the whole
+/// rendering is encoded at once, exactly as HF encodes it. Otherwise the conversation is
+/// rendered a second time with a placeholder for each content; the placeholders' places
+/// in that skeleton are where the contents went (verified: the skeleton with the contents
+/// put back, as written or trimmed as Gemma's templates trim them, must be the rendering),
+/// and there the contents are encoded with special tokens inert. A template that changes
+/// content in other ways cannot be checked and such content is refused.
+pub fn encode_conversation(
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    render: &dyn Fn(&[ChatMessage]) -> Result<String>,
+) -> Result<Vec<u32>> {
+    for (i, m) in messages.iter().enumerate() {
+        if let Some(special) = tok.first_special_token(&m.role) {
+            return Err(Error::invalid(
+                OP,
+                format!("messages[{i}].role"),
+                "a role name",
+                format!("one holding the special token {special:?}"),
+            ));
+        }
+    }
+    let text = render(messages)?;
+    if !messages.iter().any(|m| tok.has_special_token(&m.content)) {
+        return tok.encode(&text);
+    }
+    let marked: Vec<ChatMessage> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| ChatMessage::new(&m.role, &placeholder(i)))
+        .collect();
+    let skeleton = render(&marked)?;
+    for trim in [false, true] {
+        let Some(parts) = fill_skeleton(&skeleton, messages, trim) else {
+            continue;
+        };
+        let joined: String = parts.iter().map(|(_, t)| *t).collect();
+        if joined != text {
+            continue;
+        }
+        let mut ids = Vec::new();
+        for (is_content, part) in parts {
+            if is_content {
+                ids.extend(tok.encode_inert(part)?);
+            } else {
+                ids.extend(tok.encode(part)?);
+            }
+        }
+        return Ok(ids);
+    }
+    let (i, special) = messages
+        .iter()
+        .enumerate()
+        .find_map(|(i, m)| tok.first_special_token(&m.content).map(|s| (i, s)))
+        .expect("a content with a special token");
+    Err(Error::invalid(
+        OP,
+        format!("messages[{i}].content"),
+        "text without special tokens, for a chat template that changes content",
+        format!("the special token {special:?}"),
+    ))
+}
+
+/// Private-use delimiters around a message's index: text no real template writes.
+const OPEN: char = '\u{F0000}';
+const CLOSE: char = '\u{F0001}';
+
+fn placeholder(i: usize) -> String {
+    format!("{OPEN}{i}{CLOSE}")
+}
+
+/// The skeleton cut into markup (`false`) and message contents (`true`) put back where
+/// their placeholders are; None if a placeholder is malformed or names no message.
+fn fill_skeleton<'a>(
+    skeleton: &'a str,
+    messages: &'a [ChatMessage],
+    trim: bool,
+) -> Option<Vec<(bool, &'a str)>> {
+    let mut parts = Vec::new();
+    let mut rest = skeleton;
+    while let Some(start) = rest.find(OPEN) {
+        parts.push((false, &rest[..start]));
+        let after = &rest[start + OPEN.len_utf8()..];
+        let end = after.find(CLOSE)?;
+        let content = &messages.get(after[..end].parse::<usize>().ok()?)?.content;
+        parts.push((true, if trim { content.trim() } else { content }));
+        rest = &after[end + CLOSE.len_utf8()..];
+    }
+    parts.push((false, rest));
+    parts.retain(|(_, t)| !t.is_empty());
+    Some(parts)
+}
+
+/// The `default` entry of a named-template list (HF's multi-template form).
+fn default_of(list: &[serde_json::Value]) -> Result<String> {
+    list.iter()
+        .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+        .and_then(|t| t.get("template"))
+        .and_then(|t| t.as_str())
+        .map(String::from)
+        .ok_or_else(|| {
+            Error::invalid(
+                OP,
+                "tokenizer_config.json field `chat_template`",
+                "a template named `default` in the list",
+                format!("{} template(s), none named `default`", list.len()),
+            )
+        })
+}
+
+/// minijinja's message, with the template line when it knows one.
+fn describe(e: &minijinja::Error) -> String {
+    let mut s = match e.detail() {
+        Some(detail) => detail.to_string(),
+        None => e.to_string(),
+    };
+    if let Some(line) = e.line() {
+        s.push_str(&format!(" (template line {line})"));
+    }
+    s
+}
+
+/// HF's `raise_exception(message)`: the template refuses its input.
+fn raise_exception(message: String) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    Err(minijinja::Error::new(
+        minijinja::ErrorKind::InvalidOperation,
+        message,
+    ))
+}
+
+/// HF's `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`:
+/// Python's `json.dumps`, which neither HTML-escapes (minijinja's built-in does) nor drops
+/// the space after `,` and `:`, and keeps a dict's keys in insertion order (minijinja's
+/// `preserve_order`).
+fn tojson(
+    value: minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let bad = |e: serde_json::Error| {
+        minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+    };
+    let mut out = Vec::new();
+    match indent {
+        Some(n) => {
+            let pad = " ".repeat(n);
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(pad.as_bytes());
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+            serde::Serialize::serialize(&value, &mut ser).map_err(bad)?;
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonJson);
+            serde::Serialize::serialize(&value, &mut ser).map_err(bad)?;
+        }
+    }
+    kwargs.assert_all_used()?;
+    Ok(minijinja::Value::from_safe_string(
+        String::from_utf8(out).expect("serde_json writes UTF-8"),
+    ))
+}
+
+/// `json.dumps`' default separators: `", "` and `": "`.
+struct PythonJson;
+
+/// `", "` before every item but the first.
+fn separate<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
+    }
+}
+
+impl serde_json::ser::Formatter for PythonJson {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        separate(writer, first)
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        separate(writer, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_format_matches_encode_chat_and_names_bad_roles() {
+        let one = builtin_gemma4(&[ChatMessage::new("user", "hi")], true).unwrap();
+        assert_eq!(one, "<bos><|turn>user\nhi<turn|>\n<|turn>model\n");
+        let conv = [
+            ChatMessage::new("system", "be brief"),
+            ChatMessage::new("user", "hi"),
+            ChatMessage::new("assistant", "hello"),
+            ChatMessage::new("user", "bye"),
+        ];
+        assert_eq!(
+            builtin_gemma4(&conv, false).unwrap(),
+            "<bos><|turn>system\nbe brief<turn|>\n<|turn>user\nhi<turn|>\n\
+             <|turn>model\nhello<turn|>\n<|turn>user\nbye<turn|>\n"
+        );
+        let err = builtin_gemma4(&[ChatMessage::new("robot", "x")], true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("messages[0].role") && err.contains("\"robot\""),
+            "{err}"
+        );
+        assert!(builtin_gemma4(&[], true).is_err());
+    }
+
+    #[test]
+    fn template_errors_name_the_cause() {
+        let err = ChatTemplate::new("{% for m in messages %}", "<bos>", "<eos>")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("chat template"), "{err}");
+        let t = ChatTemplate::new(
+            "{% if messages[0].role != 'user' %}{{ raise_exception('first must be user') }}{% endif %}ok",
+            "<bos>",
+            "<eos>",
+        )
+        .unwrap();
+        let err = t
+            .render(&[ChatMessage::new("system", "x")], true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("first must be user"), "{err}");
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
+            "ok"
+        );
+    }
+
+    #[test]
+    fn tokenizer_config_forms() {
+        let none = ChatTemplate::from_checkpoint(None, Some(r#"{"bos_token": "<bos>"}"#)).unwrap();
+        assert!(none.is_none());
+        let list = r#"{"bos_token": {"content": "<s>"}, "chat_template": [
+            {"name": "tool_use", "template": "tools"},
+            {"name": "default", "template": "{{ bos_token }}{{ messages[0].content }}"}]}"#;
+        let t = ChatTemplate::from_checkpoint(None, Some(list))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
+            "<s>x"
+        );
+        // chat_template.jinja wins over the config's template.
+        let t = ChatTemplate::from_checkpoint(Some("jinja {{ eos_token }}"), Some(list))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
+            "jinja <eos>"
+        );
+        let err = ChatTemplate::from_checkpoint(None, Some(r#"{"chat_template": 3}"#))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a number"), "{err}");
+        let err = ChatTemplate::from_checkpoint(None, Some("{"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("valid JSON"), "{err}");
+    }
+}

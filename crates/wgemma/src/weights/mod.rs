@@ -1,0 +1,9 @@
+//! The one seam between weight formats and the model: a format implements
+//! [`source::WeightSource`] (scoped tensor names), hands over matrices in a
+//! [`layout::MatrixLayout`], and [`upload`] puts them on the GPU as [`linear::LinearWeight`]s,
+//! embedding tables and plain tensors.
+
+pub mod layout;
+pub mod linear;
+pub mod source;
+pub mod upload;

@@ -1,0 +1,649 @@
+//! Uploading a model's matrices: into buffers allocated once at their final size, a block
+//! of rows at a time, so a load never holds a second copy of a whole tensor on the host.
+//!
+//! A checkpoint's rows reach the GPU in one of two ways ([`Quantiser`]):
+//! - **GPU** (Q4 layouts on a hardware adapter): the stored bf16/f16/f32 bytes are copied
+//!   as they are into a staging buffer and [`q4_quantize`] writes the final Q4 words into
+//!   the weight's own buffers. The host only scans the bytes once (finite, scales in range).
+//! - **CPU** (the reference, f16/f32 layouts, and software adapters such as lavapipe, where
+//!   "the GPU" is the same cores): each block is converted to f32 and prepared by
+//!   [`Matrix::prepare`] (the multi-threaded CPU quantiser), then written.
+//!
+//! Either way the submissions in flight are bounded ([`MAX_IN_FLIGHT`] blocks), which
+//! bounds wgpu's staging copies, and the source's pages are released after each block.
+
+use crate::error::{Error, Result};
+use crate::gpu::{DType, GpuContext, Step, Tensor};
+use crate::ops::embedding::{EmbeddingTable, TableFormat};
+use crate::ops::linear::Q4Weight;
+use crate::ops::quantize::{
+    check_finite_source, check_q4_source, q4_quantize, source_to_f32, Q4Dest, SourceDtype,
+};
+use crate::weights::layout::MatrixUse;
+use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
+use std::collections::VecDeque;
+use std::ops::Range;
+
+/// Bytes of source rows per block (and the size of the GPU path's staging buffer): large
+/// enough that per-block costs (a submit, a few dispatches) vanish against the copy, small
+/// enough to fit any binding (lavapipe's is 128 MiB) and to keep a load's host memory low.
+pub const BLOCK_BYTES: usize = 32 << 20;
+
+/// Blocks whose GPU work may be queued before the loader waits for the oldest: enough to
+/// keep the GPU busy while the next block is read, few enough to bound staging memory.
+pub const MAX_IN_FLIGHT: usize = 3;
+
+/// Where a checkpoint's Q4 quantisation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantiser {
+    /// The GPU on a hardware adapter, the CPU on a software one (the default).
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+/// How a checkpoint streams its matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamOptions {
+    pub quantiser: Quantiser,
+    /// Source bytes per block (at least 64 rows a block; capped by the staging buffer).
+    pub block_bytes: usize,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            quantiser: Quantiser::Auto,
+            block_bytes: BLOCK_BYTES,
+        }
+    }
+}
+
+impl Quantiser {
+    /// Whether Q4 blocks are quantised on `ctx`'s GPU.
+    pub fn on_gpu(self, ctx: &GpuContext) -> bool {
+        match self {
+            Quantiser::Gpu => true,
+            Quantiser::Cpu => false,
+            Quantiser::Auto => ctx.info.device_type != wgpu::DeviceType::Cpu,
+        }
+    }
+}
+
+/// The loader's upload state: the context, the staging buffer of the GPU path, the
+/// submissions in flight.
+pub struct Uploader<'c> {
+    pub ctx: &'c GpuContext,
+    staging: Option<Tensor>,
+    in_flight: VecDeque<wgpu::SubmissionIndex>,
+    /// Bytes per buffer of the matrices made (`None`: the device's binding limit).
+    max_chunk_bytes: Option<u64>,
+}
+
+impl<'c> Uploader<'c> {
+    pub fn new(ctx: &'c GpuContext) -> Self {
+        Uploader {
+            ctx,
+            staging: None,
+            in_flight: VecDeque::new(),
+            max_chunk_bytes: None,
+        }
+    }
+
+    /// Splits every matrix made into buffers of at most `bytes` (tests reach the chunk
+    /// boundaries of E2B-sized tables with tiny ones).
+    pub fn with_max_chunk_bytes(mut self, bytes: u64) -> Self {
+        self.max_chunk_bytes = Some(bytes);
+        self
+    }
+
+    /// Records a submitted block, waiting for the oldest once too many are in flight (on
+    /// the web the poll returns at once and the browser paces the queue).
+    fn submitted(&mut self, index: wgpu::SubmissionIndex) {
+        self.in_flight.push_back(index);
+        while self.in_flight.len() > MAX_IN_FLIGHT {
+            let Some(oldest) = self.in_flight.pop_front() else {
+                break;
+            };
+            // A lost device surfaces at the model's first forward with its own error; here
+            // the wait only paces the upload.
+            let _ = self.ctx.device.poll(wgpu::PollType::Wait {
+                submission_index: Some(oldest),
+                timeout: None,
+            });
+        }
+    }
+
+    /// Submits the writes queued so far as one block.
+    pub fn flush(&mut self) {
+        let index = self.ctx.queue.submit([]);
+        self.submitted(index);
+    }
+
+    /// The staging buffer of the GPU path, made on first use.
+    fn staging(&mut self) -> Result<Tensor> {
+        if let Some(t) = &self.staging {
+            return Ok(t.clone());
+        }
+        let words = self.staging_bytes() / 4;
+        let t = Tensor::zeros(self.ctx, "q4 staging", &[words], DType::U32)?;
+        self.staging = Some(t.clone());
+        Ok(t)
+    }
+
+    /// Staging capacity in bytes: [`BLOCK_BYTES`], or less where one binding holds less.
+    fn staging_bytes(&self) -> usize {
+        let max = self
+            .ctx
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.ctx.limits.max_buffer_size) as usize;
+        BLOCK_BYTES.min(max) / 4 * 4
+    }
+}
+
+/// What the loader builds from one matrix: a linear weight, an embedding table, or both
+/// (the tied embedding and lm_head).
+pub struct Uploaded {
+    pub linear: Option<LinearWeight>,
+    pub table: Option<EmbeddingTable>,
+}
+
+impl Uploaded {
+    /// Uploads a whole prepared matrix (an artifact's borrowed words, a synthetic model).
+    pub fn from_matrix(
+        ctx: &GpuContext,
+        name: &str,
+        m: &Matrix<'_>,
+        use_: MatrixUse,
+    ) -> Result<Self> {
+        let (linear, table) = wants(use_);
+        Ok(Uploaded {
+            linear: linear
+                .then(|| LinearWeight::from_matrix(ctx, name, m))
+                .transpose()?,
+            table: table.then(|| table_from_matrix(ctx, name, m)).transpose()?,
+        })
+    }
+
+    /// Zeroed destinations for an `[n, k]` matrix in `layout`.
+    fn zeros(
+        up: &Uploader<'_>,
+        name: &str,
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+        use_: MatrixUse,
+    ) -> Result<Self> {
+        let (ctx, max_chunk) = (up.ctx, up.max_chunk_bytes);
+        let (linear, table) = wants(use_);
+        let linear = linear
+            .then(|| -> Result<LinearWeight> {
+                Ok(match layout {
+                    MatrixLayout::Q4 { group } => LinearWeight::Q4(match max_chunk {
+                        Some(max) => Q4Weight::zeros_with_max_binding(ctx, n, k, group, max)?,
+                        None => Q4Weight::zeros(ctx, n, k, group)?,
+                    }),
+                    MatrixLayout::F16 => {
+                        LinearWeight::Dense(Tensor::zeros(ctx, name, &[n, k], DType::F16)?)
+                    }
+                    MatrixLayout::F32 => {
+                        LinearWeight::Dense(Tensor::zeros(ctx, name, &[n, k], DType::F32)?)
+                    }
+                })
+            })
+            .transpose()?;
+        let format = match layout {
+            MatrixLayout::Q4 { group } => TableFormat::Q4 { group },
+            MatrixLayout::F16 => TableFormat::F16,
+            MatrixLayout::F32 => TableFormat::F32,
+        };
+        let table = table
+            .then(|| EmbeddingTable::new(ctx, name, n, k, format, max_chunk))
+            .transpose()?;
+        Ok(Uploaded { linear, table })
+    }
+
+    /// Writes prepared rows `first_row..` (a block of the matrix) into every destination.
+    fn write_rows(&self, ctx: &GpuContext, first_row: usize, block: &Matrix<'_>) -> Result<()> {
+        let k = block.k;
+        match (&self.linear, &block.data) {
+            (Some(LinearWeight::Q4(w)), MatrixData::Q4 { packed, scales, .. }) => {
+                w.write_rows(ctx, first_row, packed, scales)?
+            }
+            (Some(LinearWeight::Dense(t)), MatrixData::F16(v)) => {
+                write_padded(ctx, t, first_row * k * 2, bytemuck::cast_slice(v))
+            }
+            (Some(LinearWeight::Dense(t)), MatrixData::F32(v)) => {
+                write_padded(ctx, t, first_row * k * 4, bytemuck::cast_slice(v))
+            }
+            (None, _) => {}
+            (Some(_), data) => return Err(layout_mismatch(data)),
+        }
+        if let Some(table) = &self.table {
+            let (_, rows) = table_rows(block);
+            table.write_rows(ctx, first_row, rows)?;
+        }
+        Ok(())
+    }
+
+    /// Every Q4 row chunk of every destination: (rows, packed words, scale words).
+    fn q4_chunks(&self) -> Vec<(Range<usize>, &Tensor, &Tensor)> {
+        let mut out = Vec::new();
+        if let Some(LinearWeight::Q4(w)) = &self.linear {
+            out.extend(
+                w.chunks()
+                    .iter()
+                    .map(|c| (c.rows.clone(), &c.packed, &c.scales)),
+            );
+        }
+        if let Some(t) = &self.table {
+            out.extend(
+                t.chunks()
+                    .iter()
+                    .filter_map(|c| c.scales.as_ref().map(|s| (c.rows.clone(), &c.data, s))),
+            );
+        }
+        out
+    }
+}
+
+fn wants(use_: MatrixUse) -> (bool, bool) {
+    match use_ {
+        MatrixUse::Table => (false, true),
+        MatrixUse::TableAndLinear => (true, true),
+        _ => (true, false),
+    }
+}
+
+fn layout_mismatch(data: &MatrixData<'_>) -> Error {
+    Error::invalid(
+        "upload",
+        "block layout",
+        "the destination's layout",
+        match data {
+            MatrixData::F32(_) => "f32",
+            MatrixData::F16(_) => "f16",
+            MatrixData::Q4 { .. } => "q4",
+        },
+    )
+}
+
+/// Queue write at a byte offset (a multiple of 4 here: blocks start at even rows); a
+/// ragged tail, only at a matrix's end, is padded into the word-padded buffer.
+fn write_padded(ctx: &GpuContext, t: &Tensor, offset: usize, bytes: &[u8]) {
+    if bytes.len() % 4 == 0 {
+        ctx.queue.write_buffer(t.buffer(), offset as u64, bytes);
+    } else {
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().div_ceil(4) * 4, 0);
+        ctx.queue.write_buffer(t.buffer(), offset as u64, &padded);
+    }
+}
+
+/// One stored tensor's raw rows, as a checkpoint holds them.
+pub struct RawTensor<'a> {
+    /// `[rows, k]` row-major.
+    pub data: &'a [u8],
+    pub dtype: SourceDtype,
+    /// The tensor, for errors: e.g. "`model.norm.weight` in `model.safetensors`".
+    pub what: &'a str,
+    /// Called with each byte range of `data` once it is uploaded (a memory map drops its
+    /// pages).
+    pub release: &'a dyn Fn(Range<usize>),
+}
+
+/// Uploads the row blocks `parts` (each `[n / parts.len(), k]`, stacked) as one `[n, k]`
+/// matrix in `layout`, a block of rows at a time.
+#[allow(clippy::too_many_arguments)]
+pub fn upload_raw_parts(
+    up: &mut Uploader<'_>,
+    options: StreamOptions,
+    name: &str,
+    parts: &[RawTensor<'_>],
+    n: usize,
+    k: usize,
+    layout: MatrixLayout,
+    use_: MatrixUse,
+) -> Result<Uploaded> {
+    if parts.is_empty() || n % parts.len() != 0 || k == 0 {
+        return Err(Error::invalid(
+            "upload",
+            format!("row blocks of a [{n}, {k}] matrix `{name}`"),
+            "at least one, dividing the rows evenly",
+            parts.len(),
+        ));
+    }
+    let dest = Uploaded::zeros(up, name, n, k, layout, use_)?;
+    let part_rows = n / parts.len();
+    for (p, part) in parts.iter().enumerate() {
+        let row_bytes = k * part.dtype.bytes();
+        if part.data.len() != part_rows * row_bytes {
+            return Err(Error::invalid(
+                "upload",
+                format!("bytes of part {p} of `{name}`"),
+                part_rows * row_bytes,
+                part.data.len(),
+            ));
+        }
+    }
+    // Parts must start on whole words of the destination (Q4: of the scales too), else two
+    // blocks would share a word: only tiny test shapes miss, and load whole.
+    let part_elems = match layout {
+        MatrixLayout::Q4 { group } => part_rows * (k / group),
+        MatrixLayout::F16 => part_rows * k,
+        MatrixLayout::F32 => 0,
+    };
+    if parts.len() > 1 && part_elems % 2 == 1 {
+        for part in parts {
+            check_block(part, part.data, k, layout, 0)?;
+        }
+        let values: Vec<f32> = parts
+            .iter()
+            .flat_map(|p| source_to_f32(p.data, p.dtype))
+            .collect();
+        dest.write_rows(up.ctx, 0, &Matrix::prepare(values, n, k, layout)?)?;
+        up.flush();
+        for part in parts {
+            (part.release)(0..part.data.len());
+        }
+        return Ok(dest);
+    }
+    let on_gpu = options.quantiser.on_gpu(up.ctx);
+    for (p, part) in parts.iter().enumerate() {
+        let row_bytes = k * part.dtype.bytes();
+        // Whole multiples of 64 rows per block (every chunk boundary is one), at least 64.
+        let block_bytes = options.block_bytes.min(up.staging_bytes());
+        let block_rows = (block_bytes / row_bytes / 64 * 64).max(64);
+        let mut r0 = 0;
+        while r0 < part_rows {
+            let r1 = (r0 + block_rows).min(part_rows);
+            let range = r0 * row_bytes..r1 * row_bytes;
+            let bytes = &part.data[range.clone()];
+            let first = p * part_rows + r0;
+            let rows = first..first + r1 - r0;
+            check_block(part, bytes, k, layout, r0)?;
+            match layout {
+                MatrixLayout::Q4 { group } if on_gpu => {
+                    quantise_block_on_gpu(up, &dest, bytes, part.dtype, rows, k, group)?;
+                }
+                _ => {
+                    let values = source_to_f32(bytes, part.dtype);
+                    let block = Matrix::prepare(values, rows.len(), k, layout)?;
+                    dest.write_rows(up.ctx, first, &block)?;
+                    up.flush();
+                }
+            }
+            (part.release)(range);
+            r0 = r1;
+        }
+    }
+    Ok(dest)
+}
+
+/// Uploads an `[n, k]` matrix stacked from `parts` equal row blocks, a block of at most
+/// [`BLOCK_BYTES`] of f32 rows (whole multiples of 64 rows) at a time, each block prepared
+/// on the host by `produce(part, rows of that part)` in `layout`. For sources whose rows are
+/// not plain bf16/f16/f32 (GGUF block formats): they are converted on the CPU, or, where a
+/// block format maps onto `layout`, rewritten without requantising. A part's rows must
+/// start on a whole scale word (`parts == 1`, or `n / parts * groups` even).
+#[allow(clippy::too_many_arguments)]
+pub fn upload_blocks(
+    up: &mut Uploader<'_>,
+    name: &str,
+    n: usize,
+    k: usize,
+    layout: MatrixLayout,
+    use_: MatrixUse,
+    parts: usize,
+    produce: &mut dyn FnMut(usize, Range<usize>) -> Result<Matrix<'static>>,
+) -> Result<Uploaded> {
+    let part_elems = match layout {
+        MatrixLayout::Q4 { group } => n / parts.max(1) * (k / group.max(1)),
+        _ => n / parts.max(1) * k,
+    };
+    if parts == 0 || n % parts != 0 || k == 0 || (parts > 1 && part_elems % 2 == 1) {
+        return Err(Error::invalid(
+            "upload",
+            format!("row blocks of a [{n}, {k}] matrix `{name}`"),
+            "at least one, dividing the rows evenly, each starting on a whole word",
+            parts,
+        ));
+    }
+    let dest = Uploaded::zeros(up, name, n, k, layout, use_)?;
+    let part_rows = n / parts;
+    let block_rows = (BLOCK_BYTES / (4 * k) / 64 * 64).max(64);
+    for p in 0..parts {
+        let mut r0 = 0;
+        while r0 < part_rows {
+            let r1 = (r0 + block_rows).min(part_rows);
+            let block = produce(p, r0..r1)?;
+            if block.n != r1 - r0 || block.k != k || block.layout() != layout {
+                return Err(Error::invalid(
+                    "upload",
+                    format!("block of rows {r0}..{r1} of part {p} of `{name}`"),
+                    format!("[{}, {k}] in {layout:?}", r1 - r0),
+                    format!("[{}, {}] in {:?}", block.n, block.k, block.layout()),
+                ));
+            }
+            block.validate(name)?;
+            dest.write_rows(up.ctx, p * part_rows + r0, &block)?;
+            up.flush();
+            r0 = r1;
+        }
+    }
+    Ok(dest)
+}
+
+/// Checks a block of `part` (rows from `first_row` of it) before anything is uploaded:
+/// finite weights, and for Q4 scales within f16's range.
+fn check_block(
+    part: &RawTensor<'_>,
+    bytes: &[u8],
+    k: usize,
+    layout: MatrixLayout,
+    first_row: usize,
+) -> Result<()> {
+    match layout {
+        MatrixLayout::Q4 { group } => {
+            check_q4_source(bytes, part.dtype, k, group, first_row, part.what)
+        }
+        _ => check_finite_source(bytes, part.dtype, first_row * k, part.what),
+    }
+}
+
+/// Stages one block's raw bytes and quantises them into every destination chunk it
+/// overlaps, in one submit.
+fn quantise_block_on_gpu(
+    up: &mut Uploader<'_>,
+    dest: &Uploaded,
+    bytes: &[u8],
+    dtype: SourceDtype,
+    rows: Range<usize>,
+    k: usize,
+    group: usize,
+) -> Result<()> {
+    let staging = up.staging()?;
+    let ctx = up.ctx;
+    if bytes.len() % 4 == 0 {
+        ctx.queue.write_buffer(staging.buffer(), 0, bytes);
+    } else {
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().div_ceil(4) * 4, 0);
+        ctx.queue.write_buffer(staging.buffer(), 0, &padded);
+    }
+    let groups = k / group;
+    let mut kernels = Vec::new();
+    for (chunk, packed, scales) in dest.q4_chunks() {
+        let (lo, hi) = (rows.start.max(chunk.start), rows.end.min(chunk.end));
+        if lo >= hi {
+            continue;
+        }
+        kernels.push(q4_quantize(
+            ctx,
+            &staging,
+            dtype,
+            (lo - rows.start) * k,
+            (hi - lo) * groups,
+            group,
+            Q4Dest {
+                packed,
+                packed_offset: (lo - chunk.start) * k / 8,
+                scales,
+                scale_offset: (lo - chunk.start) * groups / 2,
+            },
+        )?);
+    }
+    let mut step = Step::new(ctx);
+    step.pass(|pass| {
+        for kernel in &kernels {
+            pass.dispatch(kernel);
+        }
+    });
+    let index = step.submit();
+    up.submitted(index);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::read_tensor_bytes;
+    use crate::harness::test_context;
+    use crate::ops::linear::quantize_q4;
+
+    fn read_words(ctx: &GpuContext, t: &Tensor) -> Vec<u32> {
+        bytemuck::pod_collect_to_vec(&pollster::block_on(read_tensor_bytes(ctx, t)).unwrap())
+    }
+
+    /// Q4 words and f16 scales of both destinations, chunks concatenated.
+    fn words_of(ctx: &GpuContext, m: &Uploaded) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u16>) {
+        let Some(LinearWeight::Q4(w)) = &m.linear else {
+            panic!("expected a Q4 linear weight")
+        };
+        let (mut packed, mut scales) = (Vec::new(), Vec::new());
+        for c in w.chunks() {
+            packed.extend(read_words(ctx, &c.packed));
+            scales.extend(read_words(ctx, &c.scales));
+        }
+        let table = m.table.as_ref().expect("a table");
+        let groups = table.format().scales_per_row(table.dim());
+        let (mut t_packed, mut t_scales) = (Vec::new(), Vec::new());
+        for c in table.chunks() {
+            t_packed.extend(read_words(ctx, &c.data));
+            let halves: Vec<u16> =
+                bytemuck::pod_collect_to_vec(&read_words(ctx, c.scales.as_ref().unwrap()));
+            t_scales.extend_from_slice(&halves[..c.rows.len() * groups]);
+        }
+        (packed, scales, t_packed, t_scales)
+    }
+
+    /// Two stacked bf16 parts, blocks of 64 rows, buffers of a few rows: the GPU path, the
+    /// CPU path and the CPU quantiser over the whole matrix give the same words, in the
+    /// linear weight and in the table alike. An odd group count per row with odd part
+    /// heights (parts meeting mid scale word) falls back to the CPU and still matches.
+    #[test]
+    fn streamed_blocks_match_the_whole_matrix_quantiser() {
+        let ctx = test_context();
+        for (part_rows, k, group) in [(160, 96, 32), (70, 64, 32), (75, 64, 64)] {
+            let n = 2 * part_rows;
+            let values: Vec<f32> = (0..n * k)
+                .map(|i| ((i as f32 * 0.61).sin() * (1.0 + (i % 7) as f32)).round() / 8.0)
+                .collect();
+            let bf: Vec<u8> = values
+                .iter()
+                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
+                .collect();
+            let exact: Vec<f32> = bf
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect();
+            let want = quantize_q4(&exact, n, k, group).unwrap();
+            let want_halves: Vec<u16> =
+                bytemuck::cast_slice::<u32, u16>(&want.scales)[..n * k / group].to_vec();
+            let half_bytes = bf.len() / 2;
+            let released = std::cell::Cell::new(0usize);
+            let release = |r: Range<usize>| released.set(released.get() + r.len());
+            let parts = [
+                RawTensor {
+                    data: &bf[..half_bytes],
+                    dtype: SourceDtype::BF16,
+                    what: "`w`",
+                    release: &release,
+                },
+                RawTensor {
+                    data: &bf[half_bytes..],
+                    dtype: SourceDtype::BF16,
+                    what: "`w`",
+                    release: &release,
+                },
+            ];
+            for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
+                released.set(0);
+                // 96 rows of packed words per buffer: the table's chunks start mid block
+                // (the linear weight's round down to 64 rows).
+                let mut up = Uploader::new(ctx).with_max_chunk_bytes(96 * k as u64 / 2);
+                let options = StreamOptions {
+                    quantiser,
+                    block_bytes: 1,
+                };
+                let m = upload_raw_parts(
+                    &mut up,
+                    options,
+                    "w",
+                    &parts,
+                    n,
+                    k,
+                    MatrixLayout::Q4 { group },
+                    MatrixUse::TableAndLinear,
+                )
+                .unwrap();
+                let (packed, scales, t_packed, t_scales) = words_of(ctx, &m);
+                let what = format!("{quantiser:?} part_rows {part_rows} k {k} group {group}");
+                assert_eq!(packed, want.packed, "{what}: packed");
+                assert_eq!(scales, want.scales, "{what}: scales");
+                assert_eq!(t_packed, want.packed, "{what}: table words");
+                assert_eq!(t_scales, want_halves, "{what}: table scales");
+                assert_eq!(released.get(), bf.len(), "{what}: bytes released");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_weights_are_named_before_anything_is_dispatched() {
+        let ctx = test_context();
+        let mut values = vec![0.25f32; 128 * 32];
+        values[70 * 32 + 3] = f32::INFINITY;
+        let release = |_: Range<usize>| {};
+        let part = RawTensor {
+            data: bytemuck::cast_slice(&values),
+            dtype: SourceDtype::F32,
+            what: "`layers.0.mlp.down_proj.weight` in `m`",
+            release: &release,
+        };
+        for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
+            let options = StreamOptions {
+                quantiser,
+                block_bytes: 1,
+            };
+            let err = upload_raw_parts(
+                &mut Uploader::new(ctx),
+                options,
+                "layers.0.mlp.down_proj.weight",
+                std::slice::from_ref(&part),
+                128,
+                32,
+                MatrixLayout::Q4 { group: 32 },
+                MatrixUse::Linear,
+            )
+            .err()
+            .expect("an error")
+            .to_string();
+            assert!(
+                err.contains("element 2243") && err.contains("down_proj") && err.contains("finite"),
+                "{err}"
+            );
+        }
+    }
+}
