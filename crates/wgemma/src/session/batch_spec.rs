@@ -29,10 +29,10 @@
 use super::batch::Stream;
 use super::{Session, TokenEvent, OP};
 use crate::error::{Error, Result};
+use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
-use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
 use crate::model::target::{Model, Sequence};
 use crate::ops::embedding::write_token_ids;
 
@@ -260,7 +260,8 @@ impl Session {
                 _ => Tensor::zeros(
                     ctx,
                     "batch draft staging",
-                    &[streams.len() * (STAGE_WORDS + crate::generate::speculative::MAX_DRAFT_TOKENS)],
+                    &[streams.len()
+                        * (STAGE_WORDS + crate::generate::speculative::MAX_DRAFT_TOKENS)],
                     DType::U32,
                 )?,
             };
