@@ -3,7 +3,8 @@
 
 Starts three servers on 127.0.0.1 (free ports): two over a tiny test model (the `e2b_like`
 golden fixture with a word-level tokenizer and the `gemma4_turns` chat template), one
-batching up to 4 sequences, one drafting with the fixture's MTP assistant; and one over the
+batching up to 4 sequences, one drafting with the fixture's MTP assistant in 8 parallel
+slots; and one over the
 shipped pair (`models/kjv-pair.wgemma`, a byte-level BPE vocabulary) for structured output
 (a strict JSON schema and JSON mode on 20 prompts) and tool calls (a forced call, whole and
 streamed, its tool message back and the model's answer, the prompt in Gemma 4's notation).
@@ -17,7 +18,7 @@ client; seeds (a random one reported when none is given; a given one reproducing
 with and without the assistant) and stop strings; the errors (malformed JSON, wrong types,
 huge max_tokens, unknown model, missing or wrong key); a full queue answering 503; greedy
 output identical alone and batched; the speculative server's output equal to the plain
-one's; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
+one's, and 16 concurrent streams with the assistant each equal to its solo run; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
 whose finished requests must equal their solo runs, after which the metrics must show no
 sequence or KV slot held and the server must still answer. The servers are stopped at the
 end, also on failure. Every request has a timeout.
@@ -202,7 +203,7 @@ def main():
         t0 = time.time()
         servers.append(Server(args.wgemma, model, ["--parallel", "4", "--queue", "12",
                                                    "--header-timeout", "3", "--body-timeout", "3"]))
-        servers.append(Server(args.wgemma, model, ["--assistant", str(assistant)]))
+        servers.append(Server(args.wgemma, model, ["--assistant", str(assistant), "--parallel", "8"]))
         # The shipped pair: a byte-level BPE vocabulary, which structured output needs.
         servers.append(Server(args.wgemma, ROOT / "models/kjv-pair.wgemma", ["--parallel", "8"]))
         print(f"servers up at {servers[0].base} (batching), {servers[1].base} (speculative) and "
@@ -379,6 +380,41 @@ def run_tests(server, spec_server, kjv_server, args):
         assert m["wgemma_draft_tokens_total"] > 0, m
         assert 0 <= m["wgemma_draft_acceptance_rate"] <= 1, m
 
+    def speculative_streams_in_parallel():
+        # Issue 29's Done-when: 16 concurrent streams with the assistant (8 slots drafting
+        # in one batch, the rest queued), each equal to its solo run: greedy, a seeded
+        # sample, and a logprobs request (its rows adjusted on the host).
+        spec = client_of(spec_server)
+        n = 16
+
+        def kw(i):
+            k = dict(messages=chat_messages(40 + i), max_tokens=10 + i % 5, model="tiny")
+            if i % 4 == 1:
+                k.update(temperature=0.9, seed=100 + i)
+            else:
+                k.update(temperature=0)
+            if i % 8 == 3:
+                k.update(logprobs=True)
+            return k
+
+        solo = [spec.chat.completions.create(**kw(i)).choices[0].message.content for i in range(n)]
+        plain = [client.chat.completions.create(**kw(i)).choices[0].message.content for i in range(n)]
+        assert solo == plain, (solo, plain)
+        barrier = threading.Barrier(n)
+
+        def one(i):
+            barrier.wait()
+            if i % 2:
+                stream = spec.chat.completions.create(stream=True, **kw(i))
+                return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            return spec.chat.completions.create(**kw(i)).choices[0].message.content
+
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            together = list(pool.map(one, range(n)))
+        assert together == solo, [(i, a, b) for i, (a, b) in enumerate(zip(together, solo)) if a != b]
+        m = wait_idle(spec_server)
+        assert m["wgemma_batch_rows_peak"] >= 2, f"never batched: {m['wgemma_batch_rows_peak']}"
+
     def load_test():
         prompts = 8
         # Solo runs first: the expected text of every prompt.
@@ -445,7 +481,7 @@ def run_tests(server, spec_server, kjv_server, args):
         err = "".join(busy.stderr)
         assert rc != 0 and f"--port {server.port}: binding" in err, (rc, err)
         # The banner names adapter, model, context, slots and the speculative mode.
-        for srv, slots, spec in [(server, 4, "speculative: off"), (spec_server, 2, "speculative: MTP")]:
+        for srv, slots, spec in [(server, 4, "speculative: off"), (spec_server, 8, "speculative: MTP")]:
             b = srv.banner
             for needle in ["ready", "adapter", "context 256 positions", f"{slots} slot(s)", spec]:
                 assert needle in b, (needle, b)
@@ -504,7 +540,9 @@ def run_tests(server, spec_server, kjv_server, args):
         assert s == 200 and props["total_slots"] == 4 and props["context"] == 256, props
         assert props["speculative"] is None and "adapter" in props, props
         s, props = spec_server.raw("GET", "/props")
-        assert props["total_slots"] == 2 and "MTP" in props["speculative"], props
+        assert props["total_slots"] == 8 and "MTP" in props["speculative"], props
+        s, slots = spec_server.raw("GET", "/slots")
+        assert s == 200 and [x["id"] for x in slots] == list(range(1, 9)), slots
         wait_idle(server)
         s, slots = server.raw("GET", "/slots")
         assert s == 200 and [x["id"] for x in slots] == [1, 2, 3, 4], slots
@@ -662,7 +700,7 @@ def run_tests(server, spec_server, kjv_server, args):
         streamed = [e.token for ch in stream if ch.choices and ch.choices[0].logprobs
                     for e in ch.choices[0].logprobs.content]
         assert streamed == [e.token for e in lp], (streamed, lp)
-        # The speculative server runs them too (plain, in its extra slot).
+        # The speculative server runs them too (every verified row adjusted as plainly).
         spec = client_of(spec_server).chat.completions.create(messages=msgs, max_tokens=4, logprobs=True,
                                                               top_logprobs=3, **greedy)
         assert [e.token for e in spec.choices[0].logprobs.content] == [e.token for e in lp], spec
@@ -854,6 +892,7 @@ def run_tests(server, spec_server, kjv_server, args):
     check("a full queue answers 503", full_queue_answers_503)
     check("greedy output identical alone and batched", greedy_alone_equals_batched)
     check("speculative server equals the plain one", speculative_server)
+    check("16 speculative streams in parallel equal their solo runs", speculative_streams_in_parallel)
     check("load test", load_test)
     check("hostile HTTP: pages, keys, sizes, deadlines (issue 30)", lambda: hostile_http(server, args))
     check("shutdown does not wait for idle clients (issue 30)", lambda: shutdown_with_idle_clients(args))

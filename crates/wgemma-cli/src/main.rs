@@ -4,6 +4,7 @@
 mod artifact_file;
 mod bench;
 mod bench_diag;
+mod bench_parallel;
 mod bench_spec;
 mod bench_table;
 mod chat;

@@ -212,16 +212,6 @@ pub struct Sampling {
 }
 
 impl Sampling {
-    /// True when the request needs its logits on the host (a batched stream, not the
-    /// speculative loop).
-    pub fn needs_stream(&self) -> bool {
-        !self.adjust.is_identity()
-            || self.min_p > 0.0
-            || self.logprobs.is_some()
-            || self.response_format.is_some()
-            || self.tools.as_ref().is_some_and(ToolRequest::forces_call)
-    }
-
     /// Tools are declared to the model: its replies are read for calls.
     pub fn declares_tools(&self) -> bool {
         self.tools
@@ -822,7 +812,6 @@ mod tests {
             (s.min_p, s.logprobs, s.user.as_deref()),
             (0.05, Some(4), Some("u"))
         );
-        assert!(s.needs_stream());
         for (extra, param) in [
             (r#", "frequency_penalty": 2.5"#, "frequency_penalty"),
             (r#", "presence_penalty": -3"#, "presence_penalty"),
@@ -854,7 +843,6 @@ mod tests {
         assert_eq!(big.sampling.seed, 11370070643807128939);
         let e = chat(r#", "seed": 1.5"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("seed"), "{}", e.message);
-        assert!(!a.sampling.needs_stream());
         let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
         assert_eq!(c.sampling.logprobs, Some(0));
         let e =

@@ -5,12 +5,14 @@
 //! prompts or stop lists of its own.
 //!
 //! Requests can also decode together, each in its own KV slot ([`Stream`]: continuous
-//! batching, one forward per step for all of them).
+//! batching, one forward per step for all of them), speculative ones included (each
+//! stream drafting for itself, every stream's verify rows in one forward).
 //!
 //! Platform-independent (no threads, no filesystem, no blocking): the browser awaits it,
 //! native callers block on it with pollster at their edge.
 
 mod batch;
+mod batch_spec;
 mod load;
 mod types;
 
@@ -21,6 +23,7 @@ pub use crate::text::chat::{
 pub use crate::text::stop::StopStrings;
 pub use crate::text::tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use batch::{Stream, StreamExtras, TokenConstraint};
+pub use batch_spec::DraftReplacement;
 pub use load::{eos_ids_of, TextSetup};
 pub use types::*;
 
@@ -88,6 +91,10 @@ pub struct Session {
     /// silently skipped and readbacks return stale bytes: generation checks this after
     /// every step.
     gpu_errors: Arc<Mutex<Vec<String>>>,
+    /// Batched speculative steps' staging (round starts) and draft readback, kept between
+    /// steps.
+    draft_staging: Option<crate::gpu::Tensor>,
+    draft_readback: Option<crate::gpu::Readback>,
 }
 
 impl Session {
@@ -116,6 +123,8 @@ impl Session {
             target: None,
             assistant: None,
             gpu_errors,
+            draft_staging: None,
+            draft_readback: None,
         }
     }
 
