@@ -392,16 +392,7 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
         softcap,
     } = DecoderFloats::read(&m)?;
     let factor = partial_rotary_factor(file, head_dim_full)?;
-    let layer_types: Vec<&str> = sliding
-        .iter()
-        .map(|&s| {
-            if s {
-                "sliding_attention"
-            } else {
-                "full_attention"
-            }
-        })
-        .collect();
+    let layer_types: Vec<&str> = sliding.iter().map(|&s| layer_type(s)).collect();
     let mut c = json!({
         "model_type": "gemma4_text",
         "vocab_size": vocab,
@@ -459,6 +450,15 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
         }
     }
     Ok(c)
+}
+
+/// HF's `layer_types` entry of a sliding or a full attention layer.
+fn layer_type(sliding: bool) -> &'static str {
+    if sliding {
+        "sliding_attention"
+    } else {
+        "full_attention"
+    }
 }
 
 /// `(kv heads of sliding layers, of full layers if any)` from the per-layer
