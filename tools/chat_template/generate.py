@@ -49,6 +49,42 @@ CONVERSATIONS = {
     ],
 }
 
+# Tools in OpenAI's shape (what `apply_chat_template(tools=...)` takes), with keys in sorted
+# order so that any map order renders alike.
+WEATHER = {"type": "function", "function": {
+    "description": "The weather in a city now, in degrees",
+    "name": "get_weather",
+    "parameters": {"properties": {"city": {"enum": ["Paris", "Rome"], "type": "string"},
+                                  "days": {"type": "integer"}},
+                   "required": ["city"], "type": "object"}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"properties": {}, "type": "object"}}}
+
+# Conversations with tools (the calls and the tools' responses on the assistant message, as
+# Gemma 4 keeps them in the model's turn), rendered only by the templates that read tools.
+TOOL_CONVERSATIONS = {
+    "tools_declared": {"tools": [WEATHER, TIME], "messages": [
+        {"role": "system", "content": "Use the tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]},
+    "tool_call_answered": {"tools": [WEATHER], "messages": [
+        {"role": "user", "content": "Weather in Paris for 2 days?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                          "arguments": {"city": "Paris", "days": 2}}},
+                        {"type": "function", "function": {"name": "get_time", "arguments": {}}}],
+         "tool_responses": [{"name": "get_weather", "response": {"degrees": 21, "sky": "clear, \"blue\" {x}"}},
+                            {"name": "get_time", "response": "noon"}]},
+    ]},
+    "tool_history": {"tools": [WEATHER], "messages": [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Looking.",
+         "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                                                          "arguments": {"city": "Rome", "flag": True, "x": None}}}],
+         "tool_responses": [{"name": "get_weather", "response": [1, 2.5]}]},
+        {"role": "user", "content": "Thanks."},
+    ]},
+}
+
 
 def tokenizer(template):
     vocab = {t: i for i, t in enumerate(["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"])}
@@ -72,12 +108,21 @@ def main():
                 except Exception as e:  # the template's raise_exception
                     case["error"] = str(e)
                 cases.append(case)
+        if "tools" not in path.name:
+            continue
+        for name, conv in TOOL_CONVERSATIONS.items():
+            for gen in (True, False):
+                case = {"template": path.name, "conversation": name, "add_generation_prompt": gen}
+                case["text"] = tok.apply_chat_template(
+                    conv["messages"], tools=conv["tools"], tokenize=False, add_generation_prompt=gen)
+                cases.append(case)
     out = {
         "generator": "tools/chat_template/generate.py",
         "versions": {"transformers": transformers.__version__,
                      "tokenizers": tokenizers.__version__,
                      "python": sys.version.split()[0]},
-        "conversations": CONVERSATIONS,
+        "conversations": {**CONVERSATIONS, **{k: v["messages"] for k, v in TOOL_CONVERSATIONS.items()}},
+        "tools": {k: v["tools"] for k, v in TOOL_CONVERSATIONS.items()},
         "cases": cases,
     }
     (DIR / "expected.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")

@@ -3,9 +3,12 @@
 
 Starts three servers on 127.0.0.1 (free ports): two over a tiny test model (the `e2b_like`
 golden fixture with a word-level tokenizer and the `gemma4_turns` chat template), one
-batching up to 4 sequences, one drafting with the fixture's MTP assistant; and one over the
+batching up to 4 sequences, one drafting with the fixture's MTP assistant in 8 parallel
+slots; and one over the
 shipped pair (`models/kjv-pair.wgemma`, a byte-level BPE vocabulary) for structured output
-(a strict JSON schema and JSON mode on 20 prompts). Runs: operations (the port
+(a strict JSON schema and JSON mode on 20 prompts) and tool calls (a forced call, whole and
+streamed, its tool message back and the model's answer, the prompt in Gemma 4's notation).
+Runs: operations (the port
 bound before loading, /health 503 "loading" then 200, the banner, unique request ids, one
 log line per request, JSON errors on every route, the latency histograms, /tokenize,
 /detokenize, /apply-template, /props, /slots); a table over every field of the client's
@@ -15,7 +18,7 @@ client; seeds (a random one reported when none is given; a given one reproducing
 with and without the assistant) and stop strings; the errors (malformed JSON, wrong types,
 huge max_tokens, unknown model, missing or wrong key); a full queue answering 503; greedy
 output identical alone and batched; the speculative server's output equal to the plain
-one's; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
+one's, and 16 concurrent streams with the assistant each equal to its solo run; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
 whose finished requests must equal their solo runs, after which the metrics must show no
 sequence or KV slot held and the server must still answer. The servers are stopped at the
 end, also on failure. Every request has a timeout.
@@ -200,7 +203,7 @@ def main():
         t0 = time.time()
         servers.append(Server(args.wgemma, model, ["--parallel", "4", "--queue", "12",
                                                    "--header-timeout", "3", "--body-timeout", "3"]))
-        servers.append(Server(args.wgemma, model, ["--assistant", str(assistant)]))
+        servers.append(Server(args.wgemma, model, ["--assistant", str(assistant), "--parallel", "8"]))
         # The shipped pair: a byte-level BPE vocabulary, which structured output needs.
         servers.append(Server(args.wgemma, ROOT / "models/kjv-pair.wgemma", ["--parallel", "8"]))
         print(f"servers up at {servers[0].base} (batching), {servers[1].base} (speculative) and "
@@ -377,6 +380,41 @@ def run_tests(server, spec_server, kjv_server, args):
         assert m["wgemma_draft_tokens_total"] > 0, m
         assert 0 <= m["wgemma_draft_acceptance_rate"] <= 1, m
 
+    def speculative_streams_in_parallel():
+        # Issue 29's Done-when: 16 concurrent streams with the assistant (8 slots drafting
+        # in one batch, the rest queued), each equal to its solo run: greedy, a seeded
+        # sample, and a logprobs request (its rows adjusted on the host).
+        spec = client_of(spec_server)
+        n = 16
+
+        def kw(i):
+            k = dict(messages=chat_messages(40 + i), max_tokens=10 + i % 5, model="tiny")
+            if i % 4 == 1:
+                k.update(temperature=0.9, seed=100 + i)
+            else:
+                k.update(temperature=0)
+            if i % 8 == 3:
+                k.update(logprobs=True)
+            return k
+
+        solo = [spec.chat.completions.create(**kw(i)).choices[0].message.content for i in range(n)]
+        plain = [client.chat.completions.create(**kw(i)).choices[0].message.content for i in range(n)]
+        assert solo == plain, (solo, plain)
+        barrier = threading.Barrier(n)
+
+        def one(i):
+            barrier.wait()
+            if i % 2:
+                stream = spec.chat.completions.create(stream=True, **kw(i))
+                return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            return spec.chat.completions.create(**kw(i)).choices[0].message.content
+
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            together = list(pool.map(one, range(n)))
+        assert together == solo, [(i, a, b) for i, (a, b) in enumerate(zip(together, solo)) if a != b]
+        m = wait_idle(spec_server)
+        assert m["wgemma_batch_rows_peak"] >= 2, f"never batched: {m['wgemma_batch_rows_peak']}"
+
     def load_test():
         prompts = 8
         # Solo runs first: the expected text of every prompt.
@@ -443,7 +481,7 @@ def run_tests(server, spec_server, kjv_server, args):
         err = "".join(busy.stderr)
         assert rc != 0 and f"--port {server.port}: binding" in err, (rc, err)
         # The banner names adapter, model, context, slots and the speculative mode.
-        for srv, slots, spec in [(server, 4, "speculative: off"), (spec_server, 2, "speculative: MTP")]:
+        for srv, slots, spec in [(server, 4, "speculative: off"), (spec_server, 8, "speculative: MTP")]:
             b = srv.banner
             for needle in ["ready", "adapter", "context 256 positions", f"{slots} slot(s)", spec]:
                 assert needle in b, (needle, b)
@@ -502,7 +540,9 @@ def run_tests(server, spec_server, kjv_server, args):
         assert s == 200 and props["total_slots"] == 4 and props["context"] == 256, props
         assert props["speculative"] is None and "adapter" in props, props
         s, props = spec_server.raw("GET", "/props")
-        assert props["total_slots"] == 2 and "MTP" in props["speculative"], props
+        assert props["total_slots"] == 8 and "MTP" in props["speculative"], props
+        s, slots = spec_server.raw("GET", "/slots")
+        assert s == 200 and [x["id"] for x in slots] == list(range(1, 9)), slots
         wait_idle(server)
         s, slots = server.raw("GET", "/slots")
         assert s == 200 and [x["id"] for x in slots] == [1, 2, 3, 4], slots
@@ -527,7 +567,7 @@ def run_tests(server, spec_server, kjv_server, args):
         "modalities": ({"modalities": ["text", "audio"]}, 400),
         "moderation": ({"moderation": {"model": "omni-moderation-latest"}}, 400),
         "n": ({"n": 2}, 400),
-        "parallel_tool_calls": ({"parallel_tool_calls": True}, 400),
+        "parallel_tool_calls": ({"parallel_tool_calls": True}, 200),
         "prediction": ({"prediction": {"type": "content", "content": "w1"}}, 400),
         "presence_penalty": ({"presence_penalty": 0.5}, 200),
         "prompt_cache_key": ({"prompt_cache_key": "k"}, 400),
@@ -545,6 +585,8 @@ def run_tests(server, spec_server, kjv_server, args):
         "stream": ({"stream": True}, 200),
         "stream_options": ({"stream_options": {"include_usage": True}, "stream": True}, 200),
         "temperature": ({"temperature": 0.5}, 200),
+        # Tools are taken (the tool calls check); here "auto" has no tools to choose from,
+        # and this fixture's chat template has no place for tools.
         "tool_choice": ({"tool_choice": "auto"}, 400),
         "tools": ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, 400),
         "top_logprobs": ({"top_logprobs": 2, "logprobs": True}, 200),
@@ -658,7 +700,7 @@ def run_tests(server, spec_server, kjv_server, args):
         streamed = [e.token for ch in stream if ch.choices and ch.choices[0].logprobs
                     for e in ch.choices[0].logprobs.content]
         assert streamed == [e.token for e in lp], (streamed, lp)
-        # The speculative server runs them too (plain, in its extra slot).
+        # The speculative server runs them too (every verified row adjusted as plainly).
         spec = client_of(spec_server).chat.completions.create(messages=msgs, max_tokens=4, logprobs=True,
                                                               top_logprobs=3, **greedy)
         assert [e.token for e in spec.choices[0].logprobs.content] == [e.token for e in lp], spec
@@ -755,6 +797,67 @@ def run_tests(server, spec_server, kjv_server, args):
             assert s == 400 and got["error"]["param"] == "response_format", (bad, s, got)
 
 
+    # Small: the shipped model's context is 256 positions, and its vocabulary spells the
+    # declaration's markup out in short tokens (~150 for this prompt).
+    weather = {"type": "function", "function": {"name": "weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "enum": ["Jerusalem", "Babylon"]}},
+        "required": ["city"]}}}
+
+    def tool_calls():
+        kjv = client_of(kjv_server)
+        ask = [{"role": "user", "content": "What is the weather in Jerusalem?"}]
+        forced = dict(model="tiny", messages=ask, tools=[weather], tool_choice="required",
+                      parallel_tool_calls=False, max_tokens=60, temperature=0)
+        named = {**forced, "tool_choice": {"type": "function", "function": {"name": "weather"}}}
+        # Whole, streamed and named at once (the server batches them).
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            whole = pool.submit(lambda: kjv.chat.completions.create(**forced))
+            streamed = pool.submit(lambda: [ch for ch in kjv.chat.completions.create(stream=True, **forced)
+                                            if ch.choices])
+            by_name = pool.submit(lambda: kjv.chat.completions.create(**named))
+        # A forced call (constrained decoding): arguments that follow the schema.
+        c = whole.result().choices[0]
+        assert c.finish_reason == "tool_calls", c
+        (call,) = c.message.tool_calls
+        assert call.type == "function" and call.function.name == "weather" and call.id.startswith("call_"), call
+        args = json.loads(call.function.arguments)
+        assert args["city"] in ("Jerusalem", "Babylon") and set(args) == {"city"}, args
+        # Streamed: the same call as one tool_calls delta, then finish_reason tool_calls.
+        chunks = streamed.result()
+        deltas = [d for ch in chunks for d in ch.choices[0].delta.tool_calls or []]
+        assert [(d.index, d.function.name) for d in deltas] == [(0, "weather")], deltas
+        assert json.loads(deltas[0].function.arguments) == args, (deltas, args)
+        assert chunks[-1].choices[0].finish_reason == "tool_calls", chunks[-1]
+        # A named function is forced the same way.
+        assert by_name.result().choices[0].message.tool_calls[0].function.name == "weather"
+        # The tool's answer goes back as a tool message; the model (free to answer) answers in text.
+        history = ask + [c.message.model_dump(exclude_none=True),
+                         {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"degrees": 21})}]
+        r = kjv.chat.completions.create(model="tiny", messages=history, tools=[weather], max_tokens=10, temperature=0)
+        a = r.choices[0]
+        assert a.finish_reason in ("stop", "length") and a.message.content and not a.message.tool_calls, a
+        # The prompt holds the declaration, the call and the response in Gemma 4's notation, the
+        # model's turn left open for its answer.
+        s, tpl = kjv_server.raw("POST", "/apply-template", {"messages": history, "tools": [weather]})
+        p = tpl["prompt"]
+        assert s == 200 and "<|turn>system\n<|tool>declaration:weather{parameters:{" in p, (s, tpl)
+        assert f'<|turn>model\n<|tool_call>call:weather{{city:<|"|>{args["city"]}<|"|>}}<tool_call|>' in p, p
+        assert p.endswith("<|tool_response>response:weather{degrees:21}<tool_response|>"), p
+        s, tpl = kjv_server.raw("POST", "/apply-template", {"messages": ask, "tools": [weather], "tool_choice": "none"})
+        assert s == 200 and "<|tool>" not in tpl["prompt"], tpl
+        # What cannot be done is a 400 naming the field.
+        pattern = {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "string", "pattern": "^x+$"}}}}}
+        for body, param in [
+            ({"tools": [pattern], "tool_choice": "required"}, "tools"),
+            ({"tools": [weather], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+            ({"tools": [weather], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+            ({"messages": history[:2] + [{"role": "tool", "tool_call_id": "other", "content": "x"}]},
+             "messages[2].tool_call_id"),
+        ]:
+            s, got = kjv_server.raw("POST", "/v1/chat/completions", {"model": "tiny", "messages": ask, **body})
+            assert s == 400 and got["error"]["param"] == param, (body, s, got)
+
     def chat_page():
         # The page is served without a key; in headless Chromium it streams the same answer
         # the API gives for the same conversation.
@@ -778,6 +881,7 @@ def run_tests(server, spec_server, kjv_server, args):
     check("logit adjustments and logprobs", logit_adjustments_and_logprobs)
     check("seeds", seeds)
     check("structured output", structured_output)
+    check("tool calls round-trip", tool_calls)
     check("chat page in Chromium", chat_page)
     check("health and models", health_and_models)
     check("chat completion", chat)
@@ -788,6 +892,7 @@ def run_tests(server, spec_server, kjv_server, args):
     check("a full queue answers 503", full_queue_answers_503)
     check("greedy output identical alone and batched", greedy_alone_equals_batched)
     check("speculative server equals the plain one", speculative_server)
+    check("16 speculative streams in parallel equal their solo runs", speculative_streams_in_parallel)
     check("load test", load_test)
     check("hostile HTTP: pages, keys, sizes, deadlines (issue 30)", lambda: hostile_http(server, args))
     check("shutdown does not wait for idle clients (issue 30)", lambda: shutdown_with_idle_clients(args))

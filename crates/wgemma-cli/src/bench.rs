@@ -7,9 +7,10 @@
 use crate::bench_diag::{
     compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
 };
+use crate::bench_parallel;
 use crate::bench_table::{gemm_family, print_table, samples_at, timed, TestRow};
 use crate::generate::{check_exists, ModelArgs};
-use crate::load::{load_model, load_synthetic, Loaded};
+use crate::load::{load_assistant, load_model, load_synthetic, Loaded};
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
@@ -121,6 +122,21 @@ pub struct BenchArgs {
     /// limits, so this GPU measures the figure a browser user can expect.
     #[arg(long)]
     webgpu_limits: bool,
+    /// N streams decoding together, each with its own prompt and KV slot: aggregate
+    /// tokens/s of N batched plain streams (one forward of N rows per step), then of N
+    /// speculative streams (each drafting --draft-tokens per round with the assistant, every
+    /// stream's verify rows in one forward per step) at each --acceptance rate, their
+    /// tokens checked against the plain streams' (JSON: `batched_tokens_per_s`,
+    /// `speculative[]` with `acceptance_rate` and `matches_plain`). Needs an assistant:
+    /// --synthetic tiny, e2b or e4b (random weights), or a --model artifact holding one.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = [
+            "adaptive_draft", "profile", "compare_norm_kernels", "compare_fusions", "depth",
+        ]
+    )]
+    parallel: Option<usize>,
     /// One JSON object: every test's runs (`tests`: `avg_ts`, `stddev_ts`, `samples_ts`, as
     /// llama-bench writes them) and the detailed fields (roofline, dispatches, profiles).
     #[arg(long)]
@@ -395,6 +411,58 @@ impl SpecRows<'_> {
     }
 }
 
+/// `--parallel N`: the loaded target in a session with its assistant, then
+/// [`bench_parallel::run`].
+fn parallel(
+    args: BenchArgs,
+    sizes: Sizes,
+    loaded: Loaded,
+    ctx: GpuContext,
+    streams: usize,
+    model_name: String,
+) -> Result<()> {
+    let mut loaded = loaded;
+    loaded.model.set_plan_options(args.plan_options());
+    let format = loaded.model.options.format;
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(|| model_name.clone().into());
+    let mut session = loaded.into_session(ctx, &path, None, true)?;
+    let assistant = match &args.model {
+        None => bench_parallel::synthetic_assistant(&session, args.seed)?,
+        Some(path) => Some(
+            load_assistant(session.ctx(), path, session.model()?, format, true).with_context(
+                || {
+                    format!(
+                        "--parallel with --model {}: expected a model artifact holding its \
+                         assistant",
+                        path.display()
+                    )
+                },
+            )?,
+        ),
+    };
+    if let Some(a) = assistant {
+        session.install_assistant(a);
+    }
+    bench_parallel::run(
+        &mut session,
+        &bench_parallel::ParallelBench {
+            streams,
+            prompt_len: sizes.prompt_len,
+            gen: sizes.gen,
+            repetitions: sizes.repetitions,
+            draft_tokens: args.draft_tokens,
+            acceptance: &args.acceptance,
+            seed: args.seed,
+            model_name,
+            dtype: args.dtype.clone(),
+            json: args.json,
+        },
+    )
+}
+
 pub fn run(args: BenchArgs) -> Result<()> {
     let sizes = args.sizes()?;
     let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
@@ -411,6 +479,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.prefill_chunk == 0 {
         bail!("--prefill-chunk: expected at least 1 row, found 0");
     }
+    // The model's own sequence keeps slot 0; each stream takes one more.
+    let max_parallel = wgemma::ops::attention::MAX_SEQUENCES - 1;
+    match args.parallel {
+        Some(n) if !(1..=max_parallel).contains(&n) => {
+            bail!("--parallel: expected 1..={max_parallel} streams, found {n}")
+        }
+        Some(_) if args.draft_tokens == 0 => {
+            bail!("--parallel: expected --draft-tokens 1..={MAX_DRAFT_TOKENS}, found 0")
+        }
+        _ => {}
+    }
     if let Some(path) = &args.model {
         check_exists("--model", path)?;
     }
@@ -422,7 +501,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     ctx.set_trace_barriers(args.trace_barriers);
     // The decode tests start after `depth` tokens, at least the one whose forward gives
     // the first generated token.
-    let context_len = args.depth.max(1);
+    // (--parallel: the streams decode after their prompts.)
+    let context_len = if args.parallel.is_some() {
+        prompt_len
+    } else {
+        args.depth.max(1)
+    };
     // The KV cache holds the prompt (or the decode depth), the generated tokens and a verify
     // round's rows; the load checks that context against the device and the host before
     // allocating it.
@@ -447,12 +531,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } else {
             args.draft_tokens + 1
         },
-        sequences: 1,
+        sequences: args.parallel.map_or(1, |n| n + 1),
     };
     let prefill_chunk = options.prefill_chunk;
-    let Loaded {
-        mut model, load_ms, ..
-    } = match (&args.synthetic, &args.model) {
+    let loaded = match (&args.synthetic, &args.model) {
         (Some(shape), None) => {
             load_synthetic(&ctx, SyntheticShape::parse(shape)?, args.seed, options)?
         }
@@ -471,13 +553,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )?,
         _ => bail!("expected --synthetic SHAPE or --model DIR|FILE, found neither"),
     };
-    model.set_plan_options(args.plan_options());
-    let vocab = model.spec.config.vocab_size as u64;
-    let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
-        .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
-        .collect();
-    let prompt = &tokens[..prompt_len];
-    let context = &tokens[..context_len];
     let model_name = match (&args.synthetic, &args.model) {
         (Some(shape), _) => format!("{shape} (synthetic)"),
         (None, Some(path)) => path.file_name().map_or_else(
@@ -486,6 +561,19 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ),
         (None, None) => unreachable!("a model was loaded"),
     };
+    if let Some(streams) = args.parallel {
+        return parallel(args, sizes, loaded, ctx, streams, model_name);
+    }
+    let Loaded {
+        mut model, load_ms, ..
+    } = loaded;
+    model.set_plan_options(args.plan_options());
+    let vocab = model.spec.config.vocab_size as u64;
+    let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
+        .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
+        .collect();
+    let prompt = &tokens[..prompt_len];
+    let context = &tokens[..context_len];
 
     let pp_name = format!("pp{prompt_len}");
     let pp = timed(&pp_name, repetitions, || {

@@ -466,6 +466,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         prompt,
         messages,
         prompt_ids,
+        tools: Vec::new(),
         max_new_tokens: args.max_new_tokens,
         temperature: p.temperature,
         top_k: p.top_k,
@@ -477,6 +478,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         draft_tokens: args.draft.draft_tokens,
         adaptive_draft: !args.draft.fixed_draft,
         trace_drafts: args.trace_drafts,
+        keep_tool_markers: false,
     };
     let (mut session, load_ms) = load_session(&args.model, &args.draft)?;
     if args.chat {

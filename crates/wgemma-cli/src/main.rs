@@ -4,6 +4,7 @@
 mod artifact_file;
 mod bench;
 mod bench_diag;
+mod bench_parallel;
 mod bench_spec;
 mod bench_table;
 mod chat;
@@ -26,6 +27,7 @@ mod serve_guard;
 mod serve_metrics;
 mod serve_response;
 mod serve_structured;
+mod serve_tools;
 mod serve_worker;
 mod signals;
 mod synth;

@@ -59,9 +59,9 @@ pub struct ServeArgs {
     /// --model artifact itself).
     #[arg(long, value_name = "DIR|FILE")]
     assistant: Option<PathBuf>,
-    /// Drafts of the first speculative round (1..=8); the adaptive schedule then picks k in
-    /// 0..=8 from the measured acceptance and round costs (plain steps when drafting does
-    /// not pay).
+    /// Drafts per speculative round (1..=8), for every slot: each step drafts k tokens per
+    /// slot and verifies every slot's rows in one forward (k shrinks when the rows of all
+    /// slots exceed the largest forward, --prefill-chunk).
     #[arg(long, default_value_t = 2, requires = "assistant")]
     draft_tokens: usize,
     /// Address to listen on. The default, loopback, is reachable from this machine only;
@@ -73,9 +73,8 @@ pub struct ServeArgs {
     port: u16,
     /// Sequences decoded together (continuous batching: one forward of one row per active
     /// sequence per step, each over its own KV cache slot of --context positions, allocated
-    /// at load). Requests beyond these wait in the queue. With --assistant, drafting
-    /// requests run one at a time (requests with penalties, bias, min_p or logprobs run plain
-    /// in one more slot).
+    /// at load). Requests beyond these wait in the queue. With --assistant, each of them
+    /// drafts for itself and a step verifies every sequence's drafts in one forward.
     #[arg(long, default_value_t = 4)]
     parallel: usize,
     /// Requests that may wait for a sequence; beyond it the server answers 503 at once.
@@ -185,13 +184,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.parallel
         );
     }
-    // Drafting runs one request at a time in the model's own sequence; one slot beside it
-    // serves requests whose logits the host must see (they do not draft).
-    load_request.options.sequences = if args.assistant.is_some() {
-        2
-    } else {
-        args.parallel + 1
-    };
+    // Drafting or not, every request holds a slot of its own.
+    load_request.options.sequences = args.parallel + 1;
     if args.queue == 0 {
         bail!("--queue: expected at least 1 waiting request, found 0");
     }
@@ -277,9 +271,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 let info = session.model_info()?;
                 let speculative = session.has_assistant().then(|| {
                     format!(
-                        "MTP assistant, adaptive drafts (first round k = {draft_tokens}), one \
-                         drafting request at a time; requests with penalties, logit_bias, \
-                         min_p or logprobs run plain in 1 more slot"
+                        "MTP assistant, k = {draft_tokens} drafts per round in each of the \
+                         {parallel} slot(s), every slot's verify rows in one forward"
                     )
                 });
                 let text = session.text_tools()?;
@@ -296,7 +289,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                     model: info.description,
                     context: info.context,
                     vocab_size: info.vocab_size,
-                    slots: if speculative.is_some() { 2 } else { parallel },
+                    slots: parallel,
                     speculative,
                     chat_template: if info.has_chat_template {
                         "the checkpoint's template"
@@ -362,14 +355,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
 }
 
 impl ServerInfo {
-    /// The KV slot ids requests use: 1..=parallel for batching; 0 (drafting, the model's
-    /// own) and 1 with an assistant.
+    /// The KV slot ids requests use: 1..=parallel (slot 0 is the model's own sequence).
     fn slot_ids(&self) -> std::ops::RangeInclusive<usize> {
-        if self.speculative.is_some() {
-            0..=1
-        } else {
-            1..=self.slots
-        }
+        1..=self.slots
     }
 }
 

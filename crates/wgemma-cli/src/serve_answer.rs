@@ -7,6 +7,7 @@
 use crate::serve::{unix_now, App, Logged, REQUEST_ID};
 use crate::serve_api::{self, ApiError, Endpoint, Parsed, TokenLogprob};
 use crate::serve_guard;
+use crate::serve_tools::{self, ToolStream};
 use crate::serve_worker::{Event, Job};
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -138,26 +139,42 @@ async fn generate(
     parsed: Parsed,
     log: &mut RequestLog,
 ) -> Result<Response, ApiError> {
-    // The grammar is compiled (or copied from the cache) here, off the model thread.
-    let constraint = match (&parsed.sampling.response_format, &app.ready()?.grammars) {
-        (None, _) => None,
-        (Some(format), Ok(grammars)) => {
-            let (grammars, format) = (grammars.clone(), format.clone());
-            let compiled = tokio::task::spawn_blocking(move || grammars.constraint(&format))
-                .await
-                .map_err(|e| ApiError::internal(format!("compiling the grammar: {e}")))??;
+    // The grammar is compiled (or copied from the cache) here, off the model thread: a
+    // forced tool call's, or the response format's (the two never come together).
+    let tools = parsed.sampling.tools.clone().filter(|t| t.forces_call());
+    let format = parsed.sampling.response_format.clone();
+    let constraint = match (tools.is_some() || format.is_some(), &app.ready()?.grammars) {
+        (false, _) => None,
+        (true, Ok(grammars)) => {
+            let grammars = grammars.clone();
+            let compiled = tokio::task::spawn_blocking(move || match (tools, format) {
+                (Some(tools), _) => match tools.grammar()? {
+                    Some(lark) => grammars.tool_constraint(&lark),
+                    None => Err(ApiError::internal("a forced tool call without a grammar")),
+                },
+                (None, Some(format)) => grammars.constraint(&format),
+                (None, None) => Err(ApiError::internal("no grammar to compile")),
+            })
+            .await
+            .map_err(|e| ApiError::internal(format!("compiling the grammar: {e}")))??;
             Some(compiled)
         }
-        (Some(_), Err(why)) => {
+        (true, Err(why)) => {
+            let param = if tools.is_some() {
+                "tool_choice"
+            } else {
+                "response_format"
+            };
             return Err(ApiError::invalid(
-                "response_format",
-                format!("response_format: structured output needs a byte-level vocabulary; this model's cannot be constrained ({why})"),
-            ))
+                param,
+                format!("{param}: constrained decoding needs a byte-level vocabulary; this model's cannot be constrained ({why})"),
+            ));
         }
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let s = &parsed.sampling;
     let (stream, include_usage, want_logprobs) = (s.stream, s.include_usage, s.logprobs.is_some());
+    let reads_calls = endpoint == Endpoint::Chat && s.declares_tools();
     app.metrics.queue_depth.fetch_add(1, Ordering::Relaxed);
     let job = Job {
         id: log.id.clone(),
@@ -209,8 +226,8 @@ async fn generate(
                     ..
                 }) => {
                     let usage = serve_api::usage(prompt_tokens, completion_tokens);
-                    let finish = serve_api::finish_reason(finish);
-                    let body = endpoint.response(
+                    let mut finish = serve_api::finish_reason(finish);
+                    let mut body = endpoint.response(
                         &log.id,
                         created,
                         &app.model_name,
@@ -219,6 +236,12 @@ async fn generate(
                         usage,
                         endpoint.logprobs(want_logprobs.then_some(&logprobs[..]), 0),
                     );
+                    if reads_calls {
+                        let (message, calls) = serve_tools::answer_message(&text);
+                        finish = serve_tools::finish_with_calls(finish, calls);
+                        body["choices"][0]["message"] = message;
+                        body["choices"][0]["finish_reason"] = finish.into();
+                    }
                     log.done(completion_tokens, finish, ttft, decode);
                     return Ok(Json(body).into_response());
                 }
@@ -239,6 +262,7 @@ async fn generate(
         want_logprobs,
         text_tools,
         text_offset: 0,
+        tools: reads_calls.then(ToolStream::default),
         log: RequestLog {
             id: log.id.clone(),
             endpoint,
@@ -271,6 +295,8 @@ struct SseState {
     text_tools: TextTools,
     /// Bytes of text sent so far (completions' `text_offset`).
     text_offset: usize,
+    /// Splits a reply that may call tools into text and calls.
+    tools: Option<ToolStream>,
     log: RequestLog,
     finished: bool,
 }
@@ -312,6 +338,15 @@ impl SseState {
         SseEvent::default().data(v.to_string())
     }
 
+    /// Queues a chunk of `tool_calls` deltas, if there are any.
+    fn push_calls(&mut self, calls: Vec<serde_json::Value>) {
+        if !calls.is_empty() {
+            let v = serve_tools::tool_calls_chunk(&self.log.id, self.created, &self.model, calls);
+            self.pending
+                .push_back(SseEvent::default().data(v.to_string()));
+        }
+    }
+
     async fn next(&mut self) -> Option<SseEvent> {
         loop {
             if let Some(e) = self.pending.pop_front() {
@@ -326,7 +361,15 @@ impl SseState {
                         .iter()
                         .map(|lp| token_logprob(&self.text_tools, id, lp))
                         .collect();
-                    return Some(self.chunk(Some(&text), false, None, lp));
+                    let Some(tools) = &mut self.tools else {
+                        return Some(self.chunk(Some(&text), false, None, lp));
+                    };
+                    let (text, calls) = tools.feed(&text);
+                    if !text.is_empty() || !lp.is_empty() {
+                        let c = self.chunk(Some(&text), false, None, lp);
+                        self.pending.push_back(c);
+                    }
+                    self.push_calls(calls);
                 }
                 Some(Event::Done {
                     finish,
@@ -336,11 +379,23 @@ impl SseState {
                     decode,
                     ..
                 }) => {
+                    let mut finish = serve_api::finish_reason(finish);
+                    let (tail, calls) = match &mut self.tools {
+                        Some(tools) => {
+                            let (mut text, mut calls) = tools.feed(&tail);
+                            let (rest, more) = tools.finish();
+                            text.push_str(&rest);
+                            calls.extend(more);
+                            finish = serve_tools::finish_with_calls(finish, tools.calls);
+                            (text, calls)
+                        }
+                        None => (tail, Vec::new()),
+                    };
                     if !tail.is_empty() {
                         let c = self.chunk(Some(&tail), false, None, Vec::new());
                         self.pending.push_back(c);
                     }
-                    let finish = serve_api::finish_reason(finish);
+                    self.push_calls(calls);
                     let last = self.chunk(None, false, Some(finish), Vec::new());
                     self.pending.push_back(last);
                     if self.include_usage {

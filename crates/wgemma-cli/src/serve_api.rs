@@ -5,6 +5,7 @@
 use crate::serve_fields::check_fields;
 pub use crate::serve_response::{finish_reason, usage, Endpoint, TokenLogprob, SYSTEM_FINGERPRINT};
 use crate::serve_structured::ResponseFormat;
+use crate::serve_tools::{attach_tool_response, parse_message_calls, ToolRequest};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -206,16 +207,16 @@ pub struct Sampling {
     pub user: Option<String>,
     /// Structured output (chat).
     pub response_format: Option<ResponseFormat>,
+    /// Tools the model may call (chat).
+    pub tools: Option<ToolRequest>,
 }
 
 impl Sampling {
-    /// True when the request needs its logits on the host (a batched stream, not the
-    /// speculative loop).
-    pub fn needs_stream(&self) -> bool {
-        !self.adjust.is_identity()
-            || self.min_p > 0.0
-            || self.logprobs.is_some()
-            || self.response_format.is_some()
+    /// Tools are declared to the model: its replies are read for calls.
+    pub fn declares_tools(&self) -> bool {
+        self.tools
+            .as_ref()
+            .is_some_and(|t| !t.declared().is_empty())
     }
 }
 
@@ -375,6 +376,25 @@ fn common(
             ))
         }
     };
+    let tools = match endpoint {
+        Endpoint::Chat => ToolRequest::parse(body)?,
+        Endpoint::Completion => None,
+    };
+    let response_format = ResponseFormat::parse(f.response_format.as_ref())?;
+    let mut stop = stop;
+    if let Some(t) = &tools {
+        if t.forces_call() && response_format.is_some() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "tool_choice: expected \"auto\" or \"none\" with a response_format, found a                  forced call (a reply cannot follow both grammars)",
+            ));
+        }
+        if !t.declared().is_empty() {
+            // Gemma 4 opens a tool response after its calls: the reply ends there, and the
+            // client runs the calls.
+            stop.push(wgemma::text::tools::TOOL_RESPONSE_START.to_string());
+        }
+    }
     let stream = f.stream.unwrap_or(false);
     if f.stream_options.is_some() && !stream {
         return Err(ApiError::invalid(
@@ -400,7 +420,8 @@ fn common(
         adjust,
         logprobs,
         user: f.user.or(f.safety_identifier),
-        response_format: ResponseFormat::parse(f.response_format.as_ref())?,
+        response_format,
+        tools,
     })
 }
 
@@ -532,55 +553,75 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
         }
         None => return Err(ApiError::field("messages", "an array of messages", "none")),
     };
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let Some(fields) = m.as_object() else {
+    let mut out: Vec<ChatMessage> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let Some(fields) = m.as_object() else {
+            return Err(ApiError::field(
+                &format!("messages[{i}]"),
+                "a message object",
+                kind_of(m),
+            ));
+        };
+        let role = match m.get("role") {
+            Some(Value::String(r)) => r.as_str(),
+            other => {
                 return Err(ApiError::field(
-                    &format!("messages[{i}]"),
-                    "a message object",
-                    kind_of(m),
-                ));
-            };
-            // Nothing of a message goes unread: what the chat format cannot carry is refused.
-            if let Some((key, _)) = fields
-                .iter()
-                .find(|(k, v)| !matches!(k.as_str(), "role" | "content") && !v.is_null())
-            {
-                return Err(ApiError::invalid(
-                    &format!("messages[{i}].{key}"),
-                    format!(
-                        "messages[{i}].{key}: not supported by this server (a message here is \
-                         a role and a content)"
-                    ),
-                ));
+                    &format!("messages[{i}].role"),
+                    "a string",
+                    other.map_or("none".into(), kind_of),
+                ))
             }
-            let role = match m.get("role") {
-                Some(Value::String(r)) => r.as_str(),
-                other => {
-                    return Err(ApiError::field(
-                        &format!("messages[{i}].role"),
-                        "a string",
-                        other.map_or("none".into(), kind_of),
-                    ))
-                }
-            };
-            // OpenAI's newer name for the system role.
-            let role = match role {
-                "developer" => "system",
-                "system" | "user" | "assistant" => role,
-                other => {
-                    return Err(ApiError::field(
-                        &format!("messages[{i}].role"),
-                        "one of system, developer, user, assistant",
-                        format!("{other:?}"),
-                    ))
-                }
-            };
-            Ok(ChatMessage::new(role, &content_text(i, m.get("content"))?))
-        })
-        .collect()
+        };
+        // OpenAI's newer name for the system role.
+        let role = match role {
+            "developer" => "system",
+            "system" | "user" | "assistant" | "tool" => role,
+            other => {
+                return Err(ApiError::field(
+                    &format!("messages[{i}].role"),
+                    "one of system, developer, user, assistant, tool",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        // Nothing of a message goes unread: what the chat format cannot carry is refused.
+        let extra: &[&str] = match role {
+            "assistant" => &["tool_calls"],
+            "tool" => &["tool_call_id"],
+            _ => &[],
+        };
+        if let Some((key, _)) = fields.iter().find(|(k, v)| {
+            !matches!(k.as_str(), "role" | "content")
+                && !extra.contains(&k.as_str())
+                && !v.is_null()
+        }) {
+            return Err(ApiError::invalid(
+                &format!("messages[{i}].{key}"),
+                format!(
+                    "messages[{i}].{key}: not supported by this server (a message here is a \
+                     role and a content, with tool_calls on an assistant message and \
+                     tool_call_id on a tool message)"
+                ),
+            ));
+        }
+        let calls = match m.get("tool_calls") {
+            Some(v) if role == "assistant" && !v.is_null() => parse_message_calls(i, v)?,
+            _ => Vec::new(),
+        };
+        // An assistant message that only calls may have no content (OpenAI sends null).
+        let content = match m.get("content") {
+            None | Some(Value::Null) if !calls.is_empty() => String::new(),
+            content => content_text(i, content)?,
+        };
+        if role == "tool" {
+            attach_tool_response(&mut out, i, m.get("tool_call_id"), content)?;
+            continue;
+        }
+        let mut message = ChatMessage::new(role, &content);
+        message.tool_calls = calls;
+        out.push(message);
+    }
+    Ok(out)
 }
 
 /// `POST /v1/completions`: `prompt` is a string, token ids, or an array of one of either.
@@ -771,7 +812,6 @@ mod tests {
             (s.min_p, s.logprobs, s.user.as_deref()),
             (0.05, Some(4), Some("u"))
         );
-        assert!(s.needs_stream());
         for (extra, param) in [
             (r#", "frequency_penalty": 2.5"#, "frequency_penalty"),
             (r#", "presence_penalty": -3"#, "presence_penalty"),
@@ -803,7 +843,6 @@ mod tests {
         assert_eq!(big.sampling.seed, 11370070643807128939);
         let e = chat(r#", "seed": 1.5"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("seed"), "{}", e.message);
-        assert!(!a.sampling.needs_stream());
         let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
         assert_eq!(c.sampling.logprobs, Some(0));
         let e =

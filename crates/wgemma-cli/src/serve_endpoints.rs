@@ -4,8 +4,9 @@
 //! - `POST /tokenize` `{"content": TEXT, "add_special": false, "with_pieces": false}` ->
 //!   `{"tokens": [ids]}` (or `[{"id", "piece"}]`); `add_special` prepends `<bos>`.
 //! - `POST /detokenize` `{"tokens": [ids]}` -> `{"content": TEXT}` (special tokens skipped).
-//! - `POST /apply-template` `{"messages": [...]}` -> `{"prompt": TEXT}`: the conversation as
-//!   the model sees it, ready for its answer.
+//! - `POST /apply-template` `{"messages": [...], "tools": [...]}` -> `{"prompt": TEXT}`: the
+//!   conversation (and the tools, as chat completions take them) as the model sees it,
+//!   ready for its answer.
 //! - `GET /props`: the model, adapter, context, slots, speculative mode and the sampling
 //!   defaults.
 //! - `GET /slots`: each KV slot and the request holding it.
@@ -15,6 +16,7 @@
 
 use crate::serve::App;
 use crate::serve_api::{self, kind_of, ApiError, SYSTEM_FINGERPRINT};
+use crate::serve_tools::ToolRequest;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -118,19 +120,27 @@ pub async fn apply_template(
         app.authorize(&headers)?;
         let ready = app.ready()?;
         let map = serve_api::parse_body(&body)?;
-        if let Some((key, value)) = map.iter().find(|(k, _)| k.as_str() != "messages") {
+        if let Some((key, value)) = map.iter().find(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "messages" | "tools" | "tool_choice" | "parallel_tool_calls"
+            )
+        }) {
             return Err(ApiError::invalid(
                 key,
                 format!(
-                    "{key}: unknown field; /apply-template takes messages (found {})",
+                    "{key}: unknown field; /apply-template takes messages, tools, tool_choice \
+                     and parallel_tool_calls (found {})",
                     kind_of(value)
                 ),
             ));
         }
         let messages = serve_api::parse_messages(&map)?;
+        let tools = ToolRequest::parse(&map)?;
+        let declared = tools.as_ref().map_or(&[][..], ToolRequest::declared);
         let prompt = ready
             .text
-            .render_chat(&messages)
+            .render_chat(&messages, declared)
             .map_err(|e| ApiError::invalid("messages", format!("messages: {e}")))?;
         Ok(json!({"prompt": prompt}))
     })();

@@ -52,27 +52,9 @@ pub(crate) const CHAT_FIELDS: &[(&str, FieldUse)] = &[
     ("top_logprobs", Used),
     ("safety_identifier", Used),
     ("response_format", Used),
-    (
-        "tools",
-        Refused {
-            why: "tool calls are not implemented; only an empty list",
-            allowed: |v| v.as_array().is_some_and(Vec::is_empty),
-        },
-    ),
-    (
-        "tool_choice",
-        Refused {
-            why: "tool calls are not implemented; only \"none\"",
-            allowed: |v| v.as_str() == Some("none"),
-        },
-    ),
-    (
-        "parallel_tool_calls",
-        Refused {
-            why: "tool calls are not implemented",
-            allowed: never,
-        },
-    ),
+    ("tools", Used),
+    ("tool_choice", Used),
+    ("parallel_tool_calls", Used),
     (
         "functions",
         Refused {

@@ -498,6 +498,17 @@ pub async fn encode_prompt(
         Prompt::Messages(m) => {
             let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
             request.messages = Some(m);
+            // A model reads the declared tools as text in its prompt.
+            if let Some(tools) = &parsed.sampling.tools {
+                request.tools = tools.declared().to_vec();
+            }
+            if !request.tools.is_empty() && !encoder.takes_tools() {
+                return Err(ApiError::invalid(
+                    "tools",
+                    "tools: expected a model whose chat template declares tools (reads \
+                     `tools`), found a template that would drop them",
+                ));
+            }
             n
         }
         Prompt::Text(t) => {

@@ -4,6 +4,8 @@
 //! sampled token the grammar's mask sets the logits of the tokens that cannot continue a
 //! valid answer to -inf, so every completed answer parses and validates. A schema is
 //! compiled once (the first request that names it) and each request then runs on a copy.
+//! A forced tool call runs the same way on a Lark grammar of the model's call syntax
+//! (`crate::serve_tools`).
 //!
 //! JSON is written compactly (`, ` and `: ` between items, no other whitespace): a free
 //! whitespace rule lets a small model pad the answer with newlines until the budget ends.
@@ -164,9 +166,36 @@ impl Grammars {
 
     /// The constraint of one request: a copy of the format's compiled grammar (compiled
     /// now if it is new; a schema llguidance refuses is the client's error).
-    pub fn constraint(&self, format: &ResponseFormat) -> Result<JsonConstraint, ApiError> {
+    pub fn constraint(&self, format: &ResponseFormat) -> Result<GrammarConstraint, ApiError> {
         let schema = format.schema();
-        let key = schema.to_string();
+        self.compiled(
+            format!("json {schema}"),
+            || TopLevelGrammar::from_json_schema(schema.clone()),
+            "response_format",
+            "a JSON schema",
+        )
+    }
+
+    /// The constraint of a forced tool call: `lark` is the calls' grammar
+    /// ([`wgemma::text::tool_grammar`]); one llguidance refuses names `tool_choice`.
+    pub fn tool_constraint(&self, lark: &str) -> Result<GrammarConstraint, ApiError> {
+        self.compiled(
+            format!("lark {lark}"),
+            || TopLevelGrammar::from_lark(lark.to_string()),
+            "tools",
+            "tool schemas",
+        )
+    }
+
+    /// A copy of the grammar cached under `key`, compiled from `grammar()` if new; `param`
+    /// and `what` name the request's field in a refusal.
+    fn compiled(
+        &self,
+        key: String,
+        grammar: impl FnOnce() -> TopLevelGrammar,
+        param: &str,
+        what: &str,
+    ) -> Result<GrammarConstraint, ApiError> {
         let cached = self
             .cache
             .lock()
@@ -176,14 +205,12 @@ impl Grammars {
         let matcher = match cached {
             Some(m) => m,
             None => {
-                let parser = self
-                    .factory
-                    .create_parser(TopLevelGrammar::from_json_schema(schema));
+                let parser = self.factory.create_parser(grammar());
                 let matcher = Matcher::new(parser);
                 if let Some(e) = matcher.get_error() {
                     return Err(ApiError::invalid(
-                        "response_format",
-                        format!("response_format: expected a JSON schema this server can enforce, found one it cannot ({e})"),
+                        param,
+                        format!("{param}: expected {what} this server can enforce, found one it cannot ({e})"),
                     ));
                 }
                 let mut cache = self.cache.lock().expect("grammar cache poisoned");
@@ -194,7 +221,7 @@ impl Grammars {
                 matcher
             }
         };
-        Ok(JsonConstraint {
+        Ok(GrammarConstraint {
             matcher,
             stop_ids: self.stop_ids.clone(),
             ended: false,
@@ -203,7 +230,7 @@ impl Grammars {
 }
 
 /// One request's grammar state.
-pub struct JsonConstraint {
+pub struct GrammarConstraint {
     matcher: Matcher,
     stop_ids: Vec<u32>,
     /// A stop token was taken (only ever allowed once the answer is complete).
@@ -219,7 +246,7 @@ fn grammar_error(e: impl std::fmt::Display) -> wgemma::Error {
     )
 }
 
-impl TokenConstraint for JsonConstraint {
+impl TokenConstraint for GrammarConstraint {
     fn mask(&mut self, logits: &mut [f32]) -> wgemma::Result<()> {
         // Once the answer is complete the grammar allows only an end (its EOS set).
         let mask = self.matcher.compute_mask_or_eos().map_err(grammar_error)?;
@@ -330,6 +357,123 @@ mod tests {
         let bad = ResponseFormat::JsonSchema(json!({"type": "no-such-type"}));
         let e = grammars.constraint(&bad).err().unwrap();
         assert_eq!(e.param.as_deref(), Some("response_format"), "{}", e.message);
+    }
+
+    /// Chooses a token from the step, the text so far and the allowed ids.
+    type Picker = dyn Fn(usize, &[u8], &[u32]) -> u32;
+
+    /// Runs `c` to its end, taking at each step the allowed token `pick` chooses.
+    fn walk(c: &mut GrammarConstraint, pick: &Picker) -> String {
+        let mut text = Vec::new();
+        for step in 0.. {
+            assert!(
+                step < 2000,
+                "no end after {:?}",
+                String::from_utf8_lossy(&text)
+            );
+            let mut logits = vec![0.0f32; 260];
+            c.mask(&mut logits).unwrap();
+            let allowed: Vec<u32> = (0..260u32)
+                .filter(|&i| logits[i as usize].is_finite())
+                .collect();
+            let t = pick(step, &text, &allowed);
+            c.accept(t).unwrap();
+            if t < 256 {
+                text.push(t as u8);
+            }
+            if c.is_finished() {
+                break;
+            }
+        }
+        String::from_utf8(text).unwrap()
+    }
+
+    /// Heads for the end: stop when allowed, else go on with a string mark or a marker
+    /// begun, else open one; None when none of that is allowed.
+    fn towards_end(text: &[u8], allowed: &[u32]) -> Option<u32> {
+        if allowed.contains(&256) {
+            return Some(256);
+        }
+        for mark in [&b"<|\"|>"[..], b"<tool_call|>"] {
+            for k in (1..mark.len()).rev() {
+                if text.ends_with(&mark[..k]) && allowed.contains(&(mark[k] as u32)) {
+                    return Some(mark[k] as u32);
+                }
+            }
+        }
+        allowed.contains(&(b'<' as u32)).then_some(b'<' as u32)
+    }
+
+    #[test]
+    fn forced_tool_calls_follow_the_argument_schemas() {
+        use wgemma::session::ToolDeclaration;
+        use wgemma::text::tool_grammar::tool_call_grammar;
+        use wgemma::text::tools::parse_reply;
+        let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
+        let weather = ToolDeclaration::new(
+            "get_weather",
+            None,
+            Some(json!({"type": "object", "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer"},
+                "note": {"type": "string"},
+                "flags": {"type": "array", "items": {"type": "boolean"}},
+                "metric": {"type": ["boolean", "null"]}},
+                "required": ["city", "note"]})),
+        )
+        .unwrap();
+        let time = ToolDeclaration::new("get_time", None, None).unwrap();
+        let tools = [(0, &weather), (1, &time)];
+        let lark = tool_call_grammar(&tools, true, &|i| format!("tools[{i}]")).unwrap();
+        let mut c = grammars.tool_constraint(&lark).unwrap();
+        // Pseudo-random walks, heading for the end more often as they go: each ends in
+        // calls that parse and follow the schema.
+        for seed in 0..12usize {
+            let mut walker = grammars.tool_constraint(&lark).unwrap();
+            let text = walk(&mut walker, &move |step, text, allowed| {
+                let r = (step * 7919 + seed * 104729 + 13) % 1000;
+                match towards_end(text, allowed) {
+                    Some(t) if r < 300 + step => t,
+                    _ => allowed[r % allowed.len()],
+                }
+            });
+            let (content, calls) = parse_reply(&text);
+            assert_eq!(content, "", "{text}");
+            assert!(!calls.is_empty(), "{text}");
+            for call in calls {
+                match call.name.as_str() {
+                    "get_time" => assert!(call.arguments.is_empty(), "{text}"),
+                    "get_weather" => {
+                        let a = &call.arguments;
+                        assert!(
+                            matches!(a["city"].as_str(), Some("Paris" | "Rome")),
+                            "{text}"
+                        );
+                        assert!(a["note"].is_string(), "{text}");
+                        assert!(a.get("days").is_none_or(|d| d.is_i64()), "{text}");
+                        assert!(
+                            a.get("flags").is_none_or(|f| f
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .all(|b| b.is_boolean())),
+                            "{text}"
+                        );
+                        assert!(
+                            a.get("metric")
+                                .is_none_or(|m| m.is_boolean() || m.is_null()),
+                            "{text}"
+                        );
+                    }
+                    other => panic!("{other}: {text}"),
+                }
+            }
+        }
+        // The first token can only open a call.
+        let mut logits = vec![0.0f32; 260];
+        c.mask(&mut logits).unwrap();
+        let allowed: Vec<usize> = (0..260).filter(|&i| logits[i].is_finite()).collect();
+        assert_eq!(allowed, vec![b'<' as usize]);
     }
 
     #[test]

@@ -6,15 +6,15 @@
 //! Continuous batching: up to `--parallel` sequences decode together, one forward of M =
 //! (active sequences) rows per step, each row over its own KV slot; a new request is
 //! prefilled into a free slot between steps and joins the next step, a finished or
-//! cancelled one leaves. With an assistant loaded, requests draft speculatively and run one
-//! at a time (a round's drafts and verify are per sequence; batching rounds is not done);
-//! a request whose logits must come to the host (penalties, bias, min-p, log-probabilities,
-//! a `response_format` grammar) runs there as a plain stream in the one slot beside the
-//! drafting sequence.
+//! cancelled one leaves. With an assistant loaded, every request drafts speculatively in
+//! its own slot and a step is one round of every active stream: each drafts its k tokens,
+//! and all their verify rows run in one forward ([`Session::step_rounds`]); a stream takes
+//! one or more tokens per step, each equal to its plain run's (penalties, bias, min-p,
+//! log-probabilities and grammars apply to every verified row as they would plainly).
 
 use crate::serve_api::{ApiError, Parsed, Prompt};
 use crate::serve_metrics::{Metrics, SlotState};
-use crate::serve_structured::JsonConstraint;
+use crate::serve_structured::GrammarConstraint;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -56,14 +56,14 @@ pub struct Job {
     /// The response id (also in the log line and `/slots`).
     pub id: String,
     pub parsed: Parsed,
-    /// The grammar of a structured-output request.
-    pub constraint: Option<JsonConstraint>,
+    /// The grammar of a structured-output request or a forced tool call.
+    pub constraint: Option<GrammarConstraint>,
     pub events: UnboundedSender<Event>,
     pub enqueued: Instant,
 }
 
-/// Runs jobs until every sender of `jobs` is gone: batched, or one at a time when the
-/// session drafts with an assistant.
+/// Runs jobs until every sender of `jobs` is gone, up to `parallel` at a time (drafting
+/// `draft_tokens` per round when the session has an assistant).
 pub fn run(
     mut session: Session,
     jobs: Receiver<Job>,
@@ -71,24 +71,7 @@ pub fn run(
     parallel: usize,
     draft_tokens: usize,
 ) {
-    if session.has_assistant() {
-        while let Ok(job) = jobs.recv() {
-            let Some(job) = take(job, &metrics) else {
-                continue;
-            };
-            if job.parsed.sampling.needs_stream() {
-                // One plain stream in the slot beside the drafting sequence, alone.
-                let mut active: Vec<Active> =
-                    admit(&mut session, job, &metrics).into_iter().collect();
-                while !active.is_empty() {
-                    step(&mut session, &mut active, &metrics);
-                }
-            } else {
-                run_job(&mut session, job, &metrics, draft_tokens);
-            }
-        }
-        return;
-    }
+    let speculative = session.has_assistant().then_some(draft_tokens);
     let mut active: Vec<Active> = Vec::new();
     loop {
         // Admit waiting jobs into free slots; block only when nothing is decoding.
@@ -107,7 +90,7 @@ pub fn run(
                 }
             };
             if let Some(job) = take(job, &metrics) {
-                if let Some(a) = admit(&mut session, job, &metrics) {
+                if let Some(a) = admit(&mut session, job, &metrics, speculative) {
                     active.push(a);
                 }
             }
@@ -140,23 +123,41 @@ fn step(session: &mut Session, active: &mut Vec<Active>, metrics: &Metrics) {
         .peak_batch
         .fetch_max(active.len() as u64, Ordering::Relaxed);
     let started = Instant::now();
+    let drafts_before = draft_counts(active);
     let stepped = {
         let mut streams: Vec<&mut Stream> = active.iter_mut().map(|a| &mut a.stream).collect();
-        pollster::block_on(session.step_streams(&mut streams))
+        if session.has_assistant() {
+            pollster::block_on(session.step_rounds(&mut streams))
+        } else {
+            pollster::block_on(session.step_streams(&mut streams))
+                .map(|events| events.into_iter().map(|e| vec![e]).collect())
+        }
     };
     metrics
         .busy_us
         .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     match stepped {
         Ok(events) => {
+            let (drafted, accepted) = draft_counts(active);
             metrics
-                .generated_tokens
-                .fetch_add(events.len() as u64, Ordering::Relaxed);
+                .drafted
+                .fetch_add((drafted - drafts_before.0) as u64, Ordering::Relaxed);
+            metrics
+                .accepted
+                .fetch_add((accepted - drafts_before.1) as u64, Ordering::Relaxed);
             let now = Instant::now();
-            for (a, event) in active.iter_mut().zip(events) {
-                metrics.token_latency.observe(now - a.last_token);
+            for (a, round) in active.iter_mut().zip(events) {
+                metrics
+                    .generated_tokens
+                    .fetch_add(round.len() as u64, Ordering::Relaxed);
+                // Tokens of one round arrive together: the time between them is the
+                // round's, shared.
+                let each = (now - a.last_token) / round.len().max(1) as u32;
+                for event in round {
+                    metrics.token_latency.observe(each);
+                    a.send_token(event);
+                }
                 a.last_token = now;
-                a.send_token(event);
                 metrics.set_slot(a.slot_state());
             }
         }
@@ -174,6 +175,14 @@ fn step(session: &mut Session, active: &mut Vec<Active>, metrics: &Metrics) {
     metrics
         .active_sequences
         .store(active.len() as u64, Ordering::Relaxed);
+}
+
+/// Drafts proposed and accepted so far by the active streams (for the metrics' counters).
+fn draft_counts(active: &[Active]) -> (usize, usize) {
+    active
+        .iter()
+        .filter_map(|a| a.stream.draft_counts())
+        .fold((0, 0), |(d, a), (dd, aa)| (d + dd, a + aa))
 }
 
 /// A job off the queue, unless its client has gone already.
@@ -215,7 +224,7 @@ impl Active {
         SlotState {
             id: self.stream.slot(),
             request: Some(self.id.clone()),
-            speculative: false,
+            speculative: self.stream.is_speculative(),
             prompt_tokens: self.stream.prompt_tokens(),
             generated_tokens: self.stream.tokens().len(),
         }
@@ -241,16 +250,24 @@ impl Active {
 }
 
 /// Checks a job's prompt and budget, prefills it into a free slot and sends its first
-/// token; None when it failed or already ended.
-fn admit(session: &mut Session, job: Job, metrics: &Metrics) -> Option<Active> {
+/// token; None when it failed or already ended. `speculative`: drafts per round.
+fn admit(
+    session: &mut Session,
+    job: Job,
+    metrics: &Metrics,
+    speculative: Option<usize>,
+) -> Option<Active> {
     let events = job.events;
-    let (request, prompt_tokens) = match prepare(session, &job.parsed, false) {
+    let (mut request, prompt_tokens) = match prepare(session, &job.parsed, speculative.is_some()) {
         Ok(r) => r,
         Err(e) => {
             let _ = events.send(Event::Failed(e));
             return None;
         }
     };
+    if let Some(k) = speculative {
+        request.draft_tokens = k;
+    }
     if events.send(Event::Started { prompt_tokens }).is_err() {
         metrics.cancelled.fetch_add(1, Ordering::Relaxed);
         return None;
@@ -313,6 +330,7 @@ fn request_of(parsed: &Parsed, speculative: bool) -> GenerateRequest {
         seed: s.seed,
         stop: s.stop.clone(),
         speculative,
+        keep_tool_markers: s.declares_tools(),
         ..GenerateRequest::default()
     };
     match &parsed.prompt {
@@ -396,96 +414,6 @@ fn prepare(
     let prompt_tokens = prompt.len();
     request.prompt_ids = Some(prompt);
     Ok((request, prompt_tokens))
-}
-
-/// One speculative request, start to end (the assistant drafts for the active sequence).
-fn run_job(session: &mut Session, job: Job, metrics: &Metrics, draft_tokens: usize) {
-    let events = job.events;
-    let fail = |e: ApiError| {
-        let _ = events.send(Event::Failed(e));
-    };
-    let (mut request, prompt_tokens) = match prepare(session, &job.parsed, true) {
-        Ok(r) => r,
-        Err(e) => return fail(e),
-    };
-    request.draft_tokens = draft_tokens;
-    if events.send(Event::Started { prompt_tokens }).is_err() {
-        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-
-    // The drafting sequence is the model's own, slot 0.
-    let mut slot = SlotState {
-        id: 0,
-        request: Some(job.id.clone()),
-        speculative: true,
-        prompt_tokens,
-        generated_tokens: 0,
-    };
-    metrics.set_slot(slot.clone());
-    metrics.active_sequences.fetch_add(1, Ordering::Relaxed);
-    let started = Instant::now();
-    let mut ttft = None;
-    let mut first_token = started;
-    let mut last_token = started;
-    let mut on_token = |t: &TokenEvent| {
-        let now = Instant::now();
-        if ttft.is_none() {
-            // From the request's arrival: under load this includes the time queued.
-            let d = job.enqueued.elapsed();
-            metrics.ttft.observe(d);
-            ttft = Some(d);
-            first_token = now;
-        } else {
-            metrics.token_latency.observe(now - last_token);
-        }
-        last_token = now;
-        slot.generated_tokens += 1;
-        metrics.set_slot(slot.clone());
-        match &t.text {
-            Some(text) if !text.is_empty() => events
-                .send(Event::Token {
-                    text: text.clone(),
-                    id: t.id,
-                    logprobs: None,
-                })
-                .is_ok(),
-            _ => !events.is_closed(),
-        }
-    };
-    let result = pollster::block_on(session.generate(&request, &mut on_token));
-    metrics
-        .busy_us
-        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-    metrics.active_sequences.fetch_sub(1, Ordering::Relaxed);
-    metrics.free_slot(0);
-    match result {
-        Ok(out) => {
-            metrics
-                .prompt_tokens
-                .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
-            metrics
-                .generated_tokens
-                .fetch_add(out.tokens.len() as u64, Ordering::Relaxed);
-            if let (Some(d), Some(a)) = (out.stats.drafted, out.stats.accepted) {
-                metrics.drafted.fetch_add(d as u64, Ordering::Relaxed);
-                metrics.accepted.fetch_add(a as u64, Ordering::Relaxed);
-            }
-            if out.finish_reason == FinishReason::Cancelled {
-                metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            let _ = events.send(Event::Done {
-                finish: out.finish_reason,
-                completion_tokens: out.tokens.len(),
-                text: out.text.unwrap_or_default(),
-                tail: out.unstreamed_text,
-                ttft: ttft.unwrap_or_default(),
-                decode: last_token - first_token,
-            });
-        }
-        Err(e) => fail(ApiError::internal(format!("generation failed: {e}"))),
-    }
 }
 
 /// A queue of at most `capacity` waiting jobs (a full queue refuses, it does not pile up).

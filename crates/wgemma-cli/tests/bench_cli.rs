@@ -142,7 +142,73 @@ fn plan_flags_change_the_plan_and_trace_prints_dispatches() {
         "0",
         "--trace-barriers",
     ]);
-    assert!(unfused > default, "{unfused} vs {default} dispatches per token");
+    assert!(
+        unfused > default,
+        "{unfused} vs {default} dispatches per token"
+    );
     assert!(!quiet.contains("dispatch "), "{quiet}");
-    assert!(traced.lines().any(|l| l.starts_with("dispatch ")), "{traced}");
+    assert!(
+        traced.lines().any(|l| l.starts_with("dispatch ")),
+        "{traced}"
+    );
+}
+
+/// `--parallel N`: N batched plain streams, then N speculative streams at each acceptance
+/// rate, their tokens equal to the plain streams' (`matches_plain`), the asked acceptance
+/// met exactly (every draft the stream's own token, or none).
+#[test]
+fn parallel_compares_batched_plain_and_speculative_streams() {
+    let (stdout, stderr) = bench(&[
+        "--json",
+        "--parallel",
+        "3",
+        "--draft-tokens",
+        "2",
+        "--acceptance",
+        "1.0,0.0",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(v["parallel"], 3, "{v}");
+    let batched = v["batched_tokens_per_s"]["avg_ts"].as_f64().unwrap();
+    assert!(batched > 0.0, "{v}");
+    let spec = v["speculative"].as_array().unwrap();
+    assert_eq!(spec.len(), 2, "{v}");
+    for (s, p) in spec.iter().zip([1.0, 0.0]) {
+        assert_eq!(s["acceptance"], p, "{s}");
+        assert_eq!(s["matches_plain"], true, "{s}");
+        assert_eq!(s["tokens_per_s"]["samples_ts"].as_array().unwrap().len(), 2);
+        assert!(s["drafted"].as_u64().unwrap() > 0, "{s}");
+    }
+    assert_eq!(spec[0]["acceptance_rate"], 1.0, "{}", spec[0]);
+    assert_eq!(spec[1]["acceptance_rate"], 0.0, "{}", spec[1]);
+    let names: Vec<&str> = v["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["test"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "tg4 x3 batched",
+            "spec x3 k=2 p=1.00 (drafter)",
+            "spec x3 k=2 p=0.00 (drafter)"
+        ]
+    );
+    assert!(stderr.contains("tg4 x3 batched"), "{stderr}");
+    // Refused with a reason, not ignored.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wgemma"))
+        .args([
+            "bench",
+            "--synthetic",
+            "tiny",
+            "--parallel",
+            "3",
+            "--draft-tokens",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--parallel"), "{err}");
 }

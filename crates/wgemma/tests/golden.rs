@@ -6,9 +6,9 @@ use safetensors::SafeTensors;
 use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::harness::test_context;
-use wgemma::model::{parse_config, PlanOptions};
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
+use wgemma::model::{parse_config, PlanOptions};
 
 fn fixture_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -7,8 +7,8 @@ use crate::gpu::GpuContext;
 use crate::model::assistant::AssistantSource;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
-use crate::weights::layout::MatrixLayout;
 use crate::weights::layout::MatrixUse;
+use crate::weights::layout::{MatrixLayout, MatrixSpec};
 use crate::weights::linear::LinearWeight;
 use crate::weights::source::experts_by_expert;
 pub use crate::weights::source::{embed_scale, WeightSource};
@@ -41,17 +41,14 @@ impl WeightSource for Checkpoint<'_> {
         up: &mut Uploader<'_>,
         name: &str,
         parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-        use_: MatrixUse,
+        spec: MatrixSpec,
     ) -> Result<Uploaded> {
-        let rows = n / parts.len().max(1);
+        let rows = spec.n / parts.len().max(1);
         let raw = parts
             .iter()
-            .map(|part| self.raw(part, &[rows, k]))
+            .map(|part| self.raw(part, &[rows, spec.k]))
             .collect::<Result<Vec<_>>>()?;
-        self.upload_raw(up, name, &raw, n, k, layout, use_)
+        self.upload_raw(up, name, &raw, spec)
     }
 
     /// Expert by expert from the stored bytes ([`experts_by_expert`]), each expert's pages
@@ -224,16 +221,12 @@ impl<'a> Checkpoint<'a> {
 
     /// Uploads the stored row blocks `raw` stacked as one `[n, k]` matrix, a block of rows
     /// at a time, each block's pages released once uploaded.
-    #[allow(clippy::too_many_arguments)]
     fn upload_raw(
         &self,
         up: &mut Uploader<'_>,
         name: &str,
         raw: &[RawView<'_>],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-        use_: MatrixUse,
+        spec: MatrixSpec,
     ) -> Result<Uploaded> {
         let releases: Vec<_> = raw
             .iter()
@@ -256,7 +249,7 @@ impl<'a> Checkpoint<'a> {
                 release,
             })
             .collect();
-        upload_raw_parts(up, self.stream, name, &tensors, n, k, layout, use_)
+        upload_raw_parts(up, self.stream, name, &tensors, spec)
     }
 
     /// A linear weight stacked from tensors given by their FULL names (the assistant's
@@ -276,7 +269,13 @@ impl<'a> Checkpoint<'a> {
             .map(|part| self.raw_full(part, &[rows, k]))
             .collect::<Result<Vec<_>>>()?;
         let mut up = Uploader::new(ctx);
-        let uploaded = self.upload_raw(&mut up, name, &raw, n, k, layout, MatrixUse::Linear)?;
+        let spec = MatrixSpec {
+            n,
+            k,
+            layout,
+            use_: MatrixUse::Linear,
+        };
+        let uploaded = self.upload_raw(&mut up, name, &raw, spec)?;
         up.flush();
         uploaded.linear.ok_or_else(|| {
             Error::invalid(

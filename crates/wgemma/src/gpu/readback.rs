@@ -27,6 +27,11 @@ impl Readback {
         }
     }
 
+    /// Bytes it can hold.
+    pub fn capacity(&self) -> u64 {
+        self.buffer.size()
+    }
+
     pub(crate) fn record_copy(
         &self,
         encoder: &mut wgpu::CommandEncoder,

@@ -318,11 +318,12 @@ impl ForwardPlan {
         if spec.layers.is_empty() {
             return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
         }
-        let mut residual = if options.norm_prologues(m) && Self::prologues_fit(ctx, spec, weights, m) {
-            Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
-        } else {
-            Residual::kernels(ctx, &a.h, &a.x, eps)
-        };
+        let mut residual =
+            if options.norm_prologues(m) && Self::prologues_fit(ctx, spec, weights, m) {
+                Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
+            } else {
+                Residual::kernels(ctx, &a.h, &a.x, eps)
+            };
         let cx = BlockCx {
             ctx,
             spec,

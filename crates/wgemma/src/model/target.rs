@@ -21,7 +21,6 @@ use crate::weights::source::WeightSource;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-
 /// How to build a model.
 #[derive(Debug, Clone, Copy)]
 pub struct ModelOptions {
@@ -750,11 +749,7 @@ impl Model {
                 format!("{want:?}"),
             ));
         }
-        let limit = self
-            .options
-            .prefill_chunk
-            .max(self.options.max_verify_rows)
-            .min(self.max_logit_rows);
+        let limit = self.max_batch_rows();
         if m == 0 || m > limit {
             return Err(Error::invalid(
                 "model",
@@ -764,8 +759,7 @@ impl Model {
             ));
         }
         let vocab = self.spec.config.vocab_size;
-        for (i, (seq, token)) in rows.iter().enumerate() {
-            self.check_own(seq)?;
+        for (i, (_, token)) in rows.iter().enumerate() {
             if *token as usize >= vocab {
                 return Err(Error::invalid(
                     "model",
@@ -774,36 +768,23 @@ impl Model {
                     *token,
                 ));
             }
-            if seq.len() + 1 > self.options.max_context {
-                return Err(Error::invalid(
-                    "model",
-                    format!("context length of batch row {i} (positions held + 1)"),
-                    format!("<= {} (--context)", self.options.max_context),
-                    seq.len() + 1,
-                ));
-            }
-            seq.cursor.check_advance(1)?;
         }
         let encode_start = web_time::Instant::now();
-        let key = (m, LogitRows::All);
         self.plan(ctx, m, LogitRows::All)?;
-        let plan = self.plans.get(key).expect("built above");
+        let plan = self.plans.get((m, LogitRows::All)).expect("built above");
         let tokens: Vec<u32> = rows.iter().map(|(_, t)| *t).collect();
         write_token_ids(ctx, &plan.ids, &tokens, vocab)?;
-        let placed: Vec<(usize, usize)> = rows.iter().map(|(s, _)| (s.len(), s.slot)).collect();
-        Self::write_positions(ctx, plan, &placed, self.options.sequences);
-        for (seq, _) in rows.iter_mut() {
-            seq.cursor.advance(1)?;
-        }
-        // The attention plans its splits for the longest sequence; shorter rows see fewer
-        // keys and leave their extra splits empty. A plan needs at least `m` positions.
-        let longest = rows.iter().map(|(s, _)| s.len()).max().unwrap_or(1);
-        let kv_len = longest.max(m).min(self.options.max_context);
-        let read_logits = want == Want::AllLogits;
         let mut step = Step::new(ctx);
-        let mut recorded = Ok(());
-        step.pass(|pass| recorded = plan.record(pass, kv_len));
-        recorded?;
+        // record_batch books its own encode time.
+        let mut encode_s = encode_start.elapsed().as_secs_f64();
+        {
+            let mut spans: Vec<(&mut Sequence, usize)> =
+                rows.iter_mut().map(|(s, _)| (&mut **s, 1)).collect();
+            self.record_batch(ctx, &mut step, &mut spans)?;
+        }
+        let encode_start = web_time::Instant::now();
+        let plan = self.plans.get((m, LogitRows::All)).expect("built above");
+        let read_logits = want == Want::AllLogits;
         let head = plan
             .head
             .as_ref()
@@ -813,7 +794,8 @@ impl Model {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;
         }
         step.submit();
-        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
+        encode_s += encode_start.elapsed().as_secs_f64();
+        self.host_encode_seconds += encode_s;
         let mut out = ForwardOutput {
             next: head.next_readback.read_u32(ctx).await?,
             logits: Vec::new(),
@@ -822,5 +804,77 @@ impl Model {
             out.logits = head.logits_readback.read_f32(ctx).await?;
         }
         Ok(out)
+    }
+
+    /// The most rows one batched forward may hold (a plan's rows, and every row's logits
+    /// within one buffer binding).
+    pub fn max_batch_rows(&self) -> usize {
+        self.options
+            .prefill_chunk
+            .max(self.options.max_verify_rows)
+            .min(self.max_logit_rows)
+    }
+
+    /// Records ONE forward over several sequences into `step`, without submitting: span i
+    /// is `spans[i].1` rows at sequence i's next positions (its KV slot and positions; a
+    /// speculative verify of [seed, d1..dk] is k + 1 rows of one sequence), rows in span
+    /// order. The plan of M = (all rows) with every row's logits must be built
+    /// ([`Model::plan`]) and its token ids written (or copied earlier in the step) by the
+    /// caller. Each sequence advances by its rows (roll rejected ones back with
+    /// [`Sequence::rollback`]). The attention plans its grid for the longest sequence;
+    /// shorter rows see fewer keys (each row's keys are cut from its own position).
+    pub fn record_batch(
+        &mut self,
+        ctx: &GpuContext,
+        step: &mut Step,
+        spans: &mut [(&mut Sequence, usize)],
+    ) -> Result<()> {
+        let m: usize = spans.iter().map(|(_, n)| n).sum();
+        let limit = self.max_batch_rows();
+        if m == 0 || m > limit {
+            return Err(Error::invalid(
+                "model",
+                "rows of one batched forward",
+                format!("1..={limit} (the prefill chunk or verify rows)"),
+                m,
+            ));
+        }
+        let plan = self.plans.get((m, LogitRows::All)).ok_or_else(|| {
+            Error::invalid(
+                "model",
+                format!("plan of {m} rows (all logits)"),
+                "built by Model::plan",
+                "none",
+            )
+        })?;
+        for (i, (seq, n)) in spans.iter().enumerate() {
+            self.check_own(seq)?;
+            if *n == 0 || seq.len() + n > self.options.max_context {
+                return Err(Error::invalid(
+                    "model",
+                    format!("context length of batch span {i} (positions held + its rows)"),
+                    format!("1 row or more, <= {} (--context)", self.options.max_context),
+                    format!("{} + {n}", seq.len()),
+                ));
+            }
+            seq.cursor.check_advance(*n)?;
+        }
+        let encode_start = web_time::Instant::now();
+        let placed: Vec<(usize, usize)> = spans
+            .iter()
+            .flat_map(|(s, n)| (s.len()..s.len() + n).map(|p| (p, s.slot)))
+            .collect();
+        Self::write_positions(ctx, plan, &placed, self.options.sequences);
+        let mut longest = 1;
+        for (seq, n) in spans.iter_mut() {
+            seq.cursor.advance(*n)?;
+            longest = longest.max(seq.len());
+        }
+        // A plan needs at least `m` positions.
+        let kv_len = longest.max(m).min(self.options.max_context);
+        let mut recorded = Ok(());
+        step.pass(|pass| recorded = plan.record(pass, kv_len));
+        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
+        recorded
     }
 }

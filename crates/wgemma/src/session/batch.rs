@@ -5,11 +5,16 @@
 //! are streams (`Model::forward_batch`). Streams join and leave between steps; dropping a
 //! [`Stream`] gives its KV slot back at once.
 //!
+//! Streams of speculative requests draft with the assistant and verify in batches too:
+//! [`Session::step_rounds`] (`batch_spec`).
+//!
 //! Greedy tokens come from the GPU argmax; sampled ones, and any whose logits a stream
 //! changes or reports ([`StreamExtras`]), from each stream's own seeded sampler over its
 //! row's logits read back. Stop ids, stop strings, the token budget and streaming
 //! detokenisation are per stream, as in [`Session::generate`].
 
+use super::batch_spec::{DraftReplacement, Drafting};
+use super::text_stream;
 use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, TokenLogprobs, OP};
 use crate::error::{Error, Result};
 use crate::generate::sampling::{logprobs, LogitAdjust, Sampler, SamplingParams, TokenHistory};
@@ -67,6 +72,8 @@ pub struct Stream {
     prompt_tokens: usize,
     max_new_tokens: usize,
     finish: Option<FinishReason>,
+    /// Its draft state when it decodes speculatively.
+    pub(super) drafting: Option<Drafting>,
 }
 
 impl Stream {
@@ -99,9 +106,64 @@ impl Stream {
         self.stops.finish()
     }
 
+    /// Whether it drafts with the assistant ([`Session::step_rounds`]).
+    pub fn is_speculative(&self) -> bool {
+        self.drafting.is_some()
+    }
+
+    /// Drafts proposed and accepted so far (None when it does not draft).
+    pub fn draft_counts(&self) -> Option<(usize, usize)> {
+        self.drafting.as_ref().map(|d| (d.drafted, d.accepted))
+    }
+
+    /// Benchmarks: replaces its drafts on the GPU as `replace` says before each verify
+    /// (acceptance at a chosen rate; the output stays the target's). Fails for a stream
+    /// that does not draft.
+    pub fn replace_drafts(&mut self, replace: DraftReplacement) -> Result<()> {
+        match self.drafting.as_mut() {
+            Some(d) => {
+                d.set_replacement(replace);
+                Ok(())
+            }
+            None => Err(Error::invalid(
+                OP,
+                "stream whose drafts to replace",
+                "a speculative stream",
+                "a plain one",
+            )),
+        }
+    }
+
+    /// Tokens it may still take.
+    pub(super) fn budget_left(&self) -> usize {
+        self.max_new_tokens - self.tokens.len()
+    }
+
+    /// Its last token: the next forward's input (the seed of a round).
+    pub(super) fn last_token(&self) -> u32 {
+        *self
+            .tokens
+            .last()
+            .expect("a started stream has its first token")
+    }
+
+    /// The position of its last token (not yet in its KV slot).
+    pub(super) fn seed_position(&self) -> usize {
+        self.prompt_tokens + self.tokens.len() - 1
+    }
+
+    /// Its tokens come from logits read back, not the GPU argmax.
+    pub(super) fn reads_logits(&self) -> bool {
+        self.host
+    }
+
+    pub(super) fn sequence_mut(&mut self) -> &mut Sequence {
+        &mut self.seq
+    }
+
     /// The next token from its row of logits (changed in place): adjusted, masked, drawn
     /// for its output position; with its log-probabilities when asked.
-    fn choose(&mut self, row: &mut [f32]) -> Result<(u32, Option<TokenLogprobs>)> {
+    pub(super) fn choose(&mut self, row: &mut [f32]) -> Result<(u32, Option<TokenLogprobs>)> {
         self.history.apply(&self.adjust, row);
         if let Some(c) = self.constraint.as_mut() {
             c.mask(row)?;
@@ -115,7 +177,7 @@ impl Stream {
     }
 
     /// Takes token `id`: its text piece, and whether the stream ends with it.
-    fn accept(
+    pub(super) fn accept(
         &mut self,
         tokenizer: Option<&Tokenizer>,
         id: u32,
@@ -155,8 +217,10 @@ impl Session {
     }
 
     /// Starts `request` in a free KV slot: checks its budget, prefills its prompt (alone)
-    /// and takes the first token. Fails when every slot is held. Speculative requests are
-    /// refused here (drafting runs through [`Session::generate`], one request at a time).
+    /// and takes the first token. Fails when every slot is held. A speculative request
+    /// ([`GenerateRequest::speculative`]) needs the assistant and drafts
+    /// `draft_tokens` per round (fixed: the adaptive schedule is for one stream alone);
+    /// advance such streams with [`Session::step_rounds`].
     pub async fn start_stream(
         &mut self,
         request: &GenerateRequest,
@@ -173,12 +237,12 @@ impl Session {
         mut extras: StreamExtras,
     ) -> Result<(Stream, TokenEvent)> {
         self.check_gpu_errors()?;
-        if request.speculative {
+        if request.speculative && self.assistant.is_none() {
             return Err(Error::invalid(
                 OP,
-                "a batched stream",
-                "plain decoding (speculative requests run through generate)",
-                "speculative: true",
+                "speculative decoding",
+                "an assistant loaded (loadAssistant, --assistant, or an artifact with one)",
+                "none",
             ));
         }
         let prompt = self.prompt_ids(request)?;
@@ -236,6 +300,16 @@ impl Session {
         let out = target.model.forward(&self.ctx, &prompt, want).await;
         target.model.swap_sequence(&mut seq)?;
         let mut out = out?;
+        let drafting = match self.assistant.as_ref().filter(|_| request.speculative) {
+            Some(assistant) => Some(Drafting::after_prefill(
+                &self.ctx,
+                &target.model,
+                assistant,
+                request.draft_tokens,
+                prompt.len(),
+            )?),
+            None => None,
+        };
         let mut stream = Stream {
             seq,
             sampler,
@@ -244,13 +318,14 @@ impl Session {
             history: TokenHistory::new(&prompt),
             logprobs: extras.logprobs,
             constraint: extras.constraint,
-            text: TextStream::new(),
+            text: text_stream(target.text.tokenizer.as_deref(), request),
             stops: StopStrings::new(&request.stop),
             stop_ids: target.stop_ids.clone(),
             tokens: Vec::new(),
             prompt_tokens: prompt.len(),
             max_new_tokens: request.max_new_tokens,
             finish: None,
+            drafting,
         };
         let (first, logprobs) = if host {
             stream.choose(&mut out.logits)?
@@ -266,12 +341,13 @@ impl Session {
     /// `streams.len()` rows; returns each one's event, in order.
     pub async fn step_streams(&mut self, streams: &mut [&mut Stream]) -> Result<Vec<TokenEvent>> {
         self.check_gpu_errors()?;
-        if let Some(i) = streams.iter().position(|s| s.finish.is_some()) {
+        check_running(streams)?;
+        if let Some(i) = streams.iter().position(|s| s.drafting.is_some()) {
             return Err(Error::invalid(
                 OP,
-                format!("stream {i} of a batched step"),
-                "one still decoding",
-                "a finished stream",
+                format!("stream {i} of a plain batched step"),
+                "a plain stream (speculative ones advance with step_rounds)",
+                "a speculative stream",
             ));
         }
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
@@ -312,5 +388,18 @@ impl Session {
             .collect::<Result<Vec<_>>>()?;
         self.check_gpu_errors()?;
         Ok(events)
+    }
+}
+
+/// Refuses a batched step over a finished stream.
+pub(super) fn check_running(streams: &[&mut Stream]) -> Result<()> {
+    match streams.iter().position(|s| s.finish.is_some()) {
+        Some(i) => Err(Error::invalid(
+            OP,
+            format!("stream {i} of a batched step"),
+            "one still decoding",
+            "a finished stream",
+        )),
+        None => Ok(()),
     }
 }

@@ -5,20 +5,25 @@
 //! prompts or stop lists of its own.
 //!
 //! Requests can also decode together, each in its own KV slot ([`Stream`]: continuous
-//! batching, one forward per step for all of them).
+//! batching, one forward per step for all of them), speculative ones included (each
+//! stream drafting for itself, every stream's verify rows in one forward).
 //!
 //! Platform-independent (no threads, no filesystem, no blocking): the browser awaits it,
 //! native callers block on it with pollster at their edge.
 
 mod batch;
+mod batch_spec;
 mod load;
 mod types;
 
 pub use crate::text::chat::{
-    builtin_gemma4, encode_conversation, ChatMessage, ChatTemplate, RenderBudget,
+    builtin_gemma4, builtin_gemma4_with_tools, encode_conversation, encode_conversation_with_tools,
+    ChatMessage, ChatTemplate, RenderBudget,
 };
 pub use crate::text::stop::StopStrings;
+pub use crate::text::tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use batch::{Stream, StreamExtras, TokenConstraint};
+pub use batch_spec::DraftReplacement;
 pub use load::{eos_ids_of, TextSetup};
 pub use types::*;
 
@@ -86,6 +91,10 @@ pub struct Session {
     /// silently skipped and readbacks return stale bytes: generation checks this after
     /// every step.
     gpu_errors: Arc<Mutex<Vec<String>>>,
+    /// Batched speculative steps' staging (round starts) and draft readback, kept between
+    /// steps.
+    draft_staging: Option<crate::gpu::Tensor>,
+    draft_readback: Option<crate::gpu::Readback>,
 }
 
 impl Session {
@@ -114,6 +123,8 @@ impl Session {
             target: None,
             assistant: None,
             gpu_errors,
+            draft_staging: None,
+            draft_readback: None,
         }
     }
 
@@ -258,7 +269,7 @@ impl Session {
         };
         let gpu_errors = self.gpu_errors.clone();
         let tokenizer = target.text.tokenizer.as_deref();
-        let mut stream = TextStream::new();
+        let mut stream = text_stream(tokenizer, request);
         let mut stops = StopStrings::new(&request.stop);
         let mut stream_error = None;
         let mut cancelled = false;
@@ -355,7 +366,7 @@ impl Session {
         let text = match self.tokenizer() {
             None => None,
             Some(_) if stopped_by_text => Some(stops.text().to_string()),
-            Some(tok) => Some(tok.decode(&tokens)?),
+            Some(tok) => Some(text_stream(Some(tok), request).text_of(tok, &tokens)?),
         };
         Ok(GenerateResult {
             prompt_ids: prompt,
@@ -394,10 +405,26 @@ impl PromptEncoder {
     /// A conversation as text, ready for the model's reply: the checkpoint's template, or
     /// Gemma 4's turn format (which needs a tokenizer with its turn markers).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        self.render_chat_with_tools(messages, &[])
+    }
+
+    /// True when prompts can declare tools to the model: the built-in format, or a chat
+    /// template that reads `tools`.
+    pub fn takes_tools(&self) -> bool {
+        self.chat_template.as_ref().is_none_or(|t| t.reads_tools())
+    }
+
+    /// [`PromptEncoder::render_chat`] with tools the model may call.
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+    ) -> Result<String> {
         render_chat(
             self.chat_template.as_deref(),
             self.tokenizer.as_deref(),
             messages,
+            tools,
         )
     }
 
@@ -442,7 +469,9 @@ impl PromptEncoder {
         let ids = if let Some(ids) = &request.prompt_ids {
             ids.clone()
         } else if let Some(messages) = &request.messages {
-            encode_conversation(tokenizer()?, messages, &|m| self.render_chat(m))?
+            encode_conversation_with_tools(tokenizer()?, messages, &request.tools, &|m| {
+                self.render_chat_with_tools(m, &request.tools)
+            })?
         } else {
             let text = request.prompt.as_deref().unwrap_or_default();
             let tok = tokenizer()?;
@@ -461,15 +490,25 @@ impl PromptEncoder {
     }
 }
 
+/// The text decoder of a request's reply: one that keeps the tool-call markers when the
+/// request reads calls out of the reply.
+fn text_stream(tokenizer: Option<&Tokenizer>, request: &GenerateRequest) -> TextStream {
+    match tokenizer {
+        Some(tok) if request.keep_tool_markers => TextStream::keeping(tok.tool_marker_ids()),
+        _ => TextStream::new(),
+    }
+}
+
 /// A conversation as text through `template`, or Gemma 4's built-in turn format when there
 /// is none (which needs the tokenizer, if any, to have the turn markers).
 fn render_chat(
     template: Option<&ChatTemplate>,
     tokenizer: Option<&Tokenizer>,
     messages: &[ChatMessage],
+    tools: &[ToolDeclaration],
 ) -> Result<String> {
     if let Some(template) = template {
-        return template.render(messages, true);
+        return template.render_with_tools(messages, tools, true);
     }
     if let Some(tok) = tokenizer {
         for marker in [TURN_START, TURN_END] {
@@ -483,7 +522,7 @@ fn render_chat(
             }
         }
     }
-    builtin_gemma4(messages, true)
+    builtin_gemma4_with_tools(messages, tools, true)
 }
 
 /// A target's text side, detached from its session ([`Session::text_tools`]).
@@ -496,12 +535,17 @@ pub struct TextTools {
 }
 
 impl TextTools {
-    /// As [`Session::render_chat`].
-    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+    /// As [`Session::render_chat`], with tools the model may call.
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+    ) -> Result<String> {
         render_chat(
             self.chat_template.as_deref(),
             self.tokenizer.as_deref(),
             messages,
+            tools,
         )
     }
 }

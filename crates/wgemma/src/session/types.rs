@@ -6,6 +6,7 @@ use crate::generate::plain::GenerateStats;
 use crate::generate::speculative::{DraftRound, SpeculativeOptions, SpeculativeStats};
 use crate::model::target::ModelOptions;
 use crate::text::chat::ChatMessage;
+use crate::text::tools::ToolDeclaration;
 use serde::{Deserialize, Serialize};
 
 /// The files of a Hugging Face checkpoint, as bytes (read, fetched or mapped by the caller).
@@ -105,6 +106,10 @@ pub struct GenerateRequest {
     /// A conversation, rendered with the checkpoint's chat template (Gemma 4's turn format
     /// when it has none), ready for the model's reply.
     pub messages: Option<Vec<ChatMessage>>,
+    /// Functions the model may call, declared to it with `messages` (the chat template's
+    /// `tools`). Not part of the browser's JSON request.
+    #[serde(skip)]
+    pub tools: Vec<ToolDeclaration>,
     /// Wrap the text prompt in the chat template as one user turn.
     pub chat: bool,
     pub max_new_tokens: usize,
@@ -129,6 +134,11 @@ pub struct GenerateRequest {
     pub adaptive_draft: bool,
     /// Keep every speculative round's drafts ([`GenerateResult::draft_rounds`]).
     pub trace_drafts: bool,
+    /// Write Gemma 4's tool-call markers into the text even where the vocabulary has them as
+    /// special tokens (which text otherwise skips), so the reply's calls can be read back.
+    /// Not part of the browser's JSON request.
+    #[serde(skip)]
+    pub keep_tool_markers: bool,
 }
 
 impl Default for GenerateRequest {
@@ -137,6 +147,7 @@ impl Default for GenerateRequest {
             prompt: None,
             prompt_ids: None,
             messages: None,
+            tools: Vec::new(),
             chat: false,
             max_new_tokens: 128,
             temperature: 0.0,
@@ -149,6 +160,7 @@ impl Default for GenerateRequest {
             draft_tokens: SpeculativeOptions::default().draft_tokens,
             adaptive_draft: true,
             trace_drafts: false,
+            keep_tool_markers: false,
         }
     }
 }

@@ -9,6 +9,10 @@
 //! minijinja-contrib's pycompat). The rendered text carries its own `<bos>`; it is encoded
 //! without adding special tokens, as HF does.
 
+use super::tools::{
+    render_call, render_declaration, render_response, strings_of, ToolCall, ToolDeclaration,
+    ToolResponse,
+};
 use crate::error::{Error, Result};
 use crate::text::tokenizer::{json_kind, Tokenizer, BOS, TURN_END, TURN_START};
 use serde::{Deserialize, Serialize};
@@ -17,11 +21,17 @@ use serde::{Deserialize, Serialize};
 /// that reports them).
 const OP: &str = "session";
 
-/// One message of a conversation (OpenAI and HF: `{"role": ..., "content": ...}`).
+/// One message of a conversation (OpenAI and HF: `{"role": ..., "content": ...}`), with the
+/// calls a model turn made and the tools' responses to them (Gemma 4 keeps both in the
+/// model's turn; HF's templates read them as `tool_calls` and `tool_responses`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_responses: Vec<ToolResponse>,
 }
 
 impl ChatMessage {
@@ -29,7 +39,20 @@ impl ChatMessage {
         ChatMessage {
             role: role.to_string(),
             content: content.to_string(),
+            tool_calls: Vec::new(),
+            tool_responses: Vec::new(),
         }
+    }
+
+    /// Bytes of its text, calls and responses (what a render may copy).
+    fn text_bytes(&self) -> usize {
+        let tool_bytes: usize = self
+            .tool_calls
+            .iter()
+            .map(|c| render_call(c).len())
+            .chain(self.tool_responses.iter().map(|r| render_response(r).len()))
+            .sum();
+        self.role.len() + self.content.len() + tool_bytes
     }
 }
 
@@ -40,9 +63,34 @@ const ROLES: [&str; 4] = ["system", "user", "assistant", "model"];
 /// (`assistant` written `model`), then `<|turn>model\n` when a reply is wanted. One user
 /// message gives exactly what `Tokenizer::encode_chat` encodes.
 pub fn builtin_gemma4(messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+    builtin_gemma4_with_tools(messages, &[], add_generation_prompt)
+}
+
+/// [`builtin_gemma4`] with tools, as Gemma 4's own template writes them: the declarations
+/// in the system turn (the first message's, if it is a system message), a model turn's
+/// calls after its text and the responses after the calls. When the conversation ends in
+/// a model turn with responses and a reply is wanted, that turn stays open: the model goes
+/// on from the responses in the same turn.
+pub fn builtin_gemma4_with_tools(
+    messages: &[ChatMessage],
+    tools: &[ToolDeclaration],
+    add_generation_prompt: bool,
+) -> Result<String> {
     check_messages(messages)?;
     let mut text = String::from(BOS);
-    for (i, m) in messages.iter().enumerate() {
+    let mut rest = messages.iter().enumerate().peekable();
+    if !tools.is_empty() {
+        text.push_str(&format!("{TURN_START}system\n"));
+        if let Some((_, m)) = rest.next_if(|(_, m)| m.role == "system" && m.tool_calls.is_empty()) {
+            text.push_str(&m.content);
+        }
+        for tool in tools {
+            text.push_str(&render_declaration(tool));
+        }
+        text.push_str(&format!("{TURN_END}\n"));
+    }
+    let mut open = false;
+    for (i, m) in rest {
         if !ROLES.contains(&m.role.as_str()) {
             return Err(Error::invalid(
                 OP,
@@ -56,9 +104,27 @@ pub fn builtin_gemma4(messages: &[ChatMessage], add_generation_prompt: bool) -> 
         } else {
             &m.role
         };
-        text.push_str(&format!("{TURN_START}{role}\n{}{TURN_END}\n", m.content));
+        if role != "model" && !(m.tool_calls.is_empty() && m.tool_responses.is_empty()) {
+            return Err(Error::invalid(
+                OP,
+                format!("messages[{i}]"),
+                "tool calls and responses on assistant messages only",
+                format!("them on a {:?} message", m.role),
+            ));
+        }
+        text.push_str(&format!("{TURN_START}{role}\n{}", m.content));
+        for call in &m.tool_calls {
+            text.push_str(&render_call(call));
+        }
+        for response in &m.tool_responses {
+            text.push_str(&render_response(response));
+        }
+        open = add_generation_prompt && i + 1 == messages.len() && !m.tool_responses.is_empty();
+        if !open {
+            text.push_str(&format!("{TURN_END}\n"));
+        }
     }
-    if add_generation_prompt {
+    if add_generation_prompt && !open {
         text.push_str(&format!("{TURN_START}model\n"));
     }
     Ok(text)
@@ -82,6 +148,8 @@ pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The template reads `tools` (a template that does not would drop them).
+    reads_tools: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -111,11 +179,20 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| Error::invalid(OP, "chat template", "a Jinja template", describe(&e)))?;
+        let reads_tools = env
+            .get_template(TEMPLATE_NAME)
+            .is_ok_and(|t| t.undeclared_variables(false).contains("tools"));
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            reads_tools,
         })
+    }
+
+    /// True when the template declares tools to the model (it reads `tools`).
+    pub fn reads_tools(&self) -> bool {
+        self.reads_tools
     }
 
     /// The template a checkpoint defines, if any: `chat_template.jinja` first (what
@@ -176,8 +253,38 @@ impl ChatTemplate {
     /// cap, both scaled to the conversation's size ([`RenderBudget`]), so a template with
     /// runaway loops or output ends in an error instead of holding the caller.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, &[], add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with `tools` (HF's `apply_chat_template(..., tools=...)`:
+    /// OpenAI's `{"type": "function", "function": {...}}` list; none when empty, so a
+    /// template's `{% if tools %}` is false).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         check_messages(messages)?;
-        let budget = RenderBudget::for_messages(messages);
+        if !tools.is_empty() && !self.reads_tools {
+            return Err(Error::invalid(
+                OP,
+                "tools",
+                "a chat template that declares tools to the model (reads `tools`)",
+                "one that never reads them",
+            ));
+        }
+        let budget = RenderBudget::for_conversation(messages, tools);
+        let tools = if tools.is_empty() {
+            minijinja::Value::from(())
+        } else {
+            minijinja::Value::from(minijinja::value::Serde(
+                tools
+                    .iter()
+                    .map(ToolDeclaration::to_template_value)
+                    .collect::<Vec<_>>(),
+            ))
+        };
         let mut env = self.env.clone();
         env.set_fuel(Some(budget.fuel));
         let template = env
@@ -192,6 +299,7 @@ impl ChatTemplate {
             minijinja::context! {
                 messages => minijinja::Value::from(minijinja::value::Serde(messages)),
                 add_generation_prompt => add_generation_prompt,
+                tools => tools,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
             },
@@ -244,7 +352,8 @@ impl ChatTemplate {
 /// under a second and a bounded amount of memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenderBudget {
-    /// Bytes of the messages' roles and contents.
+    /// Bytes of the messages' roles, contents, tool calls and responses, and of the tools'
+    /// declarations.
     pub input_bytes: usize,
     /// minijinja fuel: one per instruction, one per 64 bytes of data created or written.
     pub fuel: u64,
@@ -253,11 +362,12 @@ pub struct RenderBudget {
 }
 
 impl RenderBudget {
-    pub fn for_messages(messages: &[ChatMessage]) -> RenderBudget {
-        let input_bytes: usize = messages
-            .iter()
-            .map(|m| m.role.len() + m.content.len())
-            .sum();
+    pub fn for_conversation(messages: &[ChatMessage], tools: &[ToolDeclaration]) -> RenderBudget {
+        let input_bytes: usize = messages.iter().map(ChatMessage::text_bytes).sum::<usize>()
+            + tools
+                .iter()
+                .map(|t| render_declaration(t).len())
+                .sum::<usize>();
         RenderBudget {
             input_bytes,
             // 1M instructions of base; 50k per message; each input byte may be copied,
@@ -306,6 +416,47 @@ pub fn encode_conversation(
     messages: &[ChatMessage],
     render: &dyn Fn(&[ChatMessage]) -> Result<String>,
 ) -> Result<Vec<u32>> {
+    encode_conversation_with_tools(tok, messages, &[], render)
+}
+
+/// [`encode_conversation`] of a conversation with tools (`render` renders them). The tools'
+/// declarations and the messages' calls and responses are written by the template as
+/// markup, so none of their text may hold a special token (refused by name): only a
+/// message's content is encoded inert.
+pub fn encode_conversation_with_tools(
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    tools: &[ToolDeclaration],
+    render: &dyn Fn(&[ChatMessage]) -> Result<String>,
+) -> Result<Vec<u32>> {
+    let special_in = |place: String, value: &serde_json::Value| -> Result<()> {
+        let mut found = Vec::new();
+        strings_of(value, &mut found);
+        match found.iter().find_map(|s| tok.first_special_token(s)) {
+            Some(special) => Err(Error::invalid(
+                OP,
+                place,
+                "text without special tokens",
+                format!("the special token {special:?}"),
+            )),
+            None => Ok(()),
+        }
+    };
+    for (i, t) in tools.iter().enumerate() {
+        special_in(format!("tools[{i}]"), &t.to_template_value())?;
+    }
+    for (i, m) in messages.iter().enumerate() {
+        for (j, c) in m.tool_calls.iter().enumerate() {
+            let value = serde_json::to_value(c).map_err(|e| {
+                Error::invalid(OP, "tool call", "a serialisable call", e.to_string())
+            })?;
+            special_in(format!("messages[{i}].tool_calls[{j}]"), &value)?;
+        }
+        for (j, r) in m.tool_responses.iter().enumerate() {
+            let value = serde_json::json!([r.name, r.response]);
+            special_in(format!("messages[{i}].tool_responses[{j}]"), &value)?;
+        }
+    }
     for (i, m) in messages.iter().enumerate() {
         if let Some(special) = tok.first_special_token(&m.role) {
             return Err(Error::invalid(
@@ -323,7 +474,10 @@ pub fn encode_conversation(
     let marked: Vec<ChatMessage> = messages
         .iter()
         .enumerate()
-        .map(|(i, m)| ChatMessage::new(&m.role, &placeholder(i)))
+        .map(|(i, m)| ChatMessage {
+            content: placeholder(i),
+            ..m.clone()
+        })
         .collect();
     let skeleton = render(&marked)?;
     for trim in [false, true] {

@@ -178,6 +178,40 @@ impl Tokenizer {
         })
     }
 
+    /// Text of `ids` with special tokens skipped, except those of `keep`, which are written
+    /// as their strings (Gemma 4's tool-call markers, which a reader of the text must see).
+    pub fn decode_keeping(&self, ids: &[u32], keep: &[u32]) -> Result<String> {
+        if keep.is_empty() {
+            return self.decode(ids);
+        }
+        let mut text = String::new();
+        for run in ids.split_inclusive(|id| keep.contains(id)) {
+            match run.split_last() {
+                Some((last, rest)) if keep.contains(last) => {
+                    text.push_str(&self.decode(rest)?);
+                    text.push_str(&self.inner.id_to_token(*last).unwrap_or_default());
+                }
+                _ => text.push_str(&self.decode(run)?),
+            }
+        }
+        Ok(text)
+    }
+
+    /// Ids of the tool-call markers that are tokens of this vocabulary (what
+    /// [`Tokenizer::decode_keeping`] keeps in a reply that may call tools).
+    pub fn tool_marker_ids(&self) -> Vec<u32> {
+        use super::tools::{STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START};
+        [
+            TOOL_CALL_START,
+            TOOL_CALL_END,
+            STRING_MARK,
+            TOOL_RESPONSE_START,
+        ]
+        .iter()
+        .filter_map(|m| self.token_id(m))
+        .collect()
+    }
+
     /// Stop tokens: the config's EOS ids plus `<turn|>` when the vocabulary has it.
     pub fn stop_ids(&self, eos_ids: &[u32]) -> Vec<u32> {
         let mut ids = eos_ids.to_vec();
@@ -289,6 +323,8 @@ pub fn parse_prompt_ids(s: &str) -> Result<Vec<u32>> {
 pub struct TextStream {
     ids: Vec<u32>,
     emitted: usize,
+    /// Special tokens written as text ([`Tokenizer::decode_keeping`]).
+    keep: Vec<u32>,
 }
 
 impl TextStream {
@@ -296,10 +332,18 @@ impl TextStream {
         TextStream::default()
     }
 
+    /// A stream that writes the special tokens of `keep` as their strings.
+    pub fn keeping(keep: Vec<u32>) -> Self {
+        TextStream {
+            keep,
+            ..TextStream::default()
+        }
+    }
+
     /// Adds a token; returns the new printable text, if any.
     pub fn push(&mut self, tokenizer: &Tokenizer, id: u32) -> Result<Option<String>> {
         self.ids.push(id);
-        let text = tokenizer.decode(&self.ids)?;
+        let text = tokenizer.decode_keeping(&self.ids, &self.keep)?;
         if text.ends_with('\u{fffd}')
             || text.len() <= self.emitted
             || !text.is_char_boundary(self.emitted)
@@ -311,9 +355,14 @@ impl TextStream {
         Ok(Some(piece))
     }
 
+    /// Text of `ids` as this stream writes it.
+    pub fn text_of(&self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+        tokenizer.decode_keeping(ids, &self.keep)
+    }
+
     /// All text so far.
     pub fn text(&self, tokenizer: &Tokenizer) -> Result<String> {
-        tokenizer.decode(&self.ids)
+        tokenizer.decode_keeping(&self.ids, &self.keep)
     }
 }
 
@@ -358,6 +407,29 @@ mod tests {
             tiny_tokenizer_json(&["hello", "world", "user", "model", " "]).as_bytes(),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn kept_special_tokens_are_written_as_text() {
+        let t = tiny();
+        let id = |s: &str| t.token_id(s).unwrap();
+        let ids = [
+            id("hello"),
+            id(TURN_START),
+            id("world"),
+            id(TURN_END),
+            id(TURN_START),
+        ];
+        assert_eq!(t.decode(&ids).unwrap(), "helloworld");
+        assert_eq!(
+            t.decode_keeping(&ids, &[id(TURN_START)]).unwrap(),
+            "hello<|turn>world<|turn>"
+        );
+        let mut s = TextStream::keeping(vec![id(TURN_START)]);
+        let pieces: Vec<String> = ids.iter().filter_map(|&i| s.push(&t, i).unwrap()).collect();
+        assert_eq!(pieces, vec!["hello", "<|turn>", "world", "<|turn>"]);
+        // This vocabulary has no tool markers.
+        assert!(t.tool_marker_ids().is_empty());
     }
 
     #[test]

@@ -24,6 +24,17 @@ pub enum MatrixUse {
     Experts { experts: usize },
 }
 
+/// The matrix a loader asks for: `[n, k]`, stored in `layout`, uploaded for `use_`. The four
+/// travel together from a weight's declaration through the source to the uploader, so they
+/// go as one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatrixSpec {
+    pub n: usize,
+    pub k: usize,
+    pub layout: MatrixLayout,
+    pub use_: MatrixUse,
+}
+
 /// How weights are stored on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightFormat {

@@ -20,7 +20,7 @@ use crate::ops::quantize::{
     check_finite_source, check_q4_source, q4_quantize, source_to_f32, Q4Dest, SourceDtype,
 };
 use crate::weights::layout::MatrixUse;
-use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, MatrixSpec};
 use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -295,18 +295,15 @@ pub struct RawTensor<'a> {
 }
 
 /// Uploads the row blocks `parts` (each `[n / parts.len(), k]`, stacked) as one `[n, k]`
-/// matrix in `layout`, a block of rows at a time.
-#[allow(clippy::too_many_arguments)]
+/// matrix as `spec` says, a block of rows at a time.
 pub fn upload_raw_parts(
     up: &mut Uploader<'_>,
     options: StreamOptions,
     name: &str,
     parts: &[RawTensor<'_>],
-    n: usize,
-    k: usize,
-    layout: MatrixLayout,
-    use_: MatrixUse,
+    spec: MatrixSpec,
 ) -> Result<Uploaded> {
+    let MatrixSpec { n, k, layout, use_ } = spec;
     if parts.is_empty() || n % parts.len() != 0 || k == 0 {
         return Err(Error::invalid(
             "upload",
@@ -388,17 +385,14 @@ pub fn upload_raw_parts(
 /// not plain bf16/f16/f32 (GGUF block formats): they are converted on the CPU, or, where a
 /// block format maps onto `layout`, rewritten without requantising. A part's rows must
 /// start on a whole scale word (`parts == 1`, or `n / parts * groups` even).
-#[allow(clippy::too_many_arguments)]
 pub fn upload_blocks(
     up: &mut Uploader<'_>,
     name: &str,
-    n: usize,
-    k: usize,
-    layout: MatrixLayout,
-    use_: MatrixUse,
+    spec: MatrixSpec,
     parts: usize,
     produce: &mut dyn FnMut(usize, Range<usize>) -> Result<Matrix<'static>>,
 ) -> Result<Uploaded> {
+    let MatrixSpec { n, k, layout, use_ } = spec;
     let part_elems = match layout {
         MatrixLayout::Q4 { group } => n / parts.max(1) * (k / group.max(1)),
         _ => n / parts.max(1) * k,
@@ -593,10 +587,12 @@ mod tests {
                     options,
                     "w",
                     &parts,
-                    n,
-                    k,
-                    MatrixLayout::Q4 { group },
-                    MatrixUse::TableAndLinear,
+                    MatrixSpec {
+                        n,
+                        k,
+                        layout: MatrixLayout::Q4 { group },
+                        use_: MatrixUse::TableAndLinear,
+                    },
                 )
                 .unwrap();
                 let (packed, scales, t_packed, t_scales) = words_of(ctx, &m);
@@ -632,10 +628,12 @@ mod tests {
                 options,
                 "layers.0.mlp.down_proj.weight",
                 std::slice::from_ref(&part),
-                128,
-                32,
-                MatrixLayout::Q4 { group: 32 },
-                MatrixUse::Linear,
+                MatrixSpec {
+                    n: 128,
+                    k: 32,
+                    layout: MatrixLayout::Q4 { group: 32 },
+                    use_: MatrixUse::Linear,
+                },
             )
             .err()
             .expect("an error")

@@ -3,7 +3,7 @@
 //! (Q4 quantises each row on its own, so a block's words are the whole matrix's words for
 //! those rows), so memory stays at one block however large the checkpoint.
 
-use super::census::{assistant_census, target_census};
+use super::census::{assistant_census, target_census, CensusRoute};
 use super::manifest::{
     Manifest, ModelEntry, Quant, SourceFile, ASSISTANT_PREFIX, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR,
@@ -17,8 +17,8 @@ use crate::formats::gguf::{GgufAssistant, GgufFile, GgufWeights};
 use crate::formats::hf::Checkpoint;
 use crate::model::assistant::parse_assistant_config;
 use crate::model::assistant::AssistantSource;
-use crate::model::parse_config;
 use crate::model::weights::WeightFormat;
+use crate::model::{parse_config, ModelSpec};
 use crate::text::tokenizer::Tokenizer;
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
 use crate::weights::source::WeightSource;
@@ -163,56 +163,9 @@ pub fn convert<W: Write + Seek>(
         }
     }
     let spec = parse_config(target.config_json)?;
-    // A tokenizer stored unchecked would fail every later load of the artifact.
-    for (which, input) in [("target", Some(target)), ("assistant", assistant)] {
-        if let Some(json) = input.and_then(|i| i.tokenizer_json) {
-            Tokenizer::from_bytes(json).map_err(|e| {
-                Error::invalid(
-                    OP,
-                    format!("the {which}'s tokenizer.json"),
-                    "a readable tokenizer",
-                    e,
-                )
-            })?;
-        }
-    }
-    let mut models = vec![target_model(target, &spec, format)];
-    let mut census = target_census(&models[0].plan);
-    if let Some(a) = assistant {
-        let aspec = parse_assistant_config(a.config_json)?;
-        let c = &spec.config;
-        if aspec.backbone_hidden_size != c.hidden_size
-            || aspec.text.config.vocab_size != c.vocab_size
-        {
-            return Err(Error::invalid(
-                OP,
-                "assistant backbone_hidden_size / vocab_size (must be the target's)",
-                format!("{} / {}", c.hidden_size, c.vocab_size),
-                format!(
-                    "{} / {}",
-                    aspec.backbone_hidden_size, aspec.text.config.vocab_size
-                ),
-            ));
-        }
-        let model = assistant_model(a, &aspec, format);
-        census.extend(assistant_census(&aspec, &model.plan));
-        models.push(model);
-    }
-
-    // Weights whose tensors are not whole words go last, so every other tensor starts on
-    // a 4-byte boundary (a u32 view of the mapped file needs no copy); the tokenizers last.
-    let whole_words =
-        |w: &PlannedWeight, prefix: &str| w.stored(prefix).iter().all(|t| t.byte_len() % 4 == 0);
-    let mut order: Vec<(usize, usize)> = Vec::new();
-    for pass in [true, false] {
-        for (m, model) in models.iter().enumerate() {
-            for (i, w) in model.plan.iter().enumerate() {
-                if whole_words(w, model.prefix) == pass {
-                    order.push((m, i));
-                }
-            }
-        }
-    }
+    check_tokenizers(target, assistant)?;
+    let (models, census) = planned_models(target, assistant, &spec, format)?;
+    let order = write_order(&models);
     let mut tensors: Vec<StoredTensor> = order
         .iter()
         .flat_map(|&(m, i)| models[m].plan[i].stored(models[m].prefix))
@@ -278,6 +231,76 @@ pub fn convert<W: Write + Seek>(
         manifest.checksums = sums.clone();
         metadata(&manifest)
     })
+}
+
+/// Checks the tokenizers before anything is written: a tokenizer stored unchecked would
+/// fail every later load of the artifact.
+fn check_tokenizers(target: &ConvertInput<'_>, assistant: Option<&ConvertInput<'_>>) -> Result<()> {
+    for (which, input) in [("target", Some(target)), ("assistant", assistant)] {
+        if let Some(json) = input.and_then(|i| i.tokenizer_json) {
+            Tokenizer::from_bytes(json).map_err(|e| {
+                Error::invalid(
+                    OP,
+                    format!("the {which}'s tokenizer.json"),
+                    "a readable tokenizer",
+                    e,
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The target's weight plan, and the assistant's when given (checked to fit the target),
+/// with the census of routes their weights take.
+fn planned_models<'a>(
+    target: &'a ConvertInput<'a>,
+    assistant: Option<&'a ConvertInput<'a>>,
+    spec: &ModelSpec,
+    format: WeightFormat,
+) -> Result<(Vec<Model<'a>>, Vec<CensusRoute>)> {
+    let mut models = vec![target_model(target, spec, format)];
+    let mut census = target_census(&models[0].plan);
+    if let Some(a) = assistant {
+        let aspec = parse_assistant_config(a.config_json)?;
+        let c = &spec.config;
+        if aspec.backbone_hidden_size != c.hidden_size
+            || aspec.text.config.vocab_size != c.vocab_size
+        {
+            return Err(Error::invalid(
+                OP,
+                "assistant backbone_hidden_size / vocab_size (must be the target's)",
+                format!("{} / {}", c.hidden_size, c.vocab_size),
+                format!(
+                    "{} / {}",
+                    aspec.backbone_hidden_size, aspec.text.config.vocab_size
+                ),
+            ));
+        }
+        let model = assistant_model(a, &aspec, format);
+        census.extend(assistant_census(&aspec, &model.plan));
+        models.push(model);
+    }
+    Ok((models, census))
+}
+
+/// `(model, weight)` in the order the file stores them: weights whose tensors are not whole
+/// words go last, so every other tensor starts on a 4-byte boundary (a u32 view of the
+/// mapped file needs no copy); the tokenizers follow them.
+fn write_order(models: &[Model<'_>]) -> Vec<(usize, usize)> {
+    let whole_words =
+        |w: &PlannedWeight, prefix: &str| w.stored(prefix).iter().all(|t| t.byte_len() % 4 == 0);
+    let mut order = Vec::new();
+    for pass in [true, false] {
+        for (m, model) in models.iter().enumerate() {
+            for (i, w) in model.plan.iter().enumerate() {
+                if whole_words(w, model.prefix) == pass {
+                    order.push((m, i));
+                }
+            }
+        }
+    }
+    order
 }
 
 /// Prepares one planned weight and writes its tensor(s).

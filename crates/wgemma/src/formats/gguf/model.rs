@@ -351,31 +351,7 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
     let head_dim_swa = m
         .opt_u("attention.key_length_swa")?
         .unwrap_or(head_dim_full);
-    let kv_heads = m
-        .per_layer("attention.head_count_kv", layers)?
-        .unwrap_or(vec![heads; layers]);
-    let kv_of = |want_sliding: bool| {
-        (0..layers)
-            .find(|&i| sliding[i] == want_sliding)
-            .map(|i| kv_heads[i])
-    };
-    let kv_swa = kv_of(true).or(kv_of(false)).unwrap_or(heads);
-    let kv_full = kv_of(false);
-    for (i, &kv) in kv_heads.iter().enumerate() {
-        let want = if sliding[i] {
-            kv_swa
-        } else {
-            kv_full.unwrap_or(kv_swa)
-        };
-        if kv != want {
-            return Err(Error::invalid(
-                OP,
-                format!("{} of layer {i}", m.key("attention.head_count_kv")),
-                format!("{want} (the same for every layer of its kind)"),
-                kv,
-            ));
-        }
-    }
+    let (kv_swa, kv_full) = kv_heads_by_kind(&m, heads, &sliding)?;
     let shared = m.opt_u("attention.shared_kv_layers")?.unwrap_or(0);
     if shared > layers {
         return Err(Error::invalid(
@@ -385,26 +361,8 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
             shared,
         ));
     }
-    let ff = m
-        .per_layer("feed_forward_length", layers)?
-        .ok_or_else(|| Error::invalid(OP, m.key("feed_forward_length"), "present", "missing"))?;
     let first_shared = layers - shared;
-    let double_wide = shared > 0 && ff[first_shared] == 2 * ff[0];
-    for (i, &f) in ff.iter().enumerate() {
-        let want = if double_wide && i >= first_shared {
-            2 * ff[0]
-        } else {
-            ff[0]
-        };
-        if f != want {
-            return Err(Error::invalid(
-                OP,
-                format!("{} of layer {i}", m.key("feed_forward_length")),
-                format!("{want} (HF: intermediate_size, doubled on KV-shared layers or not)"),
-                f,
-            ));
-        }
-    }
+    let (intermediate, double_wide) = feed_forward_width(&m, layers, first_shared)?;
     let vocab = rows_of(file, "token_embd.weight")?;
     if file.tensor("output.weight").is_some() {
         return Err(Error::invalid(
@@ -427,38 +385,19 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
             && file.tensor(&format!("blk.{i}.attn_v.weight")).is_none()
     });
     let experts = m.opt_u("expert_count")?.filter(|&e| e > 0);
-    let tok = |key: &str| file.get(key).and_then(Value::as_u64);
-    // Floats are checked here by the config's own rules: JSON has no NaN, so a NaN would
-    // reach the config as null and mean "default" or "none" instead of being refused.
-    let checked = |suffix: &str, check: &dyn Fn(f64) -> Result<()>| -> Result<Option<f64>> {
-        let v = m.opt_f(suffix)?;
-        if let Some(v) = v {
-            check(v).map_err(|e| e.within(format!("GGUF key {}", m.key(suffix))))?;
-        }
-        Ok(v)
-    };
-    let theta_full =
-        checked("rope.freq_base", &|t| check_rope_theta("rope_theta", t))?.unwrap_or(1e6);
-    let theta_swa =
-        checked("rope.freq_base_swa", &|t| check_rope_theta("rope_theta", t))?.unwrap_or(1e4);
-    let eps = checked("attention.layer_norm_rms_epsilon", &check_rms_norm_eps)?.unwrap_or(1e-6);
-    let softcap = checked("final_logit_softcapping", &check_softcap)?;
+    let DecoderFloats {
+        theta_full,
+        theta_swa,
+        eps,
+        softcap,
+    } = DecoderFloats::read(&m)?;
     let factor = partial_rotary_factor(file, head_dim_full)?;
-    let layer_types: Vec<&str> = sliding
-        .iter()
-        .map(|&s| {
-            if s {
-                "sliding_attention"
-            } else {
-                "full_attention"
-            }
-        })
-        .collect();
+    let layer_types: Vec<&str> = sliding.iter().map(|&s| layer_type(s)).collect();
     let mut c = json!({
         "model_type": "gemma4_text",
         "vocab_size": vocab,
         "hidden_size": hidden,
-        "intermediate_size": ff[0],
+        "intermediate_size": intermediate,
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_swa,
@@ -500,14 +439,120 @@ fn decoder_config(file: &GgufFile<'_>, arch: &str) -> Result<serde_json::Value> 
         c["top_k_experts"] = json!(m.u("expert_used_count")?);
         c["moe_intermediate_size"] = json!(m.u("expert_feed_forward_length")?);
     }
-    if let Some(id) = tok("tokenizer.ggml.bos_token_id") {
-        c["bos_token_id"] = json!(id);
-    }
-    if let Some(id) = tok("tokenizer.ggml.eos_token_id") {
-        c["eos_token_id"] = json!(id);
-    }
-    if let Some(id) = tok("tokenizer.ggml.padding_token_id") {
-        c["pad_token_id"] = json!(id);
+    let tok = |key: &str| file.get(key).and_then(Value::as_u64);
+    for (gguf, hf) in [
+        ("tokenizer.ggml.bos_token_id", "bos_token_id"),
+        ("tokenizer.ggml.eos_token_id", "eos_token_id"),
+        ("tokenizer.ggml.padding_token_id", "pad_token_id"),
+    ] {
+        if let Some(id) = tok(gguf) {
+            c[hf] = json!(id);
+        }
     }
     Ok(c)
+}
+
+/// HF's `layer_types` entry of a sliding or a full attention layer.
+fn layer_type(sliding: bool) -> &'static str {
+    if sliding {
+        "sliding_attention"
+    } else {
+        "full_attention"
+    }
+}
+
+/// `(kv heads of sliding layers, of full layers if any)` from the per-layer
+/// `attention.head_count_kv` (default `heads`); every layer of a kind must agree, as HF's
+/// config has one count per kind.
+fn kv_heads_by_kind(
+    m: &Meta<'_, '_>,
+    heads: usize,
+    sliding: &[bool],
+) -> Result<(usize, Option<usize>)> {
+    let layers = sliding.len();
+    let kv_heads = m
+        .per_layer("attention.head_count_kv", layers)?
+        .unwrap_or(vec![heads; layers]);
+    let kv_of = |want_sliding: bool| {
+        (0..layers)
+            .find(|&i| sliding[i] == want_sliding)
+            .map(|i| kv_heads[i])
+    };
+    let kv_swa = kv_of(true).or(kv_of(false)).unwrap_or(heads);
+    let kv_full = kv_of(false);
+    for (i, &kv) in kv_heads.iter().enumerate() {
+        let want = if sliding[i] {
+            kv_swa
+        } else {
+            kv_full.unwrap_or(kv_swa)
+        };
+        if kv != want {
+            return Err(Error::invalid(
+                OP,
+                format!("{} of layer {i}", m.key("attention.head_count_kv")),
+                format!("{want} (the same for every layer of its kind)"),
+                kv,
+            ));
+        }
+    }
+    Ok((kv_swa, kv_full))
+}
+
+/// `(intermediate_size, use_double_wide_mlp)` from the per-layer `feed_forward_length`:
+/// one width, doubled on the KV-shared layers from `first_shared` on or not at all.
+fn feed_forward_width(
+    m: &Meta<'_, '_>,
+    layers: usize,
+    first_shared: usize,
+) -> Result<(usize, bool)> {
+    let ff = m
+        .per_layer("feed_forward_length", layers)?
+        .ok_or_else(|| Error::invalid(OP, m.key("feed_forward_length"), "present", "missing"))?;
+    let double_wide = first_shared < layers && ff[first_shared] == 2 * ff[0];
+    for (i, &f) in ff.iter().enumerate() {
+        let want = if double_wide && i >= first_shared {
+            2 * ff[0]
+        } else {
+            ff[0]
+        };
+        if f != want {
+            return Err(Error::invalid(
+                OP,
+                format!("{} of layer {i}", m.key("feed_forward_length")),
+                format!("{want} (HF: intermediate_size, doubled on KV-shared layers or not)"),
+                f,
+            ));
+        }
+    }
+    Ok((ff[0], double_wide))
+}
+
+/// The decoder's float keys, each checked by the config's own rules here: JSON has no
+/// NaN, so a NaN would reach the config as null and mean "default" or "none" instead of
+/// being refused.
+struct DecoderFloats {
+    theta_full: f64,
+    theta_swa: f64,
+    eps: f64,
+    softcap: Option<f64>,
+}
+
+impl DecoderFloats {
+    fn read(m: &Meta<'_, '_>) -> Result<DecoderFloats> {
+        let checked = |suffix: &str, check: &dyn Fn(f64) -> Result<()>| -> Result<Option<f64>> {
+            let v = m.opt_f(suffix)?;
+            if let Some(v) = v {
+                check(v).map_err(|e| e.within(format!("GGUF key {}", m.key(suffix))))?;
+            }
+            Ok(v)
+        };
+        Ok(DecoderFloats {
+            theta_full: checked("rope.freq_base", &|t| check_rope_theta("rope_theta", t))?
+                .unwrap_or(1e6),
+            theta_swa: checked("rope.freq_base_swa", &|t| check_rope_theta("rope_theta", t))?
+                .unwrap_or(1e4),
+            eps: checked("attention.layer_norm_rms_epsilon", &check_rms_norm_eps)?.unwrap_or(1e-6),
+            softcap: checked("final_logit_softcapping", &check_softcap)?,
+        })
+    }
 }

@@ -27,8 +27,7 @@ use crate::error::{Error, Result};
 use crate::model::assistant::AssistantSource;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::ops::quantize::SourceDtype;
-use crate::weights::layout::MatrixUse;
-use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, MatrixSpec};
 use crate::weights::source::{experts_by_expert, WeightSource};
 use crate::weights::upload::{
     upload_blocks, upload_raw_parts, RawTensor, StreamOptions, Uploaded, Uploader,
@@ -219,11 +218,9 @@ impl WeightSource for GgufWeights<'_, '_> {
         up: &mut Uploader<'_>,
         name: &str,
         parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-        use_: MatrixUse,
+        spec: MatrixSpec,
     ) -> Result<Uploaded> {
+        let MatrixSpec { n, k, layout, use_ } = spec;
         let rows = n / parts.len().max(1);
         let tensors = parts
             .iter()
@@ -250,7 +247,7 @@ impl WeightSource for GgufWeights<'_, '_> {
                     release,
                 })
                 .collect();
-            return upload_raw_parts(up, self.stream, name, &raw, n, k, layout, use_);
+            return upload_raw_parts(up, self.stream, name, &raw, spec);
         }
         let groups = match layout {
             MatrixLayout::Q4 { group } => k / group,
@@ -261,7 +258,7 @@ impl WeightSource for GgufWeights<'_, '_> {
             let m = self.matrix(name, parts, n, k, layout)?;
             return Uploaded::from_matrix(up.ctx, name, &m, use_);
         }
-        upload_blocks(up, name, n, k, layout, use_, parts.len(), &mut |p, r| {
+        upload_blocks(up, name, spec, parts.len(), &mut |p, r| {
             self.block(tensors[p], k, r, layout)
         })
     }

@@ -76,8 +76,8 @@ fn q4_0_matrices_upload_without_requantising() {
     use crate::gpu::read_tensor_bytes;
     use crate::harness::test_context;
     use crate::model::weights::LinearWeight;
-    use crate::weights::layout::MatrixLayout;
     use crate::weights::layout::MatrixUse;
+    use crate::weights::layout::{MatrixLayout, MatrixSpec};
     use crate::weights::source::WeightSource;
     use crate::weights::upload::Uploader;
     let ctx = test_context();
@@ -94,10 +94,12 @@ fn q4_0_matrices_upload_without_requantising() {
             &mut Uploader::new(ctx),
             name,
             &[name],
-            n,
-            k,
-            MatrixLayout::Q4 { group: 32 },
-            MatrixUse::Linear,
+            MatrixSpec {
+                n,
+                k,
+                layout: MatrixLayout::Q4 { group: 32 },
+                use_: MatrixUse::Linear,
+            },
         )
         .unwrap();
     let Some(LinearWeight::Q4(w)) = up.linear else {

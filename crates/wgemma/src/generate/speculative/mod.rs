@@ -194,7 +194,7 @@ pub(super) struct LastForward {
 /// Checks what a session needs before the first round: the assistant is bound to this
 /// target, k fits the verify plans, and the target's sliding rings keep every row of the
 /// assistant's view. Returns the largest k a round may use.
-pub(super) fn check_session(
+pub(crate) fn check_session(
     target: &Model,
     assistant: &Assistant,
     spec: &SpeculativeOptions,

@@ -309,39 +309,77 @@ fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
 /// the generic route (auto with K % 32 != 0, and forced on any shape), GEMM forced on K
 /// tails, a forced row-chunk split per route, and dense f32/f16. N is odd.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let mut cases = route_cases(rng);
+    cases.extend(matvec_cases(rng));
+    for f16 in [false, true] {
+        cases.push(Box::new(DenseLinearCase {
+            m: rng.random_range(1..=9),
+            n: rng.random_range(1..=150),
+            k: rng.random_range(1..=300),
+            f16,
+        }));
+    }
+    cases
+}
+
+/// A Q4 group size of the model's routes.
+fn random_group(rng: &mut Rng) -> usize {
+    [32, 64, 128][rng.random_range(0..3)]
+}
+
+/// A K of whole groups `g`, up to 512.
+fn random_k(rng: &mut Rng, g: usize) -> usize {
+    g * rng.random_range(1..=(512 / g))
+}
+
+/// An odd N in `lo..hi` (odd Ns leave partial row quads).
+fn random_odd_n(rng: &mut Rng, lo: usize, hi: usize) -> usize {
+    rng.random_range(lo..hi) | 1
+}
+
+/// An M for the Q4 GEMM below PREFILL_GEMM_MIN_ROWS: from 16 rows the f16 GEMMs win where
+/// the device has them (their cases: [`prefill_cases`]).
+fn random_gemm_m(rng: &mut Rng) -> usize {
+    [10, 11, 13, 14, 15][rng.random_range(0..5)]
+}
+
+/// Each Q4 route on shapes it is chosen for (M = 1 and 3 with subgroup and portable
+/// reductions and groups of 8/16, the GEMM, the generic route auto and forced, the GEMM on
+/// K tails) and a forced row-chunk split per route.
+fn route_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
-    let group = |rng: &mut Rng| [32, 64, 128][rng.random_range(0..3)];
-    let k_for = |rng: &mut Rng, g: usize| g * rng.random_range(1..=(512 / g));
-    let odd = |rng: &mut Rng, lo: usize, hi: usize| rng.random_range(lo..hi) | 1;
-    // Below PREFILL_GEMM_MIN_ROWS: from 16 rows the f16 GEMMs win where the device has them
-    // (their cases: [`prefill_cases`]).
-    let gemm_m = |rng: &mut Rng| [10, 11, 13, 14, 15][rng.random_range(0..5)];
     let mut cases = Vec::new();
     for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
         for portable in [false, true] {
-            let g = group(rng);
-            let mut c = Q4LinearCase::new(m, odd(rng, 1, 200), k_for(rng, g), g, route);
+            let g = random_group(rng);
+            let mut c = Q4LinearCase::new(m, random_odd_n(rng, 1, 200), random_k(rng, g), g, route);
             c.portable = portable;
             cases.push(boxed(c));
         }
         // Groups below 32: one scale per packed word inside each vec4 load.
         let g = [8, 16][rng.random_range(0..2)];
-        let mut c = Q4LinearCase::new(m, odd(rng, 1, 120), 32 * rng.random_range(1..=12), g, route);
+        let mut c = Q4LinearCase::new(
+            m,
+            random_odd_n(rng, 1, 120),
+            32 * rng.random_range(1..=12),
+            g,
+            route,
+        );
         c.portable = rng.random_bool(0.5);
         cases.push(boxed(c));
     }
-    let g = group(rng);
+    let g = random_group(rng);
     cases.push(boxed(Q4LinearCase::new(
-        gemm_m(rng),
-        odd(rng, 1, 200),
-        k_for(rng, g),
+        random_gemm_m(rng),
+        random_odd_n(rng, 1, 200),
+        random_k(rng, g),
         g,
         Q4Gemm,
     )));
     // M = 1 with K % 32 != 0: only the generic route is eligible.
     cases.push(boxed(Q4LinearCase::new(
         1,
-        odd(rng, 1, 200),
+        random_odd_n(rng, 1, 200),
         8 * (2 * rng.random_range(0..40) + 1),
         8,
         Q4Generic,
@@ -349,8 +387,8 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let g = [8, 16, 32, 64, 128][rng.random_range(0..5)];
     let mut c = Q4LinearCase::new(
         rng.random_range(1..=17),
-        odd(rng, 1, 200),
-        k_for(rng, g),
+        random_odd_n(rng, 1, 200),
+        random_k(rng, g),
         g,
         Q4Generic,
     );
@@ -359,7 +397,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     // GEMM with a K tail (K % 32 != 0), including M = 3.
     let mut c = Q4LinearCase::new(
         [2, 3, 5][rng.random_range(0..3)],
-        odd(rng, 1, 200),
+        random_odd_n(rng, 1, 200),
         8 * (2 * rng.random_range(0..40) + 1),
         8,
         Q4Gemm,
@@ -369,21 +407,35 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     for (m, route) in [
         (1, Q4Gemv),
         (3, Q4LinearM3),
-        (gemm_m(rng), Q4Gemm),
+        (random_gemm_m(rng), Q4Gemm),
         (rng.random_range(1..=5), Q4Generic),
     ] {
-        let g = group(rng);
-        let k = k_for(rng, g);
-        let mut c = Q4LinearCase::new(m, odd(rng, 129, 320), k, g, route);
+        let g = random_group(rng);
+        let k = random_k(rng, g);
+        let mut c = Q4LinearCase::new(m, random_odd_n(rng, 129, 320), k, g, route);
         c.force = route == Q4Generic;
         c.max_binding = Some(64 * k as u64 / 2);
         c.portable = rng.random_bool(0.5);
         cases.push(boxed(c));
     }
+    cases
+}
+
+/// The matvec routes' own shapes: small M (2, 4, 5..=9), long rows split over K, fused
+/// GeGLU epilogues, and forced geometries (lanes per quad, K splits).
+fn matvec_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    use LinearRoute::*;
+    let mut cases = Vec::new();
     // M = 2 and 4 take the small-M matvec route.
     for m in [2, 4] {
-        let g = group(rng);
-        let mut c = Q4LinearCase::new(m, odd(rng, 1, 200), k_for(rng, g), g, Q4LinearSmallM);
+        let g = random_group(rng);
+        let mut c = Q4LinearCase::new(
+            m,
+            random_odd_n(rng, 1, 200),
+            random_k(rng, g),
+            g,
+            Q4LinearSmallM,
+        );
         c.portable = rng.random_bool(0.5);
         cases.push(boxed(c));
     }
@@ -391,7 +443,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
         let mut c = Q4LinearCase::new(
             m,
-            odd(rng, 1, 200),
+            random_odd_n(rng, 1, 200),
             32 * rng.random_range(32..=260),
             32,
             route,
@@ -403,11 +455,11 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     // Fused GeGLU epilogues on both matvec routes and reductions.
     for (m, route) in [(1, Q4Gemv), (3, Q4LinearM3)] {
         for epilogue in [CaseEpilogue::GegluPairs, CaseEpilogue::GeluMul] {
-            let g = group(rng);
+            let g = random_group(rng);
             // Pairs: an even N of any size (halves not a multiple of 16 leave partial
             // workgroups).
             let n = 2 * rng.random_range(1..100);
-            let mut c = Q4LinearCase::new(m, n, k_for(rng, g), g, route);
+            let mut c = Q4LinearCase::new(m, n, random_k(rng, g), g, route);
             c.epilogue = epilogue;
             c.portable = rng.random_bool(0.5);
             cases.push(boxed(c));
@@ -416,19 +468,19 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     // M = 5..=9 (verify of up to 8 drafts) and forced geometries: 8, 16 or 32 lanes per
     // quad, K splits, K fixed at build time or not, plain and fused.
     for m in [1, rng.random_range(5..=9)] {
-        let g = group(rng);
+        let g = random_group(rng);
         let route = if m == 1 { Q4Gemv } else { Q4LinearSmallM };
-        let mut c = Q4LinearCase::new(m, odd(rng, 1, 200), k_for(rng, g), g, route);
+        let mut c = Q4LinearCase::new(m, random_odd_n(rng, 1, 200), random_k(rng, g), g, route);
         c.portable = rng.random_bool(0.5);
         c.tuning = Some(random_tuning(rng));
         c.epilogue = [CaseEpilogue::None, CaseEpilogue::GeluMul][rng.random_range(0..2)];
         cases.push(boxed(c));
     }
-    let g = group(rng);
+    let g = random_group(rng);
     let mut c = Q4LinearCase::new(
         rng.random_range(5..=9),
         2 * rng.random_range(1..100),
-        k_for(rng, g),
+        random_k(rng, g),
         g,
         Q4LinearSmallM,
     );
@@ -440,14 +492,6 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         ..random_tuning(rng)
     });
     cases.push(boxed(c));
-    for f16 in [false, true] {
-        cases.push(Box::new(DenseLinearCase {
-            m: rng.random_range(1..=9),
-            n: rng.random_range(1..=150),
-            k: rng.random_range(1..=300),
-            f16,
-        }));
-    }
     cases
 }
 

@@ -339,46 +339,13 @@ pub fn moe_expert_linear_with(
     y: &Tensor,
     options: &MoeLinearOptions,
 ) -> Result<MoeLinear> {
-    let (m, top_k) = ids_shape(OP, ids)?;
-    let (experts, n, k) = (w.experts(), w.n(), w.k());
-    check_dtype(OP, x, "x", DType::F32)?;
-    check_dtype(OP, y, "y", DType::F32)?;
-    let slots = m * top_k;
-    if x.shape().last() != Some(&k) || (x.numel() != m * k && x.numel() != slots * k) {
-        return Err(Error::invalid(
-            OP,
-            "shape of x",
-            format!("[{m}, {k}] or [{slots}, {k}]"),
-            format!("{:?}", x.shape()),
-        ));
-    }
-    let x_div = if x.numel() == slots * k { 1 } else { top_k };
     let geglu = options.epilogue == MoeEpilogue::Geglu;
-    if geglu && n % 2 != 0 {
-        return Err(Error::invalid(
-            OP,
-            "rows per expert N with the GeGLU epilogue ([gate(I); up(I)])",
-            "even",
-            n,
-        ));
-    }
-    let outputs = if geglu { n / 2 } else { n };
-    if y.shape().last() != Some(&outputs) || y.numel() != slots * outputs {
-        return Err(Error::invalid(
-            OP,
-            "shape of y",
-            format!("[{slots}, {outputs}]"),
-            format!("{:?}", y.shape()),
-        ));
-    }
-    check_distinct(OP, y, "y", &[(x, "x"), (ids, "ids")])?;
-    for (what, v) in [
-        ("elements of y", slots * outputs),
-        ("elements of x", x.numel()),
-        ("experts", experts),
-    ] {
-        u32::try_from(v).map_err(|_| Error::invalid(OP, what, "< 2^32", v))?;
-    }
+    let SlotShape {
+        slots,
+        x_div,
+        outputs,
+    } = check_operands(x, ids, w, y, geglu)?;
+    let (experts, n, k) = (w.experts(), w.n(), w.k());
     let shape = MoeLinearShape {
         format: w.format(),
         k,
@@ -479,4 +446,70 @@ pub fn moe_expert_linear_with(
         kernels.push(kernel);
     }
     Ok(MoeLinear { route, kernels })
+}
+
+/// The sizes every chunk's kernel takes from the checked operands.
+struct SlotShape {
+    /// `M * top_k`: one output row per (token, chosen expert).
+    slots: usize,
+    /// Slots per row of x: `top_k` when x is per token, 1 when per slot.
+    x_div: usize,
+    /// Outputs per slot: N, or N / 2 with the GeGLU epilogue.
+    outputs: usize,
+}
+
+/// Checks x `[M, K]` or `[M * top_k, K]`, ids, and y `[M * top_k, N or N / 2]` against
+/// the weight before anything is planned: dtypes, shapes, an even N for GeGLU, distinct
+/// buffers, and sizes the kernels' u32 indices hold.
+fn check_operands(
+    x: &Tensor,
+    ids: &Tensor,
+    w: &ExpertWeight,
+    y: &Tensor,
+    geglu: bool,
+) -> Result<SlotShape> {
+    let (m, top_k) = ids_shape(OP, ids)?;
+    let (experts, n, k) = (w.experts(), w.n(), w.k());
+    check_dtype(OP, x, "x", DType::F32)?;
+    check_dtype(OP, y, "y", DType::F32)?;
+    let slots = m * top_k;
+    if x.shape().last() != Some(&k) || (x.numel() != m * k && x.numel() != slots * k) {
+        return Err(Error::invalid(
+            OP,
+            "shape of x",
+            format!("[{m}, {k}] or [{slots}, {k}]"),
+            format!("{:?}", x.shape()),
+        ));
+    }
+    let x_div = if x.numel() == slots * k { 1 } else { top_k };
+    if geglu && n % 2 != 0 {
+        return Err(Error::invalid(
+            OP,
+            "rows per expert N with the GeGLU epilogue ([gate(I); up(I)])",
+            "even",
+            n,
+        ));
+    }
+    let outputs = if geglu { n / 2 } else { n };
+    if y.shape().last() != Some(&outputs) || y.numel() != slots * outputs {
+        return Err(Error::invalid(
+            OP,
+            "shape of y",
+            format!("[{slots}, {outputs}]"),
+            format!("{:?}", y.shape()),
+        ));
+    }
+    check_distinct(OP, y, "y", &[(x, "x"), (ids, "ids")])?;
+    for (what, v) in [
+        ("elements of y", slots * outputs),
+        ("elements of x", x.numel()),
+        ("experts", experts),
+    ] {
+        u32::try_from(v).map_err(|_| Error::invalid(OP, what, "< 2^32", v))?;
+    }
+    Ok(SlotShape {
+        slots,
+        x_div,
+        outputs,
+    })
 }

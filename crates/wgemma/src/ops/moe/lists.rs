@@ -45,10 +45,9 @@ fn route_for(format: ExpertFormat) -> MoeLinearRoute {
 /// K % 32 != 0 and forced), a forced expert-chunk split, an out-of-range id, the combine and
 /// the whole block.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
-    let e = |rng: &mut Rng| rng.random_range(4..=16);
     let mut cases = Vec::new();
     for ties in [false, true] {
-        let experts = e(rng);
+        let experts = random_expert_count(rng);
         cases.push(boxed(MoeRouteCase {
             m: rng.random_range(1..=5),
             experts,
@@ -56,15 +55,39 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
             ties,
         }));
     }
-    let q4 = |rng: &mut Rng| ExpertFormat::Q4 {
+    cases.extend(linear_cases(rng));
+    cases.extend(combine_and_block_cases(rng));
+    cases
+}
+
+/// An expert count of the random cases.
+fn random_expert_count(rng: &mut Rng) -> usize {
+    rng.random_range(4..=16)
+}
+
+/// A Q4 expert format of the model's group sizes.
+fn random_q4(rng: &mut Rng) -> ExpertFormat {
+    ExpertFormat::Q4 {
         group: [32, 64, 128][rng.random_range(0..3)],
-    };
-    for format in [ExpertFormat::F32, ExpertFormat::F16, q4(rng), q4(rng)] {
+    }
+}
+
+/// The expert linear in all three formats (GeGLU epilogue or not, x per token or per
+/// slot, a slot pool or not), the generic Q4 route auto and forced, and a forced
+/// expert-chunk split.
+fn linear_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
+    for format in [
+        ExpertFormat::F32,
+        ExpertFormat::F16,
+        random_q4(rng),
+        random_q4(rng),
+    ] {
         let group = group_of(format);
         let mut c = MoeLinearCase::new(
             rng.random_range(1..=5),
             rng.random_range(1..=4),
-            e(rng),
+            random_expert_count(rng),
             2 * rng.random_range(1..=64),
             group * rng.random_range(1..=256 / group),
             format,
@@ -85,7 +108,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut c = MoeLinearCase::new(
         rng.random_range(1..=5),
         rng.random_range(1..=4),
-        e(rng),
+        random_expert_count(rng),
         rng.random_range(1..=40),
         8 * (2 * rng.random_range(0..12) + 1),
         ExpertFormat::Q4 { group: 8 },
@@ -94,11 +117,11 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     c.invalid_slot = true;
     cases.push(boxed(c));
     // The generic route forced on a grouped-eligible shape, with the epilogue.
-    let format = q4(rng);
+    let format = random_q4(rng);
     let mut c = MoeLinearCase::new(
         rng.random_range(1..=5),
         rng.random_range(1..=4),
-        e(rng),
+        random_expert_count(rng),
         2 * rng.random_range(1..=40),
         group_of(format) * rng.random_range(1..=256 / group_of(format)),
         format,
@@ -113,7 +136,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut c = MoeLinearCase::new(
         rng.random_range(1..=5),
         rng.random_range(1..=4),
-        e(rng),
+        random_expert_count(rng),
         n,
         k,
         format,
@@ -127,12 +150,18 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         MoeEpilogue::None
     };
     cases.push(boxed(c));
+    cases
+}
+
+/// The combine, the whole block, and the down projection + combine routes.
+fn combine_and_block_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
     cases.push(boxed(MoeCombineCase {
         m: rng.random_range(1..=5),
         top_k: rng.random_range(1..=4),
         h: 32 * rng.random_range(1..=8),
     }));
-    let experts = e(rng);
+    let experts = random_expert_count(rng);
     let format = random_format(rng);
     let g = group_of(format);
     let mut c = MoeBlockCase::new(
@@ -150,11 +179,11 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.push(boxed(c));
     // Down projection + combine: fused (Q4, M <= 4; sometimes split into expert chunks,
     // which then accumulate), and the separate route (dense, or M = 5).
-    let format = q4(rng);
+    let format = random_q4(rng);
     let mut c = MoeDownCombineCase::new(
         rng.random_range(1..=4),
         rng.random_range(1..=4),
-        e(rng),
+        random_expert_count(rng),
         rng.random_range(1..=80),
         group_of(format) * rng.random_range(1..=256 / group_of(format)),
         format,
@@ -175,7 +204,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let c = MoeDownCombineCase::new(
         m,
         rng.random_range(1..=4),
-        e(rng),
+        random_expert_count(rng),
         rng.random_range(1..=80),
         group_of(format) * rng.random_range(1..=256 / group_of(format)),
         format,

@@ -289,6 +289,9 @@ pub fn rmsnorm_with(
 /// `out = rmsnorm(residual) * next_weight`, in ONE dispatch (`rmsnorm_add_norm.wgsl`): the
 /// end of one decoder block and the input norm of the next. Bit-identical to
 /// [`rmsnorm_add`] followed by [`rmsnorm`]. `out` must differ from `x` and `residual`.
+// One argument per operand of the fused formula above (two norms' weights, the residual,
+// its scalar, the output, eps), in the order the formula reads, as `rmsnorm_add` and
+// `rmsnorm` take theirs; its callers are model/residual.rs and the kernel tests.
 #[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_add_norm(
     ctx: &GpuContext,

@@ -57,6 +57,8 @@ impl Rope {
     /// `append` at their positions when given (the `kv_append` kernel's work, so the layer
     /// needs no append dispatch). Fails closed ([`Error::NoRoute`]) when the device has
     /// fewer than 9 storage bindings per stage; the caller then appends separately.
+    // `norm_rope`'s arguments plus `append`: the fused kernel binds each head tensor and
+    // the cache rows separately; its caller is model/blocks/attention.rs.
     #[allow(clippy::too_many_arguments)]
     pub fn norm_rope_with(
         &self,

@@ -167,6 +167,9 @@ struct ReplaceParams {
 /// Plans the replacement of a round's `drafts` drafts in `ids` by `reference` tokens kept
 /// where `keep` (u32 0/1 `[>= drafts]`, written per round) says so, else replaced by a token
 /// the target rejects (see spec_replace_drafts.wgsl).
+// One argument per binding of the kernel (state, reference, keep, ids) plus the round's
+// three sizes, each checked here; an options struct would only rename the bindings. Its
+// caller is generate/speculative/pipeline.rs.
 #[allow(clippy::too_many_arguments)]
 pub fn spec_replace_drafts(
     ctx: &GpuContext,

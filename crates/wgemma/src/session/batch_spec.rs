@@ -1,0 +1,385 @@
+//! Speculative streams in a batch: every stream of a [`Session::step_rounds`] drafts with
+//! the one assistant for its own sequence, and the verify rows of ALL of them run in ONE
+//! target forward ([`Model::record_batch`]: stream i's [seed, d1..dk] at its own positions
+//! and KV slot), so N drafting streams cost one verify forward per round, not N.
+//!
+//! A stream's draft state is its own: the target's hidden state of the row that produced
+//! its seed (a `[1, hidden]` buffer it keeps, since the next forward overwrites the plan's),
+//! and the rows of its last target forward (the assistant's view of its KV slot, HF's rule
+//! as in solo rounds). The assistant itself has no cache of its own (it reads the target's),
+//! so its buffers are shared: each stream's round start (view, RoPE position, seed token)
+//! is copied into them on the GPU from a staging buffer written once per step, and the
+//! drafts stay on the GPU (the argmax writes the token the next draft step embeds; a copy
+//! puts it in the verify forward's token ids). One submit and one wait per step, for every
+//! stream's drafts and the verify together.
+//!
+//! Acceptance is per stream and on the host: row j's token is the stream's own (the GPU
+//! argmax, or drawn by its sampler keyed by the output position, after its penalties,
+//! bias and grammar mask: [`Stream`]'s `choose`), and the round keeps tokens while they
+//! equal the drafts, plus the first that does not (the bonus). So the output is the
+//! stream's plain output token for token, whatever the drafts (greedy: the target's argmax;
+//! seeded sampling: the same draws as without the assistant). Drafts are the assistant's
+//! argmax for sampled streams too (solo sampling rounds draw them on the host, one wait per
+//! draft): only acceptance depends on it.
+//!
+//! Each drafting stream drafts a fixed k (its request's `draft_tokens`, cut to its budget);
+//! the adaptive schedule, which times one stream's rounds, does not apply to a batch. When
+//! the rows of all streams exceed the largest forward, the largest k's shrink first.
+
+use super::batch::Stream;
+use super::{Session, TokenEvent, OP};
+use crate::error::{Error, Result};
+use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
+use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
+use crate::model::assistant::{Assistant, DraftView};
+use crate::model::forward::LogitRows;
+use crate::model::target::{Model, Sequence};
+use crate::ops::embedding::write_token_ids;
+
+/// Per drafting stream in the staging buffer: the RoPE position, full and sliding view
+/// ends (each with the KV slot beside it, as [`Assistant::begin_round`] writes them), then
+/// the seed token and a pad.
+const STAGE_WORDS: usize = 8;
+
+/// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
+/// generation): the assistant drafts as usual (its cost is paid), then draft j of a round
+/// after `c` committed tokens is replaced by `reference[c + j]` where `keep` says so, else
+/// by `(reference[c + j] + 1) % vocab` (a token a target whose greedy continuation is
+/// `reference` rejects).
+pub struct DraftReplacement {
+    /// The tokens the drafts stand for (index 0: the stream's first token).
+    pub reference: Vec<u32>,
+    /// Called once per round of k drafts: which of them keep their reference token.
+    pub keep: Box<dyn FnMut(usize) -> Vec<bool> + Send>,
+}
+
+/// A stream's own draft state.
+pub(super) struct Drafting {
+    /// Drafts per round (the request's `draft_tokens`).
+    k: usize,
+    /// The target's final-normed hidden state of the row that produced the seed, `[1,
+    /// hidden]`.
+    hidden: Tensor,
+    /// Last row written (R) and rows (M) of the stream's last target forward.
+    last_r: usize,
+    last_m: usize,
+    pub(super) drafted: usize,
+    pub(super) accepted: usize,
+    replace: Option<DraftReplacement>,
+}
+
+impl Drafting {
+    /// The draft state of a stream just prefilled with `prompt_len` tokens (the prefill's
+    /// last plan still holds its hidden states): checks that `k` fits the target's verify
+    /// plans and sliding rings, and keeps the seed row's hidden state.
+    pub(super) fn after_prefill(
+        ctx: &GpuContext,
+        target: &Model,
+        assistant: &Assistant,
+        k: usize,
+        prompt_len: usize,
+    ) -> Result<Drafting> {
+        let spec = SpeculativeOptions {
+            draft_tokens: k,
+            schedule: DraftSchedule::Fixed,
+            ..SpeculativeOptions::default()
+        };
+        check_session(target, assistant, &spec)?;
+        let m_last = (prompt_len - 1) % target.options.prefill_chunk + 1;
+        let source = target
+            .built_plan(m_last, LogitRows::Last)
+            .and_then(|plan| plan.head.as_ref())
+            .map(|head| head.hidden.clone())
+            .ok_or_else(|| Error::invalid(OP, "hidden states of the prefill", "kept", "none"))?;
+        let ht = *source.shape().last().unwrap_or(&0);
+        let hidden = Tensor::zeros(ctx, "stream seed hidden", &[1, ht], DType::F32)?;
+        let mut step = Step::new(ctx);
+        copy_row(&mut step, &source, m_last - 1, &hidden);
+        step.submit();
+        Ok(Drafting {
+            k,
+            hidden,
+            last_r: prompt_len - 1,
+            last_m: prompt_len,
+            drafted: 0,
+            accepted: 0,
+            replace: None,
+        })
+    }
+
+    pub(super) fn set_replacement(&mut self, replace: DraftReplacement) {
+        self.replace = Some(replace);
+    }
+}
+
+/// Records the copy of row `row` of `from` (`[rows, hidden]` f32) into `to` (`[1, hidden]`).
+fn copy_row(step: &mut Step, from: &Tensor, row: usize, to: &Tensor) {
+    let bytes = to.byte_size();
+    step.encoder()
+        .copy_buffer_to_buffer(from.buffer(), row as u64 * bytes, to.buffer(), 0, bytes);
+}
+
+/// The assistant's view of a round drafting at `p` after a target forward of `m` rows
+/// ending at `r` (HF's; after a one-row forward past the window, the plain-step view).
+fn view_at(assistant: &Assistant, p: usize, r: usize, m: usize) -> Result<DraftView> {
+    let (w_t, w_a) = (assistant.target_window(), assistant.window());
+    match DraftView::hf(p, r, m, w_t, w_a) {
+        Err(_) if m == 1 => Ok(DraftView::after_plain_step(p, r)),
+        view => view,
+    }
+}
+
+/// Drafts per stream this step: its k cut to its budget (the last token needs no draft),
+/// then the largest cut by one until every row fits `limit`.
+fn round_sizes(streams: &[&mut Stream], limit: usize) -> Result<Vec<usize>> {
+    if streams.is_empty() || streams.len() > limit {
+        return Err(Error::invalid(
+            OP,
+            "streams in one batched step",
+            format!("1..={limit} (the rows of the largest forward)"),
+            streams.len(),
+        ));
+    }
+    let mut ks: Vec<usize> = streams
+        .iter()
+        .map(|s| {
+            s.drafting
+                .as_ref()
+                .map_or(0, |d| d.k.min(s.budget_left().saturating_sub(1)))
+        })
+        .collect();
+    let mut rows: usize = ks.iter().map(|k| k + 1).sum();
+    while rows > limit {
+        let (i, _) = ks
+            .iter()
+            .enumerate()
+            .max_by_key(|&(_, k)| *k)
+            .expect("at least one stream");
+        ks[i] -= 1;
+        rows -= 1;
+    }
+    Ok(ks)
+}
+
+impl Session {
+    /// Advances every stream of `streams` (none finished) by one round in ONE target
+    /// forward: each drafting stream ([`GenerateRequest::speculative`]) drafts its k tokens
+    /// and verifies them, each plain one takes one token. Returns each stream's new tokens'
+    /// events (one or more each), in order. The tokens equal each stream's run alone (see
+    /// the module's notes).
+    ///
+    /// [`GenerateRequest::speculative`]: super::GenerateRequest::speculative
+    pub async fn step_rounds(
+        &mut self,
+        streams: &mut [&mut Stream],
+    ) -> Result<Vec<Vec<TokenEvent>>> {
+        self.check_gpu_errors()?;
+        super::batch::check_running(streams)?;
+        let target = self.target.as_mut().ok_or_else(super::no_model)?;
+        let ctx = &self.ctx;
+        let model = &mut target.model;
+        let vocab = model.spec.config.vocab_size;
+        let ks = round_sizes(streams, model.max_batch_rows())?;
+        let offsets: Vec<usize> = ks
+            .iter()
+            .scan(0, |at, k| {
+                let o = *at;
+                *at += k + 1;
+                Some(o)
+            })
+            .collect();
+        let m: usize = ks.iter().map(|k| k + 1).sum();
+        let drafting = ks.iter().any(|&k| k > 0);
+        let (ids, hidden) = {
+            let plan = model.plan(ctx, m, LogitRows::All)?;
+            let head = plan.head.as_ref().expect("a plan of every row's logits");
+            (plan.ids.clone(), head.hidden.clone())
+        };
+        // The seeds; the drafts' places are filled on the GPU before the verify reads them.
+        let mut tokens = vec![0u32; m];
+        for (s, &o) in streams.iter().zip(&offsets) {
+            tokens[o] = s.last_token();
+        }
+        write_token_ids(ctx, &ids, &tokens, vocab)?;
+        let mut step = Step::new(ctx);
+        if drafting {
+            let assistant = self.assistant.as_mut().ok_or_else(|| {
+                Error::invalid(
+                    OP,
+                    "speculative streams",
+                    "an assistant loaded (loadAssistant, --assistant, or an artifact with one)",
+                    "none",
+                )
+            })?;
+            // Staging: each drafting stream's round start, then replaced drafts (benchmarks).
+            let mut stage: Vec<u32> = Vec::new();
+            let mut views = Vec::new();
+            for (s, &k) in streams.iter().zip(&ks) {
+                let Some(d) = s.drafting.as_ref().filter(|_| k > 0) else {
+                    continue;
+                };
+                let p = s.seed_position();
+                let view = view_at(assistant, p, d.last_r, d.last_m)?;
+                let slot = s.slot() as u32;
+                stage.extend([
+                    view.position as u32,
+                    slot,
+                    view.full_end as u32,
+                    slot,
+                    view.sliding_end as u32,
+                    slot,
+                    s.last_token(),
+                    0,
+                ]);
+                views.push(view);
+            }
+            let mut replaced_at = Vec::new();
+            for (s, &k) in streams.iter_mut().zip(&ks) {
+                let committed = s.tokens().len();
+                let replace = s
+                    .drafting
+                    .as_mut()
+                    .filter(|_| k > 0)
+                    .and_then(|d| d.replace.as_mut());
+                replaced_at.push(replace.map(|r| {
+                    let at = stage.len();
+                    let keep = (r.keep)(k);
+                    stage.extend((0..k).map(|j| {
+                        let t = r.reference.get(committed + j).copied().unwrap_or(0);
+                        if keep.get(j).copied().unwrap_or(false) {
+                            t
+                        } else {
+                            (t + 1) % vocab as u32
+                        }
+                    }));
+                    at
+                }));
+            }
+            let staging = match self.draft_staging.take() {
+                Some(t) if t.numel() >= stage.len() => t,
+                _ => Tensor::zeros(
+                    ctx,
+                    "batch draft staging",
+                    &[streams.len()
+                        * (STAGE_WORDS + crate::generate::speculative::MAX_DRAFT_TOKENS)],
+                    DType::U32,
+                )?,
+            };
+            staging.write_bytes(ctx, bytemuck::cast_slice(&stage));
+            let mut drafter = 0;
+            for (i, &k) in ks.iter().enumerate() {
+                if k == 0 {
+                    continue;
+                }
+                let base = (drafter * STAGE_WORDS * 4) as u64;
+                {
+                    let b = assistant.gpu_round_buffers();
+                    let encoder = step.encoder();
+                    for (at, to, bytes) in [
+                        (0, b.rope_position, 8),
+                        (8, b.full_end, 8),
+                        (16, b.sliding_end, 8),
+                        (24, b.token, 4),
+                    ] {
+                        encoder.copy_buffer_to_buffer(
+                            staging.buffer(),
+                            base + at,
+                            to.buffer(),
+                            0,
+                            bytes,
+                        );
+                    }
+                }
+                assistant.begin_round_on_gpu(views[drafter]);
+                let d = streams[i].drafting.as_ref().expect("a drafting stream");
+                assistant.record_seed_hidden(&mut step, &d.hidden, 0)?;
+                for j in 0..k {
+                    assistant.record_step(&mut step)?;
+                    assistant.record_token_copy(&mut step, &ids, offsets[i] + 1 + j)?;
+                }
+                if let Some(at) = replaced_at[i] {
+                    step.encoder().copy_buffer_to_buffer(
+                        staging.buffer(),
+                        (at * 4) as u64,
+                        ids.buffer(),
+                        ((offsets[i] + 1) * 4) as u64,
+                        (k * 4) as u64,
+                    );
+                }
+                drafter += 1;
+            }
+            self.draft_staging = Some(staging);
+        }
+        {
+            let mut spans: Vec<(&mut Sequence, usize)> = streams
+                .iter_mut()
+                .zip(&ks)
+                .map(|(s, &k)| (s.sequence_mut(), k + 1))
+                .collect();
+            model.record_batch(ctx, &mut step, &mut spans)?;
+        }
+        let host = streams.iter().any(|s| s.reads_logits());
+        let plan = model.built_plan(m, LogitRows::All).expect("built above");
+        let head = plan.head.as_ref().expect("a plan of every row's logits");
+        step.copy_to_readback(&head.next, &head.next_readback)?;
+        if host {
+            step.copy_to_readback(&head.logits, &head.logits_readback)?;
+        }
+        let ids_readback = match self.draft_readback.take() {
+            Some(r) if r.capacity() >= ids.byte_size() => r,
+            _ => Readback::new(ctx, "batch verify ids", (model.max_batch_rows() * 4) as u64),
+        };
+        if drafting {
+            step.copy_to_readback(&ids, &ids_readback)?;
+        }
+        step.submit();
+        let next = head.next_readback.read_u32(ctx).await?;
+        let mut logits = if host {
+            head.logits_readback.read_f32(ctx).await?
+        } else {
+            Vec::new()
+        };
+        let rows = if drafting {
+            ids_readback.read_u32(ctx).await?
+        } else {
+            tokens
+        };
+        self.draft_readback = Some(ids_readback);
+        let tokenizer = target.text.tokenizer.as_deref();
+        let mut keep_hidden = Step::new(ctx);
+        let mut events = Vec::with_capacity(streams.len());
+        for ((s, &k), &o) in streams.iter_mut().zip(&ks).zip(&offsets) {
+            let p = s.seed_position();
+            let mut taken = Vec::with_capacity(k + 1);
+            let mut accepted = 0;
+            for j in 0..=k {
+                let (t, lp) = if s.reads_logits() {
+                    s.choose(&mut logits[(o + j) * vocab..(o + j + 1) * vocab])?
+                } else {
+                    (next[o + j], None)
+                };
+                let matched = j < k && t == rows[o + 1 + j];
+                accepted += matched as usize;
+                taken.push(s.accept(tokenizer, t, lp)?);
+                if !matched || s.finish_reason().is_some() {
+                    break;
+                }
+            }
+            // Rows past the last committed token are rejected drafts (the new seed, the
+            // last token, is not in the cache yet).
+            let kept = taken.len();
+            s.sequence_mut().rollback(p + kept)?;
+            if let Some(d) = s.drafting.as_mut() {
+                d.drafted += k;
+                d.accepted += accepted;
+                d.last_r = p + k;
+                d.last_m = k + 1;
+                copy_row(&mut keep_hidden, &hidden, o + kept - 1, &d.hidden);
+            }
+            events.push(taken);
+        }
+        keep_hidden.submit();
+        self.check_gpu_errors()?;
+        Ok(events)
+    }
+}
