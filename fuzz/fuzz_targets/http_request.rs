@@ -10,6 +10,18 @@ mod serve_guard;
 #[path = "../../crates/wgemma-cli/src/serve_metrics.rs"]
 #[allow(dead_code)]
 mod serve_metrics;
+#[path = "../../crates/wgemma-cli/src/serve_fields.rs"]
+#[allow(dead_code)]
+mod serve_fields;
+#[path = "../../crates/wgemma-cli/src/serve_response.rs"]
+#[allow(dead_code)]
+mod serve_response;
+#[path = "../../crates/wgemma-cli/src/serve_structured.rs"]
+#[allow(dead_code)]
+mod serve_structured;
+#[path = "../../crates/wgemma-cli/src/serve_tools.rs"]
+#[allow(dead_code)]
+mod serve_tools;
 #[path = "../http_targets.rs"]
 mod http_targets;
 
