@@ -465,7 +465,101 @@ fn parallel(
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let sizes = args.sizes()?;
-    let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
+    let format = check_args(&args)?;
+    let mut ctx = GpuContext::new_blocking(ContextOptions {
+        gemm: args.gemm.ceiling(),
+        webgpu_limits: args.webgpu_limits,
+        ..Default::default()
+    })?;
+    ctx.set_trace_barriers(args.trace_barriers);
+    let (loaded, context_len, prefill_chunk) = load_for_bench(&args, &sizes, &ctx, format)?;
+    let model_name = match (&args.synthetic, &args.model) {
+        (Some(shape), _) => format!("{shape} (synthetic)"),
+        (None, Some(path)) => path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
+        (None, None) => unreachable!("a model was loaded"),
+    };
+    if let Some(streams) = args.parallel {
+        return parallel(args, sizes, loaded, ctx, streams, model_name);
+    }
+    let Loaded {
+        mut model, load_ms, ..
+    } = loaded;
+    model.set_plan_options(args.plan_options());
+    let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut model, context_len)?;
+    let next = plain.greedy[0];
+    // One forward at a time at the same position: a plain step without pipelining, and a
+    // verify forward of k + 1 rows.
+    let unpipelined_step_ms = forward_ms(&ctx, &mut model, next, 1)?;
+    let verify_forward_ms = if args.draft_tokens > 0 {
+        Some(forward_ms(&ctx, &mut model, next, args.draft_tokens + 1)?)
+    } else {
+        None
+    };
+    let (mut spec, mut assistant) = speculative(&args, &sizes, &ctx, &mut model, &plain)?;
+    let mut rows = std::mem::take(&mut plain.rows);
+    rows.append(&mut spec.rows);
+    let profile = if args.profile {
+        ctx.enable_profiling()?;
+        Some(Profile::measure(
+            &args,
+            &ctx,
+            &mut model,
+            &plain,
+            assistant.as_mut(),
+        )?)
+    } else {
+        None
+    };
+    let context = plain.context(context_len);
+    let fusions = if args.compare_fusions {
+        Some(compare_fusions(&ctx, &mut model, context, sizes.gen)?)
+    } else {
+        None
+    };
+    let comparison = if args.compare_norm_kernels {
+        Some(compare_norm_kernels(
+            &ctx,
+            &mut model,
+            context,
+            sizes.gen,
+            args.draft_tokens,
+        )?)
+    } else {
+        None
+    };
+    // A small buffer on a software device (tiny is a smoke test there): the figure is
+    // the cache's, and it is labelled as what it is below.
+    let tiny = args.synthetic.as_deref() == Some("tiny");
+    let (words, runs) = if tiny { (4 << 20, 10) } else { (64 << 20, 50) };
+    let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words }, runs)?;
+    let outcome = Outcome {
+        model_name,
+        load_ms,
+        prefill_chunk,
+        unpipelined_step_ms,
+        verify_forward_ms,
+        diagnostics: fusions.into_iter().chain(comparison).collect(),
+        device_read_gb_per_s: bandwidth.gb_per_s,
+        weight_bytes: model.weight_bytes(),
+        bytes_per_token: model.decode_weight_bytes(),
+        rows,
+        plain,
+        spec,
+        profile,
+    };
+    if args.json {
+        println!("{}", outcome.json(&args, &sizes, &ctx));
+    } else {
+        outcome.print(&args, &sizes, &ctx);
+    }
+    Ok(())
+}
+
+/// Refuses what no run could measure, before the GPU opens; the weight format asked for.
+fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
     if let Some(p) = args.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
         bail!("--acceptance: expected rates within 0..=1, found {p}");
     }
@@ -493,12 +587,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(path) = &args.model {
         check_exists("--model", path)?;
     }
-    let mut ctx = GpuContext::new_blocking(ContextOptions {
-        gemm: args.gemm.ceiling(),
-        webgpu_limits: args.webgpu_limits,
-        ..Default::default()
-    })?;
-    ctx.set_trace_barriers(args.trace_barriers);
+    Ok(format)
+}
+
+/// Loads the model with a KV cache for the tests; also the decode tests' context length
+/// and the prefill chunk the model took.
+fn load_for_bench(
+    args: &BenchArgs,
+    sizes: &Sizes,
+    ctx: &GpuContext,
+    format: WeightFormat,
+) -> Result<(Loaded, usize, usize)> {
+    let (prompt_len, gen) = (sizes.prompt_len, sizes.gen);
     // The decode tests start after `depth` tokens, at least the one whose forward gives
     // the first generated token.
     // (--parallel: the streams decode after their prompts.)
@@ -536,10 +636,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let prefill_chunk = options.prefill_chunk;
     let loaded = match (&args.synthetic, &args.model) {
         (Some(shape), None) => {
-            load_synthetic(&ctx, SyntheticShape::parse(shape)?, args.seed, options)?
+            load_synthetic(ctx, SyntheticShape::parse(shape)?, args.seed, options)?
         }
         (None, Some(dir)) => load_model(
-            &ctx,
+            ctx,
             dir,
             ModelArgs {
                 model: dir.clone(),
@@ -553,307 +653,411 @@ pub fn run(args: BenchArgs) -> Result<()> {
         )?,
         _ => bail!("expected --synthetic SHAPE or --model DIR|FILE, found neither"),
     };
-    let model_name = match (&args.synthetic, &args.model) {
-        (Some(shape), _) => format!("{shape} (synthetic)"),
-        (None, Some(path)) => path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        ),
-        (None, None) => unreachable!("a model was loaded"),
-    };
-    if let Some(streams) = args.parallel {
-        return parallel(args, sizes, loaded, ctx, streams, model_name);
-    }
-    let Loaded {
-        mut model, load_ms, ..
-    } = loaded;
-    model.set_plan_options(args.plan_options());
-    let vocab = model.spec.config.vocab_size as u64;
-    let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
-        .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
-        .collect();
-    let prompt = &tokens[..prompt_len];
-    let context = &tokens[..context_len];
+    Ok((loaded, context_len, prefill_chunk))
+}
 
-    let pp_name = format!("pp{prompt_len}");
-    let pp = timed(&pp_name, repetitions, || {
-        model.reset();
-        let t = Instant::now();
-        pollster::block_on(model.forward(&ctx, prompt, Want::NextToken))?;
-        Ok(prompt_len as f64 / t.elapsed().as_secs_f64())
-    })?;
-    let memory_bytes = ctx
-        .counters()
-        .tensor_bytes
-        .load(std::sync::atomic::Ordering::Relaxed);
+/// The plain tests (`ppN`, `tgN`) and what the later tests start from.
+struct PlainRun {
+    /// Seeded tokens: the prompt is the first `prompt_len`, the decode context the first
+    /// `context_len`.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    pp: Samples,
+    tg: Samples,
+    tg_name: String,
+    /// The last decode run's greedy tokens (the first from the context's forward).
+    greedy: Vec<u32>,
+    /// The last decode run's counters: (dispatches, submits, barriers), host encode time.
+    counts: (u64, u64, u64),
+    host_s: f64,
+    /// GPU memory held by tensors after the prefill test.
+    memory_bytes: u64,
+    /// The `ppN` and `tgN` rows (taken into the outcome's table).
+    rows: Vec<TestRow>,
+}
 
-    let tg_name = if args.depth > 0 {
-        format!("tg{gen} @ d{}", args.depth)
-    } else {
-        format!("tg{gen}")
-    };
-    // The last run's greedy tokens (the first from the context's forward) and counters.
-    let mut greedy = Vec::new();
-    let (mut dispatches, mut submits, mut barriers, mut host_s) = (0, 0, 0, 0.0);
-    let tg = timed(&tg_name, repetitions, || {
-        model.reset();
-        let next = pollster::block_on(model.forward(&ctx, context, Want::NextToken))?.next[0];
-        let (d0, s0, _) = ctx.counters().snapshot();
-        let b0 = ctx.counters().barriers();
-        let host0 = model.host_encode_seconds();
-        let t = Instant::now();
-        let rest = pollster::block_on(model.decode_greedy(&ctx, next, gen, &mut |_| true))?;
-        let seconds = t.elapsed().as_secs_f64();
-        let (d1, s1, _) = ctx.counters().snapshot();
-        (dispatches, submits, barriers) = (d1 - d0, s1 - s0, ctx.counters().barriers() - b0);
-        host_s = model.host_encode_seconds() - host0;
-        greedy = std::iter::once(next).chain(rest).collect();
-        Ok(gen as f64 / seconds)
-    })?;
-    let decode_tps = tg.mean();
-    let next = greedy[0];
-    let mut rows = vec![
-        TestRow {
-            test: pp_name,
-            n_prompt: prompt_len,
-            n_gen: 0,
-            tokens_per_s: pp.clone(),
-            vs_tg: None,
-        },
-        TestRow {
-            test: tg_name.clone(),
-            n_prompt: args.depth,
-            n_gen: gen,
-            tokens_per_s: tg.clone(),
-            vs_tg: None,
-        },
-    ];
+impl PlainRun {
+    fn measure(
+        args: &BenchArgs,
+        sizes: &Sizes,
+        ctx: &GpuContext,
+        model: &mut Model,
+        context_len: usize,
+    ) -> Result<PlainRun> {
+        let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
+        let vocab = model.spec.config.vocab_size as u64;
+        let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
+            .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
+            .collect();
+        let prompt = &tokens[..prompt_len];
+        let context = &tokens[..context_len];
 
-    // One forward at a time (submit, wait, read), at the same position: the cost of a
-    // plain step without pipelining, and of a verify forward of k + 1 rows.
-    let mut forward_ms = |rows: usize| -> Result<f64> {
-        let tokens = vec![next; rows];
-        let want = if rows == 1 {
-            Want::NextToken
+        let pp_name = format!("pp{prompt_len}");
+        let pp = timed(&pp_name, repetitions, || {
+            model.reset();
+            let t = Instant::now();
+            pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?;
+            Ok(prompt_len as f64 / t.elapsed().as_secs_f64())
+        })?;
+        let memory_bytes = ctx
+            .counters()
+            .tensor_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+
+        let tg_name = if args.depth > 0 {
+            format!("tg{gen} @ d{}", args.depth)
         } else {
-            Want::AllNext
+            format!("tg{gen}")
         };
-        let base = model.len();
-        pollster::block_on(model.forward(&ctx, &tokens, want))?;
-        model.rollback(base)?;
-        let t = Instant::now();
-        for _ in 0..32 {
-            pollster::block_on(model.forward(&ctx, &tokens, want))?;
-            model.rollback(base)?;
-        }
-        Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
-    };
-    let unpipelined_step_ms = forward_ms(1)?;
-    let verify_forward_ms = if args.draft_tokens > 0 {
-        Some(forward_ms(args.draft_tokens + 1)?)
-    } else {
-        None
-    };
+        let mut greedy = Vec::new();
+        let (mut counts, mut host_s) = ((0, 0, 0), 0.0);
+        let tg = timed(&tg_name, repetitions, || {
+            model.reset();
+            let next = pollster::block_on(model.forward(ctx, context, Want::NextToken))?.next[0];
+            let (d0, s0, _) = ctx.counters().snapshot();
+            let b0 = ctx.counters().barriers();
+            let host0 = model.host_encode_seconds();
+            let t = Instant::now();
+            let rest = pollster::block_on(model.decode_greedy(ctx, next, gen, &mut |_| true))?;
+            let seconds = t.elapsed().as_secs_f64();
+            let (d1, s1, _) = ctx.counters().snapshot();
+            counts = (d1 - d0, s1 - s0, ctx.counters().barriers() - b0);
+            host_s = model.host_encode_seconds() - host0;
+            greedy = std::iter::once(next).chain(rest).collect();
+            Ok(gen as f64 / seconds)
+        })?;
+        let rows = vec![
+            TestRow {
+                test: pp_name,
+                n_prompt: prompt_len,
+                n_gen: 0,
+                tokens_per_s: pp.clone(),
+                vs_tg: None,
+            },
+            TestRow {
+                test: tg_name.clone(),
+                n_prompt: args.depth,
+                n_gen: gen,
+                tokens_per_s: tg.clone(),
+                vs_tg: None,
+            },
+        ];
+        Ok(PlainRun {
+            tokens,
+            prompt_len,
+            pp,
+            tg,
+            tg_name,
+            greedy,
+            counts,
+            host_s,
+            memory_bytes,
+            rows,
+        })
+    }
 
+    fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len]
+    }
+
+    fn context(&self, context_len: usize) -> &[u32] {
+        &self.tokens[..context_len]
+    }
+
+    /// The decode context: what the tg test's forward read before its first token.
+    fn decode_context(&self, depth: usize) -> &[u32] {
+        self.context(depth.max(1))
+    }
+}
+
+/// Milliseconds of one forward of `rows` copies of `token` at the model's position, each
+/// submitted, waited for and rolled back (no pipelining).
+fn forward_ms(ctx: &GpuContext, model: &mut Model, token: u32, rows: usize) -> Result<f64> {
+    let tokens = vec![token; rows];
+    let want = if rows == 1 {
+        Want::NextToken
+    } else {
+        Want::AllNext
+    };
+    let base = model.len();
+    pollster::block_on(model.forward(ctx, &tokens, want))?;
+    model.rollback(base)?;
+    let t = Instant::now();
+    for _ in 0..32 {
+        pollster::block_on(model.forward(ctx, &tokens, want))?;
+        model.rollback(base)?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
+}
+
+/// The speculative rows: oracle drafts at each acceptance, then the same rounds with the
+/// real drafter (its cost paid), fixed and adaptive.
+struct SpecOutcome {
+    rows: Vec<TestRow>,
+    oracle: Vec<serde_json::Value>,
+    drafted: Vec<serde_json::Value>,
+}
+
+fn speculative(
+    args: &BenchArgs,
+    sizes: &Sizes,
+    ctx: &GpuContext,
+    model: &mut Model,
+    plain: &PlainRun,
+) -> Result<(SpecOutcome, Option<Assistant>)> {
     let k = args.draft_tokens;
     let spec = SpecRows {
-        context,
-        greedy: &greedy,
+        context: plain.decode_context(args.depth),
+        greedy: &plain.greedy,
         k,
         acceptance: &args.acceptance,
         adaptive: args.adaptive_draft,
-        repetitions,
-        tg: &tg,
-        tg_name: &tg_name,
+        repetitions: sizes.repetitions,
+        tg: &plain.tg,
+        tg_name: &plain.tg_name,
         depth: args.depth,
     };
-    let mut oracle = Vec::new();
+    let mut out = SpecOutcome {
+        rows: Vec::new(),
+        oracle: Vec::new(),
+        drafted: Vec::new(),
+    };
     if k > 0 {
-        let (oracle_rows, json) = spec.oracle(&ctx, &mut model)?;
-        rows.extend(oracle_rows);
-        oracle = json;
+        (out.rows, out.oracle) = spec.oracle(ctx, model)?;
     }
-
-    // The same rounds with the real drafter (its cost paid), fixed and adaptive.
     let shape = match &args.synthetic {
         Some(name) => Some(SyntheticShape::parse(name)?),
-        None => crate::bench_spec::assistant_shape(&model),
+        None => crate::bench_spec::assistant_shape(model),
     };
     let mut assistant = match shape {
         Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => Some(
-            crate::bench_spec::load_assistant(&ctx, &model, shape, args.seed)?,
+            crate::bench_spec::load_assistant(ctx, model, shape, args.seed)?,
         ),
         _ => None,
     };
-    let mut drafted = Vec::new();
     if let Some(assistant) = assistant.as_mut() {
-        let (drafter_rows, json) = spec.drafter(&ctx, &mut model, assistant)?;
-        rows.extend(drafter_rows);
-        drafted = json;
+        let (drafter_rows, json) = spec.drafter(ctx, model, assistant)?;
+        out.rows.extend(drafter_rows);
+        out.drafted = json;
     }
+    Ok((out, assistant))
+}
 
-    let profile = if args.profile {
-        ctx.enable_profiling()?;
+/// `--profile`: GPU timestamps per dispatch of the prompt's forwards, decode and verify
+/// forwards, oracle rounds and the pipelined rounds with the drafter.
+struct Profile {
+    prefill: Option<serde_json::Value>,
+    decode: serde_json::Value,
+    verify: Option<serde_json::Value>,
+    oracle_rounds: Option<serde_json::Value>,
+    rounds: Option<serde_json::Value>,
+}
+
+impl Profile {
+    fn measure(
+        args: &BenchArgs,
+        ctx: &GpuContext,
+        model: &mut Model,
+        plain: &PlainRun,
+        assistant: Option<&mut Assistant>,
+    ) -> Result<Profile> {
+        let k = args.draft_tokens;
+        let prompt = plain.prompt();
+        let context = plain.decode_context(args.depth);
         model.reset();
-        let first = pollster::block_on(model.forward(&ctx, prompt, Want::NextToken))?.next[0];
+        let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
         // The prompt's forwards, where their dispatches fit the profiler's timestamps.
         let prefill = pollster::block_on(ctx.read_profile())
             .ok()
             .map(|t| summarize_profile(&t, prompt.len(), 1));
-        let decode = profile_forwards(&ctx, &mut model, first, 1, 16)?;
+        let decode = profile_forwards(ctx, model, first, 1, 16)?;
         let verify = if k > 0 {
-            Some(profile_forwards(&ctx, &mut model, first, k + 1, 8)?)
+            Some(profile_forwards(ctx, model, first, k + 1, 8)?)
         } else {
             None
         };
         // The pipelined rounds with the drafter, by phase and shader.
         let decode_us = decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0);
-        let round_profile = assistant.as_mut().map(|assistant| {
+        let rounds = assistant.map(|assistant| {
             crate::bench_spec::profile_rounds(
-                &ctx, &mut model, assistant, context, &greedy, k, decode_us,
+                ctx,
+                model,
+                assistant,
+                context,
+                &plain.greedy,
+                k,
+                decode_us,
             )
             .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         });
-        let rounds = if k > 0 {
-            let o = oracle_rounds(&ctx, &mut model, context, &greedy, k, 1.0, true)?;
-            Some(o.json(decode_tps))
+        let oracle_rounds = if k > 0 {
+            let o = oracle_rounds(ctx, model, context, &plain.greedy, k, 1.0, true)?;
+            Some(o.json(plain.tg.mean()))
         } else {
             None
         };
-        Some((decode, verify, rounds, prefill, round_profile))
-    } else {
-        None
-    };
-
-    let fusions = if args.compare_fusions {
-        Some(compare_fusions(&ctx, &mut model, context, gen)?)
-    } else {
-        None
-    };
-    let comparison = if args.compare_norm_kernels {
-        Some(compare_norm_kernels(&ctx, &mut model, context, gen, k)?)
-    } else {
-        None
-    };
-
-    // A small buffer on a software device (tiny is a smoke test there): the figure is
-    // the cache's, and it is labelled as what it is below.
-    let tiny = args.synthetic.as_deref() == Some("tiny");
-    let (words, runs) = if tiny { (4 << 20, 10) } else { (64 << 20, 50) };
-    let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words }, runs)?;
-    let bytes_per_token = model.decode_weight_bytes();
-    let roofline_tps = bandwidth.gb_per_s * 1e9 / bytes_per_token as f64;
-    let per_token = |n: u64| n as f64 / gen as f64;
-    let mut report = serde_json::json!({
-        "adapter": ctx.describe(),
-        "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
-        "dtype": args.dtype,
-        "webgpu_limits": args.webgpu_limits,
-        "features": format!("{:?}", ctx.features),
-        "repetitions": repetitions,
-        "tests": rows.iter().map(TestRow::json).collect::<Vec<_>>(),
-        "load_ms": load_ms,
-        "peak_rss_mb": crate::artifact_file::peak_rss_mb(),
-        "prompt_len": prompt_len,
-        "gen": gen,
-        "depth": args.depth,
-        "prefill_tokens_per_s": pp.mean(),
-        "prefill_ms": prompt_len as f64 / pp.mean() * 1e3,
-        "prefill_chunk": prefill_chunk,
-        "gemm_ceiling": format!("{:?}", ctx.gemm),
-        "gemm": gemm_family(&ctx),
-        "coop_16x16_f16": ctx.has_coop_16x16_f16(),
-        "decode_tokens_per_s": decode_tps,
-        "host_ms_per_decode_step": host_s / gen as f64 * 1e3,
-        "dispatches_per_token": per_token(dispatches),
-        "barriers_per_token": per_token(barriers),
-        "submits_per_token": per_token(submits),
-        "unpipelined_decode_ms_per_step": unpipelined_step_ms,
-        "verify_forward_ms": verify_forward_ms,
-        "weight_bytes": model.weight_bytes(),
-        "weight_bytes_read_per_token": bytes_per_token,
-        "gpu_tensor_bytes": memory_bytes,
-        "device_read_gb_per_s": bandwidth.gb_per_s,
-        "roofline_tokens_per_s": roofline_tps,
-        "roofline_fraction": decode_tps / roofline_tps,
-    });
-    if let Some(o) = oracle.iter().find(|o| o["target_acceptance"] == 1.0) {
-        report["oracle_draft_tokens"] = k.into();
-        report["oracle_tokens_per_s"] = o["tokens_per_s"].clone();
-        report["oracle_speedup"] = o["speedup"].clone();
-        report["oracle_rounds"] = o["rounds"].clone();
-        report["oracle_acceptance_rate"] = o["acceptance_rate"].clone();
+        Ok(Profile {
+            prefill,
+            decode,
+            verify,
+            oracle_rounds,
+            rounds,
+        })
     }
-    for c in fusions.iter().chain(&comparison) {
-        for (key, v) in c.as_object().expect("object") {
-            report[key] = v.clone();
+}
+
+/// Everything one `wgemma bench` run measured, for the table or the JSON report.
+struct Outcome {
+    model_name: String,
+    load_ms: f64,
+    prefill_chunk: usize,
+    /// Every test's row: the plain tests', then the speculative ones'.
+    rows: Vec<TestRow>,
+    plain: PlainRun,
+    unpipelined_step_ms: f64,
+    verify_forward_ms: Option<f64>,
+    spec: SpecOutcome,
+    profile: Option<Profile>,
+    /// `--compare-fusions` and `--compare-norm-kernels` objects, merged into the report.
+    diagnostics: Vec<serde_json::Value>,
+    device_read_gb_per_s: f64,
+    weight_bytes: u64,
+    bytes_per_token: u64,
+}
+
+impl Outcome {
+    fn per_token(&self, n: u64, sizes: &Sizes) -> f64 {
+        n as f64 / sizes.gen as f64
+    }
+
+    fn roofline_tps(&self) -> f64 {
+        self.device_read_gb_per_s * 1e9 / self.bytes_per_token as f64
+    }
+
+    fn json(&self, args: &BenchArgs, sizes: &Sizes, ctx: &GpuContext) -> serde_json::Value {
+        let (plain, k) = (&self.plain, args.draft_tokens);
+        let (dispatches, submits, barriers) = plain.counts;
+        let decode_tps = plain.tg.mean();
+        let mut report = serde_json::json!({
+            "adapter": ctx.describe(),
+            "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
+            "dtype": args.dtype,
+            "webgpu_limits": args.webgpu_limits,
+            "features": format!("{:?}", ctx.features),
+            "repetitions": sizes.repetitions,
+            "tests": self.rows.iter().map(TestRow::json).collect::<Vec<_>>(),
+            "load_ms": self.load_ms,
+            "peak_rss_mb": crate::artifact_file::peak_rss_mb(),
+            "prompt_len": sizes.prompt_len,
+            "gen": sizes.gen,
+            "depth": args.depth,
+            "prefill_tokens_per_s": plain.pp.mean(),
+            "prefill_ms": sizes.prompt_len as f64 / plain.pp.mean() * 1e3,
+            "prefill_chunk": self.prefill_chunk,
+            "gemm_ceiling": format!("{:?}", ctx.gemm),
+            "gemm": gemm_family(ctx),
+            "coop_16x16_f16": ctx.has_coop_16x16_f16(),
+            "decode_tokens_per_s": decode_tps,
+            "host_ms_per_decode_step": plain.host_s / sizes.gen as f64 * 1e3,
+            "dispatches_per_token": self.per_token(dispatches, sizes),
+            "barriers_per_token": self.per_token(barriers, sizes),
+            "submits_per_token": self.per_token(submits, sizes),
+            "unpipelined_decode_ms_per_step": self.unpipelined_step_ms,
+            "verify_forward_ms": self.verify_forward_ms,
+            "weight_bytes": self.weight_bytes,
+            "weight_bytes_read_per_token": self.bytes_per_token,
+            "gpu_tensor_bytes": plain.memory_bytes,
+            "device_read_gb_per_s": self.device_read_gb_per_s,
+            "roofline_tokens_per_s": self.roofline_tps(),
+            "roofline_fraction": decode_tps / self.roofline_tps(),
+        });
+        let oracle = &self.spec.oracle;
+        if let Some(o) = oracle.iter().find(|o| o["target_acceptance"] == 1.0) {
+            report["oracle_draft_tokens"] = k.into();
+            report["oracle_tokens_per_s"] = o["tokens_per_s"].clone();
+            report["oracle_speedup"] = o["speedup"].clone();
+            report["oracle_rounds"] = o["rounds"].clone();
+            report["oracle_acceptance_rate"] = o["acceptance_rate"].clone();
         }
+        for c in &self.diagnostics {
+            for (key, v) in c.as_object().expect("object") {
+                report[key] = v.clone();
+            }
+        }
+        if !oracle.is_empty() {
+            report["speculative"] = oracle.clone().into();
+            for (i, runs) in self.spec.drafted.iter().enumerate() {
+                let entry = &mut report["speculative"][i];
+                for (key, v) in runs.as_object().expect("object") {
+                    entry[key] = v.clone();
+                }
+            }
+        }
+        if let Some(p) = &self.profile {
+            report["profile_prefill"] = p.prefill.clone().unwrap_or_default();
+            report["profile_decode"] = p.decode.clone();
+            report["profile_verify"] = p.verify.clone().unwrap_or_default();
+            report["profile_oracle_rounds"] = p.oracle_rounds.clone().unwrap_or_default();
+            report["profile_rounds"] = p.rounds.clone().unwrap_or_default();
+        }
+        report
     }
-    if !oracle.is_empty() {
-        report["speculative"] = oracle.into();
-        for (i, runs) in drafted.iter().enumerate() {
-            let entry = &mut report["speculative"][i];
-            for (key, v) in runs.as_object().expect("object") {
-                entry[key] = v.clone();
+
+    fn print(&self, args: &BenchArgs, sizes: &Sizes, ctx: &GpuContext) {
+        let (dispatches, _, barriers) = self.plain.counts;
+        println!(
+            "wgemma bench on {}{}: {} timed runs per test after a warm-up",
+            ctx.describe(),
+            if args.webgpu_limits {
+                ", limited to what desktop Chrome grants a page"
+            } else {
+                ""
+            },
+            sizes.repetitions,
+        );
+        println!();
+        print_table(
+            &self.model_name,
+            &args.dtype,
+            &self.rows,
+            &self.plain.tg_name,
+        );
+        println!();
+        println!(
+            "load {:.0} ms | prefill chunk {}, {} | {:.1} dispatches, {:.1} barriers \
+             per decode token",
+            self.load_ms,
+            self.prefill_chunk,
+            gemm_family(ctx),
+            self.per_token(dispatches, sizes),
+            self.per_token(barriers, sizes),
+        );
+        let tiny = args.synthetic.as_deref() == Some("tiny");
+        println!(
+            "device read {:.1} GB/s{}: decode roofline {:.0} t/s, {:.0}% reached",
+            self.device_read_gb_per_s,
+            if tiny {
+                " (a small buffer: tiny is a smoke test)"
+            } else {
+                ""
+            },
+            self.roofline_tps(),
+            100.0 * self.plain.tg.mean() / self.roofline_tps()
+        );
+        if let Some(p) = &self.profile {
+            if let Some(prefill) = &p.prefill {
+                print_profile("prefill", prefill);
+            }
+            print_profile("decode", &p.decode);
+            if let Some(v) = &p.verify {
+                print_profile("verify", v);
+            }
+            if let Some(r) = &p.oracle_rounds {
+                println!("\nprofiled oracle rounds: {r}");
+            }
+            if let Some(r) = &p.rounds {
+                println!("\nprofiled pipelined rounds: {r}");
             }
         }
     }
-    if args.json {
-        if let Some((decode, verify, rounds, prefill, round_profile)) = profile {
-            report["profile_prefill"] = prefill.unwrap_or_default();
-            report["profile_decode"] = decode;
-            report["profile_verify"] = verify.unwrap_or_default();
-            report["profile_oracle_rounds"] = rounds.unwrap_or_default();
-            report["profile_rounds"] = round_profile.unwrap_or_default();
-        }
-        println!("{report}");
-        return Ok(());
-    }
-    println!(
-        "wgemma bench on {}{}: {repetitions} timed runs per test after a warm-up",
-        ctx.describe(),
-        if args.webgpu_limits {
-            ", limited to what desktop Chrome grants a page"
-        } else {
-            ""
-        }
-    );
-    println!();
-    print_table(&model_name, &args.dtype, &rows, &tg_name);
-    println!();
-    println!(
-        "load {:.0} ms | prefill chunk {prefill_chunk}, {} | {:.1} dispatches, {:.1} barriers \
-         per decode token",
-        load_ms,
-        gemm_family(&ctx),
-        per_token(dispatches),
-        per_token(barriers),
-    );
-    println!(
-        "device read {:.1} GB/s{}: decode roofline {:.0} t/s, {:.0}% reached",
-        bandwidth.gb_per_s,
-        if tiny {
-            " (a small buffer: tiny is a smoke test)"
-        } else {
-            ""
-        },
-        roofline_tps,
-        100.0 * decode_tps / roofline_tps
-    );
-    if let Some((decode, verify, rounds, prefill, round_profile)) = profile {
-        if let Some(p) = prefill {
-            print_profile("prefill", &p);
-        }
-        print_profile("decode", &decode);
-        if let Some(v) = verify {
-            print_profile("verify", &v);
-        }
-        if let Some(r) = rounds {
-            println!("\nprofiled oracle rounds: {r}");
-        }
-        if let Some(r) = round_profile {
-            println!("\nprofiled pipelined rounds: {r}");
-        }
-    }
-    Ok(())
 }
