@@ -19,7 +19,8 @@ use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWe
 use wgemma::generate::plain::{generate, GenerateOptions, GenerateStats};
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{
-    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeStats, MAX_DRAFT_TOKENS,
+    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput, SpeculativeStats,
+    MAX_DRAFT_TOKENS,
 };
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
@@ -264,18 +265,7 @@ struct Timed {
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
-    if args.repetitions == 0 {
-        bail!("--repetitions: expected at least 1 timed run, found 0");
-    }
-    if !(1..=MAX_DRAFT_TOKENS).contains(&args.draft_tokens) {
-        bail!(
-            "--draft-tokens: expected 1..={MAX_DRAFT_TOKENS}, found {}",
-            args.draft_tokens
-        );
-    }
-    if args.max_new_tokens == 0 {
-        bail!("--max-new-tokens: expected at least 1, found 0");
-    }
+    check_args(&args)?;
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let text_out = !args.json;
     if text_out {
@@ -294,217 +284,331 @@ pub fn run(args: DemoArgs) -> Result<()> {
         pair.target.options.max_context,
     )
     .context("--max-new-tokens")?;
-    let greedy = args.temperature <= 0.0;
-    let generate_options = GenerateOptions {
-        max_new_tokens: args.max_new_tokens,
-        sampling: SamplingParams {
-            temperature: args.temperature.max(0.0),
-            seed: args.seed,
-            ..SamplingParams::default()
-        },
-        stop_ids: pair.stop_ids.clone(),
-    };
-    let spec_options = SpeculativeOptions {
-        draft_tokens: args.draft_tokens,
-        schedule: if args.fixed_draft {
-            DraftSchedule::Fixed
-        } else {
-            DraftSchedule::Adaptive
-        },
-        trace: false,
-        capture_draft_logits: false,
-    };
     let Pair {
         target,
         assistant,
         prompt,
         tokenizer,
         describe,
-        ..
+        stop_ids,
     } = &mut pair;
-    let text = |ids: &[u32]| -> Result<Option<String>> {
-        Ok(tokenizer.as_ref().map(|t| t.decode(ids)).transpose()?)
-    };
-    let show_ids = |ids: &[u32]| {
-        ids.iter()
-            .map(|t| t.to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    let runner = Runner::new(&ctx, &args, prompt, stop_ids);
+    let shown_text = ShownText(tokenizer.as_ref());
     if text_out {
         println!("{describe}");
-        let prompt_text = text(prompt)?.unwrap_or_else(|| show_ids(prompt));
-        println!("--- prompt\n{}", prompt_text.trim_end());
+        println!("--- prompt\n{}", shown_text.of(prompt)?.trim_end());
         println!("--- plain decoding (streamed; this first run also compiles the GPU pipelines)");
     }
-    // The warm-up runs are whole generations: every plan and pipeline the timed runs use
-    // is built here, and the user reads the text meanwhile.
-    let mut streamer = Streamer::new(tokenizer.as_ref());
-    let (warm_plain, _) = pollster::block_on(generate(
-        target,
-        &ctx,
-        prompt,
-        &generate_options,
-        &mut |id| {
-            if text_out {
-                streamer.push(id);
-            }
-            true
-        },
-    ))?;
-    if text_out {
-        println!();
-        eprintln!("warming up speculative decoding (building its verify plans) ...");
-    }
-    // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
-    for m in 1..=target.options.max_verify_rows.min(MAX_DRAFT_TOKENS + 1) {
-        target.plan(&ctx, m, LogitRows::All)?;
-    }
-    let speculative = |target: &mut Model, assistant: &mut Assistant| {
-        pollster::block_on(generate_speculative(
-            target,
-            assistant,
-            &ctx,
-            prompt,
-            &generate_options,
-            &spec_options,
-            &mut |_| true,
-        ))
-    };
-    speculative(target, assistant)?;
-
-    // Timed runs, plain and speculative alternating, so that a drift of the device (clocks,
-    // other work) reaches both alike.
-    let mut runs: Vec<Timed> = Vec::with_capacity(args.repetitions);
-    let (mut plain_tps, mut spec_tps) = (Samples::default(), Samples::default());
-    for i in 0..args.repetitions {
-        let (plain, plain_stats) = pollster::block_on(generate(
-            target,
-            &ctx,
-            prompt,
-            &generate_options,
-            &mut |_| true,
-        ))?;
-        let spec = speculative(target, assistant)?;
-        plain_tps.push(plain_stats.decode_tokens_per_s);
-        spec_tps.push(spec.stats.base.decode_tokens_per_s);
-        if text_out {
-            eprintln!(
-                "timed run {}/{}: plain {:.1} tok/s, speculative {:.1} tok/s",
-                i + 1,
-                args.repetitions,
-                plain_stats.decode_tokens_per_s,
-                spec.stats.base.decode_tokens_per_s
-            );
-        }
-        runs.push(Timed {
-            plain,
-            plain_stats,
-            speculative: spec.tokens,
-            speculative_stats: spec.stats,
-        });
-    }
-    // Greedy decoding is deterministic: every run, warm-up included, gives the same tokens.
-    let first_difference = |a: &[u32], b: &[u32]| {
-        a.iter()
-            .zip(b)
-            .position(|(x, y)| x != y)
-            .unwrap_or(a.len().min(b.len()))
-    };
-    let mismatch = runs
-        .iter()
-        .find(|r| r.plain != r.speculative)
-        .map(|r| (r.plain.clone(), r.speculative.clone()));
-    let stable = runs.iter().all(|r| r.plain == warm_plain);
-    let identical = mismatch.is_none() && stable;
-    let comparison = compare(&plain_tps, &spec_tps);
-    // The run whose plain speed is the median's: its stats and outputs are shown.
-    let shown = {
-        let m = plain_tps.median();
-        runs.iter()
-            .min_by(|a, b| {
-                (a.plain_stats.decode_tokens_per_s - m)
-                    .abs()
-                    .total_cmp(&(b.plain_stats.decode_tokens_per_s - m).abs())
-            })
-            .expect("at least one timed run")
-    };
-    let (prompt_text, plain_text, spec_text) = (
-        text(prompt)?,
-        text(&shown.plain)?,
-        text(&shown.speculative)?,
-    );
+    let warm_plain = runner.warm_up(target, assistant, tokenizer.as_ref(), text_out)?;
+    let runs = runner.timed_runs(target, assistant, args.repetitions, text_out)?;
+    let summary = Summary::of(&runs, &warm_plain);
     if args.json {
+        let shown = &runs.runs[summary.shown];
         let out = serde_json::json!({
             "adapter": ctx.describe(),
             "model": describe,
             "prompt": prompt,
-            "prompt_text": prompt_text,
+            "prompt_text": shown_text.text(prompt)?,
             "temperature": args.temperature,
             "draft_tokens": args.draft_tokens,
-            "draft_schedule": spec_options.schedule,
-            "identical": identical,
+            "draft_schedule": runner.speculative.schedule,
+            "identical": summary.identical,
             "repetitions": args.repetitions,
-            "speedup": comparison.ratio,
-            "measurable": comparison.measurable,
-            "verdict": comparison.describe(),
-            "plain_decode_tokens_per_s": plain_tps.json(),
-            "speculative_decode_tokens_per_s": spec_tps.json(),
-            "plain": { "tokens": shown.plain, "text": plain_text, "stats": shown.plain_stats },
+            "speedup": summary.comparison.ratio,
+            "measurable": summary.comparison.measurable,
+            "verdict": summary.comparison.describe(),
+            "plain_decode_tokens_per_s": runs.plain_tps.json(),
+            "speculative_decode_tokens_per_s": runs.spec_tps.json(),
+            "plain": {
+                "tokens": shown.plain, "text": shown_text.text(&shown.plain)?,
+                "stats": shown.plain_stats
+            },
             "speculative": {
-                "tokens": shown.speculative, "text": spec_text, "stats": shown.speculative_stats
+                "tokens": shown.speculative, "text": shown_text.text(&shown.speculative)?,
+                "stats": shown.speculative_stats
             },
         });
         println!("{out}");
     } else {
-        if !(greedy && identical) {
-            let body = spec_text
-                .clone()
-                .unwrap_or_else(|| show_ids(&shown.speculative));
-            println!("--- speculative decoding\n{}", body.trim_end());
-        }
-        println!(
-            "--- decode speed, warmed up: median of {} runs each (min, max)",
-            args.repetitions
-        );
-        println!("plain       | {} tok/s", plain_tps.median_range());
-        println!(
-            "speculative | {} tok/s | acceptance {:.2}, {:.2} tok/round{}",
-            spec_tps.median_range(),
-            shown.speculative_stats.acceptance_rate,
-            shown.speculative_stats.tokens_per_round,
-            if args.fixed_draft {
-                format!(", {} drafts per round", args.draft_tokens)
-            } else {
-                format!(
-                    ", adaptive drafts ({} plain steps)",
-                    shown.speculative_stats.plain_steps
-                )
-            }
-        );
-        println!("speedup     | {}", comparison.describe());
-        println!(
-            "prompt      | {} tok, ttft {:.1} ms",
-            shown.plain_stats.prompt_tokens, shown.plain_stats.ttft_ms
-        );
-        if greedy && identical {
-            println!(
-                "outputs identical: {} tokens in every run (greedy speculative == plain greedy)",
-                warm_plain.len()
-            );
-        }
+        print_speeds(&args, &runs, &summary, &shown_text, warm_plain.len())?;
     }
-    if greedy {
-        if let Some((plain, speculative)) = mismatch {
-            let first = first_difference(&plain, &speculative);
+    if args.temperature <= 0.0 {
+        // Greedy decoding is deterministic: every run, warm-up included, gives the same
+        // tokens.
+        if let Some(r) = runs.runs.iter().find(|r| r.plain != r.speculative) {
+            let (plain, speculative) = (&r.plain, &r.speculative);
+            let first = plain
+                .iter()
+                .zip(speculative)
+                .position(|(x, y)| x != y)
+                .unwrap_or(plain.len().min(speculative.len()));
             bail!(
                 "speculative output differs from plain greedy output at token {first}: \
                  plain {plain:?}, speculative {speculative:?}"
             );
         }
-        if !stable {
+        if !summary.stable {
             bail!("plain greedy output differs between runs of the same prompt");
         }
+    }
+    Ok(())
+}
+
+fn check_args(args: &DemoArgs) -> Result<()> {
+    if args.repetitions == 0 {
+        bail!("--repetitions: expected at least 1 timed run, found 0");
+    }
+    if !(1..=MAX_DRAFT_TOKENS).contains(&args.draft_tokens) {
+        bail!(
+            "--draft-tokens: expected 1..={MAX_DRAFT_TOKENS}, found {}",
+            args.draft_tokens
+        );
+    }
+    if args.max_new_tokens == 0 {
+        bail!("--max-new-tokens: expected at least 1, found 0");
+    }
+    Ok(())
+}
+
+/// Token ids as text: the pair's tokenizer's decoding, or the ids themselves (the
+/// synthetic pair has no tokenizer).
+struct ShownText<'a>(Option<&'a Tokenizer>);
+
+impl ShownText<'_> {
+    /// The decoded text, where there is a tokenizer (the JSON's `text` fields).
+    fn text(&self, ids: &[u32]) -> Result<Option<String>> {
+        Ok(self.0.map(|t| t.decode(ids)).transpose()?)
+    }
+
+    fn of(&self, ids: &[u32]) -> Result<String> {
+        Ok(self.text(ids)?.unwrap_or_else(|| {
+            ids.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        }))
+    }
+}
+
+/// One generation of each kind, as the demo runs them: the prompt and the options.
+struct Runner<'a> {
+    ctx: &'a GpuContext,
+    prompt: &'a [u32],
+    generate: GenerateOptions,
+    speculative: SpeculativeOptions,
+}
+
+/// The timed runs and their speeds.
+struct TimedRuns {
+    runs: Vec<Timed>,
+    plain_tps: Samples,
+    spec_tps: Samples,
+}
+
+impl<'a> Runner<'a> {
+    fn new(
+        ctx: &'a GpuContext,
+        args: &DemoArgs,
+        prompt: &'a [u32],
+        stop_ids: &[u32],
+    ) -> Runner<'a> {
+        Runner {
+            ctx,
+            prompt,
+            generate: GenerateOptions {
+                max_new_tokens: args.max_new_tokens,
+                sampling: SamplingParams {
+                    temperature: args.temperature.max(0.0),
+                    seed: args.seed,
+                    ..SamplingParams::default()
+                },
+                stop_ids: stop_ids.to_vec(),
+            },
+            speculative: SpeculativeOptions {
+                draft_tokens: args.draft_tokens,
+                schedule: if args.fixed_draft {
+                    DraftSchedule::Fixed
+                } else {
+                    DraftSchedule::Adaptive
+                },
+                trace: false,
+                capture_draft_logits: false,
+            },
+        }
+    }
+
+    fn plain(
+        &self,
+        target: &mut Model,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(Vec<u32>, GenerateStats)> {
+        Ok(pollster::block_on(generate(
+            target,
+            self.ctx,
+            self.prompt,
+            &self.generate,
+            on_token,
+        ))?)
+    }
+
+    fn speculative(
+        &self,
+        target: &mut Model,
+        assistant: &mut Assistant,
+    ) -> Result<SpeculativeOutput> {
+        Ok(pollster::block_on(generate_speculative(
+            target,
+            assistant,
+            self.ctx,
+            self.prompt,
+            &self.generate,
+            &self.speculative,
+            &mut |_| true,
+        ))?)
+    }
+
+    /// The warm-up runs are whole generations: every plan and pipeline the timed runs use
+    /// is built here, and the user reads the streamed plain text meanwhile. Returns the
+    /// plain tokens.
+    fn warm_up(
+        &self,
+        target: &mut Model,
+        assistant: &mut Assistant,
+        tokenizer: Option<&Tokenizer>,
+        text_out: bool,
+    ) -> Result<Vec<u32>> {
+        let mut streamer = Streamer::new(tokenizer);
+        let (warm_plain, _) = self.plain(target, &mut |id| {
+            if text_out {
+                streamer.push(id);
+            }
+            true
+        })?;
+        if text_out {
+            println!();
+            eprintln!("warming up speculative decoding (building its verify plans) ...");
+        }
+        // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
+        for m in 1..=target.options.max_verify_rows.min(MAX_DRAFT_TOKENS + 1) {
+            target.plan(self.ctx, m, LogitRows::All)?;
+        }
+        self.speculative(target, assistant)?;
+        Ok(warm_plain)
+    }
+
+    /// Timed runs, plain and speculative alternating, so that a drift of the device
+    /// (clocks, other work) reaches both alike.
+    fn timed_runs(
+        &self,
+        target: &mut Model,
+        assistant: &mut Assistant,
+        repetitions: usize,
+        text_out: bool,
+    ) -> Result<TimedRuns> {
+        let mut out = TimedRuns {
+            runs: Vec::with_capacity(repetitions),
+            plain_tps: Samples::default(),
+            spec_tps: Samples::default(),
+        };
+        for i in 0..repetitions {
+            let (plain, plain_stats) = self.plain(target, &mut |_| true)?;
+            let spec = self.speculative(target, assistant)?;
+            out.plain_tps.push(plain_stats.decode_tokens_per_s);
+            out.spec_tps.push(spec.stats.base.decode_tokens_per_s);
+            if text_out {
+                eprintln!(
+                    "timed run {}/{}: plain {:.1} tok/s, speculative {:.1} tok/s",
+                    i + 1,
+                    repetitions,
+                    plain_stats.decode_tokens_per_s,
+                    spec.stats.base.decode_tokens_per_s
+                );
+            }
+            out.runs.push(Timed {
+                plain,
+                plain_stats,
+                speculative: spec.tokens,
+                speculative_stats: spec.stats,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// What the timed runs say.
+struct Summary {
+    /// Every plain run gave the warm-up's tokens.
+    stable: bool,
+    /// Stable, and every speculative run gave its plain run's tokens.
+    identical: bool,
+    comparison: crate::timing::Comparison,
+    /// The run whose plain speed is the median's: its stats and outputs are shown.
+    shown: usize,
+}
+
+impl Summary {
+    fn of(runs: &TimedRuns, warm_plain: &[u32]) -> Summary {
+        let stable = runs.runs.iter().all(|r| r.plain == warm_plain);
+        let identical = stable && runs.runs.iter().all(|r| r.plain == r.speculative);
+        let m = runs.plain_tps.median();
+        let distance = |r: &Timed| (r.plain_stats.decode_tokens_per_s - m).abs();
+        let shown = (0..runs.runs.len())
+            .min_by(|&a, &b| distance(&runs.runs[a]).total_cmp(&distance(&runs.runs[b])))
+            .expect("at least one timed run");
+        Summary {
+            stable,
+            identical,
+            comparison: compare(&runs.plain_tps, &runs.spec_tps),
+            shown,
+        }
+    }
+}
+
+/// The text report after the streamed plain run: the speculative text where it may
+/// differ, the speeds and the verdict.
+fn print_speeds(
+    args: &DemoArgs,
+    runs: &TimedRuns,
+    summary: &Summary,
+    shown_text: &ShownText,
+    tokens: usize,
+) -> Result<()> {
+    let greedy = args.temperature <= 0.0;
+    let shown = &runs.runs[summary.shown];
+    if !(greedy && summary.identical) {
+        println!(
+            "--- speculative decoding\n{}",
+            shown_text.of(&shown.speculative)?.trim_end()
+        );
+    }
+    println!(
+        "--- decode speed, warmed up: median of {} runs each (min, max)",
+        args.repetitions
+    );
+    println!("plain       | {} tok/s", runs.plain_tps.median_range());
+    println!(
+        "speculative | {} tok/s | acceptance {:.2}, {:.2} tok/round{}",
+        runs.spec_tps.median_range(),
+        shown.speculative_stats.acceptance_rate,
+        shown.speculative_stats.tokens_per_round,
+        if args.fixed_draft {
+            format!(", {} drafts per round", args.draft_tokens)
+        } else {
+            format!(
+                ", adaptive drafts ({} plain steps)",
+                shown.speculative_stats.plain_steps
+            )
+        }
+    );
+    println!("speedup     | {}", summary.comparison.describe());
+    println!(
+        "prompt      | {} tok, ttft {:.1} ms",
+        shown.plain_stats.prompt_tokens, shown.plain_stats.ttft_ms
+    );
+    if greedy && summary.identical {
+        println!(
+            "outputs identical: {tokens} tokens in every run (greedy speculative == plain greedy)"
+        );
     }
     Ok(())
 }
