@@ -8,6 +8,7 @@ use half::f16;
 use proptest::prelude::*;
 
 mod gemm;
+mod registry;
 
 fn f16_bits(v: f32) -> u32 {
     f16::from_f32(v).to_bits() as u32
