@@ -9,7 +9,7 @@ use super::{block_input, BlockCx};
 use crate::error::{Error, Result};
 use crate::gpu::Tensor;
 use crate::model::config::{KvSource, LayerSpec};
-use crate::model::forward::{rope_config, Op};
+use crate::model::plan_parts::{rope_config, Op};
 use crate::model::residual::{project, Pending, Residual};
 use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue, KvCache};
 use crate::ops::rope::{Rope, VHeads};
