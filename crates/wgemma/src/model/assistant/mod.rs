@@ -40,12 +40,14 @@
 //! behaviour to fall back to.
 
 mod config;
+mod draft_costs;
 mod step;
 mod view;
 
 pub use config::{
     parse_assistant_config, AssistantHead, AssistantOptions, AssistantSource, AssistantSpec,
 };
+pub use draft_costs::DraftCosts;
 pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
 pub use view::DraftView;
 
@@ -53,7 +55,6 @@ use super::config::{KvSource, LayerKind, ModelSpec};
 use super::plan_parts::rope_config;
 use super::target::Model;
 use crate::error::{Error, Result};
-use crate::generate::speculative::schedule::DraftCosts;
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::ops::attention::{AttentionScratch, KeyFromValue};
 use crate::ops::opset::OpSet;

@@ -411,42 +411,6 @@ mod tests {
         assert_cases_pass(&cases, 0..3);
     }
 
-    /// The view the kernel writes is HF's (`DraftView::hf`) for every accepted count.
-    #[test]
-    fn the_view_is_hf_s() {
-        use crate::model::assistant::DraftView;
-        let h = 4;
-        for w in [8usize, 512, usize::MAX] {
-            for p in [0u32, 3, 7, 20, 600] {
-                for k in 1..MAX_ROUND_ROWS - 1 {
-                    for n in 0..=k {
-                        let next: Vec<u32> = (0..=k as u32).collect();
-                        let mut ids = vec![0u32];
-                        ids.extend((0..k as u32).map(|i| if (i as usize) < n { i } else { 99 }));
-                        let mut state = vec![0u32; STATE_LEN];
-                        state[STATE_POSITION] = p;
-                        let out = spec_commit_ref(
-                            CommitParams::new(k, h, 0, w, 0),
-                            &next,
-                            &ids,
-                            &vec![0.0; (k + 1) * h],
-                            &state,
-                            &[0.0; 4],
-                        );
-                        let (p, r) = (p as usize, (p as usize) + k);
-                        let want = DraftView::hf(p + n + 1, r, k + 1, w, usize::MAX).unwrap();
-                        assert_eq!(out.rope_position[0] as usize, want.position);
-                        assert_eq!(out.full_end[0] as usize, want.full_end);
-                        assert_eq!(
-                            out.sliding_end[0] as usize, want.sliding_end,
-                            "w {w} p {p} k {k} n {n}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
     #[test]
     fn rejects_bad_inputs() {
         let ctx = test_context();
