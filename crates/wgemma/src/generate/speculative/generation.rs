@@ -40,11 +40,7 @@ pub(super) async fn run(
     replace_drafts: Option<ReplacedDrafts<'_>>,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpeculativeOutput> {
-    let Request {
-        prompt,
-        options,
-        spec,
-    } = request;
+    let (prompt, options, spec) = (request.prompt, request.options, request.spec);
     if prompt.is_empty() {
         return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
     }
