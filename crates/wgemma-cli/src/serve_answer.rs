@@ -7,6 +7,7 @@
 use crate::serve::{unix_now, App, Logged, REQUEST_ID};
 use crate::serve_api::{self, ApiError, Endpoint, Parsed, TokenLogprob};
 use crate::serve_guard;
+use crate::serve_response::AnswerHeader;
 use crate::serve_tools::{self, ToolStream};
 use crate::serve_worker::{Event, Job};
 use axum::http::HeaderValue;
@@ -227,10 +228,13 @@ async fn generate(
                 }) => {
                     let usage = serve_api::usage(prompt_tokens, completion_tokens);
                     let mut finish = serve_api::finish_reason(finish);
-                    let mut body = endpoint.response(
-                        &log.id,
+                    let header = AnswerHeader {
+                        id: &log.id,
                         created,
-                        &app.model_name,
+                        model: &app.model_name,
+                    };
+                    let mut body = endpoint.response(
+                        header,
                         &text,
                         finish,
                         usage,
@@ -314,6 +318,14 @@ impl Drop for SseState {
 }
 
 impl SseState {
+    fn header(&self) -> AnswerHeader<'_> {
+        AnswerHeader {
+            id: &self.log.id,
+            created: self.created,
+            model: &self.model,
+        }
+    }
+
     fn chunk(
         &mut self,
         text: Option<&str>,
@@ -326,15 +338,7 @@ impl SseState {
             self.text_offset,
         );
         self.text_offset += text.map_or(0, str::len);
-        let v = self.endpoint.chunk(
-            &self.log.id,
-            self.created,
-            &self.model,
-            text,
-            first,
-            finish,
-            lp,
-        );
+        let v = self.endpoint.chunk(self.header(), text, first, finish, lp);
         SseEvent::default().data(v.to_string())
     }
 
@@ -400,12 +404,7 @@ impl SseState {
                     self.pending.push_back(last);
                     if self.include_usage {
                         let usage = serve_api::usage(self.log.prompt_tokens, completion_tokens);
-                        let v = self.endpoint.usage_chunk(
-                            &self.log.id,
-                            self.created,
-                            &self.model,
-                            usage,
-                        );
+                        let v = self.endpoint.usage_chunk(self.header(), usage);
                         self.pending
                             .push_back(SseEvent::default().data(v.to_string()));
                     }

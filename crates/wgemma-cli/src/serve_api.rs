@@ -392,7 +392,7 @@ fn common(
         if !t.declared().is_empty() {
             // Gemma 4 opens a tool response after its calls: the reply ends there, and the
             // client runs the calls.
-            stop.push(wgemma::text::tools::TOOL_RESPONSE_START.to_string());
+            stop.push(wgemma::text::tool_markers::TOOL_RESPONSE_START.to_string());
         }
     }
     let stream = f.stream.unwrap_or(false);

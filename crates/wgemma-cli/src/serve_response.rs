@@ -33,6 +33,15 @@ pub fn usage(prompt: usize, completion: usize) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion})
 }
 
+/// The fields that open every response and chunk of one answer: its id, when it was
+/// created (Unix seconds) and the model's name.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerHeader<'a> {
+    pub id: &'a str,
+    pub created: u64,
+    pub model: &'a str,
+}
+
 /// Which endpoint a response is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -67,17 +76,15 @@ impl Endpoint {
 
     /// The whole response of a non-streaming request (`logprobs`: [`Endpoint::logprobs`]
     /// or null).
-    #[allow(clippy::too_many_arguments)]
     pub fn response(
         self,
-        id: &str,
-        created: u64,
-        model: &str,
+        header: AnswerHeader<'_>,
         text: &str,
         finish: &str,
         usage: Value,
         logprobs: Value,
     ) -> Value {
+        let AnswerHeader { id, created, model } = header;
         match self {
             Endpoint::Chat => json!({
                 "id": id, "object": "chat.completion", "created": created, "model": model,
@@ -97,17 +104,15 @@ impl Endpoint {
 
     /// One stream chunk: `text` (the chat's first chunk also carries the role), or the last
     /// one with `finish`; `logprobs` those of the chunk's tokens, or null.
-    #[allow(clippy::too_many_arguments)]
     pub fn chunk(
         self,
-        id: &str,
-        created: u64,
-        model: &str,
+        header: AnswerHeader<'_>,
         text: Option<&str>,
         first: bool,
         finish: Option<&str>,
         logprobs: Value,
     ) -> Value {
+        let AnswerHeader { id, created, model } = header;
         match self {
             Endpoint::Chat => {
                 let mut delta = serde_json::Map::new();
@@ -175,7 +180,8 @@ impl Endpoint {
     }
 
     /// The usage chunk (`stream_options.include_usage`): no choices.
-    pub fn usage_chunk(self, id: &str, created: u64, model: &str, usage: Value) -> Value {
+    pub fn usage_chunk(self, header: AnswerHeader<'_>, usage: Value) -> Value {
+        let AnswerHeader { id, created, model } = header;
         let object = match self {
             Endpoint::Chat => "chat.completion.chunk",
             Endpoint::Completion => "text_completion",

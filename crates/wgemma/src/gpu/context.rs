@@ -2,6 +2,7 @@
 //! a pipeline cache and counters of dispatches/submits for benchmarks.
 
 use super::profile::{DispatchTime, Profiler};
+use super::tensor::Tensor;
 use crate::error::{Error, Result};
 use crate::gpu::registry;
 use std::collections::HashMap;
@@ -77,7 +78,7 @@ pub struct GpuContext {
     coop_16x16_f16: bool,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// Scratch tensors shared by name (see [`GpuContext::shared_scratch`]).
-    scratch: Mutex<HashMap<&'static str, super::Tensor>>,
+    pub(super) scratch: Mutex<HashMap<&'static str, Tensor>>,
     counters: Counters,
     profiler: Option<Profiler>,
     /// Print every dispatch of a pass and the bindings that cost it a barrier (see
@@ -266,28 +267,6 @@ impl GpuContext {
         self.coop_16x16_f16
     }
 
-    /// A zeroed-at-creation scratch tensor of at least `len` elements, shared by every caller
-    /// that names it: for kernels that each finish with it within their own dispatch (wgpu
-    /// orders dispatches that write one buffer) and leave it as they found it where that
-    /// matters (counters). A larger request replaces the held tensor; kernels built before
-    /// keep theirs.
-    pub fn shared_scratch(
-        &self,
-        name: &'static str,
-        len: usize,
-        dtype: super::DType,
-    ) -> Result<super::Tensor> {
-        let mut held = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        match held.get(name) {
-            Some(t) if t.numel() >= len && t.dtype() == dtype => Ok(t.clone()),
-            _ => {
-                let t = super::Tensor::zeros(self, name, &[len], dtype)?;
-                held.insert(name, t.clone());
-                Ok(t)
-            }
-        }
-    }
-
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -295,7 +274,7 @@ impl GpuContext {
     /// Times every dispatch from now on (benchmarks only: one timestamp per dispatch).
     /// Needs the timestamp-query features; an error names the missing ones.
     pub fn enable_profiling(&mut self) -> Result<()> {
-        self.profiler = Some(Profiler::new(self)?);
+        self.profiler = Some(Profiler::new(&self.device, self.features)?);
         Ok(())
     }
 
@@ -318,7 +297,7 @@ impl GpuContext {
     /// Empty when profiling is off.
     pub async fn read_profile(&self) -> Result<Vec<DispatchTime>> {
         match &self.profiler {
-            Some(p) => p.read(self).await,
+            Some(p) => p.read(&self.device, &self.queue).await,
             None => Ok(Vec::new()),
         }
     }

@@ -1,5 +1,6 @@
 //! The wgpu runtime: context, tensors, dispatch planning, kernels/steps and readback.
 
+mod allocate;
 mod browser;
 mod context;
 mod dispatch;

@@ -3,10 +3,11 @@
 //! difference between consecutive timestamps is what one dispatch cost in the real chain
 //! (its own work, the barrier before it and the launch gap), not in isolation.
 //!
-//! Off unless [`GpuContext::enable_profiling`] is called; then every [`super::Step`]
-//! resolves its timestamps at submit and [`GpuContext::read_profile`] returns them.
+//! Off unless [`super::GpuContext::enable_profiling`] is called; then every [`super::Step`]
+//! resolves its timestamps at submit and [`super::GpuContext::read_profile`] returns them.
+//! The profiler takes the device and queue, not the context that owns it, so that this file
+//! sits below `context.rs`.
 
-use super::GpuContext;
 use crate::error::{Error, Result};
 use std::sync::Mutex;
 
@@ -30,31 +31,31 @@ pub(crate) struct Profiler {
 }
 
 impl Profiler {
-    pub(crate) fn new(ctx: &GpuContext) -> Result<Profiler> {
+    pub(crate) fn new(device: &wgpu::Device, features: wgpu::Features) -> Result<Profiler> {
         let needed =
             wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
-        if !ctx.features.contains(needed) {
+        if !features.contains(needed) {
             return Err(Error::invalid(
                 "profile",
                 "device features",
                 format!("{needed:?}"),
-                format!("{:?}", ctx.features & needed),
+                format!("{:?}", features & needed),
             ));
         }
         let bytes = u64::from(MAX_PROFILE_MARKS) * 8;
         Ok(Profiler {
-            query_set: ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            query_set: device.create_query_set(&wgpu::QuerySetDescriptor {
                 label: Some("profile"),
                 ty: wgpu::QueryType::Timestamp,
                 count: MAX_PROFILE_MARKS,
             }),
-            resolve: ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            resolve: device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("profile.resolve"),
                 size: bytes,
                 usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
                 mapped_at_creation: false,
             }),
-            staging: ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            staging: device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("profile.staging"),
                 size: bytes,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -90,7 +91,11 @@ impl Profiler {
     }
 
     /// The dispatches recorded since the last read, with their times; clears the marks.
-    pub(crate) async fn read(&self, ctx: &GpuContext) -> Result<Vec<DispatchTime>> {
+    pub(crate) async fn read(
+        &self,
+        device: &wgpu::Device,
+        queue: &wgpu::Queue,
+    ) -> Result<Vec<DispatchTime>> {
         let marks = std::mem::take(&mut *self.marks.lock().expect("profile marks poisoned"));
         if marks.len() > MAX_PROFILE_MARKS as usize {
             return Err(Error::invalid(
@@ -109,7 +114,7 @@ impl Profiler {
             let _ = tx.send(r);
         });
         #[cfg(not(target_arch = "wasm32"))]
-        ctx.device
+        device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Readback(e.to_string()))?;
         rx.await
@@ -121,7 +126,7 @@ impl Profiler {
                 .map_err(|e| Error::Readback(e.to_string()))?,
         );
         self.staging.unmap();
-        let period = f64::from(ctx.queue.get_timestamp_period());
+        let period = f64::from(queue.get_timestamp_period());
         // Mark i (a dispatch) ends at tick i; the previous mark ended where it began.
         Ok((1..marks.len())
             .filter_map(|i| {

@@ -2,8 +2,11 @@
 //! planned, never on the decode path. Activations are not sub-allocated from one big
 //! buffer on purpose: wgpu tracks read/write usage per buffer, not per range, so two
 //! tensors of one buffer could not be read and written by the same dispatch.
+//!
+//! This file holds what a tensor is (buffer, shape, dtype, views); creating one on the
+//! device is in `allocate.rs`, so that the context can hold tensors (its shared scratch)
+//! without a circle between the two.
 
-use super::GpuContext;
 use crate::error::{Error, Result};
 use std::ops::Range;
 use std::sync::Arc;
@@ -44,97 +47,12 @@ impl Tensor {
         Arc::as_ptr(&self.buffer) as usize
     }
 
-    /// An uninitialised (zeroed by wgpu) tensor.
-    pub fn zeros(ctx: &GpuContext, label: &str, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let size = dtype.bytes_for(shape.iter().product()).max(4);
-        check_size(ctx, label, size)?;
-        let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(label),
-            size,
-            usage: wgpu::BufferUsages::STORAGE
-                | wgpu::BufferUsages::COPY_SRC
-                | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        ctx.count_tensor_bytes(size);
-        Ok(Tensor {
+    /// A tensor over a freshly created `buffer` (see `allocate.rs` for the constructors).
+    pub(super) fn from_buffer(buffer: wgpu::Buffer, shape: &[usize], dtype: DType) -> Tensor {
+        Tensor {
             buffer: Arc::new(buffer),
             shape: shape.to_vec(),
             dtype,
-        })
-    }
-
-    /// A tensor holding `data` (raw little-endian bytes of `dtype` elements).
-    pub fn from_bytes(
-        ctx: &GpuContext,
-        label: &str,
-        shape: &[usize],
-        dtype: DType,
-        data: &[u8],
-    ) -> Result<Tensor> {
-        let numel: usize = shape.iter().product();
-        let unpadded = match dtype {
-            DType::F16 => numel as u64 * 2,
-            _ => numel as u64 * 4,
-        };
-        if data.len() as u64 != unpadded {
-            return Err(Error::invalid(
-                "tensor",
-                format!("bytes for `{label}` of shape {shape:?} {dtype:?}"),
-                unpadded,
-                data.len(),
-            ));
-        }
-        let t = Tensor::zeros(ctx, label, shape, dtype)?;
-        t.write_bytes(ctx, data);
-        Ok(t)
-    }
-
-    pub fn from_f32(
-        ctx: &GpuContext,
-        label: &str,
-        shape: &[usize],
-        data: &[f32],
-    ) -> Result<Tensor> {
-        Tensor::from_bytes(ctx, label, shape, DType::F32, bytemuck::cast_slice(data))
-    }
-
-    pub fn from_u32(
-        ctx: &GpuContext,
-        label: &str,
-        shape: &[usize],
-        data: &[u32],
-    ) -> Result<Tensor> {
-        Tensor::from_bytes(ctx, label, shape, DType::U32, bytemuck::cast_slice(data))
-    }
-
-    pub fn from_i32(
-        ctx: &GpuContext,
-        label: &str,
-        shape: &[usize],
-        data: &[i32],
-    ) -> Result<Tensor> {
-        Tensor::from_bytes(ctx, label, shape, DType::I32, bytemuck::cast_slice(data))
-    }
-
-    pub fn from_f16(
-        ctx: &GpuContext,
-        label: &str,
-        shape: &[usize],
-        data: &[half::f16],
-    ) -> Result<Tensor> {
-        Tensor::from_bytes(ctx, label, shape, DType::F16, bytemuck::cast_slice(data))
-    }
-
-    /// Writes raw bytes at the start of the buffer through the queue (ordered before the
-    /// next submit; no CPU wait). Odd-length data is padded to a word.
-    pub fn write_bytes(&self, ctx: &GpuContext, data: &[u8]) {
-        if data.len() % 4 == 0 {
-            ctx.queue.write_buffer(&self.buffer, 0, data);
-        } else {
-            let mut padded = data.to_vec();
-            padded.resize(data.len().div_ceil(4) * 4, 0);
-            ctx.queue.write_buffer(&self.buffer, 0, &padded);
         }
     }
 
@@ -210,23 +128,6 @@ impl Tensor {
             dtype,
         })
     }
-}
-
-fn check_size(ctx: &GpuContext, label: &str, size: u64) -> Result<()> {
-    let max_binding = ctx.limits.max_storage_buffer_binding_size;
-    let max_buffer = ctx.limits.max_buffer_size;
-    if size > max_binding.min(max_buffer) {
-        return Err(Error::invalid(
-            "tensor",
-            format!("size of `{label}` (split larger tensors with plan_row_chunks)"),
-            format!(
-                "<= {} bytes (device max storage binding)",
-                max_binding.min(max_buffer)
-            ),
-            size,
-        ));
-    }
-    Ok(())
 }
 
 /// Splits `rows` rows of `row_bytes` bytes into contiguous chunks that each fit in

@@ -7,7 +7,7 @@
 //! When the caller stops (a stop token, or its callback says so) one step has run ahead;
 //! it is rolled back, so the model ends exactly where plain step-by-step decoding would.
 
-use super::forward::LogitRows;
+use super::plan_parts::LogitRows;
 use super::target::Model;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Readback, Step};

@@ -53,24 +53,37 @@ pub fn fused_geglu(
     ))
 }
 
-/// `out[m, n] = gelu_tanh((x W^T)[m, n]) * other[m * stride + offset + n]`. `scratch`
+/// What a GELU gate multiplies by: `other[m * stride + offset + n]` for output row m,
+/// column n (the per-layer inputs: one layer's slice of every row).
+#[derive(Debug, Clone, Copy)]
+pub struct GateFactor<'a> {
+    pub other: &'a Tensor,
+    pub stride: usize,
+    pub offset: usize,
+}
+
+impl<'a> GateFactor<'a> {
+    /// The matvec epilogue that multiplies by this factor.
+    pub fn epilogue(self) -> Epilogue<'a> {
+        Epilogue::GeluMul {
+            other: self.other,
+            stride: self.stride,
+            offset: self.offset,
+        }
+    }
+}
+
+/// `out[m, n] = gelu_tanh((x W^T)[m, n]) * factor[m, n]` (see [`GateFactor`]). `scratch`
 /// `[M, N]` holds the pre-activation when the stage is split.
-#[allow(clippy::too_many_arguments)]
 pub fn fused_gelu_mul(
     ctx: &GpuContext,
     x: &Tensor,
     w: &LinearWeight,
-    other: &Tensor,
-    stride: usize,
-    offset: usize,
+    factor: GateFactor<'_>,
     out: &Tensor,
     scratch: &Tensor,
 ) -> Result<GegluStage> {
-    let epilogue = Epilogue::GeluMul {
-        other,
-        stride,
-        offset,
-    };
+    let epilogue = factor.epilogue();
     if let LinearWeight::Q4(q) = w {
         if q4_fused_available(ctx, x, q, epilogue) {
             return Ok(GegluStage::Fused(q4_linear_fused(
@@ -80,6 +93,13 @@ pub fn fused_gelu_mul(
     }
     Ok(GegluStage::Split(
         w.linear(ctx, x, scratch)?,
-        geglu_strided(ctx, scratch, other, stride, offset, out)?,
+        geglu_strided(
+            ctx,
+            scratch,
+            factor.other,
+            factor.stride,
+            factor.offset,
+            out,
+        )?,
     ))
 }

@@ -7,6 +7,7 @@ mod decode;
 pub mod forward;
 mod geglu_stage;
 pub mod plan_options;
+mod plan_parts;
 mod residual;
 pub mod target;
 pub mod weights;

@@ -11,7 +11,7 @@
 //!   residual buffers (every workgroup still reads the old one). Both ways compute the
 //!   same values with the same reduction (tested bit for bit in `tests`).
 
-use super::geglu_stage::{fused_geglu, fused_gelu_mul, GegluStage};
+use super::geglu_stage::{fused_geglu, fused_gelu_mul, GateFactor, GegluStage};
 use super::weights::LinearWeight;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Kernel, Tensor};
@@ -19,7 +19,7 @@ use crate::ops::linear::{
     q4_linear_norm, q4_norm_prologue_available, Epilogue, Linear, NormPrologue, NormPrologueMode,
     Q4Weight,
 };
-use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm};
+use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm, NextNorm};
 
 /// A branch output waiting to be added to the residual: `h = (h + N(branch; weight)) * scale`.
 #[derive(Clone, Copy)]
@@ -122,14 +122,17 @@ impl<'a> Residual<'a> {
             (None, None, None) => Ok(BlockInput::X(self.h)),
             (None, Some(p), Some(w)) => {
                 self.pending = None;
+                let next = NextNorm {
+                    weight: w,
+                    out: self.x,
+                };
                 kernels.push(rmsnorm_add_norm(
                     ctx,
                     p.branch,
                     Some(p.weight),
                     self.h,
                     p.scale,
-                    w,
-                    self.x,
+                    next,
                     eps,
                 )?);
                 Ok(BlockInput::X(self.x))
@@ -191,14 +194,13 @@ impl<'a> Residual<'a> {
             });
         };
         Ok(Some(match final_norm {
-            Some((w, out)) => rmsnorm_add_norm(
+            Some((weight, out)) => rmsnorm_add_norm(
                 ctx,
                 p.branch,
                 Some(p.weight),
                 self.h,
                 p.scale,
-                w,
-                out,
+                NextNorm { weight, out },
                 self.eps,
             )?,
             None => rmsnorm_add(
@@ -271,26 +273,19 @@ pub fn project_geglu(
     }
 }
 
-/// The per-layer input gate: `out = gelu(input W^T) * other[m * stride + offset + n]`.
-#[allow(clippy::too_many_arguments)]
+/// The per-layer input gate: `out = gelu(input W^T) * factor` (see [`GateFactor`]).
 pub fn project_gelu_mul(
     ctx: &GpuContext,
     input: &BlockInput,
     w: &LinearWeight,
-    other: &Tensor,
-    stride: usize,
-    offset: usize,
+    factor: GateFactor<'_>,
     out: &Tensor,
     scratch: &Tensor,
 ) -> Result<GegluStage> {
     match input {
-        BlockInput::X(x) => fused_gelu_mul(ctx, x, w, other, stride, offset, out, scratch),
+        BlockInput::X(x) => fused_gelu_mul(ctx, x, w, factor, out, scratch),
         BlockInput::Prologue(p) => {
-            let epilogue = Epilogue::GeluMul {
-                other,
-                stride,
-                offset,
-            };
+            let epilogue = factor.epilogue();
             let m = p.resid.numel() / w_k(w);
             let q = prologue_weight(ctx, m, w, epilogue).ok_or_else(|| no_prologue(w))?;
             Ok(GegluStage::Fused(q4_linear_norm(ctx, p, q, out, epilogue)?))

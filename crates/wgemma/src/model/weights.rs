@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::EmbeddingTable;
 use crate::ops::moe::ExpertWeight;
-use crate::weights::layout::MatrixLayout;
+use crate::weights::layout::MatrixSpec;
 use crate::weights::layout::MatrixUse;
 pub use crate::weights::layout::WeightFormat;
 pub use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
@@ -46,8 +46,8 @@ fn stacked_linear(
     k: usize,
     format: WeightFormat,
 ) -> Result<LinearWeight> {
-    let layout = MatrixLayout::of(format, k);
-    src.upload_matrix(up, name, parts, n, k, layout, MatrixUse::Linear)?
+    let spec = MatrixSpec::of(format, n, k, MatrixUse::Linear);
+    src.upload_matrix(up, name, parts, spec)?
         .linear
         .ok_or_else(|| missing(&src.name(name), "linear weight"))
 }
@@ -205,9 +205,8 @@ impl Weights {
         let root = Scope::root(ck);
         // The tied lm_head and the embedding table are the same prepared matrix.
         let name = "embed_tokens.weight";
-        let layout = MatrixLayout::of(format, h);
-        let embed =
-            root.upload_matrix(up, name, &[name], v, h, layout, MatrixUse::TableAndLinear)?;
+        let embed_spec = MatrixSpec::of(format, v, h, MatrixUse::TableAndLinear);
+        let embed = root.upload_matrix(up, name, &[name], embed_spec)?;
         let embed_tokens = embed
             .table
             .ok_or_else(|| missing(name, "embedding table"))?;
@@ -221,9 +220,8 @@ impl Weights {
         let ple = if spec.ple_dim > 0 {
             let width = spec.layers.len() * spec.ple_dim;
             let name = "embed_tokens_per_layer.weight";
-            let layout = MatrixLayout::of(format, width);
-            let table =
-                root.upload_matrix(up, name, &[name], v, width, layout, MatrixUse::Table)?;
+            let table_spec = MatrixSpec::of(format, v, width, MatrixUse::Table);
+            let table = root.upload_matrix(up, name, &[name], table_spec)?;
             Some(PleWeights {
                 embed_tokens_per_layer: table.table.ok_or_else(|| missing(name, "table"))?,
                 per_layer_model_projection: linear(

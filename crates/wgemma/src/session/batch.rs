@@ -13,7 +13,7 @@
 //! row's logits read back. Stop ids, stop strings, the token budget and streaming
 //! detokenisation are per stream, as in [`Session::generate`].
 
-use super::batch_spec::{DraftReplacement, Drafting};
+use super::drafting::{DraftReplacement, Drafting};
 use super::text_stream;
 use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, TokenLogprobs, OP};
 use crate::error::{Error, Result};

@@ -26,98 +26,20 @@
 //! the adaptive schedule, which times one stream's rounds, does not apply to a batch. When
 //! the rows of all streams exceed the largest forward, the largest k's shrink first.
 
-use super::batch::Stream;
+use super::batch::{check_running, Stream};
+use super::drafting::copy_row;
 use super::{Session, TokenEvent, OP};
 use crate::error::{Error, Result};
-use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
-use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
+use crate::gpu::{DType, Readback, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
-use crate::model::target::{Model, Sequence};
+use crate::model::target::Sequence;
 use crate::ops::embedding::write_token_ids;
 
 /// Per drafting stream in the staging buffer: the RoPE position, full and sliding view
 /// ends (each with the KV slot beside it, as [`Assistant::begin_round`] writes them), then
 /// the seed token and a pad.
 const STAGE_WORDS: usize = 8;
-
-/// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
-/// generation): the assistant drafts as usual (its cost is paid), then draft j of a round
-/// after `c` committed tokens is replaced by `reference[c + j]` where `keep` says so, else
-/// by `(reference[c + j] + 1) % vocab` (a token a target whose greedy continuation is
-/// `reference` rejects).
-pub struct DraftReplacement {
-    /// The tokens the drafts stand for (index 0: the stream's first token).
-    pub reference: Vec<u32>,
-    /// Called once per round of k drafts: which of them keep their reference token.
-    pub keep: Box<dyn FnMut(usize) -> Vec<bool> + Send>,
-}
-
-/// A stream's own draft state.
-pub(super) struct Drafting {
-    /// Drafts per round (the request's `draft_tokens`).
-    k: usize,
-    /// The target's final-normed hidden state of the row that produced the seed, `[1,
-    /// hidden]`.
-    hidden: Tensor,
-    /// Last row written (R) and rows (M) of the stream's last target forward.
-    last_r: usize,
-    last_m: usize,
-    pub(super) drafted: usize,
-    pub(super) accepted: usize,
-    replace: Option<DraftReplacement>,
-}
-
-impl Drafting {
-    /// The draft state of a stream just prefilled with `prompt_len` tokens (the prefill's
-    /// last plan still holds its hidden states): checks that `k` fits the target's verify
-    /// plans and sliding rings, and keeps the seed row's hidden state.
-    pub(super) fn after_prefill(
-        ctx: &GpuContext,
-        target: &Model,
-        assistant: &Assistant,
-        k: usize,
-        prompt_len: usize,
-    ) -> Result<Drafting> {
-        let spec = SpeculativeOptions {
-            draft_tokens: k,
-            schedule: DraftSchedule::Fixed,
-            ..SpeculativeOptions::default()
-        };
-        check_session(target, assistant, &spec)?;
-        let m_last = (prompt_len - 1) % target.options.prefill_chunk + 1;
-        let source = target
-            .built_plan(m_last, LogitRows::Last)
-            .and_then(|plan| plan.head.as_ref())
-            .map(|head| head.hidden.clone())
-            .ok_or_else(|| Error::invalid(OP, "hidden states of the prefill", "kept", "none"))?;
-        let ht = *source.shape().last().unwrap_or(&0);
-        let hidden = Tensor::zeros(ctx, "stream seed hidden", &[1, ht], DType::F32)?;
-        let mut step = Step::new(ctx);
-        copy_row(&mut step, &source, m_last - 1, &hidden);
-        step.submit();
-        Ok(Drafting {
-            k,
-            hidden,
-            last_r: prompt_len - 1,
-            last_m: prompt_len,
-            drafted: 0,
-            accepted: 0,
-            replace: None,
-        })
-    }
-
-    pub(super) fn set_replacement(&mut self, replace: DraftReplacement) {
-        self.replace = Some(replace);
-    }
-}
-
-/// Records the copy of row `row` of `from` (`[rows, hidden]` f32) into `to` (`[1, hidden]`).
-fn copy_row(step: &mut Step, from: &Tensor, row: usize, to: &Tensor) {
-    let bytes = to.byte_size();
-    step.encoder()
-        .copy_buffer_to_buffer(from.buffer(), row as u64 * bytes, to.buffer(), 0, bytes);
-}
 
 /// The assistant's view of a round drafting at `p` after a target forward of `m` rows
 /// ending at `r` (HF's; after a one-row forward past the window, the plain-step view).
@@ -174,7 +96,7 @@ impl Session {
         streams: &mut [&mut Stream],
     ) -> Result<Vec<Vec<TokenEvent>>> {
         self.check_gpu_errors()?;
-        super::batch::check_running(streams)?;
+        check_running(streams)?;
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
         let ctx = &self.ctx;
         let model = &mut target.model;

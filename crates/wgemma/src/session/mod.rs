@@ -13,6 +13,7 @@
 
 mod batch;
 mod batch_spec;
+mod drafting;
 mod load;
 mod types;
 
@@ -23,7 +24,7 @@ pub use crate::text::chat::{
 pub use crate::text::stop::StopStrings;
 pub use crate::text::tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use batch::{Stream, StreamExtras, TokenConstraint};
-pub use batch_spec::DraftReplacement;
+pub use drafting::DraftReplacement;
 pub use load::{eos_ids_of, TextSetup};
 pub use types::*;
 

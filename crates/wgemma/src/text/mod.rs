@@ -1,9 +1,10 @@
 //! Text around the model: the [`tokenizer`], [`chat`] templates, [`stop`] strings, and
-//! [`tools`] (Gemma 4's tool declarations, calls and responses; [`tool_grammar`], the
-//! grammar of a forced call).
+//! [`tools`] (Gemma 4's tool declarations, calls and responses; [`tool_markers`], the
+//! markers of their syntax; [`tool_grammar`], the grammar of a forced call).
 
 pub mod chat;
 pub mod stop;
 pub mod tokenizer;
 pub mod tool_grammar;
+pub mod tool_markers;
 pub mod tools;

@@ -200,7 +200,9 @@ impl Tokenizer {
     /// Ids of the tool-call markers that are tokens of this vocabulary (what
     /// [`Tokenizer::decode_keeping`] keeps in a reply that may call tools).
     pub fn tool_marker_ids(&self) -> Vec<u32> {
-        use super::tools::{STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START};
+        use super::tool_markers::{
+            STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START,
+        };
         [
             TOOL_CALL_START,
             TOOL_CALL_END,

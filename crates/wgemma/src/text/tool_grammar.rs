@@ -11,7 +11,8 @@
 //! other keyword (`pattern`, `minimum`, `$ref`...) is refused by name, since a grammar that
 //! ignored it would let through arguments the schema forbids.
 
-use super::tools::{format_value, ToolDeclaration, STRING_MARK, TOOL_CALL_END, TOOL_CALL_START};
+use super::tool_markers::{STRING_MARK, TOOL_CALL_END, TOOL_CALL_START};
+use super::tools::{format_value, ToolDeclaration};
 use crate::error::{Error, Result};
 use serde_json::Value;
 

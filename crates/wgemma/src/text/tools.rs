@@ -20,14 +20,10 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub const TOOL_START: &str = "<|tool>";
-pub const TOOL_END: &str = "<tool|>";
-pub const TOOL_CALL_START: &str = "<|tool_call>";
-pub const TOOL_CALL_END: &str = "<tool_call|>";
-pub const TOOL_RESPONSE_START: &str = "<|tool_response>";
-pub const TOOL_RESPONSE_END: &str = "<tool_response|>";
-/// Opens and closes a string value.
-pub const STRING_MARK: &str = "<|\"|>";
+use super::tool_markers::{
+    STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_END, TOOL_RESPONSE_END, TOOL_RESPONSE_START,
+    TOOL_START,
+};
 
 const OP: &str = "tools";
 

@@ -35,6 +35,18 @@ pub struct MatrixSpec {
     pub use_: MatrixUse,
 }
 
+impl MatrixSpec {
+    /// `[n, k]` for `use_`, in `format`'s layout for rows of `k` ([`MatrixLayout::of`]).
+    pub fn of(format: WeightFormat, n: usize, k: usize, use_: MatrixUse) -> MatrixSpec {
+        MatrixSpec {
+            n,
+            k,
+            layout: MatrixLayout::of(format, k),
+            use_,
+        }
+    }
+}
+
 /// How weights are stored on the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WeightFormat {

@@ -12,7 +12,6 @@
 use super::upload::{Uploaded, Uploader};
 use crate::error::Result;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
-use crate::weights::layout::MatrixUse;
 use crate::weights::layout::{prepare_parts, Matrix, MatrixLayout, MatrixSpec};
 use safetensors::Dtype;
 
@@ -109,22 +108,15 @@ impl<'s> Scope<'s> {
     }
 
     /// [`WeightSource::upload_matrix`] of `parts` (names in this scope) uploaded as `name`.
-    // Positional until its callers in model/weights.rs (being rewritten for blocks that own
-    // their weights, issue 27) pass a `MatrixSpec`; the sources below already take one.
-    #[allow(clippy::too_many_arguments)]
     pub fn upload_matrix(
         &self,
         up: &mut Uploader<'_>,
         name: &str,
         parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-        use_: MatrixUse,
+        spec: MatrixSpec,
     ) -> Result<Uploaded> {
         let parts: Vec<String> = parts.iter().map(|p| self.name(p)).collect();
         let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-        let spec = MatrixSpec { n, k, layout, use_ };
         self.source
             .upload_matrix(up, &self.name(name), &parts, spec)
     }

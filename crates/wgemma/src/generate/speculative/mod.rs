@@ -37,6 +37,7 @@
 //! once per draft step and once for the verify, and sampling rounds are not pipelined
 //! (T > 0 keeps this host path; so does `capture_draft_logits`).
 
+mod generation;
 mod pipeline;
 mod rounds;
 pub mod schedule;
@@ -268,10 +269,12 @@ pub async fn generate_speculative(
     spec: &SpeculativeOptions,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpeculativeOutput> {
-    rounds::run(
-        target, assistant, ctx, prompt, options, spec, None, on_token,
-    )
-    .await
+    let request = generation::Request {
+        prompt,
+        options,
+        spec,
+    };
+    generation::run(target, assistant, ctx, request, None, on_token).await
 }
 
 /// [`generate_speculative`] for benchmarks (greedy, drafts chained on the GPU): every round
@@ -289,15 +292,10 @@ pub async fn generate_speculative_replacing_drafts(
     spec: &SpeculativeOptions,
     drafts: ReplacedDrafts<'_>,
 ) -> Result<SpeculativeOutput> {
-    rounds::run(
-        target,
-        assistant,
-        ctx,
+    let request = generation::Request {
         prompt,
         options,
         spec,
-        Some(drafts),
-        &mut |_| true,
-    )
-    .await
+    };
+    generation::run(target, assistant, ctx, request, Some(drafts), &mut |_| true).await
 }

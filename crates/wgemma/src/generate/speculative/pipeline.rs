@@ -42,8 +42,9 @@ use crate::gpu::{DType, Kernel, Readback, Step, Tensor};
 use crate::model::assistant::DraftView;
 use crate::model::forward::LogitRows;
 use crate::ops::spec_commit::{
-    spec_commit, spec_replace_drafts, CommitBuffers, CommitParams, MAX_ROUND_ROWS, RECORD_DRAFTS,
-    RECORD_TOKENS, STATE_LEN, STATE_POSITION, STATE_POSITIONS, STATE_RECORD, STATE_SEED,
+    spec_commit, spec_replace_drafts, CommitBuffers, CommitParams, ReplaceBuffers, MAX_ROUND_ROWS,
+    RECORD_DRAFTS, RECORD_TOKENS, STATE_LEN, STATE_POSITION, STATE_POSITIONS, STATE_RECORD,
+    STATE_SEED,
 };
 use std::collections::HashMap;
 use web_time::Instant;
@@ -296,16 +297,14 @@ impl<'r> GpuRounds<'r> {
         keep.write_bytes(s.ctx, bytemuck::cast_slice(&flags));
         let key = (kk + 1, ids.buffer_key());
         if !self.replaces.contains_key(&key) {
-            let kernel = spec_replace_drafts(
-                s.ctx,
-                &self.state,
+            let buffers = ReplaceBuffers {
+                state: &self.state,
                 reference,
                 keep,
                 ids,
-                kk,
-                s.prompt_len,
-                s.target.spec.config.vocab_size,
-            )?;
+            };
+            let vocab = s.target.spec.config.vocab_size;
+            let kernel = spec_replace_drafts(s.ctx, &buffers, kk, s.prompt_len, vocab)?;
             self.replaces.insert(key, kernel);
         }
         let k = &self.replaces[&key];

@@ -1,9 +1,8 @@
-//! The loop of [`super::generate_speculative`]: the prefill, then rounds (drafts + one verify
-//! forward) or, under the adaptive schedule, chunks of plain pipelined decode steps.
+//! One speculative generation's state ([`Session`]) and the rounds the host drives.
 //!
 //! Greedy rounds with drafts chained on the GPU run pipelined ([`super::pipeline`]); rounds
 //! that sample, or that read every draft's logits back, run here one at a time, the host
-//! drafting.
+//! drafting. The loop choosing between them is [`super::generation`].
 //!
 //! A sampled round draws output position i's token from the target's distribution with the
 //! uniform keyed by i ([`crate::generate::sampling::uniform_at`]), exactly as plain sampling
@@ -12,29 +11,17 @@
 //! tokens are then those of plain sampling with the same seed, whatever k each round used:
 //! lossless, and reproducible with or without the assistant.
 
-use super::pipeline::{self, ReplacedDrafts};
 use super::schedule::{AdaptiveDrafts, DraftCosts, DraftSchedule, NextRound};
-use super::{
-    check_session, DraftRound, LastForward, Phase, PhaseSpan, SpeculativeOptions,
-    SpeculativeOutput, OP,
-};
+use super::{DraftRound, LastForward, Phase, PhaseSpan, SpeculativeOptions, SpeculativeOutput, OP};
 use crate::error::{Error, Result};
 use crate::generate::plain::GenerateOptions;
 use crate::generate::sampling::Sampler;
 use crate::gpu::{GpuContext, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
-use crate::model::target::{Model, Want};
+use crate::model::target::Model;
 use crate::ops::embedding::write_token_ids;
 use web_time::Instant;
-
-fn per_second(count: usize, seconds: f64) -> f64 {
-    if seconds > 0.0 {
-        count as f64 / seconds
-    } else {
-        0.0
-    }
-}
 
 /// One generation's state, shared by the host rounds and the pipelined ones.
 pub(super) struct Session<'a> {
@@ -59,13 +46,13 @@ pub(super) struct Session<'a> {
     /// Seconds the host waited for round results (readbacks).
     pub wait_s: f64,
     /// The context's (dispatches, barriers) counters at the last [`Session::mark`].
-    marked: (u64, u64),
+    pub(super) marked: (u64, u64),
     /// The costs measured (fixed and heuristic schedules; the adaptive one keeps its own).
-    costs: DraftCosts,
+    pub(super) costs: DraftCosts,
     /// The last plain chunk's last token: when, tokens committed then, rounds booked then
     /// (the adaptive schedule's probe loss is measured from it to the next chunk).
-    plain_end: Option<(Instant, usize, usize)>,
-    sampler: Sampler,
+    pub(super) plain_end: Option<(Instant, usize, usize)>,
+    pub(super) sampler: Sampler,
 }
 
 impl Session<'_> {
@@ -189,7 +176,7 @@ impl Session<'_> {
         self.stream(valid, on_token);
     }
 
-    fn stream(&mut self, valid: Vec<u32>, on_token: &mut dyn FnMut(u32) -> bool) {
+    pub(super) fn stream(&mut self, valid: Vec<u32>, on_token: &mut dyn FnMut(u32) -> bool) {
         for t in valid {
             self.tokens.push(t);
             if !on_token(t) || self.options.stop_ids.contains(&t) {
@@ -364,7 +351,10 @@ impl Session<'_> {
     }
 
     /// Rounds one at a time, drafted through the host.
-    async fn host_rounds(&mut self, on_token: &mut dyn FnMut(u32) -> bool) -> Result<()> {
+    pub(super) async fn host_rounds(
+        &mut self,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<()> {
         let greedy = self.options.sampling.is_greedy();
         while !self.done && self.tokens.len() < self.options.max_new_tokens {
             let budget = self.budget();
@@ -380,134 +370,4 @@ impl Session<'_> {
         }
         Ok(())
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn run(
-    target: &mut Model,
-    assistant: &mut Assistant,
-    ctx: &GpuContext,
-    prompt: &[u32],
-    options: &GenerateOptions,
-    spec: &SpeculativeOptions,
-    replace_drafts: Option<ReplacedDrafts<'_>>,
-    on_token: &mut dyn FnMut(u32) -> bool,
-) -> Result<SpeculativeOutput> {
-    if prompt.is_empty() {
-        return Err(Error::invalid(OP, "prompt tokens", "at least one", 0));
-    }
-    let k_cap = check_session(target, assistant, spec)?;
-    let params = options.sampling;
-    let greedy = params.is_greedy();
-    let host_drafts = !greedy || spec.capture_draft_logits;
-    if replace_drafts.is_some() && host_drafts {
-        return Err(Error::invalid(
-            OP,
-            "rounds whose drafts are replaced",
-            "greedy, drafts chained on the GPU",
-            "sampling or captured draft logits",
-        ));
-    }
-    let mut sampler = Sampler::new(params)?;
-    let mut out = SpeculativeOutput::default();
-    out.stats.base.prompt_tokens = prompt.len();
-    target.reset();
-    let marked = (ctx.counters().snapshot().0, ctx.counters().barriers());
-    let start = Instant::now();
-    if options.max_new_tokens == 0 {
-        return Ok(out);
-    }
-    // Round 0: the prefill, no drafts.
-    let want = if greedy {
-        Want::NextToken
-    } else {
-        Want::LastLogits
-    };
-    let prefill = target.forward(ctx, prompt, want).await?;
-    let first = if greedy {
-        prefill.next[0]
-    } else {
-        let dist = sampler.distribution(&prefill.logits);
-        sampler.draw(&dist, 0)
-    };
-    let t_first = start.elapsed().as_secs_f64();
-    let first_at = Instant::now();
-    out.stats.base.ttft_ms = t_first * 1e3;
-    out.stats.base.prefill_tokens_per_s = per_second(prompt.len(), t_first);
-    let l = prompt.len();
-    let measured_costs = assistant.draft_costs;
-    let m_last = (l - 1) % target.options.prefill_chunk + 1;
-    let mut session = Session {
-        target,
-        assistant,
-        ctx,
-        options,
-        spec,
-        k_cap,
-        prompt_len: l,
-        out,
-        tokens: Vec::with_capacity(options.max_new_tokens),
-        done: false,
-        k: spec.draft_tokens,
-        // The costs of earlier greedy generations hold for this one's pipelined rounds (host
-        // rounds, which wait for every draft, start afresh and are not kept).
-        adaptive: (spec.schedule == DraftSchedule::Adaptive).then(|| {
-            let costs = if host_drafts {
-                DraftCosts::default()
-            } else {
-                measured_costs
-            };
-            AdaptiveDrafts::new(spec.draft_tokens, k_cap, costs)
-        }),
-        last: LastForward {
-            r: l - 1,
-            m: l,
-            plan: (m_last, LogitRows::Last),
-            row: m_last - 1,
-        },
-        wait_s: 0.0,
-        marked,
-        costs: measured_costs,
-        plain_end: None,
-        sampler,
-    };
-    session.stream(vec![first], on_token);
-    if host_drafts {
-        session.host_rounds(on_token).await?;
-    } else {
-        pipeline::run(&mut session, replace_drafts, on_token).await?;
-    }
-    session.mark(Phase::Target, 0, 0);
-    if !host_drafts {
-        session.assistant.draft_costs = match &session.adaptive {
-            Some(schedule) => schedule.costs,
-            None => session.costs,
-        };
-    }
-    let Session {
-        mut out,
-        tokens,
-        wait_s,
-        ..
-    } = session;
-    let s = &mut out.stats;
-    s.base.generated_tokens = tokens.len();
-    s.base.decode_tokens_per_s = per_second(tokens.len() - 1, first_at.elapsed().as_secs_f64());
-    s.acceptance_rate = if s.drafted > 0 {
-        s.accepted as f64 / s.drafted as f64
-    } else {
-        0.0
-    };
-    s.tokens_per_round = if s.rounds > 0 {
-        (tokens.len() - 1 - s.plain_steps) as f64 / s.rounds as f64
-    } else {
-        0.0
-    };
-    s.host_wait_ms_per_round = if s.rounds > 0 {
-        wait_s * 1e3 / s.rounds as f64
-    } else {
-        0.0
-    };
-    out.tokens = tokens;
-    Ok(out)
 }

@@ -40,25 +40,27 @@
 //! behaviour to fall back to.
 
 mod config;
+mod draft_costs;
 mod step;
 mod view;
 
 pub use config::{
     parse_assistant_config, AssistantHead, AssistantOptions, AssistantSource, AssistantSpec,
 };
+pub use draft_costs::DraftCosts;
 pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
 pub use view::DraftView;
 
 use super::config::{KvSource, LayerKind, ModelSpec};
+use super::plan_parts::rope_config;
 use super::target::Model;
 use crate::error::{Error, Result};
-use crate::generate::speculative::schedule::DraftCosts;
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::ops::attention::{AttentionScratch, KeyFromValue};
 use crate::ops::opset::OpSet;
 use crate::ops::rope::Rope;
 use config::OP;
-use step::{rope_config, Activations, Op, StepBuilder, Stream, TargetKv};
+use step::{Activations, Op, StepBuilder, Stream, TargetKv};
 
 /// The target's store layer of `kind`: the last layer of that kind owning its K/V (HF
 /// `kv_sharing_modes` "store"; what the target hands the assistant).

@@ -21,7 +21,7 @@ use crate::ops::linear::Epilogue;
 use crate::ops::linear::{dense_linear, Linear};
 use crate::ops::min_fill::min_fill;
 use crate::ops::opset::OpSet;
-use crate::ops::rope::{Rope, RopeConfig, RopeKernel, RopeType, VHeads};
+use crate::ops::rope::{Rope, RopeKernel, VHeads};
 use crate::ops::scatter::{scatter, PermutationCertificate, ScatterRoute};
 use crate::ops::topk::{topk, TopKRoute};
 use crate::weights::layout::{MatrixData, MatrixLayout};
@@ -143,20 +143,6 @@ impl Activations {
             full_position: positions("assistant.full_position")?,
             sliding_position: positions("assistant.sliding_position")?,
         })
-    }
-}
-
-/// HF's RoPE parameters of a layer as the rope op takes them.
-pub(super) fn rope_config(layer: &LayerSpec) -> RopeConfig {
-    RopeConfig {
-        head_dim: layer.head_dim,
-        theta: layer.rope.theta,
-        rope_type: if layer.rope.rotary_pairs == layer.head_dim / 2 {
-            RopeType::Default
-        } else {
-            RopeType::Proportional
-        },
-        partial_rotary_factor: (2 * layer.rope.rotary_pairs) as f64 / layer.head_dim as f64,
     }
 }
 

@@ -81,6 +81,9 @@ impl DraftView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::spec_commit::{
+        spec_commit_ref, CommitParams, MAX_ROUND_ROWS, STATE_LEN, STATE_POSITION,
+    };
 
     #[test]
     fn hf_view_matches_the_golden_generators_rule() {
@@ -114,5 +117,41 @@ mod tests {
         assert_eq!((v.full_end, v.sliding_end), (20, 20));
         // A one-row forward past the window leaves rows the kernels cannot express.
         assert!(DraftView::hf(31, 30, 1, 8, 8).is_err());
+    }
+
+    /// The view `spec_commit` writes on the GPU (its reference here) is HF's for every
+    /// accepted count. Here rather than in the op's folder: ops sit below the model.
+    #[test]
+    fn the_view_is_hf_s() {
+        let h = 4;
+        for w in [8usize, 512, usize::MAX] {
+            for p in [0u32, 3, 7, 20, 600] {
+                for k in 1..MAX_ROUND_ROWS - 1 {
+                    for n in 0..=k {
+                        let next: Vec<u32> = (0..=k as u32).collect();
+                        let mut ids = vec![0u32];
+                        ids.extend((0..k as u32).map(|i| if (i as usize) < n { i } else { 99 }));
+                        let mut state = vec![0u32; STATE_LEN];
+                        state[STATE_POSITION] = p;
+                        let out = spec_commit_ref(
+                            CommitParams::new(k, h, 0, w, 0),
+                            &next,
+                            &ids,
+                            &vec![0.0; (k + 1) * h],
+                            &state,
+                            &[0.0; 4],
+                        );
+                        let (p, r) = (p as usize, (p as usize) + k);
+                        let want = DraftView::hf(p + n + 1, r, k + 1, w, usize::MAX).unwrap();
+                        assert_eq!(out.rope_position[0] as usize, want.position);
+                        assert_eq!(out.full_end[0] as usize, want.full_end);
+                        assert_eq!(
+                            out.sliding_end[0] as usize, want.sliding_end,
+                            "w {w} p {p} k {k} n {n}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

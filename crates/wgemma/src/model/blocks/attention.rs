@@ -9,10 +9,10 @@ use super::{block_input, BlockCx};
 use crate::error::{Error, Result};
 use crate::gpu::Tensor;
 use crate::model::config::{KvSource, LayerSpec};
-use crate::model::forward::{rope_config, Op};
+use crate::model::plan_parts::{rope_config, Op};
 use crate::model::residual::{project, Pending, Residual};
 use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue, KvCache};
-use crate::ops::rope::{Rope, VHeads};
+use crate::ops::rope::{NormRopeHeads, Rope, VHeads};
 
 /// Plans layer `l`'s attention block.
 pub(in crate::model) fn plan<'a>(
@@ -172,13 +172,6 @@ pub(in crate::model) fn plan<'a>(
     })
 }
 
-/// The heads one `norm_rope` dispatch normalises.
-struct NormRopeHeads<'t> {
-    q: (&'t Tensor, &'t Tensor),
-    k: Option<(&'t Tensor, &'t Tensor)>,
-    v: VHeads<'t>,
-}
-
 /// q/k/v norms + RoPE, and the append of the new k and v rows to `cache`: in the same
 /// dispatch where the cache is one buffer and the device allows (`norm_rope_append`, one
 /// dependent dispatch less per layer), else norm_rope then the `kv_append` kernel. Plans
@@ -195,7 +188,7 @@ fn norm_rope_and_append(
     let (ctx, positions, eps) = (cx.ctx, cx.positions, cx.eps);
     if cx.options.fold_kv_append {
         if let Some(rows) = cache.single_chunk_rows() {
-            match rope.norm_rope_with(ctx, positions, heads.q, heads.k, heads.v, eps, Some(rows)) {
+            match rope.norm_rope_with(ctx, positions, heads, eps, Some(rows)) {
                 Ok(kernel) => {
                     ops.push(Op::Rope(kernel));
                     return Ok(());
@@ -206,7 +199,7 @@ fn norm_rope_and_append(
         }
     }
     ops.push(Op::Rope(
-        rope.norm_rope(ctx, positions, heads.q, heads.k, heads.v, eps)?,
+        rope.norm_rope_with(ctx, positions, heads, eps, None)?,
     ));
     ops.push(Op::Append(cache.append_kernel(ctx, k, v, positions)?));
     Ok(())

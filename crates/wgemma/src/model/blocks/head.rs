@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::gpu::{DType, GpuContext, Readback, Tensor};
 use crate::model::config::ModelSpec;
-use crate::model::forward::{zeros, Head, LogitRows, Op};
+use crate::model::plan_parts::{zeros, Head, LogitRows, Op};
 use crate::model::weights::Weights;
 use crate::ops::argmax::argmax;
 use crate::ops::gather::{gather_rows, RowTable};

@@ -6,7 +6,7 @@
 use super::{block_input, BlockCx};
 use crate::error::Result;
 use crate::model::config::LayerSpec;
-use crate::model::forward::Op;
+use crate::model::plan_parts::Op;
 use crate::model::residual::{project_geglu, Pending, Residual};
 
 /// Plans layer `l`'s MLP block.

@@ -13,8 +13,8 @@ mod moe;
 pub(super) mod per_layer_input;
 
 use super::config::ModelSpec;
-use super::forward::{Activations, Op, Shared};
 use super::plan_options::PlanOptions;
+use super::plan_parts::{Activations, Op, Shared};
 use super::residual::{BlockInput, Residual};
 use super::weights::Weights;
 use crate::error::Result;

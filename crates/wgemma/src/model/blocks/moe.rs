@@ -6,7 +6,7 @@
 use super::BlockCx;
 use crate::error::Result;
 use crate::gpu::Tensor;
-use crate::model::forward::{MoeActivations, Op};
+use crate::model::plan_parts::{MoeActivations, Op};
 use crate::model::weights::MoeWeights;
 use crate::ops::moe::{
     moe_expert_linear_combine, moe_expert_linear_with, moe_route, MoeEpilogue, MoeLinearOptions,

@@ -6,7 +6,8 @@
 use super::{block_input, BlockCx};
 use crate::error::{Error, Result};
 use crate::model::config::LayerSpec;
-use crate::model::forward::Op;
+use crate::model::geglu_stage::GateFactor;
+use crate::model::plan_parts::Op;
 use crate::model::residual::{project_gelu_mul, Pending, Residual};
 use crate::model::weights::PleLayerWeights;
 
@@ -37,13 +38,17 @@ pub(in crate::model) fn plan<'a>(
     };
     let p = spec.ple_dim;
     let input = block_input(residual, None, ops)?;
+    // Layer l's slice of every row of the combined per-layer inputs `[M, layers * P]`.
+    let factor = GateFactor {
+        other: &pa.inputs,
+        stride: spec.layers.len() * p,
+        offset: l.index * p,
+    };
     ops.push(Op::Geglu(project_gelu_mul(
         ctx,
         &input,
         &pw.per_layer_input_gate,
-        &pa.inputs,
-        spec.layers.len() * p,
-        l.index * p,
+        factor,
         &pa.gated,
         &pa.gate,
     )?));

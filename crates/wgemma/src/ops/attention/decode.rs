@@ -17,7 +17,8 @@
 //! [`DECODE_MAX_ROWS`]. When a guard fails the layer keeps the `split_k` route.
 
 use super::plan::{self, AttentionPlan, AttentionRoute, Geometry};
-use super::{AttentionCase, AttentionScratch, KvCache};
+use super::split_k::{AttentionScratch, FUSED_MAX_GROUPS};
+use super::{AttentionCase, KvCache};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
 use crate::harness::{OpCase, Rng};
@@ -48,8 +49,6 @@ const SHADER_FUSED_SG: &str = "attention_decode_fused_sg";
 /// Weights (query heads x splits) the fused route's last workgroup keeps in workgroup
 /// memory; steps with more splits use partial + combine.
 pub const FUSED_MAX_WEIGHTS: usize = 512;
-/// Arrival counters of the fused route: rows x kv heads x head tiles at most.
-pub const FUSED_MAX_GROUPS: usize = 4096;
 /// Storage bindings of the fused kernel (the partial's 8 and the counters).
 const FUSED_STORAGE_BINDINGS: u32 = 9;
 const WORKGROUP: u32 = 256;

@@ -44,6 +44,7 @@ mod tests;
 
 mod cases;
 pub mod decode;
+mod split_k;
 mod tiled;
 
 pub use cases::{bench_cases, prefill_check_cases, random_cases, AttentionCase};
@@ -53,6 +54,8 @@ pub use kv_cache::{
 };
 pub use plan::{AttentionPlan, AttentionRoute, Geometry};
 pub use reference::{attention_ref, keys_from_values, KvHistory};
+pub use split_k::AttentionScratch;
+use split_k::Params;
 use tiled::TiledKernels;
 
 use crate::error::{Error, Result};
@@ -61,69 +64,6 @@ use crate::ops::rope::{rope_inv_freq, RopeConfig};
 
 const SHADER: &str = "attention";
 const GENERIC_SHADER: &str = "attention_generic";
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    heads: u32,
-    kv_heads: u32,
-    group: u32,
-    d4: u32,
-    gt: u32,
-    head_tiles: u32,
-    window: u32,
-    slots: u32,
-    ring: u32,
-    chunk_start: u32,
-    chunk_slots: u32,
-    chunk_index: u32,
-    rot_pairs: u32,
-    sequences: u32,
-    _pad: [u32; 2],
-}
-
-/// Partial results of split-K attention, shared by every layer of a model (layers run one
-/// after another in the pass).
-#[derive(Debug, Clone)]
-pub struct AttentionScratch {
-    acc: Tensor,
-    ml: Tensor,
-    /// Per (row, kv head tile) arrival counters of the fused decode route (zero between
-    /// dispatches: its last workgroup resets them).
-    counters: Tensor,
-    acc_floats: usize,
-    max_query_splits: usize,
-}
-
-impl AttentionScratch {
-    /// Room for `max_query_splits` (split, query) partials of head_dim up to `max_head_dim`.
-    pub fn new(ctx: &GpuContext, max_query_splits: usize, max_head_dim: usize) -> Result<Self> {
-        let acc_floats = max_query_splits.max(1) * max_head_dim.max(4);
-        Ok(AttentionScratch {
-            acc: Tensor::zeros(ctx, "attention.part_acc", &[acc_floats], DType::F32)?,
-            ml: Tensor::zeros(
-                ctx,
-                "attention.part_ml",
-                &[(max_query_splits + 1) * 2],
-                DType::F32,
-            )?,
-            counters: Tensor::zeros(
-                ctx,
-                "attention.counters",
-                &[decode::FUSED_MAX_GROUPS],
-                DType::U32,
-            )?,
-            acc_floats,
-            max_query_splits,
-        })
-    }
-
-    /// The default size: 16384 partials (32 MiB at head_dim 512), enough for the planner's
-    /// full parallelism at decode and verify shapes up to 32 query heads.
-    pub fn for_head_dim(ctx: &GpuContext, max_head_dim: usize) -> Result<Self> {
-        AttentionScratch::new(ctx, 16_384, max_head_dim)
-    }
-}
 
 /// For K = V caches: how keys are rebuilt from the cached values.
 #[derive(Debug, Clone, Copy)]

@@ -4,8 +4,9 @@
 //! split_k's combine) and their dispatches. Planned by [`plan::plan_tiled`]; both kernels
 //! take the same tiles, so one plan serves either.
 
+use super::kv_cache::KvCache;
 use super::plan::{self, AttentionPlan, Geometry};
-use super::{AttentionScratch, KvCache, Params};
+use super::split_k::{AttentionScratch, Params};
 use crate::error::Result;
 use crate::gpu::{GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
 

@@ -285,24 +285,31 @@ pub fn rmsnorm_with(
     builder.build_1d(rows as u64)
 }
 
+/// The input norm of the next block in [`rmsnorm_add_norm`]: its weight and the tensor its
+/// output goes to.
+#[derive(Debug, Clone, Copy)]
+pub struct NextNorm<'a> {
+    pub weight: &'a Tensor,
+    pub out: &'a Tensor,
+}
+
 /// `residual = (residual + rmsnorm(x) * w) * layer_scalar`, then
-/// `out = rmsnorm(residual) * next_weight`, in ONE dispatch (`rmsnorm_add_norm.wgsl`): the
-/// end of one decoder block and the input norm of the next. Bit-identical to
-/// [`rmsnorm_add`] followed by [`rmsnorm`]. `out` must differ from `x` and `residual`.
-// One argument per operand of the fused formula above (two norms' weights, the residual,
-// its scalar, the output, eps), in the order the formula reads, as `rmsnorm_add` and
-// `rmsnorm` take theirs; its callers are model/residual.rs and the kernel tests.
-#[allow(clippy::too_many_arguments)]
+/// `out = rmsnorm(residual) * next.weight`, in ONE dispatch (`rmsnorm_add_norm.wgsl`): the
+/// end of one decoder block and the input norm of the next ([`NextNorm`]). Bit-identical to
+/// [`rmsnorm_add`] followed by [`rmsnorm`]. `next.out` must differ from `x` and `residual`.
 pub fn rmsnorm_add_norm(
     ctx: &GpuContext,
     x: &Tensor,
     weight: Option<&Tensor>,
     residual: &Tensor,
     layer_scalar: f32,
-    next_weight: &Tensor,
-    out: &Tensor,
+    next: NextNorm<'_>,
     eps: f32,
 ) -> Result<Kernel> {
+    let NextNorm {
+        weight: next_weight,
+        out,
+    } = next;
     let opts = RmsNormOptions {
         eps,
         input_scale: 1.0,

@@ -2,6 +2,10 @@ use super::*;
 use crate::gpu::{read_tensor_f32, run_kernels, ContextOptions};
 use crate::harness::{assert_cases_pass, check, test_context};
 
+fn next<'a>(weight: &'a Tensor, out: &'a Tensor) -> NextNorm<'a> {
+    NextNorm { weight, out }
+}
+
 fn run_f32(ctx: &GpuContext, kernel: Kernel, out: &Tensor) -> Vec<f32> {
     run_kernels(ctx, &[kernel]);
     pollster::block_on(read_tensor_f32(ctx, out)).unwrap()
@@ -171,7 +175,8 @@ fn add_norm_equals_add_then_norm_bit_for_bit() {
         // Fused.
         let h_fused = Tensor::from_f32(ctx, "h", &[rows, d], &hv).unwrap();
         let y_fused = Tensor::zeros(ctx, "y", &[rows, d], DType::F32).unwrap();
-        let fused = rmsnorm_add_norm(ctx, &x, w1, &h_fused, scalar, &w2, &y_fused, EPS).unwrap();
+        let fused =
+            rmsnorm_add_norm(ctx, &x, w1, &h_fused, scalar, next(&w2, &y_fused), EPS).unwrap();
         run_kernels(ctx, &[fused]);
         // Two dispatches.
         let h_two = Tensor::from_f32(ctx, "h", &[rows, d], &hv).unwrap();
@@ -196,13 +201,13 @@ fn add_norm_equals_add_then_norm_bit_for_bit() {
     let t = Tensor::zeros(ctx, "t", &[1, 8], DType::F32).unwrap();
     let x = Tensor::zeros(ctx, "x", &[1, 8], DType::F32).unwrap();
     let w = Tensor::zeros(ctx, "w", &[8], DType::F32).unwrap();
-    let err = rmsnorm_add_norm(ctx, &x, None, &t, 1.0, &w, &t, EPS).unwrap_err();
+    let err = rmsnorm_add_norm(ctx, &x, None, &t, 1.0, next(&w, &t), EPS).unwrap_err();
     assert!(
         err.to_string().contains("distinct from x and residual"),
         "{err}"
     );
     // x aliasing the residual (read while it is written) is refused.
     let out = Tensor::zeros(ctx, "out", &[1, 8], DType::F32).unwrap();
-    let err = rmsnorm_add_norm(ctx, &t, None, &t, 1.0, &w, &out, EPS).unwrap_err();
+    let err = rmsnorm_add_norm(ctx, &t, None, &t, 1.0, next(&w, &out), EPS).unwrap_err();
     assert!(err.to_string().contains("distinct from residual"), "{err}");
 }

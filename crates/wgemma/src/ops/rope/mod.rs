@@ -13,7 +13,7 @@
 mod norm_rope;
 mod reference;
 
-pub use norm_rope::{CacheRows, VHeads};
+pub use norm_rope::{CacheRows, NormRopeHeads, VHeads};
 pub use reference::{rope_cos_sin_ref, rope_inv_freq, rope_ref};
 
 use crate::error::{Error, Result};

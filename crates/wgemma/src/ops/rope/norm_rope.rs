@@ -38,6 +38,15 @@ pub enum VHeads<'a> {
     FromK { k_raw: &'a Tensor, v: &'a Tensor },
 }
 
+/// The heads one [`Rope::norm_rope`] dispatch normalises: q with its norm weight, k with
+/// its norm weight (absent on KV-shared and K = V layers) and the V heads.
+#[derive(Debug, Clone, Copy)]
+pub struct NormRopeHeads<'t> {
+    pub q: (&'t Tensor, &'t Tensor),
+    pub k: Option<(&'t Tensor, &'t Tensor)>,
+    pub v: VHeads<'t>,
+}
+
 impl Rope {
     /// `q = rope(N(q) * q_norm)`, optionally `k = rope(N(k) * k_norm)`, and the V heads
     /// of `v` (see [`VHeads`]), all `[rows, heads, head_dim]`, in one dispatch.
@@ -50,26 +59,23 @@ impl Rope {
         v: VHeads,
         eps: f32,
     ) -> Result<RopeKernel> {
-        self.norm_rope_with(ctx, positions, q, k, v, eps, None)
+        let heads = NormRopeHeads { q, k, v };
+        self.norm_rope_with(ctx, positions, heads, eps, None)
     }
 
-    /// [`Rope::norm_rope`] that also appends the rows' k and v heads to the KV cache
-    /// `append` at their positions when given (the `kv_append` kernel's work, so the layer
-    /// needs no append dispatch). Fails closed ([`Error::NoRoute`]) when the device has
+    /// [`Rope::norm_rope`] of `heads` that also appends the rows' k and v heads to the KV
+    /// cache `append` at their positions when given (the `kv_append` kernel's work, so the
+    /// layer needs no append dispatch). Fails closed ([`Error::NoRoute`]) when the device has
     /// fewer than 9 storage bindings per stage; the caller then appends separately.
-    // `norm_rope`'s arguments plus `append`: the fused kernel binds each head tensor and
-    // the cache rows separately; its caller is model/blocks/attention.rs.
-    #[allow(clippy::too_many_arguments)]
     pub fn norm_rope_with(
         &self,
         ctx: &GpuContext,
         positions: &Tensor,
-        q: (&Tensor, &Tensor),
-        k: Option<(&Tensor, &Tensor)>,
-        v: VHeads,
+        heads: NormRopeHeads<'_>,
         eps: f32,
         append: Option<CacheRows<'_>>,
     ) -> Result<RopeKernel> {
+        let NormRopeHeads { q, k, v } = heads;
         let d = self.config.head_dim;
         let (rows, nq) = check_activation(q.0, "q", d)?;
         check_positions(positions, rows)?;

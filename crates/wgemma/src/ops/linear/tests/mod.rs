@@ -8,6 +8,7 @@ use half::f16;
 use proptest::prelude::*;
 
 mod gemm;
+mod registry;
 
 fn f16_bits(v: f32) -> u32 {
     f16::from_f32(v).to_bits() as u32
@@ -605,7 +606,7 @@ fn k_split_only_where_the_grid_is_small() {
 #[test]
 fn norm_prologue_equals_norm_kernel_then_matvec() {
     use crate::gpu::{read_tensor_f32, run_kernels};
-    use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm};
+    use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm, NextNorm};
     let ctx = test_context();
     let read = |t: &Tensor| -> Vec<f32> { pollster::block_on(read_tensor_f32(ctx, t)).unwrap() };
     let (n, eps, scale) = (96, 1e-6f32, 0.75f32);
@@ -660,9 +661,18 @@ fn norm_prologue_equals_norm_kernel_then_matvec() {
                 let x = Tensor::zeros(ctx, "x", &[m, k], DType::F32).unwrap();
                 let norm = match mode {
                     NormPrologueMode::Norm => rmsnorm(ctx, &h, Some(&w_in), &x, eps),
-                    NormPrologueMode::AddNorm => {
-                        rmsnorm_add_norm(ctx, &branch, Some(&w_branch), &h, scale, &w_in, &x, eps)
-                    }
+                    NormPrologueMode::AddNorm => rmsnorm_add_norm(
+                        ctx,
+                        &branch,
+                        Some(&w_branch),
+                        &h,
+                        scale,
+                        NextNorm {
+                            weight: &w_in,
+                            out: &x,
+                        },
+                        eps,
+                    ),
                     NormPrologueMode::Add => {
                         rmsnorm_add(ctx, &branch, Some(&w_branch), &h, &h, scale, eps)
                     }

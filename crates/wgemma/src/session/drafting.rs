@@ -1,0 +1,89 @@
+//! A stream's own draft state ([`Drafting`]) and benchmarks' draft replacement: what a
+//! [`super::Stream`] carries for [`super::Session::step_rounds`] (`batch_spec.rs`). Its own
+//! file, below `batch.rs` and `batch_spec.rs`, which both use it.
+
+use super::OP;
+use crate::error::{Error, Result};
+use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
+use crate::gpu::{DType, GpuContext, Step, Tensor};
+use crate::model::assistant::Assistant;
+use crate::model::forward::LogitRows;
+use crate::model::target::Model;
+
+/// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
+/// generation): the assistant drafts as usual (its cost is paid), then draft j of a round
+/// after `c` committed tokens is replaced by `reference[c + j]` where `keep` says so, else
+/// by `(reference[c + j] + 1) % vocab` (a token a target whose greedy continuation is
+/// `reference` rejects).
+pub struct DraftReplacement {
+    /// The tokens the drafts stand for (index 0: the stream's first token).
+    pub reference: Vec<u32>,
+    /// Called once per round of k drafts: which of them keep their reference token.
+    pub keep: Box<dyn FnMut(usize) -> Vec<bool> + Send>,
+}
+
+/// A stream's own draft state.
+pub(super) struct Drafting {
+    /// Drafts per round (the request's `draft_tokens`).
+    pub(super) k: usize,
+    /// The target's final-normed hidden state of the row that produced the seed, `[1,
+    /// hidden]`.
+    pub(super) hidden: Tensor,
+    /// Last row written (R) and rows (M) of the stream's last target forward.
+    pub(super) last_r: usize,
+    pub(super) last_m: usize,
+    pub(super) drafted: usize,
+    pub(super) accepted: usize,
+    pub(super) replace: Option<DraftReplacement>,
+}
+
+impl Drafting {
+    /// The draft state of a stream just prefilled with `prompt_len` tokens (the prefill's
+    /// last plan still holds its hidden states): checks that `k` fits the target's verify
+    /// plans and sliding rings, and keeps the seed row's hidden state.
+    pub(super) fn after_prefill(
+        ctx: &GpuContext,
+        target: &Model,
+        assistant: &Assistant,
+        k: usize,
+        prompt_len: usize,
+    ) -> Result<Drafting> {
+        let spec = SpeculativeOptions {
+            draft_tokens: k,
+            schedule: DraftSchedule::Fixed,
+            ..SpeculativeOptions::default()
+        };
+        check_session(target, assistant, &spec)?;
+        let m_last = (prompt_len - 1) % target.options.prefill_chunk + 1;
+        let source = target
+            .built_plan(m_last, LogitRows::Last)
+            .and_then(|plan| plan.head.as_ref())
+            .map(|head| head.hidden.clone())
+            .ok_or_else(|| Error::invalid(OP, "hidden states of the prefill", "kept", "none"))?;
+        let ht = *source.shape().last().unwrap_or(&0);
+        let hidden = Tensor::zeros(ctx, "stream seed hidden", &[1, ht], DType::F32)?;
+        let mut step = Step::new(ctx);
+        copy_row(&mut step, &source, m_last - 1, &hidden);
+        step.submit();
+        Ok(Drafting {
+            k,
+            hidden,
+            last_r: prompt_len - 1,
+            last_m: prompt_len,
+            drafted: 0,
+            accepted: 0,
+            replace: None,
+        })
+    }
+
+    pub(super) fn set_replacement(&mut self, replace: DraftReplacement) {
+        self.replace = Some(replace);
+    }
+}
+
+/// Records the copy of row `row` of `from` (`[rows, hidden]` f32) into `to` (`[1, hidden]`).
+pub(super) fn copy_row(step: &mut Step, from: &Tensor, row: usize, to: &Tensor) {
+    let bytes = to.byte_size();
+    step.encoder()
+        .copy_buffer_to_buffer(from.buffer(), row as u64 * bytes, to.buffer(), 0, bytes);
+}
