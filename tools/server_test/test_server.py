@@ -20,7 +20,10 @@ huge max_tokens, unknown model, missing or wrong key); a full queue answering 50
 output identical alone and batched; the speculative server's output equal to the plain
 one's, and 16 concurrent streams with the assistant each equal to its solo run; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
 whose finished requests must equal their solo runs, after which the metrics must show no
-sequence or KV slot held and the server must still answer. The servers are stopped at the
+sequence or KV slot held and the server must still answer. A fourth server (one sequence, a
+queue of one, --max-connections 6, a chat template that runs away on cue) takes the hostile
+cases of issue 30: the connection cap, a huge prompt refused by its bytes before the full
+queue, and runaway templates (JSON errors, answers after, SIGTERM). The servers are stopped at the
 end, also on failure. Every request has a timeout.
 
     test_server.py --wgemma target/debug/wgemma [--requests 200] [--concurrency 16]
