@@ -20,7 +20,10 @@ huge max_tokens, unknown model, missing or wrong key); a full queue answering 50
 output identical alone and batched; the speculative server's output equal to the plain
 one's, and 16 concurrent streams with the assistant each equal to its solo run; and a bounded load test (requests from 16 threads, a quarter cancelled mid-stream)
 whose finished requests must equal their solo runs, after which the metrics must show no
-sequence or KV slot held and the server must still answer. The servers are stopped at the
+sequence or KV slot held and the server must still answer. A fourth server (one sequence, a
+queue of one, --max-connections 6, a chat template that runs away on cue) takes the hostile
+cases of issue 30: the connection cap, a huge prompt refused by its bytes before the full
+queue, and runaway templates (JSON errors, answers after, SIGTERM). The servers are stopped at the
 end, also on failure. Every request has a timeout.
 
     test_server.py --wgemma target/debug/wgemma [--requests 200] [--concurrency 16]
@@ -74,6 +77,32 @@ def model_dir(tmp):
         shutil.copy(GOLDEN / "e2b_like" / f, d / f)
     (d / "tokenizer.json").write_text(json.dumps(word_tokenizer()))
     shutil.copy(ROOT / "crates/wgemma/tests/data/chat_templates/gemma4_turns.jinja", d / "chat_template.jinja")
+    return d
+
+
+RUNAWAY = {
+    # Nested loops without end, output without end, and a string doubled 64 times.
+    "loops": "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}"
+             "{% endfor %}{% endfor %}{% endfor %}",
+    "output": "{% for a in range(100000) %}{% for b in range(100000) %}xxxxxxxx{% endfor %}{% endfor %}",
+    "growth": "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+              "{% endfor %}{{ ns.s }}",
+}
+CAP = 6  # --max-connections of the hostile server
+
+
+def runaway_model_dir(tmp):
+    """The tiny model whose template runs away when the first message is a RUNAWAY key and
+    renders gemma4_turns otherwise."""
+    d = pathlib.Path(tmp) / "runaway"
+    d.mkdir()
+    for f in ["config.json", "generation_config.json", "model.safetensors"]:
+        shutil.copy(GOLDEN / "e2b_like" / f, d / f)
+    (d / "tokenizer.json").write_text(json.dumps(word_tokenizer()))
+    turns = (ROOT / "crates/wgemma/tests/data/chat_templates/gemma4_turns.jinja").read_text()
+    branches = "".join(f"{{%- {'if' if i == 0 else 'elif'} messages[0]['content'] == '{k}' -%}}{v}"
+                       for i, (k, v) in enumerate(RUNAWAY.items()))
+    (d / "chat_template.jinja").write_text(branches + "{%- else -%}" + turns + "{%- endif -%}")
     return d
 
 
@@ -206,9 +235,19 @@ def main():
         servers.append(Server(args.wgemma, model, ["--assistant", str(assistant), "--parallel", "8"]))
         # The shipped pair: a byte-level BPE vocabulary, which structured output needs.
         servers.append(Server(args.wgemma, ROOT / "models/kjv-pair.wgemma", ["--parallel", "8"]))
+        # Hostile input (issue 30): a checkpoint whose chat template runs away on cue, one
+        # sequence, a queue of one and a cap of 6 connections.
+        servers.append(Server(args.wgemma, runaway_model_dir(tmp), [
+            "--parallel", "1", "--queue", "1", "--max-connections", str(CAP), "--header-timeout", "30"]))
         print(f"servers up at {servers[0].base} (batching), {servers[1].base} (speculative) and "
               f"{servers[2].base} (the shipped pair) in {time.time() - t0:.1f} s", flush=True)
         run_tests(servers[0], servers[1], servers[2], args)
+        check("connection cap: extra connections get 503 at once (issue 30)",
+              lambda: connection_cap(servers[3]))
+        check("a huge prompt is refused by its length before the queue (issue 30)",
+              lambda: huge_prompt_refused_before_the_queue(servers[3]))
+        check("runaway chat templates: JSON errors, then answers and SIGTERM (issue 30)",
+              lambda: runaway_templates(servers[3]))
     finally:
         for server in servers:
             rc = server.stop()
@@ -995,6 +1034,112 @@ def hostile_http(server, args):
         assert time.time() < deadline, "the disconnected request was not counted"
         time.sleep(0.2)
     wait_idle(server)
+
+
+def http_on(sock, method, path, body=None):
+    """(status, body bytes) of one keep-alive request on an open socket."""
+    data = json.dumps(body).encode() if body is not None else b""
+    sock.sendall((f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode() + data)
+    out = b""
+    while True:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {out[:200]!r}"
+        out += chunk
+        head, sep, rest = out.partition(b"\r\n\r\n")
+        m = re.search(rb"content-length: *(\d+)", head, re.I)
+        if sep and m and len(rest) >= int(m.group(1)):
+            return status_of(out), rest
+
+
+def connection_cap(server):
+    """--max-connections: the connections beyond the cap get a 503 naming the flag and are
+    closed at once; the ones held keep working; once they close the server answers again."""
+    import socket
+    held = [socket.create_connection((server.host, server.port), timeout=30) for _ in range(CAP)]
+    try:
+        for s in held:  # each accepted and answering (kept alive)
+            assert http_on(s, "GET", "/health")[0] == 200
+        for _ in range(3):
+            t = time.time()
+            got = send_raw(server, b"", read_timeout=20)
+            assert status_of(got) == 503 and b"--max-connections" in got, got[:300]
+            assert time.time() - t < 10, time.time() - t
+        for s in held:
+            assert http_on(s, "GET", "/health")[0] == 200
+        st, body = http_on(held[0], "POST", "/v1/completions", {"model": "tiny", "prompt": "w1 w2", "max_tokens": 2})
+        assert st == 200 and json.loads(body)["usage"]["completion_tokens"] == 2, (st, body)
+    finally:
+        for s in held:
+            s.close()
+    deadline = time.time() + 30
+    while True:  # the permits come back as the server sees the connections close
+        got = send_raw(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        if status_of(got) == 200:
+            break
+        assert status_of(got) == 503 and time.time() < deadline, got[:300]
+        time.sleep(0.2)
+
+
+def huge_prompt_refused_before_the_queue(server):
+    """With the one sequence decoding and the queue of one full, a prompt of ~3.9 MB (under the
+    4 MiB body bound) is a 400 naming its bytes, not the queue's 503: its length is checked
+    before it is queued (and it is never tokenised on the model thread). Meanwhile the
+    decoding stream goes on to its end, and afterwards a small request completes."""
+    client = client_of(server)
+    ban = {"1": -100, "5": -100}  # <eos>, <turn|>: run to max_tokens
+    kw = dict(model="tiny", prompt="w1 w2", max_tokens=200, temperature=0, logit_bias=ban)
+    first = client.completions.create(stream=True, **kw)
+    chunks = [next(iter(first))]  # decoding now
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        waiting = pool.submit(lambda: client.completions.create(**kw))
+        deadline = time.time() + 60
+        while server.metrics()["wgemma_queue_depth"] < 1:
+            assert time.time() < deadline, "the second request never queued"
+            time.sleep(0.05)
+        for path, body, param in [
+            ("/v1/completions", {"model": "tiny", "prompt": "w1 " * 1300000, "max_tokens": 2}, "prompt"),
+            ("/v1/chat/completions", {"model": "tiny", "max_tokens": 2,
+                                      "messages": [{"role": "user", "content": "w1 " * 1300000}]}, "messages"),
+        ]:
+            st, got = server.raw("POST", path, body)
+            assert st == 400 and got["error"]["param"] == param and "bytes" in got["error"]["message"], (st, got)
+        # The queue was full all along: a small request is the 503 the huge ones were not.
+        m = server.metrics()
+        assert m["wgemma_active_sequences"] == 1 and m["wgemma_queue_depth"] == 1, m
+        st, got = server.raw("POST", "/v1/completions", {"model": "tiny", "prompt": "w1", "max_tokens": 2})
+        assert st == 503, (st, got)
+        chunks += list(first)
+        assert chunks[-1].choices[0].finish_reason == "length", chunks[-1]
+        assert waiting.result(timeout=TIMEOUT).usage.completion_tokens == 200
+    wait_idle(server)
+    r = client.completions.create(model="tiny", prompt="w1", max_tokens=3, temperature=0)
+    assert r.usage.completion_tokens == 3, r
+
+
+def runaway_templates(server):
+    """A chat template that loops without end, writes without end or doubles a string: each
+    request is a JSON error naming the template's limit in bounded time; the server answers
+    the next request and stops on SIGTERM."""
+    client = client_of(server)
+    for key, needle in [("loops", "minijinja fuel"), ("output", "chat template output"),
+                        ("growth", "chat template")]:
+        for path in ["/v1/chat/completions", "/apply-template"]:
+            body = {"messages": [{"role": "user", "content": key}]}
+            if path != "/apply-template":
+                body.update(model="tiny", max_tokens=2)
+            t = time.time()
+            st, got = server.raw("POST", path, body)
+            assert 400 <= st < 600 and needle in got["error"]["message"], (key, path, st, got)
+            assert time.time() - t < 60, (key, path, time.time() - t)
+        # The server still answers: chat through the template's other branch, completions.
+        r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "w1"}],
+                                           max_tokens=2, temperature=0)
+        assert r.usage.completion_tokens == 2, r
+    assert server.raw("GET", "/health", key=None)[0] == 200
+    t = time.time()
+    rc = server.stop()
+    assert rc == 0 and time.time() - t < 15, (rc, time.time() - t)
 
 
 def shutdown_with_idle_clients(args):

@@ -141,7 +141,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help`, `--version` and `help` print to stdout: clap's `exit` ignores a failed
+        // write (`> /dev/full` exited 0 with nothing written), so their output is checked.
+        Err(e) if !e.use_stderr() => {
+            return e
+                .print()
+                .and_then(|()| std::io::Write::flush(&mut std::io::stdout()))
+                .map_err(|io| anyhow::Error::new(io).context("writing to stdout"));
+        }
+        Err(e) => e.exit(),
+    };
     // The Vulkan loader prints an error for every instance when this is unset (headless
     // machines, CI); it is harmless, so give it a value rather than alarm the user.
     if std::env::var_os("XDG_RUNTIME_DIR").is_none() {

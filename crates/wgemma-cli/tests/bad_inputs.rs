@@ -766,9 +766,36 @@ fn output_errors_are_errors_not_panics() {
     let d = scratch("full");
     let m = model_dir(&d, "m", |_| {});
     let gguf = gguf_fixture("e2b_like.f32.gguf");
+    let art = d.join("m.wgemma");
+    ok(&["convert", "--model", s(&m), "--out", s(&art)]);
+    // Every command that prints, each in its cheapest form. `--help`, `--version` and
+    // `help` exited 0 with nothing written (clap ignored the failed write). `convert` and
+    // `synth-checkpoint` report on stderr only (its failure is the case below).
     let cases: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["--version"],
+        vec!["help", "generate"],
+        vec!["generate", "--help"],
+        vec!["info"],
+        vec!["ops", "check", "--filter", "argmax"],
         vec!["inspect", s(&gguf)],
+        vec!["inspect", s(&art)],
         generate(s(&m), &["--prompt-ids", "5,17,9", "--max-new-tokens", "2"]),
+        generate(s(&m), &["--prompt", "hello world", "--max-new-tokens", "2"]),
+        vec!["logits", "--model", s(&m), "--prompt-ids", "5,17,9"],
+        vec!["load", "--model", s(&m)],
+        vec![
+            "bench",
+            "--synthetic",
+            "tiny",
+            "-p",
+            "4",
+            "-n",
+            "2",
+            "-r",
+            "1",
+        ],
+        vec!["demo", "--synthetic", "--max-new-tokens", "2", "-r", "1"],
     ];
     for args in cases {
         let err_path = d.join("stderr");
@@ -788,8 +815,10 @@ fn output_errors_are_errors_not_panics() {
         let err = std::fs::read_to_string(&err_path).unwrap();
         assert_eq!(status.code(), Some(1), "wgemma {args:?}:\n{err}");
         assert!(!err.contains("panicked"), "wgemma {args:?}:\n{err}");
+        // One error line (progress lines on stderr may come before it).
+        let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
         assert!(
-            err.contains("error:") && err.contains("No space left"),
+            errors.len() == 1 && errors[0].starts_with("error:") && err.contains("No space left"),
             "wgemma {args:?}:\n{err}"
         );
         // A failing stderr too: exit 1, nothing to say it with.
