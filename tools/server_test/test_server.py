@@ -1104,6 +1104,13 @@ def huge_prompt_refused_before_the_queue(server):
         ]:
             st, got = server.raw("POST", path, body)
             assert st == 400 and got["error"]["param"] == param and "bytes" in got["error"]["message"], (st, got)
+        # Many empty messages (~3 MB): refused by their count before a template renders them.
+        many = [{"role": "user", "content": ""}] * 100000
+        for path, body in [("/v1/chat/completions", {"model": "tiny", "max_tokens": 2, "messages": many}),
+                           ("/apply-template", {"messages": many})]:
+            st, got = server.raw("POST", path, body)
+            assert st == 400 and got["error"]["param"] == "messages", (path, st, got)
+            assert "100000 messages" in got["error"]["message"], (path, got)
         # The queue was full all along: a small request is the 503 the huge ones were not.
         m = server.metrics()
         assert m["wgemma_active_sequences"] == 1 and m["wgemma_queue_depth"] == 1, m

@@ -16,6 +16,7 @@
 
 use crate::serve::App;
 use crate::serve_api::{self, kind_of, ApiError, SYSTEM_FINGERPRINT};
+use crate::serve_guard::check_message_count;
 use crate::serve_tools::ToolRequest;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -136,6 +137,7 @@ pub async fn apply_template(
             ));
         }
         let messages = serve_api::parse_messages(&map)?;
+        check_message_count(messages.len(), ready.info.context)?;
         let tools = ToolRequest::parse(&map)?;
         let declared = tools.as_ref().map_or(&[][..], ToolRequest::declared);
         let prompt = ready

@@ -496,6 +496,7 @@ pub async fn encode_prompt(
     let mut request = GenerateRequest::default();
     let bytes = match std::mem::replace(&mut parsed.prompt, Prompt::Ids(Vec::new())) {
         Prompt::Messages(m) => {
+            check_message_count(m.len(), context)?;
             let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
             request.messages = Some(m);
             // A model reads the declared tools as text in its prompt.
@@ -553,6 +554,21 @@ pub async fn encode_prompt(
     }
     parsed.prompt = Prompt::Ids(ids);
     Ok(parsed)
+}
+
+/// Refuses a conversation of at least `context` messages before its template renders:
+/// every message takes at least one position of the context (a turn's markers alone take
+/// three in Gemma's format), and a template's work grows with the count, so a body of many
+/// empty messages would cost rendering time for a prompt that cannot fit.
+pub fn check_message_count(messages: usize, context: usize) -> Result<(), ApiError> {
+    if messages >= context {
+        return Err(ApiError::field(
+            "messages",
+            format!("fewer than {context} messages (each takes a position of the context)"),
+            format!("{messages} messages"),
+        ));
+    }
+    Ok(())
 }
 
 /// Limits of the connection layer.

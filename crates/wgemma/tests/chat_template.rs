@@ -200,6 +200,32 @@ fn runaway_templates_end_in_errors() {
     assert!(text.len() > 200 * 9000, "{}", text.len());
 }
 
+/// The fuel scales with the message count by a fixed allowance per message: a long
+/// conversation with tool calls and responses still renders through Gemma 4's tool format,
+/// while a template whose work grows with the square of the count ends in an error (a body
+/// of many small messages cannot buy unbounded work).
+#[test]
+fn fuel_per_message_covers_real_templates_and_bounds_quadratic_ones() {
+    let hf = expected();
+    let turn = messages(&hf["conversations"]["tool_call_answered"]);
+    let declared = tools(&hf, "tool_call_answered");
+    assert!(turn.len() == 2 && !declared.is_empty(), "{turn:?}");
+    let long: Vec<ChatMessage> = (0..1000).flat_map(|_| turn.clone()).collect();
+    let source = std::fs::read_to_string(dir().join("gemma4_tools.jinja")).unwrap();
+    let text = ChatTemplate::new(&source, "<bos>", "<eos>")
+        .unwrap()
+        .render_with_tools(&long, &declared, true)
+        .unwrap();
+    assert!(text.matches("<|turn>").count() >= 1000, "{}", text.len());
+    // Every message against every message: 3000^2 loop steps, far past 5k per message.
+    let many: Vec<ChatMessage> = (0..3000).map(|_| ChatMessage::new("user", "")).collect();
+    let err = hostile(
+        "{% for a in messages %}{% for b in messages %}{% endfor %}{% endfor %}",
+        &many,
+    );
+    assert!(err.contains("fuel"), "{err}");
+}
+
 /// Message content is text: a turn marker written in it is not the marker's token, so a
 /// user cannot forge a system turn; the template's own markers stay special.
 #[test]

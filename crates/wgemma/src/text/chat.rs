@@ -361,6 +361,9 @@ pub struct RenderBudget {
     pub output_bytes: usize,
 }
 
+/// The fuel a render gets for each message (see [`RenderBudget::for_conversation`]).
+pub const FUEL_PER_MESSAGE: u64 = 5_000;
+
 impl RenderBudget {
     pub fn for_conversation(messages: &[ChatMessage], tools: &[ToolDeclaration]) -> RenderBudget {
         let input_bytes: usize = messages.iter().map(ChatMessage::text_bytes).sum::<usize>()
@@ -370,9 +373,11 @@ impl RenderBudget {
                 .sum::<usize>();
         RenderBudget {
             input_bytes,
-            // 1M instructions of base; 50k per message; each input byte may be copied,
-            // filtered and written about 32 times.
-            fuel: 1_000_000 + 50_000 * messages.len() as u64 + input_bytes as u64 / 2,
+            // 1M instructions of base; 5k per message (the Gemma 4 templates of
+            // tests/data spend 41-52 per message: a hundredfold margin, while a request of
+            // many empty messages buys little); each input byte may be copied, filtered
+            // and written about 32 times.
+            fuel: 1_000_000 + FUEL_PER_MESSAGE * messages.len() as u64 + input_bytes as u64 / 2,
             // The turn markup around each message plus the text, a few times over.
             output_bytes: (1 << 20) + 4 * input_bytes,
         }
