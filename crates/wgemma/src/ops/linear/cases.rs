@@ -506,10 +506,12 @@ fn random_tuning(rng: &mut Rng) -> MatvecTuning {
     }
 }
 
-/// Weight copies so that one run reads more than ~200 MB (the H200's L2 is 50 MB).
+/// Weight copies so that one run reads more than ~200 MB (the H200's L2 is 50 MB): up to
+/// 1024, so that even the per-layer input shapes (~220 KB) come from HBM as in a decode
+/// step (at 128 copies they fit in L2).
 fn copies_for(n: usize, k: usize, group: usize) -> usize {
     let bytes = n * k / 2 + n * (k / group) * 2;
-    200_000_000usize.div_ceil(bytes).clamp(1, 128)
+    200_000_000usize.div_ceil(bytes).clamp(1, 1024)
 }
 
 fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) -> Box<dyn OpCase> {
@@ -529,13 +531,23 @@ fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) ->
 /// Us/run covers all copies.
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
-    const SHAPES: [(usize, usize); 7] = [
+    // Every matvec of an E2B decode token: gate_up (narrow and double-wide MLP), down, q,
+    // k / v and o (sliding and global layers), the per-layer input gate and projection,
+    // the per-layer model projection, the LM head; and gate or up alone.
+    const SHAPES: [(usize, usize); 14] = [
         (1536, 6144),
         (1536, 12288),
+        (1536, 24576),
         (6144, 1536),
         (12288, 1536),
         (1536, 2048),
+        (1536, 4096),
+        (1536, 256),
+        (1536, 512),
         (2048, 1536),
+        (4096, 1536),
+        (256, 1536),
+        (1536, 8960),
         (1536, 262144),
     ];
     let mut cases = Vec::new();
