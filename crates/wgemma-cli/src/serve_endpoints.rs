@@ -1,5 +1,6 @@
-//! llama-server's utility endpoints of `wgemma serve`, answered on the HTTP threads with the
-//! model's detached tokenizer and chat template (they never wait for a decode step):
+//! llama-server's utility endpoints of `wgemma serve`, answered with the model's detached
+//! tokenizer and chat template (they never wait for a decode step; tokenising and rendering
+//! run on tokio's blocking threads, so a 4 MiB body never stalls the HTTP runtime):
 //!
 //! - `POST /tokenize` `{"content": TEXT, "add_special": false, "with_pieces": false}` ->
 //!   `{"tokens": [ids]}` (or `[{"id", "piece"}]`); `add_special` prepends `<bos>`.
@@ -39,14 +40,24 @@ fn body_of<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Key, readiness and the tokenizer (a model without one has no text side).
-fn tokenizer_of<'a>(app: &'a App, headers: &HeaderMap) -> Result<&'a Tokenizer, ApiError> {
+fn tokenizer_of(app: &App, headers: &HeaderMap) -> Result<Arc<Tokenizer>, ApiError> {
     app.authorize(headers)?;
-    app.ready()?.text.tokenizer.as_deref().ok_or_else(|| {
+    app.ready()?.text.tokenizer.clone().ok_or_else(|| {
         ApiError::invalid(
             "",
             "this model has no tokenizer (tokenizer.json); send token ids instead",
         )
     })
+}
+
+/// `work` on tokio's blocking threads: text work whose time grows with the body (up to
+/// 4 MiB) must not hold one of the few threads that serve every connection.
+async fn off_the_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("text work stopped: {e}")))?
 }
 
 #[derive(Deserialize)]
@@ -60,25 +71,30 @@ struct TokenizeBody {
 }
 
 pub async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let answer = (|| {
-        let tok = tokenizer_of(&app, &headers)?;
-        let b: TokenizeBody = body_of(&body)?;
-        let ids = if b.add_special {
-            tok.encode_prompt(&b.content)
-        } else {
-            tok.encode(&b.content)
-        }
-        .map_err(|e| ApiError::invalid("content", format!("content: {e}")))?;
-        let tokens: Vec<Value> = if b.with_pieces {
-            ids.iter()
-                .map(|&id| json!({"id": id, "piece": tok.decode(&[id]).unwrap_or_default()}))
-                .collect()
-        } else {
-            ids.iter().map(|&id| json!(id)).collect()
-        };
-        Ok::<_, ApiError>(json!({"tokens": tokens}))
-    })();
+    let checked = (|| Ok::<_, ApiError>((tokenizer_of(&app, &headers)?, body_of(&body)?)))();
+    let answer = match checked {
+        Ok((tok, b)) => off_the_runtime(move || tokens_of(&tok, &b)).await,
+        Err(e) => Err(e),
+    };
     respond(answer)
+}
+
+/// `/tokenize`'s answer to a checked body.
+fn tokens_of(tok: &Tokenizer, b: &TokenizeBody) -> Result<Value, ApiError> {
+    let ids = if b.add_special {
+        tok.encode_prompt(&b.content)
+    } else {
+        tok.encode(&b.content)
+    }
+    .map_err(|e| ApiError::invalid("content", format!("content: {e}")))?;
+    let tokens: Vec<Value> = if b.with_pieces {
+        ids.iter()
+            .map(|&id| json!({"id": id, "piece": tok.decode(&[id]).unwrap_or_default()}))
+            .collect()
+    } else {
+        ids.iter().map(|&id| json!(id)).collect()
+    };
+    Ok(json!({"tokens": tokens}))
 }
 
 #[derive(Deserialize)]
@@ -117,7 +133,7 @@ pub async fn apply_template(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let answer = (|| {
+    let checked = (|| {
         app.authorize(&headers)?;
         let ready = app.ready()?;
         let map = serve_api::parse_body(&body)?;
@@ -140,12 +156,20 @@ pub async fn apply_template(
         check_message_count(messages.len(), ready.info.context)?;
         let tools = ToolRequest::parse(&map)?;
         let declared = tools.as_ref().map_or(&[][..], ToolRequest::declared);
-        let prompt = ready
-            .text
-            .render_chat(&messages, declared)
-            .map_err(|e| ApiError::invalid("messages", format!("messages: {e}")))?;
-        Ok(json!({"prompt": prompt}))
+        Ok((ready.text.clone(), messages, declared.to_vec()))
     })();
+    let answer = match checked {
+        Ok((text, messages, declared)) => {
+            off_the_runtime(move || {
+                let prompt = text
+                    .render_chat(&messages, &declared)
+                    .map_err(|e| ApiError::invalid("messages", format!("messages: {e}")))?;
+                Ok(json!({"prompt": prompt}))
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    };
     respond(answer)
 }
 
