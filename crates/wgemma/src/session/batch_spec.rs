@@ -345,6 +345,20 @@ fn accept_rounds(
     Ok(events)
 }
 
+/// The readback of the verify's token ids: `kept` (the session's) when large enough for
+/// `ids`, else a new one for the largest forward's `max_rows`.
+fn verify_ids_readback(
+    ctx: &GpuContext,
+    kept: Option<Readback>,
+    ids: &Tensor,
+    max_rows: usize,
+) -> Readback {
+    match kept {
+        Some(r) if r.capacity() >= ids.byte_size() => r,
+        _ => Readback::new(ctx, "batch verify ids", (max_rows * 4) as u64),
+    }
+}
+
 impl Session {
     /// Advances every stream of `streams` (none finished) by one round in ONE target
     /// forward: each drafting stream ([`GenerateRequest::speculative`]) drafts its k tokens
@@ -397,10 +411,8 @@ impl Session {
         if host {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;
         }
-        let ids_readback = match self.draft_readback.take() {
-            Some(r) if r.capacity() >= ids.byte_size() => r,
-            _ => Readback::new(ctx, "batch verify ids", (model.max_batch_rows() * 4) as u64),
-        };
+        let kept = self.draft_readback.take();
+        let ids_readback = verify_ids_readback(ctx, kept, &ids, model.max_batch_rows());
         if drafting {
             step.copy_to_readback(&ids, &ids_readback)?;
         }
