@@ -62,8 +62,83 @@ impl ForwardPlan {
             options,
         } = shape;
         let c = &spec.config;
-        let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
+        let hsz = c.hidden_size;
         let eps = c.rms_norm_eps as f32;
+        let a = Self::activations(ctx, spec, m)?;
+        let ids = Tensor::zeros(ctx, "ids", &[m], DType::U32)?;
+        // Each row's position, then (several sequences) each row's KV slot.
+        let sequences = caches
+            .iter()
+            .flatten()
+            .map(|c| c.config().sequences)
+            .max()
+            .unwrap_or(1);
+        let positions =
+            Tensor::zeros(ctx, "positions", &[positions_len(m, sequences)], DType::U32)?;
+        let cx = BlockCx {
+            ctx,
+            spec,
+            weights,
+            caches,
+            shared,
+            a: &a,
+            positions: &positions,
+            m,
+            eps,
+            options,
+        };
+        let mut ops = Vec::new();
+        Self::plan_embeddings(&cx, &ids, &mut ops)?;
+
+        // The final norm's output (the assistant reads it too).
+        let hidden = match logit_rows {
+            LogitRows::None => None,
+            LogitRows::Last | LogitRows::All => Some(zeros(ctx, "hidden", &[m, hsz])?),
+        };
+        if spec.layers.is_empty() {
+            return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
+        }
+        let mut residual =
+            if options.norm_prologues(m) && Self::prologues_fit(ctx, spec, weights, m) {
+                Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
+            } else {
+                Residual::kernels(ctx, &a.h, &a.x, eps)
+            };
+        // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
+        for l in &spec.layers {
+            blocks::attention::plan(&cx, l, &mut residual, &mut ops)?;
+            blocks::mlp::plan(&cx, l, &mut residual, &mut ops)?;
+            if let Some(pw) = &weights.layers[l.index].ple {
+                blocks::per_layer_input::plan(&cx, l, pw, &mut residual, &mut ops)?;
+            }
+        }
+        let norm_prologues = residual.uses_prologues();
+        let final_norm = hidden.as_ref().map(|hd| (&weights.norm, hd));
+        if let Some(k) = residual.finish(final_norm)? {
+            ops.push(Op::Kernel(k));
+        }
+
+        let head = match hidden {
+            None => None,
+            Some(hidden) => Some(blocks::head::plan(
+                ctx, spec, weights, hidden, m, logit_rows, &mut ops,
+            )?),
+        };
+        Ok(ForwardPlan {
+            m,
+            norm_prologues,
+            logit_rows,
+            ids,
+            positions,
+            head,
+            ops,
+        })
+    }
+
+    /// The activation buffers of `m` rows, sized for the widest layer.
+    fn activations(ctx: &GpuContext, spec: &ModelSpec, m: usize) -> Result<Activations> {
+        let c = &spec.config;
+        let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
         let max_d = spec.layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
         let max_i = spec
             .layers
@@ -73,7 +148,7 @@ impl ForwardPlan {
             .unwrap_or(1);
         let layers = spec.layers.len();
         let p = spec.ple_dim;
-        let a = Activations {
+        Ok(Activations {
             h: zeros(ctx, "h", &[m, hsz])?,
             h_spare: zeros(ctx, "h.spare", &[m, hsz])?,
             x: zeros(ctx, "x", &[m, hsz])?,
@@ -119,24 +194,16 @@ impl ForwardPlan {
                 }),
                 None => None,
             },
-        };
-        let ids = Tensor::zeros(ctx, "ids", &[m], DType::U32)?;
-        // Each row's position, then (several sequences) each row's KV slot.
-        let sequences = caches
-            .iter()
-            .flatten()
-            .map(|c| c.config().sequences)
-            .max()
-            .unwrap_or(1);
-        let positions =
-            Tensor::zeros(ctx, "positions", &[positions_len(m, sequences)], DType::U32)?;
-        let mut ops = Vec::new();
+        })
+    }
 
-        // Embedding (scaled by sqrt(hidden) in the weight dtype) and per-layer inputs.
+    /// Embedding (scaled by sqrt(hidden) in the weight dtype) and per-layer inputs.
+    fn plan_embeddings(cx: &BlockCx, ids: &Tensor, ops: &mut Vec<Op>) -> Result<()> {
+        let (ctx, weights, a, m) = (cx.ctx, cx.weights, cx.a, cx.m);
         ops.push(Op::Kernels(embedding(
             ctx,
             &weights.embed_tokens,
-            &ids,
+            ids,
             &a.h,
             weights.embed_scale,
         )?));
@@ -144,7 +211,7 @@ impl ForwardPlan {
             ops.push(Op::Kernels(embedding(
                 ctx,
                 &pw.embed_tokens_per_layer,
-                &ids,
+                ids,
                 &pa.tokens,
                 weights.ple_embed_scale,
             )?));
@@ -154,7 +221,8 @@ impl ForwardPlan {
                 &pa.projection,
             )?));
             // inputs = (tokens + rmsnorm(projection * H^-0.5) * w) * 2^-0.5, per layer slice.
-            let rows = m * layers;
+            let (p, hsz) = (cx.spec.ple_dim, cx.spec.config.hidden_size);
+            let rows = m * cx.spec.layers.len();
             ops.push(Op::Kernel(rmsnorm_with(
                 ctx,
                 &pa.projection.reshaped(&[rows, p])?,
@@ -162,68 +230,13 @@ impl ForwardPlan {
                 Some(&pa.tokens.reshaped(&[rows, p])?),
                 &pa.inputs.reshaped(&[rows, p])?,
                 RmsNormOptions {
-                    eps,
+                    eps: cx.eps,
                     input_scale: (hsz as f32).powf(-0.5),
                     output_scale: std::f32::consts::FRAC_1_SQRT_2,
                 },
             )?));
         }
-
-        // The final norm's output (the assistant reads it too).
-        let hidden = match logit_rows {
-            LogitRows::None => None,
-            LogitRows::Last | LogitRows::All => Some(zeros(ctx, "hidden", &[m, hsz])?),
-        };
-        if spec.layers.is_empty() {
-            return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
-        }
-        let mut residual =
-            if options.norm_prologues(m) && Self::prologues_fit(ctx, spec, weights, m) {
-                Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
-            } else {
-                Residual::kernels(ctx, &a.h, &a.x, eps)
-            };
-        let cx = BlockCx {
-            ctx,
-            spec,
-            weights,
-            caches,
-            shared,
-            a: &a,
-            positions: &positions,
-            m,
-            eps,
-            options,
-        };
-        // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
-        for l in &spec.layers {
-            blocks::attention::plan(&cx, l, &mut residual, &mut ops)?;
-            blocks::mlp::plan(&cx, l, &mut residual, &mut ops)?;
-            if let Some(pw) = &weights.layers[l.index].ple {
-                blocks::per_layer_input::plan(&cx, l, pw, &mut residual, &mut ops)?;
-            }
-        }
-        let norm_prologues = residual.uses_prologues();
-        let final_norm = hidden.as_ref().map(|hd| (&weights.norm, hd));
-        if let Some(k) = residual.finish(final_norm)? {
-            ops.push(Op::Kernel(k));
-        }
-
-        let head = match hidden {
-            None => None,
-            Some(hidden) => Some(blocks::head::plan(
-                ctx, spec, weights, hidden, m, logit_rows, &mut ops,
-            )?),
-        };
-        Ok(ForwardPlan {
-            m,
-            norm_prologues,
-            logit_rows,
-            ids,
-            positions,
-            head,
-            ops,
-        })
+        Ok(())
     }
 
     /// Whether every linear of the decoder layers can take its input norm as a matvec

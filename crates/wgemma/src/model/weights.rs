@@ -1,7 +1,7 @@
 //! The target model's weights on the GPU, uploaded once, in the dtype the user chose:
 //! f32 (parity), f16, or Q4 (default). Names follow the HF checkpoint.
 
-use super::config::{KvSource, ModelSpec};
+use super::config::{KvSource, LayerSpec, ModelSpec, MoeSpec};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::EmbeddingTable;
@@ -198,195 +198,24 @@ impl Weights {
         format: WeightFormat,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Weights> {
-        let c = &spec.config;
-        let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
+        let h = spec.config.hidden_size;
         let total = spec.layers.len() + 2;
         let up = &mut Uploader::new(ctx);
         let root = Scope::root(ck);
-        // The tied lm_head and the embedding table are the same prepared matrix.
-        let name = "embed_tokens.weight";
-        let embed_spec = MatrixSpec::of(format, v, h, MatrixUse::TableAndLinear);
-        let embed = root.upload_matrix(up, name, &[name], embed_spec)?;
-        let embed_tokens = embed
-            .table
-            .ok_or_else(|| missing(name, "embedding table"))?;
-        let lm_head = embed.linear.ok_or_else(|| missing(name, "lm_head"))?;
+        let (embed_tokens, lm_head) = load_tied_embedding(up, &root, spec, format)?;
         up.flush();
         // HF multiplies by `embed_scale.to(weight.dtype)`. wgemma computes in f32, as HF does
         // with the model loaded in float32 (the golden fixtures' reference), so the scale is
         // sqrt(hidden) in f32; HF running a bf16 checkpoint in bf16 would use bf16(sqrt(H))
         // (39.25 instead of 39.19 at E2B).
         let dtype = safetensors::Dtype::F32;
-        let ple = if spec.ple_dim > 0 {
-            let width = spec.layers.len() * spec.ple_dim;
-            let name = "embed_tokens_per_layer.weight";
-            let table_spec = MatrixSpec::of(format, v, width, MatrixUse::Table);
-            let table = root.upload_matrix(up, name, &[name], table_spec)?;
-            Some(PleWeights {
-                embed_tokens_per_layer: table.table.ok_or_else(|| missing(name, "table"))?,
-                per_layer_model_projection: linear(
-                    up,
-                    &root,
-                    "per_layer_model_projection.weight",
-                    width,
-                    h,
-                    format,
-                )?,
-                per_layer_projection_norm: vector(
-                    ctx,
-                    &root,
-                    "per_layer_projection_norm.weight",
-                    spec.ple_dim,
-                )?,
-            })
-        } else {
-            None
-        };
+        let ple = load_ple(ctx, up, &root, spec, format)?;
         progress(1, total);
         let mut layers = Vec::with_capacity(spec.layers.len());
         for l in &spec.layers {
             // Names as HF's module tree has them: `layers.{i}.self_attn.k_proj.weight`.
             let src = root.pp("layers").pp(l.index);
-            let attn = src.pp("self_attn");
-            let d = l.head_dim;
-            let kv = match l.kv {
-                KvSource::Own => Some({
-                    let k_norm_host = attn.f32("k_norm.weight", &[d])?;
-                    KvWeights {
-                        k_proj: linear(up, &attn, "k_proj.weight", l.num_kv_heads * d, h, format)?,
-                        v_proj: if l.k_eq_v {
-                            None
-                        } else {
-                            Some(linear(
-                                up,
-                                &attn,
-                                "v_proj.weight",
-                                l.num_kv_heads * d,
-                                h,
-                                format,
-                            )?)
-                        },
-                        k_norm: Tensor::from_f32(ctx, "k_norm", &[d], &k_norm_host)?,
-                        k_norm_host,
-                    }
-                }),
-                KvSource::Shared { .. } => None,
-            };
-            let i = l.intermediate_size;
-            let gate_up_proj = stacked_linear(
-                up,
-                &src,
-                "mlp.gate_up_proj",
-                &["mlp.gate_proj.weight", "mlp.up_proj.weight"],
-                2 * i,
-                h,
-                format,
-            )?;
-            let ple = if spec.ple_dim > 0 {
-                Some(PleLayerWeights {
-                    per_layer_input_gate: linear(
-                        up,
-                        &src,
-                        "per_layer_input_gate.weight",
-                        spec.ple_dim,
-                        h,
-                        format,
-                    )?,
-                    per_layer_projection: linear(
-                        up,
-                        &src,
-                        "per_layer_projection.weight",
-                        h,
-                        spec.ple_dim,
-                        format,
-                    )?,
-                    post_per_layer_input_norm: vector(
-                        ctx,
-                        &src,
-                        "post_per_layer_input_norm.weight",
-                        h,
-                    )?,
-                })
-            } else {
-                None
-            };
-            let moe = match spec.moe {
-                Some(m) => {
-                    let experts = |name: &str, n: usize, k: usize| -> Result<ExpertWeight> {
-                        let host =
-                            src.experts(name, m.num_experts, n, k, format.expert_format())?;
-                        ExpertWeight::upload(ctx, &host)
-                    };
-                    Some(MoeWeights {
-                        router_proj: linear(
-                            up,
-                            &src,
-                            "router.proj.weight",
-                            m.num_experts,
-                            h,
-                            format,
-                        )?,
-                        router_scale: vector(ctx, &src, "router.scale", h)?,
-                        per_expert_scale: vector(
-                            ctx,
-                            &src,
-                            "router.per_expert_scale",
-                            m.num_experts,
-                        )?,
-                        gate_up_proj: experts("experts.gate_up_proj", 2 * m.intermediate_size, h)?,
-                        down_proj: experts("experts.down_proj", h, m.intermediate_size)?,
-                        pre_feedforward_layernorm_2: vector(
-                            ctx,
-                            &src,
-                            "pre_feedforward_layernorm_2.weight",
-                            h,
-                        )?,
-                        post_feedforward_layernorm_1: vector(
-                            ctx,
-                            &src,
-                            "post_feedforward_layernorm_1.weight",
-                            h,
-                        )?,
-                        post_feedforward_layernorm_2: vector(
-                            ctx,
-                            &src,
-                            "post_feedforward_layernorm_2.weight",
-                            h,
-                        )?,
-                    })
-                }
-                None => None,
-            };
-            let layer_scalar = if src.has("layer_scalar") {
-                src.f32("layer_scalar", &[1])?[0]
-            } else {
-                1.0
-            };
-            layers.push(LayerWeights {
-                input_layernorm: vector(ctx, &src, "input_layernorm.weight", h)?,
-                q_proj: linear(up, &attn, "q_proj.weight", nh * d, h, format)?,
-                q_norm: vector(ctx, &attn, "q_norm.weight", d)?,
-                kv,
-                o_proj: linear(up, &attn, "o_proj.weight", h, nh * d, format)?,
-                post_attention_layernorm: vector(ctx, &src, "post_attention_layernorm.weight", h)?,
-                pre_feedforward_layernorm: vector(
-                    ctx,
-                    &src,
-                    "pre_feedforward_layernorm.weight",
-                    h,
-                )?,
-                gate_up_proj,
-                down_proj: linear(up, &src, "mlp.down_proj.weight", h, i, format)?,
-                post_feedforward_layernorm: vector(
-                    ctx,
-                    &src,
-                    "post_feedforward_layernorm.weight",
-                    h,
-                )?,
-                ple,
-                moe,
-                layer_scalar,
-            });
+            layers.push(load_layer(ctx, up, &src, spec, l, format)?);
             // Hand each layer's queued writes to the GPU, so their staging memory is freed
             // as the load goes instead of holding every weight twice until the first submit.
             up.flush();
@@ -404,4 +233,193 @@ impl Weights {
             lm_head,
         })
     }
+}
+
+/// The embedding table and the tied lm_head: one prepared matrix, both uses.
+fn load_tied_embedding(
+    up: &mut Uploader<'_>,
+    root: &Scope<'_>,
+    spec: &ModelSpec,
+    format: WeightFormat,
+) -> Result<(EmbeddingTable, LinearWeight)> {
+    let c = &spec.config;
+    let name = "embed_tokens.weight";
+    let embed_spec = MatrixSpec::of(
+        format,
+        c.vocab_size,
+        c.hidden_size,
+        MatrixUse::TableAndLinear,
+    );
+    let embed = root.upload_matrix(up, name, &[name], embed_spec)?;
+    let embed_tokens = embed
+        .table
+        .ok_or_else(|| missing(name, "embedding table"))?;
+    let lm_head = embed.linear.ok_or_else(|| missing(name, "lm_head"))?;
+    Ok((embed_tokens, lm_head))
+}
+
+/// The model-level per-layer-embedding weights, when the model has PLE.
+fn load_ple(
+    ctx: &GpuContext,
+    up: &mut Uploader<'_>,
+    root: &Scope<'_>,
+    spec: &ModelSpec,
+    format: WeightFormat,
+) -> Result<Option<PleWeights>> {
+    if spec.ple_dim == 0 {
+        return Ok(None);
+    }
+    let (v, h) = (spec.config.vocab_size, spec.config.hidden_size);
+    let width = spec.layers.len() * spec.ple_dim;
+    let name = "embed_tokens_per_layer.weight";
+    let table_spec = MatrixSpec::of(format, v, width, MatrixUse::Table);
+    let table = root.upload_matrix(up, name, &[name], table_spec)?;
+    Ok(Some(PleWeights {
+        embed_tokens_per_layer: table.table.ok_or_else(|| missing(name, "table"))?,
+        per_layer_model_projection: linear(
+            up,
+            root,
+            "per_layer_model_projection.weight",
+            width,
+            h,
+            format,
+        )?,
+        per_layer_projection_norm: vector(
+            ctx,
+            root,
+            "per_layer_projection_norm.weight",
+            spec.ple_dim,
+        )?,
+    }))
+}
+
+/// One decoder layer's weights from its scope `src` (`layers.{i}`), read in the order the
+/// load has always read them.
+fn load_layer(
+    ctx: &GpuContext,
+    up: &mut Uploader<'_>,
+    src: &Scope<'_>,
+    spec: &ModelSpec,
+    l: &LayerSpec,
+    format: WeightFormat,
+) -> Result<LayerWeights> {
+    let (h, nh) = (spec.config.hidden_size, spec.config.num_attention_heads);
+    let attn = src.pp("self_attn");
+    let d = l.head_dim;
+    let kv = load_kv(ctx, up, &attn, l, h, format)?;
+    let i = l.intermediate_size;
+    let gate_up_proj = stacked_linear(
+        up,
+        src,
+        "mlp.gate_up_proj",
+        &["mlp.gate_proj.weight", "mlp.up_proj.weight"],
+        2 * i,
+        h,
+        format,
+    )?;
+    let ple = if spec.ple_dim > 0 {
+        Some(load_layer_ple(ctx, up, src, spec.ple_dim, h, format)?)
+    } else {
+        None
+    };
+    let moe = match spec.moe {
+        Some(m) => Some(load_moe(ctx, up, src, m, h, format)?),
+        None => None,
+    };
+    let layer_scalar = if src.has("layer_scalar") {
+        src.f32("layer_scalar", &[1])?[0]
+    } else {
+        1.0
+    };
+    Ok(LayerWeights {
+        input_layernorm: vector(ctx, src, "input_layernorm.weight", h)?,
+        q_proj: linear(up, &attn, "q_proj.weight", nh * d, h, format)?,
+        q_norm: vector(ctx, &attn, "q_norm.weight", d)?,
+        kv,
+        o_proj: linear(up, &attn, "o_proj.weight", h, nh * d, format)?,
+        post_attention_layernorm: vector(ctx, src, "post_attention_layernorm.weight", h)?,
+        pre_feedforward_layernorm: vector(ctx, src, "pre_feedforward_layernorm.weight", h)?,
+        gate_up_proj,
+        down_proj: linear(up, src, "mlp.down_proj.weight", h, i, format)?,
+        post_feedforward_layernorm: vector(ctx, src, "post_feedforward_layernorm.weight", h)?,
+        ple,
+        moe,
+        layer_scalar,
+    })
+}
+
+/// K (and V) projections and k_norm of a layer that owns its KV cache (`attn` is its
+/// `self_attn` scope); none for a KV-shared layer.
+fn load_kv(
+    ctx: &GpuContext,
+    up: &mut Uploader<'_>,
+    attn: &Scope<'_>,
+    l: &LayerSpec,
+    h: usize,
+    format: WeightFormat,
+) -> Result<Option<KvWeights>> {
+    if let KvSource::Shared { .. } = l.kv {
+        return Ok(None);
+    }
+    let d = l.head_dim;
+    let k_norm_host = attn.f32("k_norm.weight", &[d])?;
+    Ok(Some(KvWeights {
+        k_proj: linear(up, attn, "k_proj.weight", l.num_kv_heads * d, h, format)?,
+        v_proj: if l.k_eq_v {
+            None
+        } else {
+            Some(linear(
+                up,
+                attn,
+                "v_proj.weight",
+                l.num_kv_heads * d,
+                h,
+                format,
+            )?)
+        },
+        k_norm: Tensor::from_f32(ctx, "k_norm", &[d], &k_norm_host)?,
+        k_norm_host,
+    }))
+}
+
+/// A layer's per-layer-input gate, projection and norm.
+fn load_layer_ple(
+    ctx: &GpuContext,
+    up: &mut Uploader<'_>,
+    src: &Scope<'_>,
+    ple_dim: usize,
+    h: usize,
+    format: WeightFormat,
+) -> Result<PleLayerWeights> {
+    Ok(PleLayerWeights {
+        per_layer_input_gate: linear(up, src, "per_layer_input_gate.weight", ple_dim, h, format)?,
+        per_layer_projection: linear(up, src, "per_layer_projection.weight", h, ple_dim, format)?,
+        post_per_layer_input_norm: vector(ctx, src, "post_per_layer_input_norm.weight", h)?,
+    })
+}
+
+/// A layer's MoE block: the router, the experts (in the format's expert form) and the
+/// block's extra norms.
+fn load_moe(
+    ctx: &GpuContext,
+    up: &mut Uploader<'_>,
+    src: &Scope<'_>,
+    m: MoeSpec,
+    h: usize,
+    format: WeightFormat,
+) -> Result<MoeWeights> {
+    let experts = |name: &str, n: usize, k: usize| -> Result<ExpertWeight> {
+        let host = src.experts(name, m.num_experts, n, k, format.expert_format())?;
+        ExpertWeight::upload(ctx, &host)
+    };
+    Ok(MoeWeights {
+        router_proj: linear(up, src, "router.proj.weight", m.num_experts, h, format)?,
+        router_scale: vector(ctx, src, "router.scale", h)?,
+        per_expert_scale: vector(ctx, src, "router.per_expert_scale", m.num_experts)?,
+        gate_up_proj: experts("experts.gate_up_proj", 2 * m.intermediate_size, h)?,
+        down_proj: experts("experts.down_proj", h, m.intermediate_size)?,
+        pre_feedforward_layernorm_2: vector(ctx, src, "pre_feedforward_layernorm_2.weight", h)?,
+        post_feedforward_layernorm_1: vector(ctx, src, "post_feedforward_layernorm_1.weight", h)?,
+        post_feedforward_layernorm_2: vector(ctx, src, "post_feedforward_layernorm_2.weight", h)?,
+    })
 }

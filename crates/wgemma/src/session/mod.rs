@@ -31,7 +31,9 @@ pub use types::*;
 use crate::error::{Error, Result};
 use crate::generate::plain::{generate, GenerateOptions};
 use crate::generate::sampling::SamplingParams;
-use crate::generate::speculative::{generate_speculative, DraftSchedule, SpeculativeOptions};
+use crate::generate::speculative::{
+    generate_speculative, DraftRound, DraftSchedule, SpeculativeOptions,
+};
 use crate::gpu::{ContextOptions, GpuContext};
 use crate::model::assistant::Assistant;
 use crate::model::target::Model;
@@ -257,52 +259,19 @@ impl Session {
             request.max_new_tokens,
             target.model.options.max_context,
         )?;
-        let options = GenerateOptions {
-            max_new_tokens: request.max_new_tokens,
-            sampling: SamplingParams {
-                temperature: request.temperature,
-                top_k: request.top_k,
-                top_p: request.top_p,
-                seed: request.seed,
-                repeat_penalty: request.repeat_penalty,
-            },
-            stop_ids: target.stop_ids.clone(),
-        };
-        let gpu_errors = self.gpu_errors.clone();
+        let options = generate_options(request, target.stop_ids.clone());
         let tokenizer = target.text.tokenizer.as_deref();
-        let mut stream = text_stream(tokenizer, request);
-        let mut stops = StopStrings::new(&request.stop);
-        let mut stream_error = None;
-        let mut cancelled = false;
-        let mut index = 0;
-        let mut forward = |id: u32| {
-            // The token came from a readback; errors of the work before it have been
-            // delivered by now.
-            if !gpu_errors
-                .lock()
-                .expect("GPU error list poisoned")
-                .is_empty()
-            {
-                return false;
-            }
-            let text = match tokenizer.map(|t| stream.push(t, id)).transpose() {
-                Ok(piece) => piece.flatten().map(|p| stops.push(&p)),
-                Err(e) => {
-                    stream_error = Some(e);
-                    return false;
-                }
-            };
-            let keep_going = on_token(&TokenEvent {
-                index,
-                id,
-                text,
-                logprobs: None,
-            });
-            index += 1;
-            cancelled |= !keep_going;
-            keep_going && !stops.stopped()
+        let mut sink = TokenSink {
+            gpu_errors: self.gpu_errors.clone(),
+            tokenizer,
+            stream: text_stream(tokenizer, request),
+            stops: StopStrings::new(&request.stop),
+            stream_error: None,
+            cancelled: false,
+            index: 0,
+            on_token,
         };
-        let (tokens, stats, loop_stats, draft_rounds) = if request.speculative {
+        let speculative = if request.speculative {
             let assistant = self.assistant.as_mut().ok_or_else(|| {
                 Error::invalid(
                     OP,
@@ -311,45 +280,24 @@ impl Session {
                     "none",
                 )
             })?;
-            let spec = SpeculativeOptions {
-                draft_tokens: request.draft_tokens,
-                schedule: if request.adaptive_draft {
-                    DraftSchedule::Adaptive
-                } else {
-                    DraftSchedule::Fixed
-                },
-                trace: request.trace_drafts,
-                capture_draft_logits: false,
-            };
-            let out = generate_speculative(
-                &mut target.model,
-                assistant,
-                &self.ctx,
-                &prompt,
-                &options,
-                &spec,
-                &mut forward,
-            )
-            .await?;
-            let stats = Stats::speculative(target.load_ms, &out.stats);
-            (
-                out.tokens,
-                stats,
-                LoopStats::Speculative(out.stats),
-                out.rounds,
-            )
+            Some((assistant, speculative_options(request)))
         } else {
-            let (tokens, stats) = generate(
-                &mut target.model,
-                &self.ctx,
-                &prompt,
-                &options,
-                &mut forward,
-            )
-            .await?;
-            let plain = Stats::plain(target.load_ms, &stats);
-            (tokens, plain, LoopStats::Plain(stats), Vec::new())
+            None
         };
+        let model = &mut target.model;
+        let forward = &mut |id| sink.push(id);
+        let (tokens, loop_stats, draft_rounds) =
+            decode(model, &self.ctx, &prompt, &options, speculative, forward).await?;
+        let stats = match &loop_stats {
+            LoopStats::Speculative(s) => Stats::speculative(target.load_ms, s),
+            LoopStats::Plain(s) => Stats::plain(target.load_ms, s),
+        };
+        let TokenSink {
+            mut stops,
+            stream_error,
+            cancelled,
+            ..
+        } = sink;
         self.check_gpu_errors()?;
         if let Some(e) = stream_error {
             return Err(e);
@@ -380,6 +328,105 @@ impl Session {
             loop_stats,
             draft_rounds,
         })
+    }
+}
+
+/// The generation loop's options from a request.
+fn generate_options(request: &GenerateRequest, stop_ids: Vec<u32>) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens: request.max_new_tokens,
+        sampling: SamplingParams {
+            temperature: request.temperature,
+            top_k: request.top_k,
+            top_p: request.top_p,
+            seed: request.seed,
+            repeat_penalty: request.repeat_penalty,
+        },
+        stop_ids,
+    }
+}
+
+/// The speculative loop's options from a request.
+fn speculative_options(request: &GenerateRequest) -> SpeculativeOptions {
+    SpeculativeOptions {
+        draft_tokens: request.draft_tokens,
+        schedule: if request.adaptive_draft {
+            DraftSchedule::Adaptive
+        } else {
+            DraftSchedule::Fixed
+        },
+        trace: request.trace_drafts,
+        capture_draft_logits: false,
+    }
+}
+
+/// Runs the plain loop, or the speculative one with `speculative`'s assistant and options;
+/// returns the tokens, the loop's stats and the draft rounds (none when plain).
+async fn decode(
+    model: &mut Model,
+    ctx: &GpuContext,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    speculative: Option<(&mut Assistant, SpeculativeOptions)>,
+    forward: &mut dyn FnMut(u32) -> bool,
+) -> Result<(Vec<u32>, LoopStats, Vec<DraftRound>)> {
+    Ok(match speculative {
+        Some((assistant, spec)) => {
+            let out = generate_speculative(model, assistant, ctx, prompt, options, &spec, forward)
+                .await?;
+            (out.tokens, LoopStats::Speculative(out.stats), out.rounds)
+        }
+        None => {
+            let (tokens, stats) = generate(model, ctx, prompt, options, forward).await?;
+            (tokens, LoopStats::Plain(stats), Vec::new())
+        }
+    })
+}
+
+/// Where `generate`'s committed tokens go: their text through the stop strings, then the
+/// caller's callback; it stops the loop on a GPU error, a detokenisation error, the
+/// callback's `false` or a completed stop string.
+struct TokenSink<'a> {
+    gpu_errors: Arc<Mutex<Vec<String>>>,
+    tokenizer: Option<&'a Tokenizer>,
+    stream: TextStream,
+    stops: StopStrings,
+    stream_error: Option<Error>,
+    cancelled: bool,
+    /// The next token's index in the output.
+    index: usize,
+    on_token: &'a mut dyn FnMut(&TokenEvent) -> bool,
+}
+
+impl TokenSink<'_> {
+    /// Takes token `id`; whether the loop goes on.
+    fn push(&mut self, id: u32) -> bool {
+        // The token came from a readback; errors of the work before it have been
+        // delivered by now.
+        if !self
+            .gpu_errors
+            .lock()
+            .expect("GPU error list poisoned")
+            .is_empty()
+        {
+            return false;
+        }
+        let text = match self.tokenizer.map(|t| self.stream.push(t, id)).transpose() {
+            Ok(piece) => piece.flatten().map(|p| self.stops.push(&p)),
+            Err(e) => {
+                self.stream_error = Some(e);
+                return false;
+            }
+        };
+        let keep_going = (self.on_token)(&TokenEvent {
+            index: self.index,
+            id,
+            text,
+            logprobs: None,
+        });
+        self.index += 1;
+        self.cancelled |= !keep_going;
+        keep_going && !self.stops.stopped()
     }
 }
 

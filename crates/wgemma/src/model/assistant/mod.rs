@@ -51,7 +51,7 @@ pub use draft_costs::DraftCosts;
 pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
 pub use view::DraftView;
 
-use super::config::{KvSource, LayerKind, ModelSpec};
+use super::config::{KvSource, LayerKind, LayerSpec, ModelSpec};
 use super::plan_parts::rope_config;
 use super::target::Model;
 use crate::error::{Error, Result};
@@ -121,46 +121,11 @@ impl Assistant {
     ) -> Result<Assistant> {
         let tc = &target.spec.config;
         let (ht, vocab) = (tc.hidden_size, tc.vocab_size);
-        if spec.backbone_hidden_size != ht {
-            return Err(Error::invalid(
-                OP,
-                "backbone_hidden_size (must be the target's hidden_size)",
-                ht,
-                spec.backbone_hidden_size,
-            ));
-        }
-        if spec.text.config.vocab_size != vocab {
-            return Err(Error::invalid(
-                OP,
-                "vocab_size (must be the target's)",
-                vocab,
-                spec.text.config.vocab_size,
-            ));
-        }
+        check_fits_target(&spec, ht, vocab)?;
         let c = &spec.text.config;
         let layers = &spec.text.layers;
-
-        // The target K/V each layer kind reads, checked against the assistant's layers.
-        let mut stores: Vec<(LayerKind, usize)> = Vec::new();
-        for l in layers {
-            let store = target_store(target, l)?;
-            if !stores.iter().any(|(k, _)| *k == l.kind) {
-                stores.push((l.kind, store));
-            }
-        }
-        let tw = target.weights();
-        let target_kv = |kind: LayerKind| -> TargetKv<'_> {
-            let store = stores.iter().find(|(k, _)| *k == kind).expect("checked").1;
-            let cache = target.kv_cache(store).expect("checked");
-            let key_from_v = match (&tw.layers[store].kv, cache.config().k_eq_v) {
-                (Some(kv), true) => Some(KeyFromValue {
-                    k_norm_weight: &kv.k_norm_host,
-                    rope: rope_config(&target.spec.layers[store]),
-                }),
-                _ => None,
-            };
-            TargetKv { cache, key_from_v }
-        };
+        let stores = target_stores(target, layers)?;
+        let target_kv = |kind: LayerKind| target_kv(target, &stores, kind);
 
         let a = Activations::new(ctx, layers, c.num_attention_heads, c.hidden_size, ht, vocab)?;
         let max_d = layers.iter().map(|l| l.head_dim).max().unwrap_or(4);
@@ -199,11 +164,7 @@ impl Assistant {
             b.layer(l, &target_kv(l.kind), rope, &scratch)?;
         }
         b.output()?;
-        let lm_head = if spec.tied || !source.has("lm_head.weight") {
-            "model.embed_tokens.weight"
-        } else {
-            "lm_head.weight"
-        };
+        let lm_head = lm_head_name(&spec, source);
         let routes = match spec.head {
             AssistantHead::Dense => b.dense_head(lm_head)?,
             AssistantHead::Centroids {
@@ -218,12 +179,6 @@ impl Assistant {
             .iter()
             .map(|(kind, _)| target_kv(*kind).cache.chunks()[0].v.clone())
             .collect();
-        let target_window = target
-            .spec
-            .layers
-            .iter()
-            .find_map(|l| l.window)
-            .unwrap_or(usize::MAX);
         Ok(Assistant {
             logits_readback: Readback::new(ctx, "assistant.logits", a.logits.byte_size()),
             token_readback: Readback::new(ctx, "assistant.token", 4),
@@ -235,14 +190,86 @@ impl Assistant {
             bound_caches,
             target_hidden: ht,
             vocab,
-            target_window,
+            target_window: sliding_window_of(target),
             draft_costs: DraftCosts::default(),
         })
     }
 }
 
+/// Refuses an assistant trained for another target's hidden size or vocabulary.
+fn check_fits_target(spec: &AssistantSpec, ht: usize, vocab: usize) -> Result<()> {
+    if spec.backbone_hidden_size != ht {
+        return Err(Error::invalid(
+            OP,
+            "backbone_hidden_size (must be the target's hidden_size)",
+            ht,
+            spec.backbone_hidden_size,
+        ));
+    }
+    if spec.text.config.vocab_size != vocab {
+        return Err(Error::invalid(
+            OP,
+            "vocab_size (must be the target's)",
+            vocab,
+            spec.text.config.vocab_size,
+        ));
+    }
+    Ok(())
+}
+
+/// The target K/V each layer kind reads (the target layer storing it), checked against
+/// the assistant's layers.
+fn target_stores(target: &Model, layers: &[LayerSpec]) -> Result<Vec<(LayerKind, usize)>> {
+    let mut stores: Vec<(LayerKind, usize)> = Vec::new();
+    for l in layers {
+        let store = target_store(target, l)?;
+        if !stores.iter().any(|(k, _)| *k == l.kind) {
+            stores.push((l.kind, store));
+        }
+    }
+    Ok(stores)
+}
+
+/// The target cache that layers of `kind` read (from `stores`, already checked), and how
+/// to rebuild its keys from its values on K = V layers.
+fn target_kv<'t>(
+    target: &'t Model,
+    stores: &[(LayerKind, usize)],
+    kind: LayerKind,
+) -> TargetKv<'t> {
+    let store = stores.iter().find(|(k, _)| *k == kind).expect("checked").1;
+    let cache = target.kv_cache(store).expect("checked");
+    let key_from_v = match (&target.weights().layers[store].kv, cache.config().k_eq_v) {
+        (Some(kv), true) => Some(KeyFromValue {
+            k_norm_weight: &kv.k_norm_host,
+            rope: rope_config(&target.spec.layers[store]),
+        }),
+        _ => None,
+    };
+    TargetKv { cache, key_from_v }
+}
+
+/// The target's sliding window (`usize::MAX` when it has no sliding layer).
+fn sliding_window_of(target: &Model) -> usize {
+    target
+        .spec
+        .layers
+        .iter()
+        .find_map(|l| l.window)
+        .unwrap_or(usize::MAX)
+}
+
+/// The lm_head weight's name: the embedding when tied or when no `lm_head.weight` exists.
+fn lm_head_name(spec: &AssistantSpec, source: &dyn AssistantSource) -> &'static str {
+    if spec.tied || !source.has("lm_head.weight") {
+        "model.embed_tokens.weight"
+    } else {
+        "lm_head.weight"
+    }
+}
+
 /// The target layer whose cache assistant layer `l` reads, checked to match it.
-fn target_store(target: &Model, l: &super::config::LayerSpec) -> Result<usize> {
+fn target_store(target: &Model, l: &LayerSpec) -> Result<usize> {
     let store = store_layer(&target.spec, l.kind).ok_or_else(|| {
         Error::invalid(
             OP,

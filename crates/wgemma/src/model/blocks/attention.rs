@@ -10,7 +10,8 @@ use crate::error::{Error, Result};
 use crate::gpu::Tensor;
 use crate::model::config::{KvSource, LayerSpec};
 use crate::model::plan_parts::{rope_config, Op};
-use crate::model::residual::{project, Pending, Residual};
+use crate::model::residual::{project, BlockInput, Pending, Residual};
+use crate::model::weights::KvWeights;
 use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue, KvCache};
 use crate::ops::rope::{NormRopeHeads, Rope, VHeads};
 
@@ -25,7 +26,6 @@ pub(in crate::model) fn plan<'a>(
         ctx,
         spec,
         weights,
-        caches,
         shared,
         a,
         positions,
@@ -35,8 +35,7 @@ pub(in crate::model) fn plan<'a>(
     } = *cx;
     let c = &spec.config;
     let w = &weights.layers[l.index];
-    let (nh, d, kvh) = (c.num_attention_heads, l.head_dim, l.num_kv_heads);
-    let rope = shared.rope(l.kind);
+    let (nh, d) = (c.num_attention_heads, l.head_dim);
     let q = a.q.prefix_view(&[m, nh, d])?;
     let attn = a.attn.prefix_view(&[m, nh, d])?;
 
@@ -52,65 +51,12 @@ pub(in crate::model) fn plan<'a>(
     // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
     let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
         (KvSource::Own, Some(kv)) => {
-            let cache = caches[l.index].as_ref().ok_or_else(|| {
-                Error::invalid(
-                    "model",
-                    format!("KV cache of layer {}", l.index),
-                    "allocated",
-                    "none",
-                )
-            })?;
-            let (k, v) = a.kv[l.index].as_ref().ok_or_else(|| {
-                Error::invalid(
-                    "model",
-                    format!("K/V rows of layer {}", l.index),
-                    "allocated",
-                    "none",
-                )
-            })?;
-            let k = k.reshaped(&[m, kvh, d])?;
-            let v = v.reshaped(&[m, kvh, d])?;
-            ops.push(Op::Linear(project(
-                ctx,
-                &input,
-                &kv.k_proj,
-                &k.reshaped(&[m, kvh * d])?,
-                false,
-            )?));
-            match &kv.v_proj {
-                Some(v_proj) => {
-                    ops.push(Op::Linear(project(
-                        ctx,
-                        &input,
-                        v_proj,
-                        &v.reshaped(&[m, kvh * d])?,
-                        false,
-                    )?));
-                    residual.commit();
-                    let heads = NormRopeHeads {
-                        q: (&q, &w.q_norm),
-                        k: Some((&k, &kv.k_norm)),
-                        v: VHeads::InPlace(&v),
-                    };
-                    norm_rope_and_append(cx, rope, heads, cache, Some(&k), &v, ops)?;
-                }
-                None => {
-                    residual.commit();
-                    // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
-                    // from V by the attention kernel (k_norm weight, then rope).
-                    let heads = NormRopeHeads {
-                        q: (&q, &w.q_norm),
-                        k: None,
-                        v: VHeads::FromK { k_raw: &k, v: &v },
-                    };
-                    norm_rope_and_append(cx, rope, heads, cache, None, &v, ops)?;
-                }
-            }
+            plan_own_kv(cx, l, kv, &input, &q, residual, ops)?;
             (l.index, kv.v_proj.is_none())
         }
         (KvSource::Shared { from_layer }, _) => {
             residual.commit();
-            ops.push(Op::Rope(rope.norm_rope(
+            ops.push(Op::Rope(shared.rope(l.kind).norm_rope(
                 ctx,
                 positions,
                 (&q, &w.q_norm),
@@ -130,7 +76,102 @@ pub(in crate::model) fn plan<'a>(
             ))
         }
     };
-    let cache = caches[cache_layer].as_ref().ok_or_else(|| {
+    plan_attention(cx, cache_layer, key_from_v, &q, &attn, ops)?;
+    ops.push(Op::Linear(w.o_proj.linear(
+        ctx,
+        &attn.reshaped(&[m, nh * d])?,
+        &a.o,
+    )?));
+    residual.add(Pending {
+        branch: &a.o,
+        weight: &w.post_attention_layernorm,
+        scale: 1.0,
+    })
+}
+
+/// A layer that owns its K/V: k_proj (and v_proj) of the block's input into the layer's
+/// K/V rows, then q/k/v norms + RoPE and the append to its cache.
+fn plan_own_kv<'a>(
+    cx: &BlockCx<'a>,
+    l: &LayerSpec,
+    kv: &KvWeights,
+    input: &BlockInput,
+    q: &Tensor,
+    residual: &mut Residual<'a>,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    let (ctx, m) = (cx.ctx, cx.m);
+    let (d, kvh) = (l.head_dim, l.num_kv_heads);
+    let rope = cx.shared.rope(l.kind);
+    let q_norm = &cx.weights.layers[l.index].q_norm;
+    let cache = cx.caches[l.index].as_ref().ok_or_else(|| {
+        Error::invalid(
+            "model",
+            format!("KV cache of layer {}", l.index),
+            "allocated",
+            "none",
+        )
+    })?;
+    let (k, v) = cx.a.kv[l.index].as_ref().ok_or_else(|| {
+        Error::invalid(
+            "model",
+            format!("K/V rows of layer {}", l.index),
+            "allocated",
+            "none",
+        )
+    })?;
+    let k = k.reshaped(&[m, kvh, d])?;
+    let v = v.reshaped(&[m, kvh, d])?;
+    ops.push(Op::Linear(project(
+        ctx,
+        input,
+        &kv.k_proj,
+        &k.reshaped(&[m, kvh * d])?,
+        false,
+    )?));
+    match &kv.v_proj {
+        Some(v_proj) => {
+            ops.push(Op::Linear(project(
+                ctx,
+                input,
+                v_proj,
+                &v.reshaped(&[m, kvh * d])?,
+                false,
+            )?));
+            residual.commit();
+            let heads = NormRopeHeads {
+                q: (q, q_norm),
+                k: Some((&k, &kv.k_norm)),
+                v: VHeads::InPlace(&v),
+            };
+            norm_rope_and_append(cx, rope, heads, cache, Some(&k), &v, ops)
+        }
+        None => {
+            residual.commit();
+            // K = V: V is the weightless norm of k_proj's output; keys are rebuilt
+            // from V by the attention kernel (k_norm weight, then rope).
+            let heads = NormRopeHeads {
+                q: (q, q_norm),
+                k: None,
+                v: VHeads::FromK { k_raw: &k, v: &v },
+            };
+            norm_rope_and_append(cx, rope, heads, cache, None, &v, ops)
+        }
+    }
+}
+
+/// Attention of q over the cache of layer `cache_layer` into `attn` (keys rebuilt from
+/// values when `key_from_v`, with that layer's k_norm and RoPE).
+fn plan_attention(
+    cx: &BlockCx<'_>,
+    cache_layer: usize,
+    key_from_v: bool,
+    q: &Tensor,
+    attn: &Tensor,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    let (spec, weights) = (cx.spec, cx.weights);
+    let cache = cx.caches[cache_layer].as_ref().ok_or_else(|| {
         Error::invalid(
             "model",
             format!("KV cache of layer {cache_layer}"),
@@ -146,30 +187,21 @@ pub(in crate::model) fn plan<'a>(
         _ => None,
     };
     let mut attention = Attention::new(
-        ctx,
+        cx.ctx,
         AttentionInputs {
-            q: &q,
-            positions,
+            q,
+            positions: cx.positions,
             cache,
-            out: &attn,
+            out: attn,
             key_from_v,
         },
-        &shared.scratch,
+        &cx.shared.scratch,
     )?;
     if !cx.options.fused_attention {
         attention.disable_fused_merge();
     }
     ops.push(Op::Attention(attention));
-    ops.push(Op::Linear(w.o_proj.linear(
-        ctx,
-        &attn.reshaped(&[m, nh * d])?,
-        &a.o,
-    )?));
-    residual.add(Pending {
-        branch: &a.o,
-        weight: &w.post_attention_layernorm,
-        scale: 1.0,
-    })
+    Ok(())
 }
 
 /// q/k/v norms + RoPE, and the append of the new k and v rows to `cache`: in the same

@@ -150,6 +150,222 @@ fn route_guards(geo: &Geometry, k_eq_v: bool) -> Vec<String> {
     failed
 }
 
+/// `(rows, heads)` of q, checked against the cache's head_dim, with out and positions
+/// checked against it.
+fn check_inputs(inputs: &AttentionInputs<'_>, cfg: &KvCacheConfig) -> Result<(usize, usize)> {
+    let AttentionInputs {
+        q, positions, out, ..
+    } = *inputs;
+    let d = cfg.head_dim;
+    let (rows, heads) = match *q.shape() {
+        [rows, heads, qd] if qd == d && rows > 0 && heads > 0 && q.dtype() == DType::F32 => {
+            (rows, heads)
+        }
+        _ => {
+            return Err(Error::invalid(
+                "attention",
+                "q",
+                format!("f32 [rows, heads, {d}] (head_dim of the cache)"),
+                format!("{:?} {:?}", q.dtype(), q.shape()),
+            ))
+        }
+    };
+    if out.shape() != q.shape() || out.dtype() != DType::F32 {
+        return Err(Error::invalid(
+            "attention",
+            "out",
+            format!("f32 {:?}", q.shape()),
+            format!("{:?} {:?}", out.dtype(), out.shape()),
+        ));
+    }
+    if out.buffer() == q.buffer() {
+        return Err(Error::invalid(
+            "attention",
+            "out",
+            "a tensor other than q",
+            "q itself",
+        ));
+    }
+    let wanted = positions_len(rows, cfg.sequences);
+    if positions.dtype() != DType::U32 || positions.numel() < wanted {
+        return Err(Error::invalid(
+            "attention",
+            "positions",
+            format!("u32 with >= {wanted} elements"),
+            format!("{:?} {:?}", positions.dtype(), positions.shape()),
+        ));
+    }
+    Ok((rows, heads))
+}
+
+/// The key-rebuild table of a K = V cache (k_norm weight, then the RoPE inverse
+/// frequencies) and its rotated pairs; a 4-float placeholder and 0 for a cache that stores
+/// keys. `key_from_v` must be given exactly for K = V caches.
+fn key_rope(
+    ctx: &GpuContext,
+    cfg: &KvCacheConfig,
+    key_from_v: Option<KeyFromValue<'_>>,
+) -> Result<(Tensor, u32)> {
+    let d = cfg.head_dim;
+    match (cfg.k_eq_v, key_from_v) {
+        (false, None) => Ok((
+            Tensor::zeros(ctx, "attention.key_rope", &[4], DType::F32)?,
+            0,
+        )),
+        (true, Some(kv)) => {
+            if kv.k_norm_weight.len() != d || kv.rope.head_dim != d {
+                return Err(Error::invalid(
+                    "attention",
+                    "key_from_v (k_norm weight length, rope head_dim)",
+                    format!("{d}, {d}"),
+                    format!("{}, {}", kv.k_norm_weight.len(), kv.rope.head_dim),
+                ));
+            }
+            let mut data = kv.k_norm_weight.to_vec();
+            data.extend(rope_inv_freq(&kv.rope));
+            let t = Tensor::from_f32(ctx, "attention.key_rope", &[data.len()], &data)?;
+            Ok((t, kv.rope.rotated_pairs() as u32))
+        }
+        (k_eq_v, _) => Err(Error::invalid(
+            "attention",
+            "key_from_v",
+            if k_eq_v {
+                "Some (the cache is K = V)"
+            } else {
+                "None (the cache stores K)"
+            },
+            if k_eq_v { "None" } else { "Some" },
+        )),
+    }
+}
+
+/// One layer's attention kernels being built: what every route binds (the inputs, the
+/// scratch, the key-rebuild table) and the split-K shader for its head_dim.
+struct LayerBuild<'a> {
+    ctx: &'a GpuContext,
+    inputs: &'a AttentionInputs<'a>,
+    scratch: &'a AttentionScratch,
+    geo: &'a Geometry,
+    cfg: &'a KvCacheConfig,
+    shader: &'static str,
+    key_rope: &'a Tensor,
+    rot_pairs: u32,
+}
+
+impl LayerBuild<'_> {
+    fn params(&self, chunk_index: usize) -> Params {
+        let (geo, cfg) = (self.geo, self.cfg);
+        let (gt, head_tiles) = geo.tiles();
+        let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
+        Params {
+            heads: geo.heads as u32,
+            kv_heads: cfg.kv_heads as u32,
+            group: geo.group() as u32,
+            d4: (cfg.head_dim / 4) as u32,
+            gt: gt as u32,
+            head_tiles: head_tiles as u32,
+            window: geo.window.unwrap_or(0) as u32,
+            slots: geo.slots as u32,
+            ring: geo.ring as u32,
+            chunk_start: slots.start as u32,
+            chunk_slots: slots.len() as u32,
+            chunk_index: chunk_index as u32,
+            rot_pairs: self.rot_pairs,
+            sequences: geo.sequences as u32,
+            _pad: [0; 2],
+        }
+    }
+
+    /// The `partial` kernel of cache chunk `chunk_index` (`direct`: it normalises and
+    /// writes the output itself).
+    fn partial(&self, chunk_index: usize, direct: bool) -> Result<Kernel> {
+        let AttentionInputs {
+            q,
+            positions,
+            cache,
+            out,
+            ..
+        } = *self.inputs;
+        let chunk = &cache.chunks()[chunk_index];
+        KernelBuilder::new(self.ctx, self.shader)
+            .entry("partial")
+            .constant("DIRECT", direct as u64)
+            .constant("KEY_FROM_V", self.cfg.k_eq_v as u64)
+            .uniform(&self.params(chunk_index))
+            .tensor(out)
+            .tensor(&self.scratch.acc)
+            .tensor(&self.scratch.ml)
+            .tensor(positions)
+            .tensor(q)
+            .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
+            .tensor(&chunk.v)
+            .tensor(self.key_rope)
+            .build(crate::gpu::Grid::new(1, 1, 1))
+    }
+
+    /// The tiled route's kernels, or the guards that failed for this layer.
+    fn tiled(&self) -> Result<std::result::Result<Box<TiledKernels>, Vec<String>>> {
+        let tiled_failed = tiled::tiled_guards(self.geo, self.cfg.k_eq_v);
+        if !tiled_failed.is_empty() {
+            return Ok(Err(tiled_failed));
+        }
+        let AttentionInputs {
+            q,
+            positions,
+            cache,
+            out,
+            ..
+        } = *self.inputs;
+        let bindings = tiled::TiledBindings {
+            params: &self.params(0),
+            out,
+            positions,
+            q,
+            cache,
+            scratch: self.scratch,
+        };
+        let kernels = TiledKernels::build(self.ctx, self.cfg.head_dim, &bindings)?;
+        Ok(Ok(Box::new(kernels)))
+    }
+
+    /// The decode route's kernels, or the guards that failed for this layer.
+    fn decode(&self) -> Result<std::result::Result<Box<DecodeKernels>, Vec<String>>> {
+        let decode_failed = decode::decode_guards(self.geo, &self.ctx.limits);
+        if !decode_failed.is_empty() {
+            return Ok(Err(decode_failed));
+        }
+        let AttentionInputs {
+            q,
+            positions,
+            cache,
+            out,
+            ..
+        } = *self.inputs;
+        let bindings = decode::DecodeBindings {
+            q,
+            out,
+            positions,
+            cache,
+            scratch: self.scratch,
+            key_rope: self.key_rope,
+            rot_pairs: self.rot_pairs,
+        };
+        Ok(Ok(Box::new(DecodeKernels::build(
+            self.ctx, self.geo, &bindings,
+        )?)))
+    }
+
+    fn combine(&self) -> Result<Kernel> {
+        KernelBuilder::new(self.ctx, self.shader)
+            .entry("combine")
+            .uniform(&self.params(0))
+            .tensor(self.inputs.out)
+            .tensor(&self.scratch.acc)
+            .tensor(&self.scratch.ml)
+            .build(crate::gpu::Grid::new(1, 1, 1))
+    }
+}
+
 impl Attention {
     pub fn new(
         ctx: &GpuContext,
@@ -191,51 +407,13 @@ impl Attention {
     ) -> Result<Attention> {
         let AttentionInputs {
             q,
-            positions,
             cache,
-            out,
             key_from_v,
+            ..
         } = inputs;
         let cfg = *cache.config();
         let d = cfg.head_dim;
-        let (rows, heads) = match *q.shape() {
-            [rows, heads, qd] if qd == d && rows > 0 && heads > 0 && q.dtype() == DType::F32 => {
-                (rows, heads)
-            }
-            _ => {
-                return Err(Error::invalid(
-                    "attention",
-                    "q",
-                    format!("f32 [rows, heads, {d}] (head_dim of the cache)"),
-                    format!("{:?} {:?}", q.dtype(), q.shape()),
-                ))
-            }
-        };
-        if out.shape() != q.shape() || out.dtype() != DType::F32 {
-            return Err(Error::invalid(
-                "attention",
-                "out",
-                format!("f32 {:?}", q.shape()),
-                format!("{:?} {:?}", out.dtype(), out.shape()),
-            ));
-        }
-        if out.buffer() == q.buffer() {
-            return Err(Error::invalid(
-                "attention",
-                "out",
-                "a tensor other than q",
-                "q itself",
-            ));
-        }
-        let wanted = positions_len(rows, cfg.sequences);
-        if positions.dtype() != DType::U32 || positions.numel() < wanted {
-            return Err(Error::invalid(
-                "attention",
-                "positions",
-                format!("u32 with >= {wanted} elements"),
-                format!("{:?} {:?}", positions.dtype(), positions.shape()),
-            ));
-        }
+        let (rows, heads) = check_inputs(&inputs, &cfg)?;
         let mut geo = cache.geometry(heads, rows, ctx.limits.max_compute_workgroups_per_dimension);
         if let Some(window) = window {
             geo.window = window;
@@ -249,122 +427,28 @@ impl Attention {
                 failed,
             });
         }
-        let (key_rope, rot_pairs) = match (cfg.k_eq_v, key_from_v) {
-            (false, None) => (
-                Tensor::zeros(ctx, "attention.key_rope", &[4], DType::F32)?,
-                0,
-            ),
-            (true, Some(kv)) => {
-                if kv.k_norm_weight.len() != d || kv.rope.head_dim != d {
-                    return Err(Error::invalid(
-                        "attention",
-                        "key_from_v (k_norm weight length, rope head_dim)",
-                        format!("{d}, {d}"),
-                        format!("{}, {}", kv.k_norm_weight.len(), kv.rope.head_dim),
-                    ));
-                }
-                let mut data = kv.k_norm_weight.to_vec();
-                data.extend(rope_inv_freq(&kv.rope));
-                let t = Tensor::from_f32(ctx, "attention.key_rope", &[data.len()], &data)?;
-                (t, kv.rope.rotated_pairs() as u32)
-            }
-            (k_eq_v, _) => {
-                return Err(Error::invalid(
-                    "attention",
-                    "key_from_v",
-                    if k_eq_v {
-                        "Some (the cache is K = V)"
-                    } else {
-                        "None (the cache stores K)"
-                    },
-                    if k_eq_v { "None" } else { "Some" },
-                ))
-            }
-        };
-        let shader = split_k_shader(d, cfg.k_eq_v).expect("the route guards passed");
-        let (gt, head_tiles) = geo.tiles();
-        let params = |chunk_index: usize| {
-            let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
-            Params {
-                heads: heads as u32,
-                kv_heads: cfg.kv_heads as u32,
-                group: geo.group() as u32,
-                d4: (d / 4) as u32,
-                gt: gt as u32,
-                head_tiles: head_tiles as u32,
-                window: geo.window.unwrap_or(0) as u32,
-                slots: geo.slots as u32,
-                ring: geo.ring as u32,
-                chunk_start: slots.start as u32,
-                chunk_slots: slots.len() as u32,
-                chunk_index: chunk_index as u32,
-                rot_pairs,
-                sequences: geo.sequences as u32,
-                _pad: [0; 2],
-            }
-        };
-        let one = crate::gpu::Grid::new(1, 1, 1);
-        let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
-            let chunk = &cache.chunks()[chunk_index];
-            KernelBuilder::new(ctx, shader)
-                .entry("partial")
-                .constant("DIRECT", direct as u64)
-                .constant("KEY_FROM_V", cfg.k_eq_v as u64)
-                .uniform(&params(chunk_index))
-                .tensor(out)
-                .tensor(&scratch.acc)
-                .tensor(&scratch.ml)
-                .tensor(positions)
-                .tensor(q)
-                .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
-                .tensor(&chunk.v)
-                .tensor(&key_rope)
-                .build(one)
+        let (key_rope, rot_pairs) = key_rope(ctx, &cfg, key_from_v)?;
+        let layer = LayerBuild {
+            ctx,
+            inputs: &inputs,
+            scratch,
+            geo: &geo,
+            cfg: &cfg,
+            shader: split_k_shader(d, cfg.k_eq_v).expect("the route guards passed"),
+            key_rope: &key_rope,
+            rot_pairs,
         };
         let partial = (0..geo.chunks.len())
-            .map(|c| partial_kernel(c, false))
+            .map(|c| layer.partial(c, false))
             .collect::<Result<Vec<_>>>()?;
         let direct = if geo.chunks.len() == 1 {
-            Some(partial_kernel(0, true)?)
+            Some(layer.partial(0, true)?)
         } else {
             None
         };
-        let combine = KernelBuilder::new(ctx, shader)
-            .entry("combine")
-            .uniform(&params(0))
-            .tensor(out)
-            .tensor(&scratch.acc)
-            .tensor(&scratch.ml)
-            .build(one)?;
-        let tiled_failed = tiled::tiled_guards(&geo, cfg.k_eq_v);
-        let tiled = if tiled_failed.is_empty() {
-            let bindings = tiled::TiledBindings {
-                params: &params(0),
-                out,
-                positions,
-                q,
-                cache,
-                scratch,
-            };
-            Ok(Box::new(TiledKernels::build(ctx, d, &bindings)?))
-        } else {
-            Err(tiled_failed)
-        };
-        let decode_failed = decode::decode_guards(&geo, &ctx.limits);
-        let decode = if decode_failed.is_empty() {
-            let bindings = decode::DecodeBindings {
-                q,
-                out,
-                positions,
-                cache,
-                scratch,
-                key_rope: &key_rope,
-                rot_pairs,
-            };
-            Ok(Box::new(DecodeKernels::build(ctx, &geo, &bindings)?))
-        } else {
-            Err(decode_failed)
-        };
+        let combine = layer.combine()?;
+        let tiled = layer.tiled()?;
+        let decode = layer.decode()?;
         Ok(Attention {
             geo,
             partial,

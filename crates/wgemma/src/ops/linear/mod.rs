@@ -495,7 +495,6 @@ fn build_q4(
     epilogue: Epilogue,
     prologue: Option<&NormPrologue>,
 ) -> Result<Linear> {
-    const OP: &str = "q4_linear";
     // A prologue without a residual output still binds one (read_write): a scratch word.
     let resid_out_dummy = match prologue {
         Some(p) if p.resid_out.is_none() => Some(Tensor::zeros(
@@ -511,23 +510,8 @@ fn build_q4(
         Epilogue::GegluPairs => n / 2,
         _ => n,
     };
-    let m = check_io_cols(OP, x, y, n, y_cols, k)?;
-    if let Epilogue::GeluMul {
-        other,
-        stride,
-        offset,
-    } = epilogue
-    {
-        let need = (m - 1) * stride + offset + n;
-        if other.dtype() != DType::F32 || other.numel() < need || stride < n {
-            return Err(Error::invalid(
-                OP,
-                "GeLU-multiply operand",
-                format!("f32 with >= {need} elements, row stride >= {n}"),
-                format!("{:?} {:?}, stride {stride}", other.dtype(), other.shape()),
-            ));
-        }
-    }
+    let m = check_io_cols(Q4_OP, x, y, n, y_cols, k)?;
+    check_gelu_mul_operand(epilogue, m, n)?;
     let (subgroup, caps) = matvec_caps(ctx, options);
     let shape = Q4Shape { m, k, group };
     let route = choose_q4_route(shape, &caps, subgroup, options.route, || {
@@ -537,38 +521,121 @@ fn build_q4(
             y.shape()
         )
     })?;
-    let is_matvec = route.is_matvec();
-    let reduction = match (is_matvec, subgroup) {
+    let reduction = match (route.is_matvec(), subgroup) {
         (true, true) => Reduction::Subgroup,
         (true, false) => Reduction::Workgroup,
         (false, _) => Reduction::NotApplicable,
     };
-    let (aux0, aux1, other) = match epilogue {
-        Epilogue::None => (0, 0, x),
-        Epilogue::GegluPairs => (n / 2, 0, x),
-        Epilogue::GeluMul {
-            other,
-            stride,
-            offset,
-        } => (stride, offset, other),
+    let call = Q4Call {
+        ctx,
+        x,
+        y,
+        options,
+        epilogue,
+        prologue,
+        resid_out_dummy,
+        shape,
+        n,
+        y_cols,
+        route,
+        subgroup,
+        caps,
     };
-    let profile = AdapterProfile::BASE;
-    let pairs = matches!(epilogue, Epilogue::GegluPairs);
     let mut kernels = Vec::with_capacity(w.chunks().len());
     for chunk in w.chunks() {
-        let rows = chunk.rows.len();
-        let tuning = options
+        kernels.extend(call.chunk_kernels(chunk)?);
+    }
+    Ok(Linear {
+        route,
+        reduction,
+        kernels,
+    })
+}
+
+const Q4_OP: &str = "q4_linear";
+
+/// Refuses a GeLU-multiply operand too small for `m` rows of `n` outputs at its stride.
+fn check_gelu_mul_operand(epilogue: Epilogue, m: usize, n: usize) -> Result<()> {
+    if let Epilogue::GeluMul {
+        other,
+        stride,
+        offset,
+    } = epilogue
+    {
+        let need = (m - 1) * stride + offset + n;
+        if other.dtype() != DType::F32 || other.numel() < need || stride < n {
+            return Err(Error::invalid(
+                Q4_OP,
+                "GeLU-multiply operand",
+                format!("f32 with >= {need} elements, row stride >= {n}"),
+                format!("{:?} {:?}, stride {stride}", other.dtype(), other.shape()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One Q4 linear being built: its tensors, options, shape and route, shared by the
+/// kernels of every row chunk of the weight.
+struct Q4Call<'a> {
+    ctx: &'a GpuContext,
+    x: &'a Tensor,
+    y: &'a Tensor,
+    options: &'a LinearOptions,
+    epilogue: Epilogue<'a>,
+    prologue: Option<&'a NormPrologue<'a>>,
+    resid_out_dummy: Option<Tensor>,
+    shape: Q4Shape,
+    /// Rows of the whole weight.
+    n: usize,
+    /// Columns of y (half of n with the GeGLU-pairs epilogue).
+    y_cols: usize,
+    route: LinearRoute,
+    subgroup: bool,
+    caps: DeviceCaps,
+}
+
+impl Q4Call<'_> {
+    /// The kernels of one row chunk, in dispatch order (a split GEMM: the GEMM, then its
+    /// combine).
+    fn chunk_kernels(&self, chunk: &Q4Chunk) -> Result<Vec<Kernel>> {
+        let (m, rows, k) = (self.shape.m, chunk.rows.len(), self.shape.k);
+        let tuning = self.chunk_tuning(rows)?;
+        let params = self.chunk_params(chunk)?;
+        match self.route {
+            r if r.is_matvec() => Ok(vec![self.matvec_kernel(chunk, &params, tuning)?]),
+            LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
+                let plan = gemm::plan(self.route, m, rows, k, true);
+                let out = |t: &Tensor| self.kernel_builder(plan.shader, &params, chunk, t);
+                gemm::build(self.ctx, plan, out, &params, self.y)
+            }
+            _ => Ok(vec![self
+                .kernel_builder("q4_linear_generic", &params, chunk, self.y)
+                .build_1d(workgroups_for((m * rows) as u64, 64))?]),
+        }
+    }
+
+    /// The matvec geometry of a chunk of `rows` rows (the options' or the adapter
+    /// table's); on a matvec route, refused when it is invalid for M or its parking
+    /// array does not fit the workgroup memory left.
+    fn chunk_tuning(&self, rows: usize) -> Result<MatvecTuning> {
+        let (m, k) = (self.shape.m, self.shape.k);
+        let pairs = matches!(self.epilogue, Epilogue::GegluPairs);
+        let is_matvec = self.route.is_matvec();
+        let tuning = self
+            .options
             .tuning
-            .unwrap_or_else(|| choose_tuning(profile, rows, k, epilogue));
+            .unwrap_or_else(|| choose_tuning(AdapterProfile::BASE, rows, k, self.epilogue));
         // The route's guard counted the smallest parking array (32 vec4s).
-        let park_bytes = if subgroup {
+        let park_bytes = if self.subgroup {
             (tuning.park_vec4s(m, pairs) * 16).saturating_sub(512)
         } else {
             0
         };
-        let storage_left = caps
+        let storage_left = self
+            .caps
             .max_workgroup_storage
-            .saturating_sub(route.workgroup_storage(subgroup));
+            .saturating_sub(self.route.workgroup_storage(self.subgroup));
         let invalid = tuning.invalid(m, pairs).or_else(|| {
             (is_matvec && park_bytes > storage_left).then(|| {
                 format!("{park_bytes} more bytes of workgroup memory (device has {storage_left})")
@@ -576,20 +643,36 @@ fn build_q4(
         });
         if let (true, Some(why)) = (is_matvec, invalid) {
             return Err(Error::NoRoute {
-                op: OP,
-                shapes: format!("x {:?}, W [{n}, {k}], matvec tuning {tuning:?}", x.shape()),
-                failed: vec![format!("{route}: {why}")],
+                op: Q4_OP,
+                shapes: format!(
+                    "x {:?}, W [{}, {k}], matvec tuning {tuning:?}",
+                    self.x.shape(),
+                    self.n
+                ),
+                failed: vec![format!("{}: {why}", self.route)],
             });
         }
-        let params = Q4Params {
+        Ok(tuning)
+    }
+
+    /// The uniform of a chunk's kernel.
+    fn chunk_params(&self, chunk: &Q4Chunk) -> Result<Q4Params> {
+        let Q4Shape { m, k, group } = self.shape;
+        let (aux0, aux1) = match self.epilogue {
+            Epilogue::None => (0, 0),
+            Epilogue::GegluPairs => (self.n / 2, 0),
+            Epilogue::GeluMul { stride, offset, .. } => (stride, offset),
+        };
+        let prologue = self.prologue;
+        Ok(Q4Params {
             m: m as u32,
-            n: to_u32(OP, "rows of a chunk", rows)?,
+            n: to_u32(Q4_OP, "rows of a chunk", chunk.rows.len())?,
             k: k as u32,
             groups: (k / group) as u32,
-            y_stride: y_cols as u32,
+            y_stride: self.y_cols as u32,
             y_offset: chunk.rows.start as u32,
-            aux0: to_u32(OP, "epilogue stride", aux0)?,
-            aux1: to_u32(OP, "epilogue offset", aux1 + chunk.rows.start)?,
+            aux0: to_u32(Q4_OP, "epilogue stride", aux0)?,
+            aux1: to_u32(Q4_OP, "epilogue offset", aux1 + chunk.rows.start)?,
             eps: prologue.map_or(0.0, |p| p.eps),
             out_scale: prologue.map_or(1.0, |p| p.out_scale),
             // Only the first chunk's workgroup 0 writes the updated residual.
@@ -597,80 +680,83 @@ fn build_q4(
                 chunk.rows.start == 0 && prologue.is_some_and(|p| p.resid_out.is_some()),
             ),
             _pad: 0,
-        };
-        // `out`: y, or the split GEMM's partial scratch (gemm.rs).
-        let builder = |shader, out: &Tensor| {
-            KernelBuilder::new(ctx, shader)
-                .constant("GROUP", group as u64)
-                .uniform(&params)
-                .tensor(prologue.map_or(x, |p| p.resid))
-                .tensor(&chunk.packed)
-                .tensor(&chunk.scales)
-                .tensor(out)
-        };
+        })
+    }
+
+    /// The bindings every route's kernel starts with. `out`: y, or the split GEMM's
+    /// partial scratch (gemm.rs).
+    fn kernel_builder(
+        &self,
+        shader: &'static str,
+        params: &Q4Params,
+        chunk: &Q4Chunk,
+        out: &Tensor,
+    ) -> KernelBuilder<'_> {
+        KernelBuilder::new(self.ctx, shader)
+            .constant("GROUP", self.shape.group as u64)
+            .uniform(params)
+            .tensor(self.prologue.map_or(self.x, |p| p.resid))
+            .tensor(&chunk.packed)
+            .tensor(&chunk.scales)
+            .tensor(out)
+    }
+
+    /// A matvec route's kernel: the decode or wide variant, its geometry as constants,
+    /// the epilogue's operand and the prologue's tensors.
+    fn matvec_kernel(
+        &self,
+        chunk: &Q4Chunk,
+        params: &Q4Params,
+        tuning: MatvecTuning,
+    ) -> Result<Kernel> {
+        let (m, k, rows) = (self.shape.m, self.shape.k, chunk.rows.len());
+        let pairs = matches!(self.epilogue, Epilogue::GegluPairs);
         let decode_family = tuning.fits_decode_family(m);
         let family = if decode_family {
             MatvecFamily::Decode
         } else {
             MatvecFamily::Wide
         };
-        let shader = matvec_variant(family, prologue.is_some(), subgroup).name;
-        let mut combine = Vec::new();
-        let kernel = match route {
-            r if r.is_matvec() => {
-                let mut b = builder(shader, y)
-                    .constant("MV_M", m as u64)
-                    .constant("EPILOGUE", epilogue.code())
-                    .constant("KSPLIT", u64::from(tuning.ksplit));
-                if !decode_family {
-                    b = b
-                        .constant("LPR", u64::from(tuning.lanes))
-                        .constant("ROWS", u64::from(tuning.rows))
-                        .constant("ROWS_PER_WG", u64::from(tuning.rows_per_workgroup()))
-                        .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
-                        .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)));
-                }
-                b = b.tensor(other);
-                if let Some(p) = prologue {
-                    b = b
-                        .constant("PROLOGUE", p.mode.code())
-                        .constant("X_VEC4", (m * k / 4) as u64)
-                        .constant("K_DIM", k as u64)
-                        .tensor(p.branch.map_or(p.resid, |(t, _)| t))
-                        .tensor(p.branch.map_or(p.resid, |(_, w)| w))
-                        .tensor(p.w_in.unwrap_or(p.resid))
-                        .tensor(match (p.resid_out, &resid_out_dummy) {
-                            (Some(t), _) | (None, Some(t)) => t,
-                            (None, None) => unreachable!("a dummy exists without resid_out"),
-                        });
-                }
-                b
-            }
-            .build_1d(match epilogue {
-                // Half of a workgroup's rows are gate rows, the other half their up rows.
-                Epilogue::GegluPairs => {
-                    workgroups_for((rows / 2) as u64, tuning.rows_per_workgroup() / 2)
-                }
-                _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
-            })?,
-            LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
-                let plan = gemm::plan(route, m, rows, k, true);
-                let out = |t: &Tensor| builder(plan.shader, t);
-                let mut built = gemm::build(ctx, plan, out, &params, y)?;
-                // A split GEMM's combine follows it.
-                combine = built.split_off(1);
-                built.remove(0)
-            }
-            _ => builder("q4_linear_generic", y).build_1d(workgroups_for((m * rows) as u64, 64))?,
+        let shader = matvec_variant(family, self.prologue.is_some(), self.subgroup).name;
+        let other = match self.epilogue {
+            Epilogue::GeluMul { other, .. } => other,
+            _ => self.x,
         };
-        kernels.push(kernel);
-        kernels.append(&mut combine);
+        let mut b = self
+            .kernel_builder(shader, params, chunk, self.y)
+            .constant("MV_M", m as u64)
+            .constant("EPILOGUE", self.epilogue.code())
+            .constant("KSPLIT", u64::from(tuning.ksplit));
+        if !decode_family {
+            b = b
+                .constant("LPR", u64::from(tuning.lanes))
+                .constant("ROWS", u64::from(tuning.rows))
+                .constant("ROWS_PER_WG", u64::from(tuning.rows_per_workgroup()))
+                .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
+                .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)));
+        }
+        b = b.tensor(other);
+        if let Some(p) = self.prologue {
+            b = b
+                .constant("PROLOGUE", p.mode.code())
+                .constant("X_VEC4", (m * k / 4) as u64)
+                .constant("K_DIM", k as u64)
+                .tensor(p.branch.map_or(p.resid, |(t, _)| t))
+                .tensor(p.branch.map_or(p.resid, |(_, w)| w))
+                .tensor(p.w_in.unwrap_or(p.resid))
+                .tensor(match (p.resid_out, &self.resid_out_dummy) {
+                    (Some(t), _) | (None, Some(t)) => t,
+                    (None, None) => unreachable!("a dummy exists without resid_out"),
+                });
+        }
+        b.build_1d(match self.epilogue {
+            // Half of a workgroup's rows are gate rows, the other half their up rows.
+            Epilogue::GegluPairs => {
+                workgroups_for((rows / 2) as u64, tuning.rows_per_workgroup() / 2)
+            }
+            _ => workgroups_for(rows as u64, tuning.rows_per_workgroup()),
+        })
     }
-    Ok(Linear {
-        route,
-        reduction,
-        kernels,
-    })
 }
 
 /// `y = x W^T` with a dense weight `w` of dtype f32 or f16 and shape `[N, K]`.
