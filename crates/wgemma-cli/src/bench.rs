@@ -103,10 +103,16 @@ pub struct BenchArgs {
     /// the device has coherent storage, instead of partial + combine.
     #[arg(long)]
     fused_attention: bool,
+    /// On KV-shared layers, apply q_norm + RoPE with a norm_rope dispatch before attention
+    /// instead of inside the decode attention kernel (the fold's before, for a before/after
+    /// in one device call).
+    #[arg(long)]
+    no_fold_q_norm_rope: bool,
     /// Also measure, in this run, decode with the K/V append kernel and partial + combine
-    /// attention (`unfused_*`), with the append folded (`fold_only_*`), and with the append
-    /// folded and one-dispatch attention (`fold_and_fused_*`): those fusions' before/after
-    /// on one load.
+    /// attention (`unfused_*`), with the append folded (`fold_only_*`), with the append
+    /// folded and one-dispatch attention (`fold_and_fused_*`), and with the append and the
+    /// KV-shared layers' q_norm + RoPE folded (`fold_q_*`): those fusions' before/after on
+    /// one load.
     #[arg(long)]
     compare_fusions: bool,
     /// Print every dispatch of every forward and the bindings that cost it a barrier, to
@@ -157,6 +163,7 @@ impl BenchArgs {
             norm_prologue_rows: self.norm_prologue_rows,
             fold_kv_append: !self.no_fold_kv_append,
             fused_attention: self.fused_attention,
+            fold_q_norm_rope: !self.no_fold_q_norm_rope,
         }
     }
 

@@ -117,14 +117,16 @@ pub fn compare_fusions(
 ) -> Result<serde_json::Value> {
     let options = model.plan_options();
     let mut out = serde_json::json!({});
-    for (name, fold_now, fused_now) in [
-        ("unfused", false, false),
-        ("fold_only", true, false),
-        ("fold_and_fused", true, true),
+    for (name, fold_now, fused_now, fold_q_now) in [
+        ("unfused", false, false, false),
+        ("fold_only", true, false, false),
+        ("fold_and_fused", true, true, false),
+        ("fold_q", true, false, true),
     ] {
         model.set_plan_options(PlanOptions {
             fold_kv_append: fold_now,
             fused_attention: fused_now,
+            fold_q_norm_rope: fold_q_now,
             ..options
         });
         let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;

@@ -573,6 +573,61 @@ fn kv_append_in_norm_rope_equals_the_append_kernel() {
     }
 }
 
+/// q_norm + RoPE folded into the decode attention of KV-shared layers gives the logits of
+/// the norm_rope dispatch (up to the order of the norm's sum) for one-row and three-row
+/// forwards, with one dispatch less per KV-shared layer; plans of more rows than the
+/// decode route takes keep norm_rope.
+#[test]
+fn q_norm_rope_in_attention_equals_the_norm_rope_dispatch() {
+    let fx = Fixture::open("e2b_like");
+    let (prompt, _) = &fx.prompts()[1];
+    let shared = parse_config(&fx.config)
+        .unwrap()
+        .layers
+        .iter()
+        .filter(|l| matches!(l.kv, wgemma::model::config::KvSource::Shared { .. }))
+        .count();
+    assert!(shared > 0, "the fixture has KV-shared layers");
+    for rows in [1, 3, 12] {
+        let run = |fold: bool| {
+            let mut model = fx.model(ModelOptions {
+                prefill_chunk: rows,
+                ..options(WeightFormat::F32)
+            });
+            model.set_plan_options(PlanOptions {
+                fold_q_norm_rope: fold,
+                ..PlanOptions::default()
+            });
+            let out =
+                pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits)).unwrap();
+            let dispatches = model
+                .built_plan(rows, wgemma::model::forward::LogitRows::All)
+                .map(|p| p.dispatch_count())
+                .unwrap();
+            (out, dispatches)
+        };
+        let (folded, folded_dispatches) = run(true);
+        let (kernel, kernel_dispatches) = run(false);
+        let diff = folded
+            .logits
+            .iter()
+            .zip(&kernel.logits)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 1e-4, "M={rows}: max |diff| {diff}");
+        assert_eq!(folded.next, kernel.next, "M={rows}");
+        let expected = if rows <= wgemma::ops::attention::DECODE_MAX_ROWS {
+            shared
+        } else {
+            0
+        };
+        assert_eq!(
+            kernel_dispatches - folded_dispatches,
+            expected,
+            "M={rows}: one norm_rope dispatch less per KV-shared layer"
+        );
+    }
+}
+
 /// Forwards of 20 different row counts keep at most 16 plans (the least recently used
 /// goes), and a sequence fed in such pieces still gives the whole prompt's next token.
 #[test]

@@ -23,6 +23,12 @@ pub struct PlanOptions {
     /// merge cost what the combine dispatch did, BENCHMARKS.md run 17;
     /// `bench --fused-attention`).
     pub fused_attention: bool,
+    /// KV-shared layers' q_norm + RoPE applied inside the decode attention partial instead
+    /// of a norm_rope dispatch (one dependent dispatch less per such layer; plans of more
+    /// than `DECODE_MAX_ROWS` rows keep norm_rope). On by default: on the H200 it saved 20
+    /// barriers per E2B token and decoded 0.4% faster in fresh processes (BENCHMARKS.md,
+    /// session 16); `bench --no-fold-q-norm-rope` is the before.
+    pub fold_q_norm_rope: bool,
 }
 
 impl Default for PlanOptions {
@@ -31,6 +37,7 @@ impl Default for PlanOptions {
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             fold_kv_append: true,
             fused_attention: false,
+            fold_q_norm_rope: true,
         }
     }
 }

@@ -92,6 +92,9 @@ pub struct LayerWeights {
     pub input_layernorm: Tensor,
     pub q_proj: LinearWeight,
     pub q_norm: Tensor,
+    /// q_norm on the host: KV-shared layers may fold q_norm + RoPE into decode attention,
+    /// which reads it from its own table.
+    pub q_norm_host: Vec<f32>,
     pub kv: Option<KvWeights>,
     pub o_proj: LinearWeight,
     pub post_attention_layernorm: Tensor,
@@ -331,10 +334,12 @@ fn load_layer(
     } else {
         1.0
     };
+    let q_norm_host = attn.f32("q_norm.weight", &[d])?;
     Ok(LayerWeights {
         input_layernorm: vector(ctx, src, "input_layernorm.weight", h)?,
         q_proj: linear(up, &attn, "q_proj.weight", nh * d, h, format)?,
-        q_norm: vector(ctx, &attn, "q_norm.weight", d)?,
+        q_norm: Tensor::from_f32(ctx, &attn.name("q_norm.weight"), &[d], &q_norm_host)?,
+        q_norm_host,
         kv,
         o_proj: linear(up, &attn, "o_proj.weight", h, nh * d, format)?,
         post_attention_layernorm: vector(ctx, src, "post_attention_layernorm.weight", h)?,

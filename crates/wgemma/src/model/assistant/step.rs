@@ -320,6 +320,7 @@ impl StepBuilder<'_> {
             Box::new(Attention::with_window(
                 ctx,
                 AttentionInputs {
+                    fold_q: None,
                     q: &q,
                     positions,
                     cache: kv.cache,

@@ -12,7 +12,9 @@ use crate::model::config::{KvSource, LayerSpec};
 use crate::model::plan_parts::{rope_config, Op};
 use crate::model::residual::{project, BlockInput, Pending, Residual};
 use crate::model::weights::KvWeights;
-use crate::ops::attention::{Attention, AttentionInputs, KeyFromValue, KvCache};
+use crate::ops::attention::{
+    Attention, AttentionInputs, FoldQ, KeyFromValue, KvCache, DECODE_MAX_ROWS,
+};
 use crate::ops::rope::{NormRopeHeads, Rope, VHeads};
 
 /// Plans layer `l`'s attention block.
@@ -56,6 +58,11 @@ pub(in crate::model) fn plan<'a>(
         }
         (KvSource::Shared { from_layer }, _) => {
             residual.commit();
+            let source = &spec.layers[*from_layer];
+            if let Some(folded) = folded_attention(cx, l, *from_layer, &q, &attn)? {
+                ops.push(Op::Attention(folded));
+                return finish(cx, l, &attn, residual, ops);
+            }
             ops.push(Op::Rope(shared.rope(l.kind).norm_rope(
                 ctx,
                 positions,
@@ -64,7 +71,6 @@ pub(in crate::model) fn plan<'a>(
                 VHeads::None,
                 eps,
             )?));
-            let source = &spec.layers[*from_layer];
             (*from_layer, source.k_eq_v)
         }
         (KvSource::Own, None) => {
@@ -76,17 +82,59 @@ pub(in crate::model) fn plan<'a>(
             ))
         }
     };
-    plan_attention(cx, cache_layer, key_from_v, &q, &attn, ops)?;
+    let attention = attention_op(cx, cache_layer, key_from_v, &q, &attn, None)?;
+    ops.push(Op::Attention(attention));
+    finish(cx, l, &attn, residual, ops)
+}
+
+/// o_proj of the attention output, queued on the residual stream under
+/// `post_attention_layernorm`.
+fn finish<'a>(
+    cx: &BlockCx<'a>,
+    l: &LayerSpec,
+    attn: &Tensor,
+    residual: &mut Residual<'a>,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    let w = &cx.weights.layers[l.index];
+    let (m, nh, d) = (cx.m, cx.spec.config.num_attention_heads, l.head_dim);
     ops.push(Op::Linear(w.o_proj.linear(
-        ctx,
+        cx.ctx,
         &attn.reshaped(&[m, nh * d])?,
-        &a.o,
+        &cx.a.o,
     )?));
     residual.add(Pending {
-        branch: &a.o,
+        branch: &cx.a.o,
         weight: &w.post_attention_layernorm,
         scale: 1.0,
     })
+}
+
+/// A KV-shared layer's attention with q_norm + RoPE folded into the decode partial
+/// (`PlanOptions::fold_q_norm_rope`, steps of at most `DECODE_MAX_ROWS` rows), or None
+/// where the option is off or the layer cannot take it (no decode route, a chunked
+/// cache): the caller then plans norm_rope and plain attention.
+fn folded_attention(
+    cx: &BlockCx<'_>,
+    l: &LayerSpec,
+    cache_layer: usize,
+    q: &Tensor,
+    attn: &Tensor,
+) -> Result<Option<Attention>> {
+    if !cx.options.fold_q_norm_rope || cx.m > DECODE_MAX_ROWS {
+        return Ok(None);
+    }
+    let fold = FoldQ {
+        norm_weight: &cx.weights.layers[l.index].q_norm_host,
+        rope: rope_config(l),
+        eps: cx.eps,
+    };
+    let key_from_v = cx.spec.layers[cache_layer].k_eq_v;
+    match attention_op(cx, cache_layer, key_from_v, q, attn, Some(fold)) {
+        Ok(attention) => Ok(Some(attention)),
+        Err(Error::NoRoute { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// A layer that owns its K/V: k_proj (and v_proj) of the block's input into the layer's
@@ -161,15 +209,16 @@ fn plan_own_kv<'a>(
 }
 
 /// Attention of q over the cache of layer `cache_layer` into `attn` (keys rebuilt from
-/// values when `key_from_v`, with that layer's k_norm and RoPE).
-fn plan_attention(
+/// values when `key_from_v`, with that layer's k_norm and RoPE; q normed and rotated by
+/// the kernel with `fold_q`).
+fn attention_op(
     cx: &BlockCx<'_>,
     cache_layer: usize,
     key_from_v: bool,
     q: &Tensor,
     attn: &Tensor,
-    ops: &mut Vec<Op>,
-) -> Result<()> {
+    fold_q: Option<FoldQ<'_>>,
+) -> Result<Attention> {
     let (spec, weights) = (cx.spec, cx.weights);
     let cache = cx.caches[cache_layer].as_ref().ok_or_else(|| {
         Error::invalid(
@@ -189,6 +238,7 @@ fn plan_attention(
     let mut attention = Attention::new(
         cx.ctx,
         AttentionInputs {
+            fold_q,
             q,
             positions: cx.positions,
             cache,
@@ -200,8 +250,7 @@ fn plan_attention(
     if !cx.options.fused_attention {
         attention.disable_fused_merge();
     }
-    ops.push(Op::Attention(attention));
-    Ok(())
+    Ok(attention)
 }
 
 /// q/k/v norms + RoPE, and the append of the new k and v rows to `cache`: in the same

@@ -50,6 +50,8 @@ pub struct AttentionCase {
     pub route: Option<AttentionRoute>,
     /// Caches to rotate through (benchmarks: keep small caches out of L2).
     pub copies: usize,
+    /// q is raw: the decode route applies q_norm and RoPE itself ([`FoldQ`]).
+    pub fold_q: bool,
 }
 
 impl AttentionCase {
@@ -70,6 +72,7 @@ impl AttentionCase {
             splits: None,
             route: None,
             copies: 1,
+            fold_q: false,
         }
     }
 
@@ -104,6 +107,16 @@ impl AttentionCase {
     }
 }
 
+/// The RMSNorm epsilon of the fold_q cases (Gemma 4's).
+const FOLD_Q_EPS: f32 = 1e-6;
+
+/// `x / sqrt(mean(x^2) + eps)` in f64 (the reference of q_norm before its weight).
+fn rms_normed(x: &[f32]) -> Vec<f32> {
+    let ms = x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / x.len() as f64;
+    let inv = 1.0 / (ms + FOLD_Q_EPS as f64).sqrt();
+    x.iter().map(|&v| (v as f64 * inv) as f32).collect()
+}
+
 fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| rng.random_range(-1.0..1.0) * scale)
@@ -113,7 +126,7 @@ fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
 impl OpCase for AttentionCase {
     fn name(&self) -> String {
         format!(
-            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}{}",
+            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}{}{}",
             match self.window {
                 Some(w) => format!("sliding w={w} max_rows={}", self.max_rows),
                 None => "full".to_string(),
@@ -144,6 +157,7 @@ impl OpCase for AttentionCase {
                 Some(AttentionRoute::Tiled) => " route=tiled",
                 None => "",
             },
+            if self.fold_q { " fold_q" } else { "" },
         )
     }
 
@@ -168,6 +182,22 @@ impl OpCase for AttentionCase {
         } else {
             let k = uniform(rng, n_hist * row, 1.0);
             (Some(k.clone()), k)
+        };
+        // With fold_q the kernel gets q raw and the reference q_norm + RoPE'd (the
+        // layer's own rope: proportional on full layers, default on sliding ones).
+        let q_rope = match self.window {
+            Some(_) => RopeConfig::gemma4_sliding(d),
+            None => RopeConfig::gemma4_full(d),
+        };
+        let q_norm_weight: Vec<f32> = match self.fold_q {
+            true => (0..d).map(|_| rng.random_range(0.5..1.5)).collect(),
+            false => Vec::new(),
+        };
+        let q_ref = if self.fold_q {
+            let normed: Vec<f32> = q.chunks(d).flat_map(|head| rms_normed(head)).collect();
+            keys_from_values(&normed, self.start, h, &q_norm_weight, &q_rope)
+        } else {
+            q.clone()
         };
         let split = (self.start - first) * row;
         let positions: Vec<u32> = (self.start..kv_len).map(|p| p as u32).collect();
@@ -204,6 +234,11 @@ impl OpCase for AttentionCase {
             let attention = Attention::new(
                 ctx,
                 AttentionInputs {
+                    fold_q: self.fold_q.then_some(FoldQ {
+                        norm_weight: &q_norm_weight,
+                        rope: q_rope,
+                        eps: FOLD_Q_EPS,
+                    }),
                     q: &tq,
                     positions: &tpos,
                     cache: &cache,
@@ -226,7 +261,7 @@ impl OpCase for AttentionCase {
             kernels.extend(attention.kernels_for_plan(&plan));
         }
         let reference = attention_ref(
-            &q,
+            &q_ref,
             &positions,
             h,
             kvh,

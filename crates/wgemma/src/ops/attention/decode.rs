@@ -70,6 +70,10 @@ struct DecodeParams {
     chunk_index: u32,
     rot_pairs: u32,
     sequences: u32,
+    q_rope_at: u32,
+    q_rot_pairs: u32,
+    q_eps: f32,
+    _pad: u32,
 }
 
 /// (query heads per tile, tiles per kv head) of the decode route: the group cut into
@@ -256,6 +260,17 @@ pub(crate) struct DecodeBindings<'a> {
     pub scratch: &'a AttentionScratch,
     pub key_rope: &'a Tensor,
     pub rot_pairs: u32,
+    /// q_norm + RoPE folded into the partial kernel (`FOLD_Q`): where q's table starts in
+    /// `key_rope`, q's rotated pairs and the norm's epsilon.
+    pub fold_q: Option<FoldQTable>,
+}
+
+/// Where a folded q_norm + RoPE finds its table (see [`DecodeBindings::fold_q`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FoldQTable {
+    pub at: u32,
+    pub rot_pairs: u32,
+    pub eps: f32,
 }
 
 /// The decode route's kernels of one attention layer, built once.
@@ -300,6 +315,10 @@ impl DecodeKernels {
                 chunk_index: chunk_index as u32,
                 rot_pairs: b.rot_pairs,
                 sequences: geo.sequences as u32,
+                q_rope_at: b.fold_q.map_or(0, |f| f.at),
+                q_rot_pairs: b.fold_q.map_or(0, |f| f.rot_pairs),
+                q_eps: b.fold_q.map_or(0.0, |f| f.eps),
+                _pad: 0,
             }
         };
         let one = Grid::new(1, 1, 1);
@@ -320,6 +339,7 @@ impl DecodeKernels {
                 .constant("D4", d4)
                 .constant("QT", qt as u64)
                 .constant("KEY_FROM_V", cfg.k_eq_v as u64)
+                .constant("FOLD_Q", b.fold_q.is_some() as u64)
                 .uniform(&params(chunk_index))
                 .tensor(b.out)
                 .tensor(&b.scratch.acc)
@@ -472,6 +492,17 @@ pub fn decode_random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     chunked.chunk_bytes = Some((chunked.kv_heads * chunked.head_dim * 4 * 128) as u64);
     chunked.splits = Some(rng.random_range(1..8));
     cases.push(chunked);
+    // q_norm + RoPE folded into the partial (KV-shared layers): a full and a sliding
+    // layer, with and without a cache of keys.
+    for sliding in [false, true] {
+        let mut fold = pick(rng, DECODE_MAX_ROWS, 700);
+        if sliding {
+            fold = fold.sliding(rng.random_range(4..600), DECODE_MAX_ROWS);
+        }
+        fold.fold_q = true;
+        fold.k_eq_v = !sliding && rng.random_bool(0.5);
+        cases.push(fold);
+    }
     boxed(cases)
 }
 
@@ -491,8 +522,16 @@ pub fn decode_bench_cases() -> Vec<Box<dyn OpCase>> {
                 let mut full = AttentionCase::new(8, 1, 512, rows, start);
                 full.copies = ((64 << 20) / (ctx_len * 512 * 8)).max(1);
                 full.route = Some(route);
+                // The same steps with q_norm + RoPE folded in (KV-shared layers).
+                let mut folded = [sliding.clone(), full.clone()];
+                for case in &mut folded {
+                    case.fold_q = route == AttentionRoute::Decode;
+                }
                 cases.push(sliding);
                 cases.push(full);
+                if route == AttentionRoute::Decode {
+                    cases.extend(folded);
+                }
             }
         }
     }

@@ -74,10 +74,25 @@ pub struct KeyFromValue<'a> {
     pub rope: RopeConfig,
 }
 
+/// q_norm + RoPE applied by the decode route's partial kernel itself (KV-shared layers,
+/// whose q feeds nothing but attention): the layer then needs no norm_rope dispatch, and
+/// no barrier, between q_proj and attention. Values as norm_rope.wgsl writes them, up to
+/// the order of the norm's sum.
+#[derive(Debug, Clone, Copy)]
+pub struct FoldQ<'a> {
+    /// The layer's q_norm weight [head_dim] (plain w, not 1 + w).
+    pub norm_weight: &'a [f32],
+    /// The layer's rope.
+    pub rope: RopeConfig,
+    /// The RMSNorm epsilon.
+    pub eps: f32,
+}
+
 /// The tensors one attention layer reads and writes.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionInputs<'a> {
-    /// Queries [rows, heads, D] f32, RMS-normed and rotated.
+    /// Queries [rows, heads, D] f32, RMS-normed and rotated (raw q_proj output with
+    /// `fold_q`).
     pub q: &'a Tensor,
     /// Positions [>= rows] u32 (the ones the append used).
     pub positions: &'a Tensor,
@@ -86,6 +101,11 @@ pub struct AttentionInputs<'a> {
     pub out: &'a Tensor,
     /// Required exactly for K = V caches.
     pub key_from_v: Option<KeyFromValue<'a>>,
+    /// Normalise and rotate q inside the decode route (see [`FoldQ`]). Such a layer has
+    /// only the decode route: building fails closed ([`Error::NoRoute`]) where its guards
+    /// fail or the cache is chunked, and steps of more than [`DECODE_MAX_ROWS`] rows have
+    /// no plan.
+    pub fold_q: Option<FoldQ<'a>>,
 }
 
 /// One layer's attention: kernels built once; [`Attention::record`] dispatches a step.
@@ -103,6 +123,8 @@ pub struct Attention {
     /// The tiled route's kernels (boxed, as decode's), or the guards that failed for this
     /// layer.
     tiled: std::result::Result<Box<TiledKernels>, Vec<String>>,
+    /// Built with [`AttentionInputs::fold_q`]: only decode plans are valid.
+    folded_q: bool,
 }
 
 /// The split-K shader for `head_dim`: `attention` for a power of two in 8..=512, else the
@@ -198,49 +220,77 @@ fn check_inputs(inputs: &AttentionInputs<'_>, cfg: &KvCacheConfig) -> Result<(us
     Ok((rows, heads))
 }
 
-/// The key-rebuild table of a K = V cache (k_norm weight, then the RoPE inverse
-/// frequencies) and its rotated pairs; a 4-float placeholder and 0 for a cache that stores
-/// keys. `key_from_v` must be given exactly for K = V caches.
+/// The table the kernels read beside q and the cache (binding `key_rope`): for a K = V
+/// cache the key rebuild's k_norm weight and RoPE inverse frequencies (and the rotated
+/// pairs); with `fold_q`, q's norm weight and inverse frequencies after them (where the
+/// returned [`decode::FoldQTable`] says); a 4-float placeholder when neither applies.
+/// `key_from_v` must be given exactly for K = V caches.
 fn key_rope(
     ctx: &GpuContext,
     cfg: &KvCacheConfig,
     key_from_v: Option<KeyFromValue<'_>>,
-) -> Result<(Tensor, u32)> {
+    fold_q: Option<FoldQ<'_>>,
+) -> Result<(Tensor, u32, Option<decode::FoldQTable>)> {
     let d = cfg.head_dim;
+    let mut data = Vec::new();
+    let mut rot_pairs = 0;
     match (cfg.k_eq_v, key_from_v) {
-        (false, None) => Ok((
-            Tensor::zeros(ctx, "attention.key_rope", &[4], DType::F32)?,
-            0,
-        )),
+        (false, None) => {}
         (true, Some(kv)) => {
-            if kv.k_norm_weight.len() != d || kv.rope.head_dim != d {
-                return Err(Error::invalid(
-                    "attention",
-                    "key_from_v (k_norm weight length, rope head_dim)",
-                    format!("{d}, {d}"),
-                    format!("{}, {}", kv.k_norm_weight.len(), kv.rope.head_dim),
-                ));
-            }
-            let mut data = kv.k_norm_weight.to_vec();
+            check_table("key_from_v", d, kv.k_norm_weight, &kv.rope)?;
+            data.extend_from_slice(kv.k_norm_weight);
             data.extend(rope_inv_freq(&kv.rope));
-            let t = Tensor::from_f32(ctx, "attention.key_rope", &[data.len()], &data)?;
-            Ok((t, kv.rope.rotated_pairs() as u32))
+            rot_pairs = kv.rope.rotated_pairs() as u32;
         }
-        (k_eq_v, _) => Err(Error::invalid(
-            "attention",
-            "key_from_v",
-            if k_eq_v {
-                "Some (the cache is K = V)"
-            } else {
-                "None (the cache stores K)"
-            },
-            if k_eq_v { "None" } else { "Some" },
-        )),
+        (k_eq_v, _) => {
+            return Err(Error::invalid(
+                "attention",
+                "key_from_v",
+                if k_eq_v {
+                    "Some (the cache is K = V)"
+                } else {
+                    "None (the cache stores K)"
+                },
+                if k_eq_v { "None" } else { "Some" },
+            ))
+        }
     }
+    let fold = match fold_q {
+        Some(f) => {
+            check_table("fold_q", d, f.norm_weight, &f.rope)?;
+            // The table is read as vec4s: q's part starts on a vec4.
+            data.resize(data.len().next_multiple_of(4), 0.0);
+            let at = (data.len() / 4) as u32;
+            data.extend_from_slice(f.norm_weight);
+            data.extend(rope_inv_freq(&f.rope));
+            Some(decode::FoldQTable {
+                at,
+                rot_pairs: f.rope.rotated_pairs() as u32,
+                eps: f.eps,
+            })
+        }
+        None => None,
+    };
+    if data.is_empty() {
+        data.resize(4, 0.0);
+    }
+    let t = Tensor::from_f32(ctx, "attention.key_rope", &[data.len()], &data)?;
+    Ok((t, rot_pairs, fold))
 }
 
-/// One layer's attention kernels being built: what every route binds (the inputs, the
-/// scratch, the key-rebuild table) and the split-K shader for its head_dim.
+/// A norm weight of `head_dim` values and a rope of that head_dim.
+fn check_table(what: &str, d: usize, norm_weight: &[f32], rope: &RopeConfig) -> Result<()> {
+    if norm_weight.len() != d || rope.head_dim != d {
+        return Err(Error::invalid(
+            "attention",
+            format!("{what} (norm weight length, rope head_dim)"),
+            format!("{d}, {d}"),
+            format!("{}, {}", norm_weight.len(), rope.head_dim),
+        ));
+    }
+    Ok(())
+}
+
 struct LayerBuild<'a> {
     ctx: &'a GpuContext,
     inputs: &'a AttentionInputs<'a>,
@@ -250,6 +300,7 @@ struct LayerBuild<'a> {
     shader: &'static str,
     key_rope: &'a Tensor,
     rot_pairs: u32,
+    fold_q: Option<decode::FoldQTable>,
 }
 
 impl LayerBuild<'_> {
@@ -349,6 +400,7 @@ impl LayerBuild<'_> {
             scratch: self.scratch,
             key_rope: self.key_rope,
             rot_pairs: self.rot_pairs,
+            fold_q: self.fold_q,
         };
         Ok(Ok(Box::new(DecodeKernels::build(
             self.ctx, self.geo, &bindings,
@@ -427,7 +479,7 @@ impl Attention {
                 failed,
             });
         }
-        let (key_rope, rot_pairs) = key_rope(ctx, &cfg, key_from_v)?;
+        let (key_rope, rot_pairs, fold_q) = key_rope(ctx, &cfg, key_from_v, inputs.fold_q)?;
         let layer = LayerBuild {
             ctx,
             inputs: &inputs,
@@ -437,6 +489,7 @@ impl Attention {
             shader: split_k_shader(d, cfg.k_eq_v).expect("the route guards passed"),
             key_rope: &key_rope,
             rot_pairs,
+            fold_q,
         };
         let partial = (0..geo.chunks.len())
             .map(|c| layer.partial(c, false))
@@ -449,6 +502,22 @@ impl Attention {
         let combine = layer.combine()?;
         let tiled = layer.tiled()?;
         let decode = layer.decode()?;
+        if fold_q.is_some() {
+            let mut failed = decode.as_ref().err().cloned().unwrap_or_default();
+            if geo.chunks.len() != 1 {
+                failed.push(format!(
+                    "q_norm + RoPE in attention: a cache in one chunk (this one has {})",
+                    geo.chunks.len()
+                ));
+            }
+            if !failed.is_empty() {
+                return Err(Error::NoRoute {
+                    op: "attention (q_norm + RoPE folded)",
+                    shapes: format!("q {:?}, kv_heads {}, head_dim {d}", q.shape(), cfg.kv_heads),
+                    failed,
+                });
+            }
+        }
         Ok(Attention {
             geo,
             partial,
@@ -456,6 +525,7 @@ impl Attention {
             combine,
             decode,
             tiled,
+            folded_q: fold_q.is_some(),
         })
     }
 
@@ -468,6 +538,10 @@ impl Attention {
     /// it, the tiled route for steps of at least [`plan::TILED_MIN_ROWS`] when it has that,
     /// else split_k.
     pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
+        if self.folded_q {
+            // Raw q: only the decode route normalises it (plan_decode refuses m > 9).
+            return decode::plan_decode(&self.geo, m, kv_len, None);
+        }
         match (&self.decode, &self.tiled) {
             (Ok(_), _) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
             (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => plan::plan_tiled(&self.geo, m, kv_len, None),
@@ -495,6 +569,11 @@ impl Attention {
         kv_len: usize,
         splits: Option<u32>,
     ) -> Result<AttentionPlan> {
+        if self.folded_q && route != AttentionRoute::Decode {
+            return Err(self.no_route(&[format!(
+                "{route:?} route: q_norm + RoPE are folded into the decode route only"
+            )]));
+        }
         match (route, &self.decode) {
             (AttentionRoute::SplitK, _) => match splits {
                 Some(s) => plan::plan_with_splits(&self.geo, m, kv_len, s),

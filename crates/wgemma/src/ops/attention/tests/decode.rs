@@ -77,6 +77,7 @@ fn decode_layer(
     Attention::new(
         ctx,
         AttentionInputs {
+            fold_q: None,
             q: &q,
             positions: &pos,
             cache: &cache,
@@ -286,6 +287,7 @@ fn rollback_then_decode_uses_the_decode_route() {
     let pos = Tensor::zeros(ctx, "pos", &[4], DType::U32).unwrap();
     let scratch = AttentionScratch::for_head_dim(ctx, 64).unwrap();
     let inputs = AttentionInputs {
+        fold_q: None,
         q: &q,
         positions: &pos,
         cache: &cache,
@@ -321,6 +323,7 @@ fn layer(heads: usize, kv_heads: usize, d: usize, rows: usize) -> Attention {
     Attention::new(
         ctx,
         AttentionInputs {
+            fold_q: None,
             q: &q,
             positions: &pos,
             cache: &cache,
@@ -555,10 +558,18 @@ fn shader_copies_are_identical() {
 #[test]
 fn bench_cases_are_well_formed() {
     let cases = decode_bench_cases();
-    assert_eq!(cases.len(), 16);
+    assert_eq!(cases.len(), 24);
     let names: Vec<String> = cases.iter().map(|c| c.name()).collect();
     assert_eq!(
         names.iter().filter(|n| n.contains("route=decode")).count(),
+        16
+    );
+    // The decode steps again with q_norm + RoPE folded in (KV-shared layers).
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| n.contains("route=decode fold_q"))
+            .count(),
         8
     );
     assert_eq!(
@@ -579,4 +590,94 @@ fn bench_cases_are_well_formed() {
     first.copies = 1;
     let report = pollster::block_on(check(test_context(), &first, 0)).unwrap();
     assert!(report.pass(), "{report}");
+}
+
+/// q_norm + RoPE folded into the partial (KV-shared layers) against the reference's
+/// q_norm, RoPE and attention: E2B's head dims (256 sliding, 512 full with proportional,
+/// partial rotation) and 64, decode and verify rows, a K = V cache, both reductions.
+#[test]
+fn folded_q_norm_rope_matches_the_reference() {
+    let mut cases = Vec::new();
+    for (d, rows, start) in [(256, 1, 700), (512, 3, 300), (64, 9, 40)] {
+        let mut full = AttentionCase::new(8, 1, d, rows, start);
+        full.fold_q = true;
+        let mut sliding = AttentionCase::new(8, 1, d, rows, start).sliding(128, 9);
+        sliding.fold_q = true;
+        cases.push(full.clone());
+        cases.push(sliding);
+        full.k_eq_v = true;
+        cases.push(full);
+    }
+    let cases = boxed(cases);
+    assert_cases_pass(&cases, 0..2);
+    assert_pass_on(portable_context(), &cases, 0..1);
+}
+
+/// A folded layer has only the decode route: other routes and steps of more rows than it
+/// takes have no plan, instead of attending with q as q_proj wrote it.
+#[test]
+fn folded_q_norm_rope_has_no_other_route() {
+    let ctx = test_context();
+    let d = 64;
+    let cache = KvCache::new(
+        ctx,
+        "c",
+        KvCacheConfig {
+            kv_heads: 1,
+            head_dim: d,
+            layout: KvLayout::Full { max_len: 64 },
+            k_eq_v: false,
+            max_binding_bytes: None,
+            sequences: 1,
+        },
+    )
+    .unwrap();
+    let q = Tensor::zeros(ctx, "q", &[16, 4, d], DType::F32).unwrap();
+    let out = Tensor::zeros(ctx, "out", &[16, 4, d], DType::F32).unwrap();
+    let pos = Tensor::zeros(ctx, "pos", &[16], DType::U32).unwrap();
+    let scratch = AttentionScratch::for_head_dim(ctx, d).unwrap();
+    let norm_weight = vec![1.0; d];
+    let attention = Attention::new(
+        ctx,
+        AttentionInputs {
+            fold_q: Some(FoldQ {
+                norm_weight: &norm_weight,
+                rope: crate::ops::rope::RopeConfig::gemma4_sliding(d),
+                eps: 1e-6,
+            }),
+            q: &q,
+            positions: &pos,
+            cache: &cache,
+            out: &out,
+            key_from_v: None,
+        },
+        &scratch,
+    )
+    .unwrap();
+    assert_eq!(attention.plan(1, 20).unwrap().route, AttentionRoute::Decode);
+    assert!(attention.plan(16, 40).is_err(), "16 rows: no decode plan");
+    for route in [AttentionRoute::SplitK, AttentionRoute::Tiled] {
+        let err = attention.plan_route(route, 1, 20, None).unwrap_err();
+        assert!(err.to_string().contains("folded"), "{err}");
+    }
+    // A weight of the wrong length is refused when the layer is built.
+    let short = vec![1.0; d - 1];
+    let err = Attention::new(
+        ctx,
+        AttentionInputs {
+            fold_q: Some(FoldQ {
+                norm_weight: &short,
+                rope: crate::ops::rope::RopeConfig::gemma4_sliding(d),
+                eps: 1e-6,
+            }),
+            q: &q,
+            positions: &pos,
+            cache: &cache,
+            out: &out,
+            key_from_v: None,
+        },
+        &scratch,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("fold_q"), "{err}");
 }

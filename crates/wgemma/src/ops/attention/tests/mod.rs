@@ -172,6 +172,7 @@ fn forward(
     let attention = Attention::new(
         ctx,
         AttentionInputs {
+            fold_q: None,
             q: &tq,
             positions: &tpos,
             cache,
@@ -348,6 +349,7 @@ fn guards_fail_closed() {
         Attention::new(
             ctx,
             AttentionInputs {
+                fold_q: None,
                 q,
                 positions: pos,
                 cache,

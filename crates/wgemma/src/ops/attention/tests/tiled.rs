@@ -88,6 +88,7 @@ fn the_planner_takes_tiled_for_prefill_where_its_guards_pass() {
         Attention::new(
             ctx,
             AttentionInputs {
+                fold_q: None,
                 q: &t(&[rows, 8, d], DType::F32),
                 positions: &t(&[rows], DType::U32),
                 cache: &cache,
