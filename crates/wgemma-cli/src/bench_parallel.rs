@@ -16,9 +16,7 @@ use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
 use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape};
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::target::Model;
-use wgemma::ops::opset::OpSet;
+use wgemma::session::engine::{parse_assistant_config, Assistant, AssistantOptions, Model, OpSet};
 use wgemma::session::{DraftReplacement, GenerateRequest, Session, Stream};
 
 /// What a parallel bench runs.

@@ -8,18 +8,13 @@ use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use wgemma::formats::synthetic::{RandomAssistant, SyntheticShape};
-use wgemma::generate::plain::GenerateOptions;
-use wgemma::generate::sampling::SamplingParams;
-use wgemma::generate::speculative::{
-    generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan, ReplacedDrafts,
-    SpeculativeOptions, SpeculativeOutput,
-};
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::forward::LogitRows;
-use wgemma::model::target::Model;
-use wgemma::ops::opset::OpSet;
+use wgemma::session::engine::{
+    generate_speculative_replacing_drafts, parse_assistant_config, Assistant, AssistantOptions,
+    DraftSchedule, GenerateOptions, LogitRows, Model, OpSet, Phase, PhaseSpan, ReplacedDrafts,
+    SamplingParams, SpeculativeOptions, SpeculativeOutput,
+};
 
 /// The synthetic shape `model` has (a synthetic model or a `synth-checkpoint` directory),
 /// among those with a published assistant.

@@ -45,9 +45,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::ops::attention::MAX_SEQUENCES;
+use wgemma::session::engine::{MAX_DRAFT_TOKENS, MAX_SEQUENCES};
 use wgemma::session::{PromptEncoder, Session, TextTools};
 
 #[derive(Args)]

@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wgemma::generate::sampling::LogitAdjust;
+use wgemma::session::engine::{LogitAdjust, TOOL_RESPONSE_START};
 use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).
@@ -392,7 +392,7 @@ fn common(
         if !t.declared().is_empty() {
             // Gemma 4 opens a tool response after its calls: the reply ends there, and the
             // client runs the calls.
-            stop.push(wgemma::text::tool_markers::TOOL_RESPONSE_START.to_string());
+            stop.push(TOOL_RESPONSE_START.to_string());
         }
     }
     let stream = f.stream.unwrap_or(false);

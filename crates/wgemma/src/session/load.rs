@@ -14,34 +14,7 @@ use crate::formats::synthetic::SyntheticShape;
 use crate::model::assistant::Assistant;
 use crate::model::target::ModelOptions;
 use crate::model::weights::WeightFormat;
-use crate::text::chat::ChatTemplate;
-use crate::text::tokenizer::Tokenizer;
 use std::cell::Cell;
-use std::sync::Arc;
-
-/// What a target needs around its weights to turn text into tokens and back.
-#[derive(Default)]
-pub struct TextSetup {
-    /// Shared with [`PromptEncoder`](super::PromptEncoder)s, which encode prompts away from the model.
-    pub tokenizer: Option<Arc<Tokenizer>>,
-    /// EOS ids of generation_config.json (else config.json).
-    pub eos_ids: Vec<u32>,
-    /// The checkpoint's chat template (None: Gemma 4's built-in turn format).
-    pub chat_template: Option<Arc<ChatTemplate>>,
-}
-
-/// The `eos_token_id` (one id or a list) of a generation_config.json.
-pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
-    match generation_config.get("eos_token_id") {
-        Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
-        Some(serde_json::Value::Array(a)) => a
-            .iter()
-            .filter_map(|v| v.as_u64())
-            .map(|v| v as u32)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
 
 impl Session {
     /// Loads the target `source` holds (any model and assistant loaded before are dropped

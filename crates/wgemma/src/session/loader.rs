@@ -3,7 +3,6 @@
 //! target. Every caller (the CLI, the server, the browser, the demo) loads through these,
 //! so a source is parsed, checked and named in errors one way.
 
-use super::load::{eos_ids_of, TextSetup};
 use super::source::{
     AssistantFrom, CheckpointSource, Label, LoadEvent, LoadHooks, LoadSource, Opened, PlaceFn, Step,
 };
@@ -23,6 +22,30 @@ use crate::text::tokenizer::Tokenizer;
 use crate::weights::upload::StreamOptions;
 use std::sync::Arc;
 use web_time::Instant;
+
+/// What a target needs around its weights to turn text into tokens and back.
+#[derive(Default)]
+pub struct TextSetup {
+    /// Shared with [`PromptEncoder`](super::PromptEncoder)s, which encode prompts away from the model.
+    pub tokenizer: Option<Arc<Tokenizer>>,
+    /// EOS ids of generation_config.json (else config.json).
+    pub eos_ids: Vec<u32>,
+    /// The checkpoint's chat template (None: Gemma 4's built-in turn format).
+    pub chat_template: Option<Arc<ChatTemplate>>,
+}
+
+/// The `eos_token_id` (one id or a list) of a generation_config.json.
+pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
+    match generation_config.get("eos_token_id") {
+        Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| v as u32).into_iter().collect(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .map(|v| v as u32)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// A target loaded by [`load_target`], ready for [`super::Session::install`].
 pub struct LoadedTarget {
@@ -559,7 +582,7 @@ pub fn load_assistant(
     ctx: &GpuContext,
     target: &Model,
     from: AssistantFrom<'_>,
-    hooks: &LoadHooks<'_>,
+    hooks: LoadHooks<'_>,
 ) -> Result<Assistant> {
-    OpenedAssistant::open(from, hooks)?.load(ctx, target, hooks)
+    OpenedAssistant::open(from, &hooks)?.load(ctx, target, &hooks)
 }

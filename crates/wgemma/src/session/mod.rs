@@ -28,8 +28,7 @@ pub use crate::text::stop::StopStrings;
 pub use crate::text::tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use batch::{Stream, StreamExtras, TokenConstraint};
 pub use drafting::DraftReplacement;
-pub use load::{eos_ids_of, TextSetup};
-pub use loader::{load_assistant, load_target, size_limits, LoadedTarget};
+pub use loader::{eos_ids_of, load_assistant, load_target, size_limits, LoadedTarget, TextSetup};
 pub use source::{
     AssistantFrom, CheckpointSource, Label, LoadEvent, LoadHooks, LoadSource, Opened, PlaceFn, Step,
 };
