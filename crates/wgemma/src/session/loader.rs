@@ -469,7 +469,8 @@ fn synthetic(
 pub(super) enum OpenedAssistant<'a> {
     Checkpoint(Checkpoint<'a>, AssistantSpec),
     Gguf(GgufFile<'a>, AssistantSpec),
-    Artifact(Artifact<'a>),
+    /// Boxed: a parsed artifact (its manifest and both specs) is twice the others' size.
+    Artifact(Box<Artifact<'a>>),
     Synthetic(SyntheticAssistant, AssistantSpec),
 }
 
@@ -500,7 +501,7 @@ impl<'a> OpenedAssistant<'a> {
             AssistantFrom::Artifact(bytes) => {
                 let names = Names::new(&hooks.place, assistant_artifact_names);
                 let art = Artifact::parse(bytes).map_err(names.at(Step::Open))?;
-                Ok(OpenedAssistant::Artifact(art))
+                Ok(OpenedAssistant::Artifact(Box::new(art)))
             }
             AssistantFrom::Synthetic { target_seed, seed } => {
                 let names = Names::new(&hooks.place, no_names);
