@@ -19,6 +19,7 @@ use crate::model::{parse_config, ModelSpec, SizeLimits};
 use crate::ops::opset::OpSet;
 use crate::text::chat::ChatTemplate;
 use crate::text::tokenizer::Tokenizer;
+use crate::weights::source::WeightSource;
 use crate::weights::upload::StreamOptions;
 use std::sync::Arc;
 use web_time::Instant;
@@ -260,6 +261,32 @@ fn summary(what: &str, spec: &ModelSpec, extra: &str) -> String {
     )
 }
 
+/// Uploads `spec`'s weights from `source`, its steps reported to `progress`.
+fn load_weights(
+    ctx: &GpuContext,
+    source: &dyn WeightSource,
+    spec: ModelSpec,
+    options: ModelOptions,
+    progress: &mut Box<dyn FnMut(LoadEvent) + '_>,
+) -> Result<Model> {
+    Model::load(ctx, source, spec, options, &mut |done, total| {
+        progress(LoadEvent::Steps { done, total })
+    })
+}
+
+/// The text side of a target, shared with the prompt encoders.
+fn text_setup(
+    tokenizer: Option<Tokenizer>,
+    eos_ids: Vec<u32>,
+    chat_template: Option<ChatTemplate>,
+) -> TextSetup {
+    TextSetup {
+        tokenizer: tokenizer.map(Arc::new),
+        eos_ids,
+        chat_template: chat_template.map(Arc::new),
+    }
+}
+
 fn checkpoint(
     ctx: &GpuContext,
     files: CheckpointSource<'_>,
@@ -290,22 +317,15 @@ fn checkpoint(
     let chat_template = ChatTemplate::from_checkpoint(files.chat_template, files.tokenizer_config)
         .map_err(names.at(Step::ChatTemplate))?;
     let summary = summary("Gemma 4 checkpoint", &spec, "");
-    let progress = &mut hooks.progress;
-    let model = Model::load(ctx, &ck, spec, options, &mut |done, total| {
-        progress(LoadEvent::Steps { done, total })
-    })
-    .map_err(names.at(Step::Weights))?;
+    let model = load_weights(ctx, &ck, spec, options, &mut hooks.progress)
+        .map_err(names.at(Step::Weights))?;
     let unread = ck
         .check_all_read(hooks.allow_extra_tensors)
         .map_err(names.at(Step::UnreadTensors))?;
     if !unread.is_empty() {
         (hooks.progress)(LoadEvent::IgnoredTensors(describe_unread(&unread)));
     }
-    let text = TextSetup {
-        tokenizer: tokenizer.map(Arc::new),
-        eos_ids,
-        chat_template: chat_template.map(Arc::new),
-    };
+    let text = text_setup(tokenizer, eos_ids, chat_template);
     Ok((model, text, summary))
 }
 
@@ -346,16 +366,9 @@ fn gguf(
             quantiser: hooks.quantiser,
             ..StreamOptions::default()
         });
-    let progress = &mut hooks.progress;
-    let model = Model::load(ctx, &weights, spec, options, &mut |done, total| {
-        progress(LoadEvent::Steps { done, total })
-    })
-    .map_err(names.at(Step::Weights))?;
-    let text = TextSetup {
-        tokenizer: tokenizer.map(Arc::new),
-        eos_ids,
-        chat_template: chat_template.map(Arc::new),
-    };
+    let model = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
+        .map_err(names.at(Step::Weights))?;
+    let text = text_setup(tokenizer, eos_ids, chat_template);
     Ok((model, text, summary))
 }
 
@@ -413,12 +426,8 @@ fn artifact(
         ""
     };
     let summary = summary("Gemma 4 artifact", art.target_spec(), with_assistant);
-    let text = TextSetup {
-        tokenizer: tokenizer.map(Arc::new),
-        eos_ids,
-        // Artifacts store no chat template: the built-in Gemma 4 format applies.
-        chat_template: None,
-    };
+    // Artifacts store no chat template: the built-in Gemma 4 format applies.
+    let text = text_setup(tokenizer, eos_ids, None);
     Ok(finish(
         model,
         text,
@@ -453,15 +462,9 @@ fn synthetic(
         &spec,
         &format!(", random weights, seed {seed}, no tokenizer"),
     );
-    let progress = &mut hooks.progress;
-    let model = Model::load(
-        ctx,
-        &SyntheticWeights { seed },
-        spec,
-        options,
-        &mut |done, total| progress(LoadEvent::Steps { done, total }),
-    )
-    .map_err(names.at(Step::Weights))?;
+    let weights = SyntheticWeights { seed };
+    let model = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
+        .map_err(names.at(Step::Weights))?;
     Ok((model, text, summary))
 }
 
