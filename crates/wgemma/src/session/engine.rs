@@ -9,13 +9,12 @@ pub use crate::generate::speculative::{
     generate_speculative, generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan,
     ReplacedDrafts, SpeculativeOptions, SpeculativeOutput, SpeculativeStats, MAX_DRAFT_TOKENS,
 };
-pub use crate::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
+pub use crate::model::assistant::Assistant;
 pub use crate::model::forward::LogitRows;
 pub use crate::model::target::{Model, ModelOptions, Want};
 pub use crate::model::weights::WeightFormat;
 pub use crate::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
 pub use crate::ops::attention::MAX_SEQUENCES;
-pub use crate::ops::opset::OpSet;
 pub use crate::text::tokenizer::{parse_prompt_ids, Tokenizer};
 pub use crate::text::tool_grammar::tool_call_grammar;
 pub use crate::text::tool_markers::TOOL_RESPONSE_START;

@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::formats::artifact::{self, Artifact, Which};
 use crate::formats::gguf::{self, GgufFile, GgufWeights};
 use crate::formats::hf::{describe_unread, Checkpoint};
-use crate::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
+use crate::formats::synthetic::{
+    RandomAssistant, SyntheticAssistant, SyntheticShape, SyntheticWeights,
+};
 use crate::gpu::GpuContext;
 use crate::model::assistant::{parse_assistant_config, Assistant, AssistantOptions, AssistantSpec};
 use crate::model::target::{Model, ModelOptions};
@@ -475,6 +477,7 @@ pub(super) enum OpenedAssistant<'a> {
     /// Boxed: a parsed artifact (its manifest and both specs) is twice the others' size.
     Artifact(Box<Artifact<'a>>),
     Synthetic(SyntheticAssistant, AssistantSpec),
+    Random(RandomAssistant, AssistantSpec),
 }
 
 impl<'a> OpenedAssistant<'a> {
@@ -513,6 +516,13 @@ impl<'a> OpenedAssistant<'a> {
                     .map_err(names.at(Step::Config))?;
                 Ok(OpenedAssistant::Synthetic(source, spec))
             }
+            AssistantFrom::Random { shape, seed } => {
+                let names = Names::new(&hooks.place, no_names);
+                let source = RandomAssistant::new(shape, seed).map_err(names.at(Step::Open))?;
+                let spec = parse_assistant_config(&source.config_json())
+                    .map_err(names.at(Step::Config))?;
+                Ok(OpenedAssistant::Random(source, spec))
+            }
         }
     }
 
@@ -522,7 +532,7 @@ impl<'a> OpenedAssistant<'a> {
             OpenedAssistant::Checkpoint(..) => assistant_checkpoint_names,
             OpenedAssistant::Gguf(..) => assistant_gguf_names,
             OpenedAssistant::Artifact(_) => assistant_artifact_names,
-            OpenedAssistant::Synthetic(..) => no_names,
+            OpenedAssistant::Synthetic(..) | OpenedAssistant::Random(..) => no_names,
         }
     }
 
@@ -562,6 +572,9 @@ impl<'a> OpenedAssistant<'a> {
                 })
             }
             OpenedAssistant::Synthetic(source, spec) => {
+                Assistant::load(ctx, &source, spec, target, &mtp, options)
+            }
+            OpenedAssistant::Random(source, spec) => {
                 Assistant::load(ctx, &source, spec, target, &mtp, options)
             }
         }

@@ -49,6 +49,9 @@ pub enum AssistantFrom<'a> {
     Artifact(&'a [u8]),
     /// The synthetic tiny target's centroid-head assistant (the demo's).
     Synthetic { target_seed: u64, seed: u64 },
+    /// The published assistant's shape for a synthetic E2B or E4B target, random weights
+    /// from `seed` (benches).
+    Random { shape: SyntheticShape, seed: u64 },
 }
 
 /// The parts of a load an error can come from. [`LoadHooks::place`] names them in the
