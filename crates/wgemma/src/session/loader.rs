@@ -3,8 +3,12 @@
 //! target. Every caller (the CLI, the server, the browser, the demo) loads through these,
 //! so a source is parsed, checked and named in errors one way.
 
+use super::places::{
+    artifact_names, assistant_artifact_names, assistant_checkpoint_names, assistant_gguf_names,
+    checkpoint_names, gguf_names, no_names, Names,
+};
 use super::source::{
-    AssistantFrom, CheckpointSource, Label, LoadEvent, LoadHooks, LoadSource, Opened, PlaceFn, Step,
+    AssistantFrom, CheckpointSource, Label, LoadEvent, LoadHooks, LoadSource, Opened, Step,
 };
 use crate::error::{Error, Result};
 use crate::formats::artifact::{self, Artifact, Which};
@@ -59,96 +63,6 @@ pub struct LoadedTarget {
     pub description: String,
     /// Wall time of the load.
     pub load_ms: f64,
-}
-
-/// Names errors by [`Step`]: the caller's names when it gave them, else the library's.
-struct Names<'h, 'a> {
-    caller: Option<&'h PlaceFn<'a>>,
-    own: fn(Step) -> Option<&'static str>,
-}
-
-impl Names<'_, '_> {
-    /// `place`: the caller's [`LoadHooks::place`]; `own`: the library's names.
-    fn new<'h, 'a>(
-        place: &'h Option<Box<PlaceFn<'a>>>,
-        own: fn(Step) -> Option<&'static str>,
-    ) -> Names<'h, 'a> {
-        Names {
-            caller: place.as_deref(),
-            own,
-        }
-    }
-
-    /// `step`'s errors, said to come from where the caller (or the library) names it.
-    fn at(&self, step: Step) -> impl Fn(Error) -> Error + '_ {
-        move |e| {
-            let place = match self.caller {
-                Some(name) => name(step),
-                None => (self.own)(step).map(str::to_string),
-            };
-            match place {
-                Some(place) => e.within(place),
-                None => e,
-            }
-        }
-    }
-}
-
-/// The browser's names: the files of a checkpoint by role.
-fn checkpoint_names(step: Step) -> Option<&'static str> {
-    match step {
-        Step::Config => Some("config.json"),
-        Step::Tokenizer => Some("tokenizer.json"),
-        _ => None,
-    }
-}
-
-fn gguf_names(step: Step) -> Option<&'static str> {
-    match step {
-        Step::Open => Some("GGUF"),
-        Step::Metadata => Some("GGUF metadata"),
-        Step::Config => Some("the config the GGUF metadata describes"),
-        Step::TokenizerMetadata => Some("the GGUF tokenizer metadata"),
-        Step::Tokenizer => Some("tokenizer.json"),
-        _ => None,
-    }
-}
-
-fn artifact_names(step: Step) -> Option<&'static str> {
-    match step {
-        Step::Open => Some("artifact"),
-        Step::Tokenizer => Some("the artifact's text files: tokenizer.json"),
-        _ => None,
-    }
-}
-
-fn no_names(_: Step) -> Option<&'static str> {
-    None
-}
-
-fn assistant_checkpoint_names(step: Step) -> Option<&'static str> {
-    match step {
-        Step::Config => Some("assistant config.json"),
-        Step::Weights => Some("loading the assistant"),
-        _ => None,
-    }
-}
-
-fn assistant_gguf_names(step: Step) -> Option<&'static str> {
-    match step {
-        Step::Open => Some("assistant GGUF"),
-        Step::Metadata => Some("assistant GGUF metadata"),
-        Step::Config => Some("the assistant config the GGUF metadata describes"),
-        Step::Weights => Some("loading the assistant"),
-        _ => None,
-    }
-}
-
-fn assistant_artifact_names(step: Step) -> Option<&'static str> {
-    match step {
-        Step::Weights => Some("loading the artifact's assistant"),
-        _ => None,
-    }
 }
 
 /// What a load of `options` may use on `ctx` and a host of `host_memory_bytes`.

@@ -17,6 +17,7 @@ mod drafting;
 pub mod engine;
 mod load;
 mod loader;
+mod places;
 mod source;
 mod types;
 
