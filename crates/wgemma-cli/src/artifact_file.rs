@@ -30,9 +30,9 @@ impl ArtifactFile {
         Artifact::parse(&self.map).with_context(|| format!("artifact {}", path.display()))
     }
 
-    /// The file's length in bytes.
-    pub fn byte_len(&self) -> usize {
-        self.map.len()
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
     }
 
     /// Drops the pages of `range` from this process's memory (they stay in the page cache

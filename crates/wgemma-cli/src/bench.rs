@@ -10,21 +10,20 @@ use crate::bench_diag::{
 use crate::bench_parallel;
 use crate::bench_table::{gemm_family, print_table, samples_at, timed, TestRow};
 use crate::generate::{check_exists, ModelArgs};
-use crate::load::{load_assistant, load_model, load_synthetic, Loaded};
+use crate::load::{load_assistant_into, load_model, load_synthetic, Loaded};
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::time::Instant;
 use wgemma::formats::synthetic::SyntheticShape;
-use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
-use wgemma::harness;
-use wgemma::model::assistant::Assistant;
-use wgemma::model::target::{Model, ModelOptions, Want};
-use wgemma::model::weights::WeightFormat;
-use wgemma::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
-use wgemma::ops::read_bandwidth::ReadBandwidthCase;
+use wgemma::session::engine::{
+    op_checks::{self, ReadBandwidthCase},
+    Assistant, Model, ModelOptions, PlanOptions, Want, WeightFormat, DEFAULT_NORM_PROLOGUE_ROWS,
+    MAX_DRAFT_TOKENS, MAX_SEQUENCES,
+};
+use wgemma::session::LoadedTarget;
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -429,29 +428,24 @@ fn parallel(
     model_name: String,
 ) -> Result<()> {
     let mut loaded = loaded;
-    loaded.model.set_plan_options(args.plan_options());
-    let format = loaded.model.options.format;
+    loaded.target.model.set_plan_options(args.plan_options());
     let path = args
         .model
         .clone()
         .unwrap_or_else(|| model_name.clone().into());
     let mut session = loaded.into_session(ctx, &path, None, true)?;
-    let assistant = match &args.model {
-        None => bench_parallel::synthetic_assistant(&session, args.seed)?,
-        Some(path) => Some(
-            load_assistant(session.ctx(), path, session.model()?, format, true).with_context(
-                || {
-                    format!(
-                        "--parallel with --model {}: expected a model artifact holding its \
-                         assistant",
-                        path.display()
-                    )
-                },
-            )?,
-        ),
-    };
-    if let Some(a) = assistant {
-        session.install_assistant(a);
+    match &args.model {
+        None => {
+            if let Some(a) = bench_parallel::synthetic_assistant(&session, args.seed)? {
+                session.install_assistant(a);
+            }
+        }
+        Some(path) => load_assistant_into(&mut session, path, true).with_context(|| {
+            format!(
+                "--parallel with --model {}: expected a model artifact holding its assistant",
+                path.display()
+            )
+        })?,
     }
     bench_parallel::run(
         &mut session,
@@ -491,9 +485,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(streams) = args.parallel {
         return parallel(args, sizes, loaded, ctx, streams, model_name);
     }
-    let Loaded {
+    let LoadedTarget {
         mut model, load_ms, ..
-    } = loaded;
+    } = loaded.target;
     model.set_plan_options(args.plan_options());
     let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut model, context_len)?;
     let next = plain.greedy[0];
@@ -541,7 +535,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // the cache's, and it is labelled as what it is below.
     let tiny = args.synthetic.as_deref() == Some("tiny");
     let (words, runs) = if tiny { (4 << 20, 10) } else { (64 << 20, 50) };
-    let bandwidth = harness::perf(&ctx, &ReadBandwidthCase { words }, runs)?;
+    let bandwidth = op_checks::perf(&ctx, &ReadBandwidthCase { words }, runs)?;
     let outcome = Outcome {
         model_name,
         load_ms,
@@ -581,7 +575,7 @@ fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
         bail!("--prefill-chunk: expected at least 1 row, found 0");
     }
     // The model's own sequence keeps slot 0; each stream takes one more.
-    let max_parallel = wgemma::ops::attention::MAX_SEQUENCES - 1;
+    let max_parallel = MAX_SEQUENCES - 1;
     match args.parallel {
         Some(n) if !(1..=max_parallel).contains(&n) => {
             bail!("--parallel: expected 1..={max_parallel} streams, found {n}")

@@ -5,13 +5,12 @@
 use anyhow::Result;
 use std::time::Instant;
 use wgemma::gpu::GpuContext;
-use wgemma::model::target::Want;
-use wgemma::model::PlanOptions;
+use wgemma::session::engine::{Model, PlanOptions, Want};
 
 /// Per-shader totals of profiled forwards.
 pub fn profile_forwards(
     ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
+    model: &mut Model,
     first: u32,
     rows: usize,
     forwards: usize,
@@ -87,7 +86,7 @@ pub fn summarize_profile(
 /// (tokens/s, dispatches per token, barriers per token).
 fn measure_decode(
     ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
+    model: &mut Model,
     prompt: &[u32],
     steps: usize,
 ) -> Result<(f64, f64, f64)> {
@@ -111,7 +110,7 @@ fn measure_decode(
 /// `--compare-fusions`: see its help.
 pub fn compare_fusions(
     ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
+    model: &mut Model,
     prompt: &[u32],
     steps: usize,
 ) -> Result<serde_json::Value> {
@@ -141,12 +140,12 @@ pub fn compare_fusions(
 
 pub fn compare_norm_kernels(
     ctx: &GpuContext,
-    model: &mut wgemma::model::target::Model,
+    model: &mut Model,
     prompt: &[u32],
     steps: usize,
     draft_tokens: usize,
 ) -> Result<serde_json::Value> {
-    let time_forward = |model: &mut wgemma::model::target::Model, rows: usize| -> Result<f64> {
+    let time_forward = |model: &mut Model, rows: usize| -> Result<f64> {
         let tokens = vec![1u32; rows];
         let base = model.len();
         pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;

@@ -15,11 +15,11 @@ use crate::bench_table::{print_table, timed, TestRow};
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
-use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape};
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::target::Model;
-use wgemma::ops::opset::OpSet;
-use wgemma::session::{DraftReplacement, GenerateRequest, Session, Stream};
+use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::session::engine::{Assistant, Model};
+use wgemma::session::{
+    AssistantFrom, DraftReplacement, GenerateRequest, LoadHooks, Session, Stream,
+};
 
 /// What a parallel bench runs.
 pub struct ParallelBench<'a> {
@@ -50,19 +50,15 @@ pub fn synthetic_assistant(session: &Session, seed: u64) -> Result<Option<Assist
     {
         return Ok(None);
     }
-    let source = SyntheticAssistant {
+    let from = AssistantFrom::Synthetic {
         target_seed: seed,
         seed: seed.wrapping_add(1),
     };
-    Ok(Some(Assistant::load(
+    Ok(Some(wgemma::session::load_assistant(
         ctx,
-        &source,
-        parse_assistant_config(&source.config_json())?,
         model,
-        &OpSet::with_mtp(),
-        AssistantOptions {
-            format: model.options.format,
-        },
+        from,
+        LoadHooks::default(),
     )?))
 }
 

@@ -7,19 +7,14 @@
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
-use wgemma::formats::synthetic::{RandomAssistant, SyntheticShape};
-use wgemma::generate::plain::GenerateOptions;
-use wgemma::generate::sampling::SamplingParams;
-use wgemma::generate::speculative::{
-    generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan, ReplacedDrafts,
-    SpeculativeOptions, SpeculativeOutput,
-};
+use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::forward::LogitRows;
-use wgemma::model::target::Model;
-use wgemma::ops::opset::OpSet;
+use wgemma::session::engine::{
+    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, LogitRows,
+    Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions, SpeculativeOutput,
+};
+use wgemma::session::{AssistantFrom, LoadHooks};
 
 /// The synthetic shape `model` has (a synthetic model or a `synth-checkpoint` directory),
 /// among those with a published assistant.
@@ -41,16 +36,15 @@ pub fn load_assistant(
     shape: SyntheticShape,
     seed: u64,
 ) -> Result<Assistant> {
-    let source = RandomAssistant::new(shape, seed.wrapping_add(1))?;
-    Ok(Assistant::load(
+    let from = AssistantFrom::Random {
+        shape,
+        seed: seed.wrapping_add(1),
+    };
+    Ok(wgemma::session::load_assistant(
         ctx,
-        &source,
-        parse_assistant_config(&source.config_json())?,
         model,
-        &OpSet::with_mtp(),
-        AssistantOptions {
-            format: model.options.format,
-        },
+        from,
+        LoadHooks::default(),
     )?)
 }
 

@@ -2,15 +2,16 @@
 //! directory or a gemma4-assistant GGUF) into one artifact file,
 //! written to a temporary file beside the output and renamed over it only once complete.
 
-use crate::load::{bytes_bar, is_gguf, GgufMap};
+use crate::gguf_file::{is_gguf, GgufMap};
 use crate::model_dir::ModelDir;
+use crate::progress::bytes_bar;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use wgemma::formats::artifact::{convert, ConvertInput, ConvertWeights, SourceFile};
 use wgemma::formats::gguf::GgufFile;
 use wgemma::formats::hf::Checkpoint;
-use wgemma::model::weights::WeightFormat;
+use wgemma::session::engine::WeightFormat;
 
 #[derive(Args)]
 pub struct ConvertArgs {

@@ -8,6 +8,7 @@
 //! identical (exit status 1 if not). `--synthetic` runs the random-weight synthetic pair
 //! instead (token ids, no tokenizer).
 
+use crate::artifact_file::host_memory_bytes;
 use crate::generate::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
 use crate::load::{load_assistant, load_model, LoadRequest};
 use crate::timing::{compare, Samples};
@@ -15,20 +16,15 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
 use std::path::PathBuf;
-use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
-use wgemma::generate::plain::{generate, GenerateOptions, GenerateStats};
-use wgemma::generate::sampling::SamplingParams;
-use wgemma::generate::speculative::{
-    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput, SpeculativeStats,
-    MAX_DRAFT_TOKENS,
-};
+use std::sync::Arc;
+use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::forward::LogitRows;
-use wgemma::model::target::{Model, ModelOptions};
-use wgemma::model::weights::WeightFormat;
-use wgemma::ops::opset::OpSet;
-use wgemma::text::tokenizer::Tokenizer;
+use wgemma::session::engine::{
+    generate, generate_speculative, Assistant, DraftSchedule, GenerateOptions, GenerateStats,
+    LogitRows, Model, ModelOptions, SamplingParams, SpeculativeOptions, SpeculativeOutput,
+    SpeculativeStats, Tokenizer, WeightFormat, MAX_DRAFT_TOKENS,
+};
+use wgemma::session::{load_target, AssistantFrom, LoadHooks, LoadSource, Step};
 
 /// The shipped pair, found from the source tree (`./dev run`, `cargo run`).
 pub const SHIPPED_PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kjv-pair.wgemma");
@@ -90,7 +86,7 @@ pub struct DemoArgs {
 struct Pair {
     target: Model,
     assistant: Assistant,
-    tokenizer: Option<Tokenizer>,
+    tokenizer: Option<Arc<Tokenizer>>,
     stop_ids: Vec<u32>,
     prompt: Vec<u32>,
     describe: String,
@@ -119,16 +115,18 @@ fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
         allow_extra_tensors: false,
     };
     let loaded = load_model(ctx, &path, request)?;
-    let tokenizer = loaded.tokenizer.with_context(|| {
+    let text = loaded.target.text;
+    let tokenizer = text.tokenizer.with_context(|| {
         format!(
             "{}: expected an artifact with a tokenizer, found none",
             path.display()
         )
     })?;
-    let format = loaded.model.options.format;
-    let assistant = load_assistant(ctx, &path, &loaded.model, format, true)?;
+    let target = loaded.target.model;
+    let format = target.options.format;
+    let assistant = load_assistant(ctx, &path, &target, true)?;
     let prompt = tokenizer.encode_prompt(&args.prompt)?;
-    let c = &loaded.model.spec.config;
+    let c = &target.spec.config;
     let describe = format!(
         "{}: Gemma 4 target ({} layers, hidden {}, vocab {}) + MTP assistant, trained on the \
          King James Bible, {}",
@@ -142,8 +140,8 @@ fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
         format_name(format)
     );
     Ok(Pair {
-        stop_ids: tokenizer.stop_ids(&loaded.eos_ids),
-        target: loaded.model,
+        stop_ids: tokenizer.stop_ids(&text.eos_ids),
+        target,
         assistant,
         tokenizer: Some(tokenizer),
         prompt,
@@ -177,27 +175,26 @@ fn synthetic(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
         max_context: max_context + args.max_new_tokens,
         ..ModelOptions::default()
     };
-    spec.check_sizes(&crate::load::size_limits(ctx, &options))
-        .context("the synthetic pair at --max-new-tokens")?;
-    let target = Model::load(
-        ctx,
-        &SyntheticWeights { seed: args.seed },
-        spec,
+    let source = LoadSource::Synthetic {
+        shape: SyntheticShape::Tiny,
+        seed: args.seed,
+    };
+    let hooks = LoadHooks {
+        format: Some(format),
         options,
-        &mut |_, _| {},
-    )?;
-    let source = SyntheticAssistant {
+        check_sizes: true,
+        host_memory_bytes: host_memory_bytes(),
+        place: Some(Box::new(|step| {
+            (step == Step::Sizes).then(|| "the synthetic pair at --max-new-tokens".to_string())
+        })),
+        ..LoadHooks::default()
+    };
+    let target = load_target(ctx, source, hooks)?.model;
+    let from = AssistantFrom::Synthetic {
         target_seed: args.seed,
         seed: args.seed.wrapping_add(1),
     };
-    let assistant = Assistant::load(
-        ctx,
-        &source,
-        parse_assistant_config(&source.config_json())?,
-        &target,
-        &OpSet::with_mtp(),
-        AssistantOptions { format },
-    )?;
+    let assistant = wgemma::session::load_assistant(ctx, &target, from, LoadHooks::default())?;
     Ok(Pair {
         target,
         assistant,
@@ -293,13 +290,13 @@ pub fn run(args: DemoArgs) -> Result<()> {
         stop_ids,
     } = &mut pair;
     let runner = Runner::new(&ctx, &args, prompt, stop_ids);
-    let shown_text = ShownText(tokenizer.as_ref());
+    let shown_text = ShownText(tokenizer.as_deref());
     if text_out {
         println!("{describe}");
         println!("--- prompt\n{}", shown_text.of(prompt)?.trim_end());
         println!("--- plain decoding (streamed; this first run also compiles the GPU pipelines)");
     }
-    let warm_plain = runner.warm_up(target, assistant, tokenizer.as_ref(), text_out)?;
+    let warm_plain = runner.warm_up(target, assistant, tokenizer.as_deref(), text_out)?;
     let runs = runner.timed_runs(target, assistant, args.repetitions, text_out)?;
     let summary = Summary::of(&runs, &warm_plain);
     if args.json {

@@ -7,11 +7,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::path::{Path, PathBuf};
-use wgemma::generate::sampling::SamplingParams;
-use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::model::target::{ModelOptions, Want};
-use wgemma::model::weights::WeightFormat;
+use wgemma::session::engine::{
+    parse_prompt_ids, ModelOptions, SamplingParams, Want, WeightFormat, MAX_DRAFT_TOKENS,
+};
 use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
 
 /// Rows per prefill forward unless `--prefill-chunk` says otherwise (or `--context` is
@@ -101,7 +100,7 @@ pub fn check_exists_as(flag: &str, path: &Path, expected: &str) -> Result<()> {
 
 /// Parses `5,17,9`: at least one id, each a u32.
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
-    wgemma::text::tokenizer::parse_prompt_ids(s).context("--prompt-ids")
+    parse_prompt_ids(s).context("--prompt-ids")
 }
 
 /// Refuses a prompt plus `max_new_tokens` that cannot fit the KV cache, before any token
@@ -300,8 +299,8 @@ pub fn run_logits(args: LogitsArgs) -> Result<()> {
     } else {
         Want::LastLogits
     };
-    let out = pollster::block_on(loaded.model.forward(&ctx, &ids, want))?;
-    let vocab = loaded.model.spec.config.vocab_size;
+    let out = pollster::block_on(loaded.target.model.forward(&ctx, &ids, want))?;
+    let vocab = loaded.target.model.spec.config.vocab_size;
     let rows: Vec<&[f32]> = out.logits.chunks(vocab).collect();
     let _ = args.json;
     let stdout = std::io::stdout();
@@ -409,7 +408,7 @@ pub fn load_session(model: &ModelArgs, draft: &DraftArgs) -> Result<(Session, f6
     }
     let ctx = GpuContext::new_blocking(ContextOptions::default())?;
     let loaded = load_model(&ctx, &model.model, load_request)?;
-    let load_ms = loaded.load_ms;
+    let load_ms = loaded.target.load_ms;
     let session = loaded.into_session(
         ctx,
         &model.model,

@@ -3,7 +3,7 @@
 //! [`crate::inspect_gguf`].
 
 use crate::artifact_file::ArtifactFile;
-use crate::load::bytes_bar;
+use crate::progress::bytes_bar;
 use anyhow::Result;
 use clap::Args;
 use std::io::Write;
@@ -39,7 +39,7 @@ fn model_line(config: &serde_json::Value) -> String {
 
 pub fn run(args: InspectArgs) -> Result<()> {
     crate::generate::check_exists_as("inspect", &args.file, "an artifact or a GGUF file")?;
-    if crate::load::is_gguf(&args.file) {
+    if crate::gguf_file::is_gguf(&args.file) {
         return crate::inspect_gguf::run(&args.file, args.json);
     }
     let file = ArtifactFile::open(&args.file)?;

@@ -1,44 +1,33 @@
-//! Model loading for the CLI: an HF checkpoint directory, a model artifact, a llama.cpp
-//! GGUF file or a synthetic
-//! shape, into a ready [`Model`] (and an [`Assistant`]). Progress: a bar with bytes and
-//! ETA on a terminal, a plain line per phase otherwise.
+//! Model loading for the CLI: which [`LoadSource`] `--model PATH` is (an HF checkpoint
+//! directory, a model artifact, a llama.cpp GGUF file) or a synthetic shape, opened and
+//! mapped here, loaded by the library's front door ([`wgemma::session::load_target`]),
+//! with its progress shown and its errors named by path. The same for `--assistant PATH`.
 
 use crate::artifact_file::{host_memory_bytes, is_artifact, peak_rss_mb, ArtifactFile};
+use crate::gguf_file::{is_gguf, GgufMap};
 use crate::model_dir::ModelDir;
-use anyhow::{Context, Result};
-use std::io::IsTerminal;
+use crate::progress::{gb, LoadDisplay};
+use anyhow::Result;
 use std::path::Path;
-use std::time::Instant;
-use wgemma::formats::artifact::{self, LoadHooks, Which};
-use wgemma::formats::hf::Checkpoint;
-use wgemma::formats::synthetic::{SyntheticShape, SyntheticWeights};
+use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
-use wgemma::model::target::{Model, ModelOptions};
-use wgemma::model::weights::WeightFormat;
-use wgemma::model::{parse_config, ModelSpec, SizeLimits};
-use wgemma::ops::opset::OpSet;
-use wgemma::session::{eos_ids_of, ChatTemplate, Session, TextSetup};
-use wgemma::text::tokenizer::Tokenizer;
+use wgemma::session::engine::{Assistant, Model, ModelOptions, WeightFormat};
+use wgemma::session::{
+    load_assistant as load_assistant_from, load_target, AssistantFrom, CheckpointSource, Label,
+    LoadHooks, LoadSource, LoadedTarget, PlaceFn, Session, Step,
+};
 use wgemma::weights::upload::Quantiser;
 
-/// A loaded target with what the CLI needs around it.
+/// A loaded target with what the CLI reports about its load.
 pub struct Loaded {
-    pub model: Model,
-    pub tokenizer: Option<Tokenizer>,
-    /// EOS ids from generation_config.json, else config.json.
-    pub eos_ids: Vec<u32>,
-    /// chat_template.jinja, tokenizer_config.json's or a GGUF's `tokenizer.chat_template`
-    /// (None: the built-in format).
-    pub chat_template: Option<ChatTemplate>,
-    pub load_ms: f64,
+    pub target: LoadedTarget,
     /// The process's peak resident memory right after the load (MiB, Linux).
     pub peak_rss_mb: Option<f64>,
 }
 
 impl Loaded {
-    /// A session on `ctx` (the context the model was loaded on) driving this model, with an
-    /// assistant from `assistant` when given (a directory's weights take the target's format).
+    /// A session on `ctx` (the context the model was loaded on) driving this model, named
+    /// by `model_path`, with an assistant from `assistant` when given.
     pub fn into_session(
         self,
         ctx: GpuContext,
@@ -46,22 +35,13 @@ impl Loaded {
         assistant: Option<&Path>,
         verify: bool,
     ) -> Result<Session> {
-        let format = self.model.options.format;
+        let mut target = self.target;
+        target.dtype = format!("{:?}", target.model.options.format);
+        target.description = model_path.display().to_string();
         let mut session = Session::with_context(ctx);
-        session.install_model(
-            self.model,
-            TextSetup {
-                tokenizer: self.tokenizer.map(std::sync::Arc::new),
-                eos_ids: self.eos_ids,
-                chat_template: self.chat_template.map(std::sync::Arc::new),
-            },
-            &format!("{format:?}"),
-            &model_path.display().to_string(),
-            self.load_ms,
-        );
+        session.install(target);
         if let Some(path) = assistant {
-            let a = load_assistant(session.ctx(), path, session.model()?, format, verify)?;
-            session.install_assistant(a);
+            load_assistant_into(&mut session, path, verify)?;
         }
         Ok(session)
     }
@@ -78,118 +58,153 @@ pub struct LoadRequest {
     pub allow_extra_tensors: bool,
 }
 
-pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed})")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
+/// `--model PATH` or `--assistant PATH`, opened: its files mapped.
+enum ModelFile {
+    Dir(ModelDir),
+    Gguf(GgufMap),
+    Artifact(ArtifactFile),
 }
 
-/// A progress bar over bytes.
-pub fn bytes_bar(total: u64, what: &str) -> indicatif::ProgressBar {
-    let bar = indicatif::ProgressBar::new(total);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    bar.set_message(what.to_string());
-    bar
-}
+impl ModelFile {
+    fn open(path: &Path) -> Result<ModelFile> {
+        Ok(if is_gguf(path) {
+            ModelFile::Gguf(GgufMap::open(path)?)
+        } else if is_artifact(path) {
+            ModelFile::Artifact(ArtifactFile::open(path)?)
+        } else {
+            ModelFile::Dir(ModelDir::open(path)?)
+        })
+    }
 
-/// Progress of one load, in bytes of its source: a bar on a terminal, else one line per
-/// phase on stderr.
-pub struct LoadProgress {
-    bar: Option<indicatif::ProgressBar>,
-    what: String,
-    start: Instant,
-}
-
-impl LoadProgress {
-    pub fn new(what: &str, total_bytes: u64) -> LoadProgress {
-        let bar = std::io::stderr()
-            .is_terminal()
-            .then(|| bytes_bar(total_bytes, what));
-        LoadProgress {
-            bar,
-            what: what.to_string(),
-            start: Instant::now(),
+    fn target(&self) -> LoadSource<'_> {
+        match self {
+            ModelFile::Dir(dir) => LoadSource::Checkpoint(CheckpointSource {
+                config_json: &dir.config_json,
+                shards: dir.shard_bytes(),
+                tokenizer_json: dir.tokenizer_json.as_deref(),
+                generation_config: dir.generation_config.as_ref(),
+                chat_template: dir.chat_template.as_deref(),
+                tokenizer_config: dir.tokenizer_config.as_deref(),
+            }),
+            ModelFile::Gguf(map) => LoadSource::Gguf(map.mmap()),
+            ModelFile::Artifact(file) => LoadSource::Artifact(file.bytes()),
         }
     }
 
-    /// `bytes` more of the source are done.
-    pub fn add(&self, bytes: u64) {
-        if let Some(bar) = &self.bar {
-            bar.inc(bytes);
+    fn assistant(&self) -> AssistantFrom<'_> {
+        match self {
+            ModelFile::Dir(dir) => AssistantFrom::Checkpoint {
+                config_json: &dir.config_json,
+                shards: dir.shard_bytes(),
+            },
+            ModelFile::Gguf(map) => AssistantFrom::Gguf(map.mmap()),
+            ModelFile::Artifact(file) => AssistantFrom::Artifact(file.bytes()),
         }
     }
 
-    /// A phase finished: a line when no bar is drawn.
-    pub fn phase(&self, line: &str) {
-        if self.bar.is_none() {
-            eprintln!(
-                "{}: {line} ({:.1} s)",
-                self.what,
-                self.start.elapsed().as_secs_f64()
-            );
+    /// Drops pages the loader is done with from this process.
+    fn release(&self, shard: usize, range: std::ops::Range<usize>) {
+        match self {
+            ModelFile::Dir(dir) => dir.release(shard, range),
+            ModelFile::Gguf(map) => map.release(range),
+            ModelFile::Artifact(file) => file.release(range),
         }
     }
 
-    pub fn finish(&self, line: &str) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
+    /// How errors of loading the target at `path` name their part of it.
+    fn target_places(&self, path: &Path) -> Box<PlaceFn<'static>> {
+        let p = path.display().to_string();
+        match self {
+            ModelFile::Dir(_) => Box::new(move |step| match step {
+                Step::Config | Step::Sizes => Some(format!("{p}/config.json")),
+                Step::Tokenizer => Some(format!("{p}/tokenizer.json")),
+                Step::ChatTemplate => Some(format!("the chat template in {p}")),
+                Step::UnreadTensors => Some(format!("--model {p}")),
+                _ => None,
+            }),
+            ModelFile::Gguf(_) => Box::new(move |step| match step {
+                Step::Open | Step::Metadata | Step::Sizes => Some(p.clone()),
+                Step::Config => Some(format!("the config the metadata of {p} describes")),
+                Step::TokenizerMetadata | Step::Tokenizer => {
+                    Some(format!("the tokenizer metadata of {p}"))
+                }
+                Step::ChatTemplate => Some(format!("the chat template in {p}")),
+                Step::Weights => Some(format!("loading {p}")),
+                _ => None,
+            }),
+            ModelFile::Artifact(_) => Box::new(move |step| match step {
+                Step::Open => Some(format!("artifact {p}")),
+                Step::Sizes => Some(format!("the target config stored in {p}")),
+                Step::Tokenizer => Some(format!("the tokenizer stored in {p}")),
+                Step::Weights => Some(format!("loading the target of {p}")),
+                _ => None,
+            }),
         }
-        self.phase(line);
+    }
+
+    /// How errors of loading the assistant at `path` name their part of it.
+    fn assistant_places(&self, path: &Path) -> Box<PlaceFn<'static>> {
+        let p = path.display().to_string();
+        match self {
+            ModelFile::Dir(_) => Box::new(move |step| match step {
+                Step::Config => Some(format!("{p}/config.json")),
+                Step::Weights => Some(format!("loading the assistant in {p}")),
+                _ => None,
+            }),
+            ModelFile::Gguf(_) => Box::new(move |step| match step {
+                Step::Open | Step::Metadata => Some(p.clone()),
+                Step::Config => Some(format!(
+                    "the assistant config the metadata of {p} describes"
+                )),
+                Step::Weights => Some(format!("loading the assistant in {p}")),
+                _ => None,
+            }),
+            ModelFile::Artifact(_) => Box::new(move |step| match step {
+                Step::Open => Some(format!("artifact {p}")),
+                Step::Weights => Some(format!("loading the assistant of {p}")),
+                _ => None,
+            }),
+        }
+    }
+
+    /// The last progress line: what the load left on the GPU.
+    fn finished(&self, ctx: &GpuContext, model: &Model, req: &LoadRequest, q: Quantiser) -> String {
+        let (bytes, format) = (gb(model.weight_bytes()), model.options.format);
+        match self {
+            ModelFile::Dir(_) => format!(
+                "{bytes:.2} GB of weights on the GPU ({format:?}, quantised on the {})",
+                if q.on_gpu(ctx) { "GPU" } else { "CPU" }
+            ),
+            ModelFile::Gguf(_) => format!("{bytes:.2} GB of weights on the GPU ({format:?})"),
+            ModelFile::Artifact(_) => format!(
+                "{bytes:.2} GB of weights on the GPU{}",
+                if req.verify {
+                    ", checksums verified"
+                } else {
+                    ""
+                }
+            ),
+        }
     }
 }
 
-fn gb(bytes: u64) -> f64 {
-    bytes as f64 / 1e9
-}
-
-/// What a load of `options` may use on `ctx` and this host.
-pub fn size_limits(ctx: &GpuContext, options: &ModelOptions) -> SizeLimits {
-    SizeLimits {
-        bytes_per_weight: match options.format {
-            WeightFormat::F32 => 4.0,
-            WeightFormat::F16 => 2.0,
-            // 4-bit values plus one f16 scale per group.
-            WeightFormat::Q4 { group } => 0.5 + 2.0 / group.max(1) as f64,
-        },
-        max_context: options.max_context,
-        // Forwards that return every row's logits: verify forwards in one piece (prefill
-        // chunks compute the last row's only; `Model::forward` cuts all-row requests into
-        // pieces whose logits fit a buffer).
-        max_rows: options.max_verify_rows,
-        max_buffer_bytes: ctx.limits.max_buffer_size,
+/// The hooks of a CLI load: `req`'s options, sizes checked against the device and this
+/// host, progress shown on `display`.
+fn hooks<'a>(req: &LoadRequest, display: &'a LoadDisplay, label: &Path) -> LoadHooks<'a> {
+    LoadHooks {
+        format: req.dtype,
+        options: req.options,
+        verify: req.verify,
+        allow_extra_tensors: req.allow_extra_tensors,
+        check_sizes: true,
         host_memory_bytes: host_memory_bytes(),
-        device_is_host: ctx.info.device_type == wgpu::DeviceType::Cpu,
+        label: Label::Path(label.display().to_string()),
+        progress: Box::new(move |event| display.event(event)),
+        ..LoadHooks::default()
     }
 }
 
-fn load_with(
-    ctx: &GpuContext,
-    source: &dyn wgemma::formats::hf::WeightSource,
-    spec: ModelSpec,
-    options: ModelOptions,
-    label: &str,
-) -> Result<Model> {
-    let bar = progress_bar(spec.layers.len() as u64 + 2, label);
-    let model = Model::load(ctx, source, spec, options, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })?;
-    bar.finish_and_clear();
-    Ok(model)
-}
-
-/// Loads `--model PATH`: a checkpoint directory or an artifact file.
+/// Loads `--model PATH`: a checkpoint directory, a GGUF file or an artifact file.
 pub fn load_model(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Loaded> {
     load_model_with(ctx, path, req, Quantiser::Auto)
 }
@@ -201,321 +216,53 @@ pub fn load_model_with(
     req: LoadRequest,
     quantiser: Quantiser,
 ) -> Result<Loaded> {
-    if is_gguf(path) {
-        let options = ModelOptions {
-            format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
-            ..req.options
-        };
-        load_gguf(ctx, path, options, quantiser)
-    } else if is_artifact(path) {
-        load_artifact(ctx, path, req)
-    } else {
-        let options = ModelOptions {
-            format: req.dtype.unwrap_or(WeightFormat::Q4 { group: 32 }),
-            ..req.options
-        };
-        load_dir(ctx, path, options, quantiser, req.allow_extra_tensors)
-    }
-}
-
-fn load_dir(
-    ctx: &GpuContext,
-    path: &Path,
-    options: ModelOptions,
-    quantiser: Quantiser,
-    allow_extra_tensors: bool,
-) -> Result<Loaded> {
-    let start = std::time::Instant::now();
-    let dir = ModelDir::open(path)?;
-    let spec = parse_config(&dir.config_json)
-        .with_context(|| format!("{}/config.json", path.display()))?;
-    spec.check_sizes(&size_limits(ctx, &options))
-        .with_context(|| format!("{}/config.json", path.display()))?;
-    let total: u64 = dir.shards.iter().map(|(_, m)| m.len() as u64).sum();
-    let progress = LoadProgress::new("loading", total);
-    progress.phase(&format!(
-        "opened {} ({} shard(s), {:.2} GB)",
-        path.display(),
-        dir.shards.len(),
-        gb(total)
-    ));
-    // Each block of rows uploaded: its pages leave this process, and the bar moves.
-    let release = |shard: usize, range: std::ops::Range<usize>| {
-        progress.add(range.len() as u64);
-        dir.release(shard, range);
-    };
-    let ck = Checkpoint::from_shards(dir.shard_bytes())?
-        .with_release(&release)
-        .with_quantiser(quantiser);
-    let tokenizer = dir
-        .tokenizer_json
-        .as_ref()
-        .map(|json| Tokenizer::from_bytes(json))
-        .transpose()
-        .with_context(|| format!("{}/tokenizer.json", path.display()))?;
-    let mut eos_ids = dir.generation_eos_ids();
-    if eos_ids.is_empty() {
-        eos_ids = spec.eos_ids();
-    }
-    let chat_template = ChatTemplate::from_checkpoint(
-        dir.chat_template.as_deref(),
-        dir.tokenizer_config.as_deref(),
-    )
-    .with_context(|| format!("the chat template in {}", path.display()))?;
-    let model = Model::load(ctx, &ck, spec, options, &mut |_, _| {})?;
-    let unread = ck
-        .check_all_read(allow_extra_tensors)
-        .with_context(|| format!("--model {}", path.display()))?;
-    if !unread.is_empty() {
-        eprintln!(
-            "warning: --allow-extra-tensors: ignoring {}",
-            wgemma::formats::hf::describe_unread(&unread)
-        );
-    }
-    progress.finish(&format!(
-        "{:.2} GB of weights on the GPU ({:?}, quantised on the {})",
-        gb(model.weight_bytes()),
-        options.format,
-        if quantiser.on_gpu(ctx) { "GPU" } else { "CPU" }
-    ));
-    Ok(Loaded {
-        model,
-        tokenizer,
-        eos_ids,
-        chat_template,
-        load_ms: start.elapsed().as_secs_f64() * 1e3,
-        peak_rss_mb: peak_rss_mb(),
-    })
-}
-
-/// Whether `path` is a regular file that starts with GGUF's magic.
-pub fn is_gguf(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    path.is_file()
-        && std::fs::File::open(path)
-            .and_then(|mut f| f.read_exact(&mut magic))
-            .is_ok()
-        && wgemma::formats::gguf::is_gguf(&magic)
-}
-
-/// A GGUF file, memory-mapped.
-pub struct GgufMap {
-    map: memmap2::Mmap,
-}
-
-impl GgufMap {
-    pub fn open(path: &Path) -> Result<GgufMap> {
-        crate::model_dir::check_regular_file(path, "--model")?;
-        let file =
-            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: read-only map held for the load; a file changed underneath a running
-        // process is outside what we can defend against.
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .with_context(|| format!("mapping {}", path.display()))?;
-        Ok(GgufMap { map })
-    }
-
-    pub fn parse(&self, path: &Path) -> Result<wgemma::formats::gguf::GgufFile<'_>> {
-        wgemma::formats::gguf::GgufFile::parse(&self.map)
-            .with_context(|| format!("{}", path.display()))
-    }
-
-    pub fn release(&self, range: std::ops::Range<usize>) {
-        crate::artifact_file::release_pages(&self.map, range);
-    }
-
-    /// The mapped bytes.
-    pub fn mmap(&self) -> &memmap2::Mmap {
-        &self.map
-    }
-}
-
-/// Loads a llama.cpp GGUF file (`general.architecture` gemma4): its config, tokenizer and
-/// chat template from the metadata, its weights converted to `options.format` (Q4_0 into Q4 group 32
-/// as it is).
-fn load_gguf(
-    ctx: &GpuContext,
-    path: &Path,
-    options: ModelOptions,
-    quantiser: Quantiser,
-) -> Result<Loaded> {
-    let start = std::time::Instant::now();
-    let map = GgufMap::open(path)?;
-    let file = map.parse(path)?;
-    let config =
-        wgemma::formats::gguf::config_json(&file).with_context(|| format!("{}", path.display()))?;
-    let spec = parse_config(&config)
-        .with_context(|| format!("the config the metadata of {} describes", path.display()))?;
-    spec.check_sizes(&size_limits(ctx, &options))
-        .with_context(|| format!("{}", path.display()))?;
-    let tokenizer = wgemma::formats::gguf::tokenizer::tokenizer_json(&file)
-        .and_then(|json| {
-            json.map(|j| Tokenizer::from_bytes(j.as_bytes()))
-                .transpose()
-        })
-        .with_context(|| format!("the tokenizer metadata of {}", path.display()))?;
-    let mut eos_ids = wgemma::formats::gguf::eos_ids(&file);
-    if eos_ids.is_empty() {
-        eos_ids = spec.eos_ids();
-    }
-    let chat_template = ChatTemplate::from_gguf(&file)
-        .with_context(|| format!("the chat template in {}", path.display()))?;
-    let total = map.map.len() as u64;
-    let progress = LoadProgress::new("loading", total);
-    progress.phase(&format!(
-        "opened {} (GGUF v{}, {} tensors, {:.2} GB)",
-        path.display(),
-        file.version,
-        file.tensors.len(),
-        gb(total)
-    ));
-    let release = |range: std::ops::Range<usize>| {
-        progress.add(range.len() as u64);
-        map.release(range);
-    };
-    let stream = wgemma::weights::upload::StreamOptions {
+    let file = ModelFile::open(path)?;
+    let display = LoadDisplay::new(path.display().to_string());
+    let hooks = LoadHooks {
         quantiser,
-        ..Default::default()
+        place: Some(file.target_places(path)),
+        // Each block of rows uploaded: its pages leave this process, and the bar moves.
+        release: Box::new(|shard, range| {
+            display.released(range.len() as u64);
+            file.release(shard, range);
+        }),
+        ..hooks(&req, &display, path)
     };
-    let weights = wgemma::formats::gguf::GgufWeights::new(&file)
-        .with_release(&release)
-        .with_stream(stream);
-    let model = Model::load(ctx, &weights, spec, options, &mut |_, _| {})
-        .with_context(|| format!("loading {}", path.display()))?;
-    progress.finish(&format!(
-        "{:.2} GB of weights on the GPU ({:?})",
-        gb(model.weight_bytes()),
-        options.format
-    ));
+    let target = load_target(ctx, file.target(), hooks)?;
+    display.finish(|| file.finished(ctx, &target.model, &req, quantiser));
     Ok(Loaded {
-        model,
-        tokenizer,
-        eos_ids,
-        chat_template,
-        load_ms: start.elapsed().as_secs_f64() * 1e3,
-        peak_rss_mb: peak_rss_mb(),
-    })
-}
-
-fn load_artifact(ctx: &GpuContext, path: &Path, req: LoadRequest) -> Result<Loaded> {
-    let start = std::time::Instant::now();
-    let file = ArtifactFile::open(path)?;
-    let artifact = file.parse(path)?;
-    let options = ModelOptions {
-        format: req.dtype.unwrap_or(artifact.format()),
-        ..req.options
-    };
-    artifact
-        .target_spec()
-        .check_sizes(&size_limits(ctx, &options))
-        .with_context(|| format!("the target config stored in {}", path.display()))?;
-    let m = artifact.manifest();
-    let tokenizer = artifact
-        .tokenizer_json(Which::Target)?
-        .map(Tokenizer::from_bytes)
-        .transpose()
-        .with_context(|| format!("the tokenizer stored in {}", path.display()))?;
-    let mut eos_ids = m
-        .target
-        .generation_config
-        .as_ref()
-        .map(eos_ids_of)
-        .unwrap_or_default();
-    if eos_ids.is_empty() {
-        eos_ids = artifact.target_spec().eos_ids();
-    }
-    let progress = LoadProgress::new("loading", file.byte_len() as u64);
-    progress.phase(&format!(
-        "opened {} ({:.2} GB, {})",
-        path.display(),
-        gb(file.byte_len() as u64),
-        m.quant.describe()
-    ));
-    let model = artifact::load_target(
-        ctx,
-        &artifact,
-        options,
-        LoadHooks {
-            verify: req.verify,
-            progress: &mut |_, _| {},
-            release: &|range| {
-                progress.add(range.len() as u64);
-                file.release(range)
-            },
-        },
-    )
-    .with_context(|| format!("loading the target of {}", path.display()))?;
-    progress.finish(&format!(
-        "{:.2} GB of weights on the GPU{}",
-        gb(model.weight_bytes()),
-        if req.verify {
-            ", checksums verified"
-        } else {
-            ""
-        }
-    ));
-    Ok(Loaded {
-        model,
-        tokenizer,
-        eos_ids,
-        // Artifacts store no chat template: the built-in Gemma 4 format applies.
-        chat_template: None,
-        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        target,
         peak_rss_mb: peak_rss_mb(),
     })
 }
 
 /// Loads `--assistant PATH` (a checkpoint directory, a gemma4-assistant GGUF file, or an
-/// artifact holding an assistant)
-/// for `target`; a directory's weights are converted to `format` (the target's).
+/// artifact holding an assistant) for `target`, in the target's format.
 pub fn load_assistant(
     ctx: &GpuContext,
     path: &Path,
     target: &Model,
-    format: WeightFormat,
     verify: bool,
 ) -> Result<Assistant> {
-    if is_gguf(path) {
-        let map = GgufMap::open(path)?;
-        let file = map.parse(path)?;
-        let config = wgemma::formats::gguf::assistant_config_json(&file)
-            .with_context(|| format!("{}", path.display()))?;
-        let spec = parse_assistant_config(&config).with_context(|| {
-            format!(
-                "the assistant config the metadata of {} describes",
-                path.display()
-            )
-        })?;
-        return Assistant::load(
-            ctx,
-            &wgemma::formats::gguf::GgufAssistant { file: &file },
-            spec,
-            target,
-            &OpSet::with_mtp(),
-            AssistantOptions { format },
-        )
-        .with_context(|| format!("loading the assistant in {}", path.display()));
+    let file = ModelFile::open(path)?;
+    let hooks = assistant_hooks(&file, path, verify);
+    Ok(load_assistant_from(ctx, target, file.assistant(), hooks)?)
+}
+
+/// [`load_assistant`] for `session`'s target, installed there.
+pub fn load_assistant_into(session: &mut Session, path: &Path, verify: bool) -> Result<()> {
+    let file = ModelFile::open(path)?;
+    let hooks = assistant_hooks(&file, path, verify);
+    Ok(session.load_assistant_from(file.assistant(), hooks)?)
+}
+
+fn assistant_hooks<'a>(file: &'a ModelFile, path: &Path, verify: bool) -> LoadHooks<'a> {
+    LoadHooks {
+        verify,
+        place: Some(file.assistant_places(path)),
+        release: Box::new(|shard, range| file.release(shard, range)),
+        ..LoadHooks::default()
     }
-    if is_artifact(path) {
-        let file = ArtifactFile::open(path)?;
-        let artifact = file.parse(path)?;
-        return artifact::load_assistant(ctx, &artifact, target, verify, &|r| file.release(r))
-            .with_context(|| format!("loading the assistant of {}", path.display()));
-    }
-    let files = ModelDir::open(path)?;
-    let spec = parse_assistant_config(&files.config_json)
-        .with_context(|| format!("{}/config.json", path.display()))?;
-    let ck = Checkpoint::from_shards(files.shard_bytes())?;
-    Assistant::load(
-        ctx,
-        &ck,
-        spec,
-        target,
-        &OpSet::with_mtp(),
-        AssistantOptions { format },
-    )
-    .with_context(|| format!("loading the assistant in {}", path.display()))
 }
 
 /// Builds a synthetic model of `shape` with weights from `seed`.
@@ -525,18 +272,23 @@ pub fn load_synthetic(
     seed: u64,
     options: ModelOptions,
 ) -> Result<Loaded> {
-    let start = std::time::Instant::now();
-    let spec = shape.spec();
-    spec.check_sizes(&size_limits(ctx, &options))
-        .context("the synthetic model at these sizes")?;
-    let eos_ids = spec.eos_ids();
-    let model = load_with(ctx, &SyntheticWeights { seed }, spec, options, "building")?;
+    let display = LoadDisplay::new(String::new());
+    let req = LoadRequest {
+        dtype: Some(options.format),
+        options,
+        verify: true,
+        allow_extra_tensors: false,
+    };
+    let hooks = LoadHooks {
+        place: Some(Box::new(|step| {
+            (step == Step::Sizes).then(|| "the synthetic model at these sizes".to_string())
+        })),
+        ..hooks(&req, &display, Path::new(""))
+    };
+    let target = load_target(ctx, LoadSource::Synthetic { shape, seed }, hooks)?;
+    display.finish(String::new);
     Ok(Loaded {
-        model,
-        tokenizer: None,
-        eos_ids,
-        chat_template: None,
-        load_ms: start.elapsed().as_secs_f64() * 1e3,
+        target,
         peak_rss_mb: peak_rss_mb(),
     })
 }

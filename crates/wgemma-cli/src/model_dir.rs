@@ -141,14 +141,6 @@ impl ModelDir {
             crate::artifact_file::release_pages(map, range);
         }
     }
-
-    /// EOS ids from generation_config.json, if it names any.
-    pub fn generation_eos_ids(&self) -> Vec<u32> {
-        self.generation_config
-            .as_ref()
-            .map(wgemma::session::eos_ids_of)
-            .unwrap_or_default()
-    }
 }
 
 /// A shard name from the index must be a plain relative path inside the directory: an

@@ -21,7 +21,7 @@
 //! size and deadlines), and prompts are tokenised there, off the model thread.
 
 use crate::generate::ModelArgs;
-use crate::load::load_model;
+use crate::load::{load_model, LoadRequest};
 use crate::serve_answer;
 use crate::serve_api::{self, ApiError, Endpoint};
 use crate::serve_endpoints;
@@ -45,9 +45,8 @@ use std::path::PathBuf;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GpuContext};
-use wgemma::ops::attention::MAX_SEQUENCES;
+use wgemma::session::engine::{MAX_DRAFT_TOKENS, MAX_SEQUENCES};
 use wgemma::session::{PromptEncoder, Session, TextTools};
 
 #[derive(Args)]
@@ -195,18 +194,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.draft_tokens
         );
     }
-    let model_name = match &args.model_name {
-        Some(name) if name.is_empty() => {
-            bail!("--model-name: expected a name, found an empty string")
-        }
-        Some(name) => name.clone(),
-        None => args
-            .model
-            .model
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "wgemma".into()),
-    };
+    let model_name = model_name(&args)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -214,21 +202,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     // Bound before the model loads: a busy port fails now, not minutes later.
-    let (host, port) = (args.host, args.port);
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind((host, port)))
-        .with_context(|| format!("--host {host} --port {port}: binding"))?;
+    let listener = runtime.block_on(bind(&args))?;
     let addr = listener.local_addr()?;
-    if !host.is_loopback() {
-        eprintln!(
-            "warning: listening on {host}, reachable from other machines{}",
-            if args.api_key.is_none() {
-                " WITHOUT an API key (--api-key)"
-            } else {
-                ""
-            }
-        );
-    }
     // Scripts wait for this line (and read the port from it with --port 0), then for
     // GET /health to answer 200.
     println!("wgemma serve: model {model_name:?} listening on http://{addr} (loading)");
@@ -245,9 +220,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let (jobs, job_rx) = serve_worker::queue(args.queue);
     let ready = Arc::new(OnceLock::new());
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<()>>();
-    let model_path = args.model.model.clone();
-    let assistant_path = args.assistant.clone();
-    let verify = !args.model.no_verify;
+    let load = WorkerLoad {
+        model_path: args.model.model.clone(),
+        assistant_path: args.assistant.clone(),
+        request: load_request,
+        verify: !args.model.no_verify,
+        parallel: args.parallel,
+        draft_tokens: args.draft_tokens,
+    };
     let worker_metrics = metrics.clone();
     let worker_ready = ready.clone();
     let (parallel, draft_tokens) = (args.parallel, args.draft_tokens);
@@ -255,56 +235,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let worker = std::thread::Builder::new()
         .name("wgemma-model".into())
         .spawn(move || {
-            let loaded = (|| -> Result<(Session, Ready)> {
-                let ctx = GpuContext::new_blocking(ContextOptions::default())?;
-                let adapter = ctx.describe();
-                let loaded = load_model(&ctx, &model_path, load_request)?;
-                let session =
-                    loaded.into_session(ctx, &model_path, assistant_path.as_deref(), verify)?;
-                let rows = session.max_batch()?;
-                if parallel > rows {
-                    bail!(
-                        "--parallel: expected at most {rows} sequences (rows of the largest \
-                         forward plan: --prefill-chunk), found {parallel}"
-                    );
-                }
-                let info = session.model_info()?;
-                let speculative = session.has_assistant().then(|| {
-                    format!(
-                        "MTP assistant, k = {draft_tokens} drafts per round in each of the \
-                         {parallel} slot(s), every slot's verify rows in one forward"
-                    )
-                });
-                let text = session.text_tools()?;
-                let grammars = match &text.tokenizer {
-                    Some(t) => Grammars::new(t, info.vocab_size, &text.stop_ids).map(Arc::new),
-                    None => Err("the model has no tokenizer".to_string()),
-                };
-                let info = ServerInfo {
-                    structured_output: match &grammars {
-                        Ok(_) => "JSON (llguidance token masks)".to_string(),
-                        Err(why) => format!("unavailable ({why})"),
-                    },
-                    adapter,
-                    model: info.description,
-                    context: info.context,
-                    vocab_size: info.vocab_size,
-                    slots: parallel,
-                    speculative,
-                    chat_template: if info.has_chat_template {
-                        "the checkpoint's template"
-                    } else {
-                        "Gemma 4's built-in turns"
-                    },
-                };
-                let ready = Ready {
-                    encoder: session.prompt_encoder()?,
-                    text,
-                    info,
-                    grammars,
-                };
-                Ok((session, ready))
-            })();
+            let loaded = load.ready();
             match loaded {
                 Ok((session, ready)) => {
                     for id in ready.info.slot_ids() {
@@ -352,6 +283,111 @@ pub fn run(args: ServeArgs) -> Result<()> {
         return Err(e);
     }
     served
+}
+
+/// `--model-name`, else the model path's file name.
+fn model_name(args: &ServeArgs) -> Result<String> {
+    Ok(match &args.model_name {
+        Some(name) if name.is_empty() => {
+            bail!("--model-name: expected a name, found an empty string")
+        }
+        Some(name) => name.clone(),
+        None => args
+            .model
+            .model
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "wgemma".into()),
+    })
+}
+
+/// The listening socket of `--host --port`, with a warning when other machines can reach it.
+async fn bind(args: &ServeArgs) -> Result<tokio::net::TcpListener> {
+    let (host, port) = (args.host, args.port);
+    let listener = tokio::net::TcpListener::bind((host, port))
+        .await
+        .with_context(|| format!("--host {host} --port {port}: binding"))?;
+    if !host.is_loopback() {
+        eprintln!(
+            "warning: listening on {host}, reachable from other machines{}",
+            if args.api_key.is_none() {
+                " WITHOUT an API key (--api-key)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(listener)
+}
+
+/// What the model thread loads: the session never crosses threads, so it loads there.
+struct WorkerLoad {
+    model_path: PathBuf,
+    assistant_path: Option<PathBuf>,
+    request: LoadRequest,
+    verify: bool,
+    parallel: usize,
+    draft_tokens: usize,
+}
+
+impl WorkerLoad {
+    /// The session, and what the HTTP side needs once it is ready.
+    fn ready(&self) -> Result<(Session, Ready)> {
+        let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+        let adapter = ctx.describe();
+        let loaded = load_model(&ctx, &self.model_path, self.request)?;
+        let session = loaded.into_session(
+            ctx,
+            &self.model_path,
+            self.assistant_path.as_deref(),
+            self.verify,
+        )?;
+        let rows = session.max_batch()?;
+        if self.parallel > rows {
+            bail!(
+                "--parallel: expected at most {rows} sequences (rows of the largest \
+                 forward plan: --prefill-chunk), found {}",
+                self.parallel
+            );
+        }
+        let info = session.model_info()?;
+        let (parallel, draft_tokens) = (self.parallel, self.draft_tokens);
+        let speculative = session.has_assistant().then(|| {
+            format!(
+                "MTP assistant, k = {draft_tokens} drafts per round in each of the \
+                 {parallel} slot(s), every slot's verify rows in one forward"
+            )
+        });
+        let text = session.text_tools()?;
+        let grammars = match &text.tokenizer {
+            Some(t) => Grammars::new(t, info.vocab_size, &text.stop_ids).map(Arc::new),
+            None => Err("the model has no tokenizer".to_string()),
+        };
+        let info = ServerInfo {
+            structured_output: match &grammars {
+                Ok(_) => "JSON (llguidance token masks)".to_string(),
+                Err(why) => format!("unavailable ({why})"),
+            },
+            adapter,
+            model: info.description,
+            context: info.context,
+            vocab_size: info.vocab_size,
+            slots: parallel,
+            speculative,
+            chat_template: if info.has_chat_template {
+                "the checkpoint's template"
+            } else {
+                "Gemma 4's built-in turns"
+            },
+        };
+        let ready = Ready {
+            encoder: session.prompt_encoder()?,
+            text,
+            info,
+            grammars,
+        };
+        Ok((session, ready))
+    }
 }
 
 impl ServerInfo {

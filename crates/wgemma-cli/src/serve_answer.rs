@@ -5,9 +5,10 @@
 //! finish reason), written when the answer is complete.
 
 use crate::serve::{unix_now, App, Logged, REQUEST_ID};
-use crate::serve_api::{self, ApiError, Endpoint, Parsed, TokenLogprob};
+use crate::serve_api::{self, ApiError, Endpoint, Parsed, Sampling, TokenLogprob};
 use crate::serve_guard;
 use crate::serve_response::AnswerHeader;
+use crate::serve_structured::GrammarConstraint;
 use crate::serve_tools::{self, ToolStream};
 use crate::serve_worker::{Event, Job};
 use axum::http::HeaderValue;
@@ -140,38 +141,7 @@ async fn generate(
     parsed: Parsed,
     log: &mut RequestLog,
 ) -> Result<Response, ApiError> {
-    // The grammar is compiled (or copied from the cache) here, off the model thread: a
-    // forced tool call's, or the response format's (the two never come together).
-    let tools = parsed.sampling.tools.clone().filter(|t| t.forces_call());
-    let format = parsed.sampling.response_format.clone();
-    let constraint = match (tools.is_some() || format.is_some(), &app.ready()?.grammars) {
-        (false, _) => None,
-        (true, Ok(grammars)) => {
-            let grammars = grammars.clone();
-            let compiled = tokio::task::spawn_blocking(move || match (tools, format) {
-                (Some(tools), _) => match tools.grammar()? {
-                    Some(lark) => grammars.tool_constraint(&lark),
-                    None => Err(ApiError::internal("a forced tool call without a grammar")),
-                },
-                (None, Some(format)) => grammars.constraint(&format),
-                (None, None) => Err(ApiError::internal("no grammar to compile")),
-            })
-            .await
-            .map_err(|e| ApiError::internal(format!("compiling the grammar: {e}")))??;
-            Some(compiled)
-        }
-        (true, Err(why)) => {
-            let param = if tools.is_some() {
-                "tool_choice"
-            } else {
-                "response_format"
-            };
-            return Err(ApiError::invalid(
-                param,
-                format!("{param}: constrained decoding needs a byte-level vocabulary; this model's cannot be constrained ({why})"),
-            ));
-        }
-    };
+    let constraint = compile_constraint(app, &parsed.sampling).await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let s = &parsed.sampling;
     let (stream, include_usage, want_logprobs) = (s.stream, s.include_usage, s.logprobs.is_some());
@@ -184,26 +154,8 @@ async fn generate(
         events: tx,
         enqueued: Instant::now(),
     };
-    if let Err(e) = app.jobs.try_send(job) {
-        app.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
-        return Err(match e {
-            TrySendError::Full(_) => ApiError::overloaded(format!(
-                "the server is busy: {} requests are waiting (--queue {}); retry later",
-                app.queue, app.queue
-            )),
-            TrySendError::Disconnected(_) => ApiError::internal("the model thread has stopped"),
-        });
-    }
-    let prompt_tokens = match rx.recv().await {
-        Some(Event::Started { prompt_tokens }) => prompt_tokens,
-        Some(Event::Failed(e)) => return Err(e),
-        Some(other) => {
-            return Err(ApiError::internal(format!(
-                "unexpected first event {other:?}"
-            )))
-        }
-        None => return Err(ApiError::internal("the model thread dropped the request")),
-    };
+    enqueue(app, job)?;
+    let prompt_tokens = started(&mut rx).await?;
     log.prompt_tokens = prompt_tokens;
     let text_tools = app.ready()?.text.clone();
     let created = unix_now();
@@ -285,6 +237,75 @@ async fn generate(
         Some((Ok::<_, Infallible>(event), s))
     });
     Ok(Sse::new(events).into_response())
+}
+
+/// The grammar a request's output must follow, if any: a forced tool call's or the
+/// response format's (the two never come together).
+async fn compile_constraint(
+    app: &Arc<App>,
+    sampling: &Sampling,
+) -> Result<Option<GrammarConstraint>, ApiError> {
+    // The grammar is compiled (or copied from the cache) here, off the model thread: a
+    // forced tool call's, or the response format's (the two never come together).
+    let tools = sampling.tools.clone().filter(|t| t.forces_call());
+    let format = sampling.response_format.clone();
+    Ok(
+        match (tools.is_some() || format.is_some(), &app.ready()?.grammars) {
+            (false, _) => None,
+            (true, Ok(grammars)) => {
+                let grammars = grammars.clone();
+                let compiled = tokio::task::spawn_blocking(move || match (tools, format) {
+                    (Some(tools), _) => match tools.grammar()? {
+                        Some(lark) => grammars.tool_constraint(&lark),
+                        None => Err(ApiError::internal("a forced tool call without a grammar")),
+                    },
+                    (None, Some(format)) => grammars.constraint(&format),
+                    (None, None) => Err(ApiError::internal("no grammar to compile")),
+                })
+                .await
+                .map_err(|e| ApiError::internal(format!("compiling the grammar: {e}")))??;
+                Some(compiled)
+            }
+            (true, Err(why)) => {
+                let param = if tools.is_some() {
+                    "tool_choice"
+                } else {
+                    "response_format"
+                };
+                return Err(ApiError::invalid(
+                param,
+                format!("{param}: constrained decoding needs a byte-level vocabulary; this model's cannot be constrained ({why})"),
+            ));
+            }
+        },
+    )
+}
+
+/// Queues `job` for the model thread, or says why it cannot wait.
+fn enqueue(app: &App, job: Job) -> Result<(), ApiError> {
+    if let Err(e) = app.jobs.try_send(job) {
+        app.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+        return Err(match e {
+            TrySendError::Full(_) => ApiError::overloaded(format!(
+                "the server is busy: {} requests are waiting (--queue {}); retry later",
+                app.queue, app.queue
+            )),
+            TrySendError::Disconnected(_) => ApiError::internal("the model thread has stopped"),
+        });
+    }
+    Ok(())
+}
+
+/// The prompt's token count, once the model thread starts the job.
+async fn started(rx: &mut UnboundedReceiver<Event>) -> Result<usize, ApiError> {
+    match rx.recv().await {
+        Some(Event::Started { prompt_tokens }) => Ok(prompt_tokens),
+        Some(Event::Failed(e)) => Err(e),
+        Some(other) => Err(ApiError::internal(format!(
+            "unexpected first event {other:?}"
+        ))),
+        None => Err(ApiError::internal("the model thread dropped the request")),
+    }
 }
 
 /// The stream of one request's server-sent events.

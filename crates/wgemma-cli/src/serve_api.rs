@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use wgemma::generate::sampling::LogitAdjust;
+use wgemma::session::engine::{LogitAdjust, TOOL_RESPONSE_START};
 use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).
@@ -241,29 +241,8 @@ fn common(
 ) -> Result<Sampling, ApiError> {
     check_fields(body, endpoint)?;
     let f: CommonFields = typed(body)?;
-    match &f.model {
-        Some(Value::String(m)) if m == model => {}
-        Some(Value::String(m)) => {
-            return Err(ApiError::invalid(
-                "model",
-                format!("model: expected {model:?} (the model this server runs; GET /v1/models), found {m:?}"),
-            )
-            .with_status(StatusCode::NOT_FOUND, "model_not_found"))
-        }
-        Some(other) => return Err(ApiError::field("model", "a string", kind_of(other))),
-        None => return Err(ApiError::field("model", format!("a model id ({model:?})"), "none")),
-    }
-    let max_tokens = match (f.max_tokens, f.max_completion_tokens) {
-        (Some(_), Some(_)) => {
-            return Err(ApiError::invalid(
-                "max_tokens",
-                "max_tokens and max_completion_tokens: expected one of them, found both",
-            ))
-        }
-        (Some(0), _) => return Err(ApiError::field("max_tokens", "at least 1", 0)),
-        (_, Some(0)) => return Err(ApiError::field("max_completion_tokens", "at least 1", 0)),
-        (a, b) => a.or(b).map(|v| usize::try_from(v).unwrap_or(usize::MAX)),
-    };
+    check_model(f.model.as_ref(), model)?;
+    let max_tokens = max_tokens_of(f.max_tokens, f.max_completion_tokens)?;
     let temperature = f.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::field(
@@ -288,6 +267,95 @@ fn common(
     if let Some(n) = f.n.filter(|&n| n != 1) {
         return Err(ApiError::field("n", "1 (one choice per request)", n));
     }
+    let adjust = logit_adjust_of(&f)?;
+    let logprobs = logprobs_of(endpoint, f.logprobs.as_ref(), f.top_logprobs)?;
+    let stop = stop_of(f.stop)?;
+    let tools = match endpoint {
+        Endpoint::Chat => ToolRequest::parse(body)?,
+        Endpoint::Completion => None,
+    };
+    let response_format = ResponseFormat::parse(f.response_format.as_ref())?;
+    let mut stop = stop;
+    if let Some(t) = &tools {
+        if t.forces_call() && response_format.is_some() {
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "tool_choice: expected \"auto\" or \"none\" with a response_format, found a                  forced call (a reply cannot follow both grammars)",
+            ));
+        }
+        if !t.declared().is_empty() {
+            // Gemma 4 opens a tool response after its calls: the reply ends there, and the
+            // client runs the calls.
+            stop.push(TOOL_RESPONSE_START.to_string());
+        }
+    }
+    let stream = f.stream.unwrap_or(false);
+    if f.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options: expected stream: true with it, found stream absent or false",
+        ));
+    }
+    Ok(Sampling {
+        max_tokens,
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        top_k: f
+            .top_k
+            .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
+        min_p: min_p as f32,
+        seed: seed_of(f.seed.as_ref())?,
+        stop,
+        stream,
+        include_usage: stream
+            && f.stream_options
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+        adjust,
+        logprobs,
+        user: f.user.or(f.safety_identifier),
+        response_format,
+        tools,
+    })
+}
+
+/// The request's `model` must name the model this server runs.
+fn check_model(given: Option<&Value>, model: &str) -> Result<(), ApiError> {
+    match given {
+        Some(Value::String(m)) if m == model => {}
+        Some(Value::String(m)) => {
+            return Err(ApiError::invalid(
+                "model",
+                format!("model: expected {model:?} (the model this server runs; GET /v1/models), found {m:?}"),
+            )
+            .with_status(StatusCode::NOT_FOUND, "model_not_found"))
+        }
+        Some(other) => return Err(ApiError::field("model", "a string", kind_of(other))),
+        None => return Err(ApiError::field("model", format!("a model id ({model:?})"), "none")),
+    }
+    Ok(())
+}
+
+/// `max_tokens` or `max_completion_tokens` (not both; at least 1).
+fn max_tokens_of(
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+) -> Result<Option<usize>, ApiError> {
+    Ok(match (max_tokens, max_completion_tokens) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "max_tokens",
+                "max_tokens and max_completion_tokens: expected one of them, found both",
+            ))
+        }
+        (Some(0), _) => return Err(ApiError::field("max_tokens", "at least 1", 0)),
+        (_, Some(0)) => return Err(ApiError::field("max_completion_tokens", "at least 1", 0)),
+        (a, b) => a.or(b).map(|v| usize::try_from(v).unwrap_or(usize::MAX)),
+    })
+}
+
+/// The penalties and `logit_bias` of a request, each checked against its range.
+fn logit_adjust_of(f: &CommonFields) -> Result<LogitAdjust, ApiError> {
     let mut adjust = LogitAdjust::default();
     for (name, value, slot) in [
         (
@@ -343,8 +411,12 @@ fn common(
         adjust.logit_bias.push((id, bias));
     }
     adjust.logit_bias.sort_unstable_by_key(|b| b.0);
-    let logprobs = logprobs_of(endpoint, f.logprobs.as_ref(), f.top_logprobs)?;
-    let stop = match f.stop {
+    Ok(adjust)
+}
+
+/// `stop`: absent, one string or up to [`MAX_STOP_STRINGS`] strings.
+fn stop_of(stop: Option<Value>) -> Result<Vec<String>, ApiError> {
+    Ok(match stop {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => vec![s],
         Some(Value::Array(items)) => {
@@ -375,53 +447,6 @@ fn common(
                 kind_of(&other),
             ))
         }
-    };
-    let tools = match endpoint {
-        Endpoint::Chat => ToolRequest::parse(body)?,
-        Endpoint::Completion => None,
-    };
-    let response_format = ResponseFormat::parse(f.response_format.as_ref())?;
-    let mut stop = stop;
-    if let Some(t) = &tools {
-        if t.forces_call() && response_format.is_some() {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "tool_choice: expected \"auto\" or \"none\" with a response_format, found a                  forced call (a reply cannot follow both grammars)",
-            ));
-        }
-        if !t.declared().is_empty() {
-            // Gemma 4 opens a tool response after its calls: the reply ends there, and the
-            // client runs the calls.
-            stop.push(wgemma::text::tool_markers::TOOL_RESPONSE_START.to_string());
-        }
-    }
-    let stream = f.stream.unwrap_or(false);
-    if f.stream_options.is_some() && !stream {
-        return Err(ApiError::invalid(
-            "stream_options",
-            "stream_options: expected stream: true with it, found stream absent or false",
-        ));
-    }
-    Ok(Sampling {
-        max_tokens,
-        temperature: temperature as f32,
-        top_p: top_p as f32,
-        top_k: f
-            .top_k
-            .map_or(0, |k| usize::try_from(k).unwrap_or(usize::MAX)),
-        min_p: min_p as f32,
-        seed: seed_of(f.seed.as_ref())?,
-        stop,
-        stream,
-        include_usage: stream
-            && f.stream_options
-                .and_then(|o| o.include_usage)
-                .unwrap_or(false),
-        adjust,
-        logprobs,
-        user: f.user.or(f.safety_identifier),
-        response_format,
-        tools,
     })
 }
 

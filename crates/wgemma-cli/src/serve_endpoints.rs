@@ -27,7 +27,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use wgemma::text::tokenizer::Tokenizer;
+use wgemma::session::engine::Tokenizer;
 
 /// The body as `T`, refusing unknown fields by name.
 fn body_of<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {

@@ -128,7 +128,6 @@ impl Metrics {
 
     /// The exposition text; `kv_slots` is how many sequences the model can hold at once.
     pub fn render(&self, kv_slots: usize) -> String {
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut out = String::new();
         let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -154,96 +153,9 @@ impl Metrics {
             "HTTP requests answered, by endpoint and status.",
             &requests,
         );
-        let one = |v: f64| vec![(String::new(), v)];
-        let generated = get(&self.generated_tokens);
-        let busy_s = get(&self.busy_us) as f64 / 1e6;
-        metric(
-            "wgemma_prompt_tokens_total",
-            "counter",
-            "Prompt tokens prefilled.",
-            &one(get(&self.prompt_tokens) as f64),
-        );
-        metric(
-            "wgemma_generated_tokens_total",
-            "counter",
-            "Tokens generated.",
-            &one(generated as f64),
-        );
-        metric(
-            "wgemma_requests_cancelled_total",
-            "counter",
-            "Requests whose client disconnected before the end; their sequences stopped.",
-            &one(get(&self.cancelled) as f64),
-        );
-        metric(
-            "wgemma_queue_depth",
-            "gauge",
-            "Requests waiting for a sequence slot.",
-            &one(get(&self.queue_depth) as f64),
-        );
-        metric(
-            "wgemma_active_sequences",
-            "gauge",
-            "Sequences being generated.",
-            &one(get(&self.active_sequences) as f64),
-        );
-        metric(
-            "wgemma_batch_rows_peak",
-            "gauge",
-            "The most sequences one decode step advanced together (continuous batching).",
-            &one(get(&self.peak_batch) as f64),
-        );
-        metric(
-            "wgemma_kv_slots_in_use",
-            "gauge",
-            "KV cache slots held by sequences.",
-            &one(get(&self.active_sequences) as f64),
-        );
-        metric(
-            "wgemma_kv_slots",
-            "gauge",
-            "KV cache slots the model has.",
-            &one(kv_slots as f64),
-        );
-        metric(
-            "wgemma_generation_seconds_total",
-            "counter",
-            "Time the model spent generating (prefill and decode).",
-            &one(busy_s),
-        );
-        metric(
-            "wgemma_tokens_per_second",
-            "gauge",
-            "Generated tokens over the time spent generating, since start.",
-            &one(if busy_s > 0.0 {
-                generated as f64 / busy_s
-            } else {
-                0.0
-            }),
-        );
-        let (drafted, accepted) = (get(&self.drafted), get(&self.accepted));
-        metric(
-            "wgemma_draft_tokens_total",
-            "counter",
-            "Tokens the MTP assistant drafted.",
-            &one(drafted as f64),
-        );
-        metric(
-            "wgemma_draft_tokens_accepted_total",
-            "counter",
-            "Drafted tokens the target accepted.",
-            &one(accepted as f64),
-        );
-        metric(
-            "wgemma_draft_acceptance_rate",
-            "gauge",
-            "Accepted over drafted tokens, since start (0 without drafts).",
-            &one(if drafted > 0 {
-                accepted as f64 / drafted as f64
-            } else {
-                0.0
-            }),
-        );
+        for (name, kind, help, value) in self.scalars(kv_slots) {
+            metric(name, kind, help, &[(String::new(), value)]);
+        }
         self.ttft.render(
             &mut out,
             "wgemma_time_to_first_token_seconds",
@@ -256,6 +168,103 @@ impl Metrics {
              tokens arrive together: its first carries the round's time, the rest ~0).",
         );
         out
+    }
+
+    /// The metrics of one unlabelled sample each, in the order the exposition lists them:
+    /// (name, type, help, value).
+    fn scalars(&self, kv_slots: usize) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let generated = get(&self.generated_tokens);
+        let busy_s = get(&self.busy_us) as f64 / 1e6;
+        let (drafted, accepted) = (get(&self.drafted), get(&self.accepted));
+        vec![
+            (
+                "wgemma_prompt_tokens_total",
+                "counter",
+                "Prompt tokens prefilled.",
+                get(&self.prompt_tokens) as f64,
+            ),
+            (
+                "wgemma_generated_tokens_total",
+                "counter",
+                "Tokens generated.",
+                generated as f64,
+            ),
+            (
+                "wgemma_requests_cancelled_total",
+                "counter",
+                "Requests whose client disconnected before the end; their sequences stopped.",
+                get(&self.cancelled) as f64,
+            ),
+            (
+                "wgemma_queue_depth",
+                "gauge",
+                "Requests waiting for a sequence slot.",
+                get(&self.queue_depth) as f64,
+            ),
+            (
+                "wgemma_active_sequences",
+                "gauge",
+                "Sequences being generated.",
+                get(&self.active_sequences) as f64,
+            ),
+            (
+                "wgemma_batch_rows_peak",
+                "gauge",
+                "The most sequences one decode step advanced together (continuous batching).",
+                get(&self.peak_batch) as f64,
+            ),
+            (
+                "wgemma_kv_slots_in_use",
+                "gauge",
+                "KV cache slots held by sequences.",
+                get(&self.active_sequences) as f64,
+            ),
+            (
+                "wgemma_kv_slots",
+                "gauge",
+                "KV cache slots the model has.",
+                kv_slots as f64,
+            ),
+            (
+                "wgemma_generation_seconds_total",
+                "counter",
+                "Time the model spent generating (prefill and decode).",
+                busy_s,
+            ),
+            (
+                "wgemma_tokens_per_second",
+                "gauge",
+                "Generated tokens over the time spent generating, since start.",
+                if busy_s > 0.0 {
+                    generated as f64 / busy_s
+                } else {
+                    0.0
+                },
+            ),
+            (
+                "wgemma_draft_tokens_total",
+                "counter",
+                "Tokens the MTP assistant drafted.",
+                drafted as f64,
+            ),
+            (
+                "wgemma_draft_tokens_accepted_total",
+                "counter",
+                "Drafted tokens the target accepted.",
+                accepted as f64,
+            ),
+            (
+                "wgemma_draft_acceptance_rate",
+                "gauge",
+                "Accepted over drafted tokens, since start (0 without drafts).",
+                if drafted > 0 {
+                    accepted as f64 / drafted as f64
+                } else {
+                    0.0
+                },
+            ),
+        ]
     }
 }
 

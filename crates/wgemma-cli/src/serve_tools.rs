@@ -9,9 +9,8 @@
 
 use crate::serve_api::{kind_of, ApiError};
 use serde_json::{json, Map, Value};
+use wgemma::session::engine::{parse_reply, tool_call_grammar, ReplyPiece, ToolCallParser};
 use wgemma::session::{ChatMessage, ToolCall, ToolDeclaration, ToolResponse};
-use wgemma::text::tool_grammar::tool_call_grammar;
-use wgemma::text::tools::{ReplyPiece, ToolCallParser};
 
 /// What `tool_choice` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,7 +384,7 @@ pub fn finish_with_calls(finish: &'static str, calls: usize) -> &'static str {
 /// A whole chat answer's message with its calls taken out of the text: OpenAI's shape
 /// (content null when the reply is only calls).
 pub fn answer_message(text: &str) -> (Value, usize) {
-    let (content, calls) = wgemma::text::tools::parse_reply(text);
+    let (content, calls) = parse_reply(text);
     if calls.is_empty() {
         return (json!({"role": "assistant", "content": content}), 0);
     }

@@ -2,7 +2,7 @@
 //! (config.json + bf16 model.safetensors) of a real Gemma 4 shape, written streaming, for
 //! measuring load time and memory of a checkpoint against its artifact without a download.
 
-use crate::load::bytes_bar;
+use crate::progress::bytes_bar;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;

@@ -14,7 +14,11 @@
 mod batch;
 mod batch_spec;
 mod drafting;
+pub mod engine;
 mod load;
+mod loader;
+mod places;
+mod source;
 mod types;
 
 pub use crate::text::chat::{
@@ -25,7 +29,10 @@ pub use crate::text::stop::StopStrings;
 pub use crate::text::tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use batch::{Stream, StreamExtras, TokenConstraint};
 pub use drafting::DraftReplacement;
-pub use load::{eos_ids_of, TextSetup};
+pub use loader::{eos_ids_of, load_assistant, load_target, size_limits, LoadedTarget, TextSetup};
+pub use source::{
+    AssistantFrom, CheckpointSource, Label, LoadEvent, LoadHooks, LoadSource, Opened, PlaceFn, Step,
+};
 pub use types::*;
 
 use crate::error::{Error, Result};

@@ -1,0 +1,31 @@
+//! What a driver needs from below the session, in one place: the model, generation loops,
+//! sampling, tokenizer and tool-call parsing that the CLI's benches, demo and server reach
+//! past [`super::Session`]. A caller names `session` (and `formats`, `weights`, `gpu` for
+//! what it reads from disk and runs on) instead of every layer.
+
+pub use crate::generate::plain::{generate, GenerateOptions, GenerateStats};
+pub use crate::generate::sampling::{LogitAdjust, SamplingParams};
+pub use crate::generate::speculative::{
+    generate_speculative, generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan,
+    ReplacedDrafts, SpeculativeOptions, SpeculativeOutput, SpeculativeStats, MAX_DRAFT_TOKENS,
+};
+pub use crate::model::assistant::Assistant;
+pub use crate::model::forward::LogitRows;
+pub use crate::model::target::{Model, ModelOptions, Want};
+pub use crate::model::weights::WeightFormat;
+pub use crate::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
+pub use crate::ops::attention::MAX_SEQUENCES;
+pub use crate::text::tokenizer::{parse_prompt_ids, Tokenizer};
+pub use crate::text::tool_grammar::tool_call_grammar;
+pub use crate::text::tool_markers::TOOL_RESPONSE_START;
+pub use crate::text::tools::{parse_reply, ReplyPiece, ToolCallParser};
+
+/// The op cases and the harness that checks them against their CPU references and times
+/// them (`wgemma ops`, the bench's read-bandwidth case).
+pub mod op_checks {
+    pub use crate::harness::{check, perf, rng};
+    pub use crate::ops::attention::prefill_check_cases;
+    pub use crate::ops::linear::{prefill_cases, DeviceCaps};
+    pub use crate::ops::read_bandwidth::ReadBandwidthCase;
+    pub use crate::ops::{bench_cases, random_cases};
+}
