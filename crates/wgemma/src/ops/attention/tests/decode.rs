@@ -636,24 +636,25 @@ fn folded_q_norm_rope_has_no_other_route() {
     let out = Tensor::zeros(ctx, "out", &[16, 4, d], DType::F32).unwrap();
     let pos = Tensor::zeros(ctx, "pos", &[16], DType::U32).unwrap();
     let scratch = AttentionScratch::for_head_dim(ctx, d).unwrap();
-    let norm_weight = vec![1.0; d];
-    let attention = Attention::new(
-        ctx,
-        AttentionInputs {
-            fold_q: Some(FoldQ {
-                norm_weight: &norm_weight,
-                rope: crate::ops::rope::RopeConfig::gemma4_sliding(d),
-                eps: 1e-6,
-            }),
-            q: &q,
-            positions: &pos,
-            cache: &cache,
-            out: &out,
-            key_from_v: None,
-        },
-        &scratch,
-    )
-    .unwrap();
+    let folded = |norm_weight: &[f32]| {
+        Attention::new(
+            ctx,
+            AttentionInputs {
+                fold_q: Some(FoldQ {
+                    norm_weight,
+                    rope: crate::ops::rope::RopeConfig::gemma4_sliding(d),
+                    eps: 1e-6,
+                }),
+                q: &q,
+                positions: &pos,
+                cache: &cache,
+                out: &out,
+                key_from_v: None,
+            },
+            &scratch,
+        )
+    };
+    let attention = folded(&vec![1.0; d]).unwrap();
     assert_eq!(attention.plan(1, 20).unwrap().route, AttentionRoute::Decode);
     assert!(attention.plan(16, 40).is_err(), "16 rows: no decode plan");
     for route in [AttentionRoute::SplitK, AttentionRoute::Tiled] {
@@ -661,23 +662,6 @@ fn folded_q_norm_rope_has_no_other_route() {
         assert!(err.to_string().contains("folded"), "{err}");
     }
     // A weight of the wrong length is refused when the layer is built.
-    let short = vec![1.0; d - 1];
-    let err = Attention::new(
-        ctx,
-        AttentionInputs {
-            fold_q: Some(FoldQ {
-                norm_weight: &short,
-                rope: crate::ops::rope::RopeConfig::gemma4_sliding(d),
-                eps: 1e-6,
-            }),
-            q: &q,
-            positions: &pos,
-            cache: &cache,
-            out: &out,
-            key_from_v: None,
-        },
-        &scratch,
-    )
-    .unwrap_err();
+    let err = folded(&vec![1.0; d - 1]).unwrap_err();
     assert!(err.to_string().contains("fold_q"), "{err}");
 }
