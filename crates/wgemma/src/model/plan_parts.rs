@@ -29,7 +29,8 @@ pub(super) enum Op {
     Linear(Linear),
     Rope(RopeKernel),
     Append(KvAppend),
-    Attention(Attention),
+    /// Boxed: an attention layer holds several kernels (the enum stays small).
+    Attention(Box<Attention>),
     Geglu(GegluStage),
 }
 

@@ -60,7 +60,7 @@ pub(in crate::model) fn plan<'a>(
             residual.commit();
             let source = &spec.layers[*from_layer];
             if let Some(folded) = folded_attention(cx, l, *from_layer, &q, &attn)? {
-                ops.push(Op::Attention(folded));
+                ops.push(Op::Attention(Box::new(folded)));
                 return finish(cx, l, &attn, residual, ops);
             }
             ops.push(Op::Rope(shared.rope(l.kind).norm_rope(
@@ -83,7 +83,7 @@ pub(in crate::model) fn plan<'a>(
         }
     };
     let attention = attention_op(cx, cache_layer, key_from_v, &q, &attn, None)?;
-    ops.push(Op::Attention(attention));
+    ops.push(Op::Attention(Box::new(attention)));
     finish(cx, l, &attn, residual, ops)
 }
 

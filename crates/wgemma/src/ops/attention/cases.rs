@@ -94,6 +94,24 @@ impl AttentionCase {
         }
     }
 
+    /// With `fold_q` the kernel gets q raw and the reference q_norm + RoPE'd (the layer's
+    /// own rope: proportional on full layers, default on sliding ones): (that rope, the
+    /// random q_norm weight, the reference's q). Without, q itself.
+    fn fold_q_reference(&self, rng: &mut Rng, q: &[f32]) -> (RopeConfig, Vec<f32>, Vec<f32>) {
+        let (h, d) = (self.heads, self.head_dim);
+        let q_rope = match self.window {
+            Some(_) => RopeConfig::gemma4_sliding(d),
+            None => RopeConfig::gemma4_full(d),
+        };
+        if !self.fold_q {
+            return (q_rope, Vec::new(), q.to_vec());
+        }
+        let q_norm_weight: Vec<f32> = (0..d).map(|_| rng.random_range(0.5..1.5)).collect();
+        let normed: Vec<f32> = q.chunks(d).flat_map(rms_normed).collect();
+        let q_ref = keys_from_values(&normed, self.start, h, &q_norm_weight, &q_rope);
+        (q_rope, q_norm_weight, q_ref)
+    }
+
     fn kv_len(&self) -> usize {
         self.start + self.rows
     }
@@ -183,22 +201,7 @@ impl OpCase for AttentionCase {
             let k = uniform(rng, n_hist * row, 1.0);
             (Some(k.clone()), k)
         };
-        // With fold_q the kernel gets q raw and the reference q_norm + RoPE'd (the
-        // layer's own rope: proportional on full layers, default on sliding ones).
-        let q_rope = match self.window {
-            Some(_) => RopeConfig::gemma4_sliding(d),
-            None => RopeConfig::gemma4_full(d),
-        };
-        let q_norm_weight: Vec<f32> = match self.fold_q {
-            true => (0..d).map(|_| rng.random_range(0.5..1.5)).collect(),
-            false => Vec::new(),
-        };
-        let q_ref = if self.fold_q {
-            let normed: Vec<f32> = q.chunks(d).flat_map(|head| rms_normed(head)).collect();
-            keys_from_values(&normed, self.start, h, &q_norm_weight, &q_rope)
-        } else {
-            q.clone()
-        };
+        let (q_rope, q_norm_weight, q_ref) = self.fold_q_reference(rng, &q);
         let split = (self.start - first) * row;
         let positions: Vec<u32> = (self.start..kv_len).map(|p| p as u32).collect();
         let tq = Tensor::from_f32(ctx, "q", &[m, h, d], &q)?;
