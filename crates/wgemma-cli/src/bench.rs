@@ -111,7 +111,8 @@ pub struct BenchArgs {
     /// attention (`unfused_*`), with the append folded (`fold_only_*`), with the append
     /// folded and one-dispatch attention (`fold_and_fused_*`), and with the append and the
     /// KV-shared layers' q_norm + RoPE folded (`fold_q_*`): those fusions' before/after on
-    /// one load.
+    /// one load (each variant run twice, in order and in reverse order; the mean and both
+    /// runs are reported).
     #[arg(long)]
     compare_fusions: bool,
     /// Print every dispatch of every forward and the bindings that cost it a barrier, to

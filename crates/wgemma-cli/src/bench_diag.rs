@@ -107,7 +107,10 @@ fn measure_decode(
     Ok((steps as f64 / seconds, per(d1 - d0), per(b1 - b0)))
 }
 
-/// `--compare-fusions`: see its help.
+/// `--compare-fusions`: see its help. The variants run in order and then in reverse order
+/// on the same load, and each reports the mean of its two runs (`*_decode_tokens_per_s`)
+/// and both (`*_decode_tokens_per_s_runs`): on the H200 a single pass in one order read
+/// its last variants 3-4% low (BENCHMARKS.md, session 16), so order alone moved them.
 pub fn compare_fusions(
     ctx: &GpuContext,
     model: &mut Model,
@@ -115,13 +118,17 @@ pub fn compare_fusions(
     steps: usize,
 ) -> Result<serde_json::Value> {
     let options = model.plan_options();
-    let mut out = serde_json::json!({});
-    for (name, fold_now, fused_now, fold_q_now) in [
+    let variants = [
         ("unfused", false, false, false),
         ("fold_only", true, false, false),
         ("fold_and_fused", true, true, false),
         ("fold_q", true, false, true),
-    ] {
+    ];
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut out = serde_json::json!({});
+    let there_and_back = (0..variants.len()).chain((0..variants.len()).rev());
+    for i in there_and_back {
+        let (name, fold_now, fused_now, fold_q_now) = variants[i];
         model.set_plan_options(PlanOptions {
             fold_kv_append: fold_now,
             fused_attention: fused_now,
@@ -129,9 +136,14 @@ pub fn compare_fusions(
             ..options
         });
         let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
-        out[format!("{name}_decode_tokens_per_s")] = tps.into();
+        runs[i].push(tps);
         out[format!("{name}_dispatches_per_token")] = dispatches.into();
         out[format!("{name}_barriers_per_token")] = barriers.into();
+    }
+    for ((name, ..), tps) in variants.iter().zip(&runs) {
+        let mean = tps.iter().sum::<f64>() / tps.len() as f64;
+        out[format!("{name}_decode_tokens_per_s")] = mean.into();
+        out[format!("{name}_decode_tokens_per_s_runs")] = tps.clone().into();
     }
     model.set_plan_options(options);
     model.reset();

@@ -153,6 +153,42 @@ fn plan_flags_change_the_plan_and_trace_prints_dispatches() {
     );
 }
 
+/// `--compare-fusions` measures every fusion variant twice on one load (in order, then in
+/// reverse) and reports the mean and both runs; the q_norm + RoPE fold takes one dispatch
+/// per KV-shared layer (the tiny model has 2) off the token, and `--no-fold-q-norm-rope`
+/// puts them back.
+#[test]
+fn compare_fusions_runs_each_variant_both_ways() {
+    let (stdout, _) = bench(&["--draft-tokens", "0", "--compare-fusions", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    for name in ["unfused", "fold_only", "fold_and_fused", "fold_q"] {
+        let runs = v[format!("{name}_decode_tokens_per_s_runs")]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no runs in {v}"));
+        assert_eq!(runs.len(), 2, "{name}: {runs:?}");
+        let mean = v[format!("{name}_decode_tokens_per_s")].as_f64().unwrap();
+        let sum: f64 = runs.iter().map(|r| r.as_f64().unwrap()).sum();
+        assert!(
+            mean > 0.0 && (mean - sum / 2.0).abs() < 1e-9,
+            "{name}: {mean} {runs:?}"
+        );
+    }
+    let per_token = |name: &str| v[format!("{name}_dispatches_per_token")].as_f64().unwrap();
+    assert_eq!(per_token("fold_only") - per_token("fold_q"), 2.0, "{v}");
+    let dispatches = |extra: &[&str]| {
+        let mut args = vec!["--draft-tokens", "0", "--json"];
+        args.extend_from_slice(extra);
+        let (stdout, _) = bench(&args);
+        let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        v["dispatches_per_token"].as_f64().unwrap()
+    };
+    assert_eq!(
+        dispatches(&["--no-fold-q-norm-rope"]) - dispatches(&[]),
+        2.0,
+        "one norm_rope dispatch back per KV-shared layer"
+    );
+}
+
 /// `--parallel N`: N batched plain streams, then N speculative streams at each acceptance
 /// rate, their tokens equal to the plain streams' (`matches_plain`), the asked acceptance
 /// met exactly (every draft the stream's own token, or none).
