@@ -23,7 +23,10 @@ pub use crate::text::tools::{parse_reply, ReplyPiece, ToolCallParser};
 /// The op cases and the harness that checks them against their CPU references and times
 /// them (`wgemma ops`, the bench's read-bandwidth case).
 pub mod op_checks {
-    pub use crate::harness::{check, perf, rng};
+    // Timing blocks on the GPU (native only, as the harness itself).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub use crate::harness::perf;
+    pub use crate::harness::{check, rng};
     pub use crate::ops::attention::prefill_check_cases;
     pub use crate::ops::linear::{prefill_cases, DeviceCaps};
     pub use crate::ops::read_bandwidth::ReadBandwidthCase;
