@@ -107,6 +107,11 @@ pub struct BenchArgs {
     /// in one device call).
     #[arg(long)]
     no_fold_q_norm_rope: bool,
+    /// Run decode attention on the classic kernels (tiles of 128-256 keys, 6 barriers a
+    /// tile) instead of the latency-shaped ones (every load of a tile first, 2 barriers a
+    /// tile, one tile per split): the before of that change, in one device call.
+    #[arg(long)]
+    no_latency_attention: bool,
     /// Also measure, in this run, decode with the K/V append kernel and partial + combine
     /// attention (`unfused_*`), with the append folded (`fold_only_*`), with the append
     /// folded and one-dispatch attention (`fold_and_fused_*`), and with the append and the
@@ -164,6 +169,7 @@ impl BenchArgs {
             fold_kv_append: !self.no_fold_kv_append,
             fused_attention: self.fused_attention,
             fold_q_norm_rope: !self.no_fold_q_norm_rope,
+            latency_attention: !self.no_latency_attention,
         }
     }
 

@@ -5,9 +5,9 @@
 
 use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::harness::test_context;
-use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
+use wgemma::model::{parse_config, PlanOptions};
 
 fn config(head_dim: usize, full_head_dim: usize) -> String {
     serde_json::json!({
@@ -69,4 +69,46 @@ fn head_dims_24_and_48_load_and_prefill_matches_decode() {
             "D {d}/{full}: prefill vs decode differ by {worst}"
         );
     }
+}
+
+/// Head dims 128 and 256 take the decode route's latency-shaped kernels where the device
+/// builds them (lavapipe does: 8-lane subgroups): step-by-step decode through them, across
+/// the sliding ring's wrap and past one tile of keys on the full layer (32 at D = 256: the
+/// step's splits then meet in the combine), gives the classic decode kernels' logits.
+#[test]
+fn latency_decode_kernels_match_the_classic_ones_through_the_model() {
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 3) % 128).collect();
+    let stepwise = |latency: bool| {
+        let ctx = test_context();
+        let mut model = Model::load(
+            ctx,
+            &SyntheticWeights { seed: 7 },
+            parse_config(&config(128, 256)).unwrap(),
+            ModelOptions {
+                format: WeightFormat::F32,
+                max_context: 64,
+                ..ModelOptions::default()
+            },
+            &mut |_, _| {},
+        )
+        .unwrap();
+        model.set_plan_options(PlanOptions {
+            latency_attention: latency,
+            ..PlanOptions::default()
+        });
+        let mut logits = Vec::new();
+        for &t in &tokens {
+            let out = pollster::block_on(model.forward(ctx, &[t], Want::LastLogits)).unwrap();
+            logits.extend(out.logits);
+        }
+        logits
+    };
+    let (latency, classic) = (stepwise(true), stepwise(false));
+    assert_eq!(latency.len(), tokens.len() * 128);
+    let worst = latency
+        .iter()
+        .zip(&classic)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "latency vs classic decode differ by {worst}");
 }

@@ -29,6 +29,11 @@ pub struct PlanOptions {
     /// barriers per E2B token and decoded 0.4% faster in fresh processes (BENCHMARKS.md,
     /// session 16); `bench --no-fold-q-norm-rope` is the before.
     pub fold_q_norm_rope: bool,
+    /// Decode attention on the latency-shaped kernels (`attention_decode_latency.wgsl`:
+    /// every load of a tile issued before its math, 2 barriers per tile, one tile per
+    /// split) where the device has them; off: the classic decode kernels
+    /// (`bench --no-latency-attention`, the before).
+    pub latency_attention: bool,
 }
 
 impl Default for PlanOptions {
@@ -38,6 +43,7 @@ impl Default for PlanOptions {
             fold_kv_append: true,
             fused_attention: false,
             fold_q_norm_rope: true,
+            latency_attention: true,
         }
     }
 }

@@ -250,6 +250,9 @@ fn attention_op(
     if !cx.options.fused_attention {
         attention.disable_fused_merge();
     }
+    if !cx.options.latency_attention {
+        attention.disable_latency_decode();
+    }
     Ok(attention)
 }
 

@@ -52,6 +52,21 @@ pub struct AttentionCase {
     pub copies: usize,
     /// q is raw: the decode route applies q_norm and RoPE itself ([`FoldQ`]).
     pub fold_q: bool,
+    /// Which decode-route kernels run the step.
+    pub decode_kernels: DecodeKernelChoice,
+}
+
+/// The decode route's kernel sets an [`AttentionCase`] can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeKernelChoice {
+    /// What the model runs by default: the latency-shaped kernels where built, else the
+    /// classic partial + combine (no one-dispatch merge).
+    Model,
+    /// The classic partial + combine ([`Attention::disable_latency_decode`]).
+    Classic,
+    /// The classic kernels with the one-dispatch merge where the device has coherent
+    /// storage (`PlanOptions::fused_attention`).
+    Fused,
 }
 
 impl AttentionCase {
@@ -73,6 +88,7 @@ impl AttentionCase {
             route: None,
             copies: 1,
             fold_q: false,
+            decode_kernels: DecodeKernelChoice::Model,
         }
     }
 
@@ -144,7 +160,7 @@ fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
 impl OpCase for AttentionCase {
     fn name(&self) -> String {
         format!(
-            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}{}{}",
+            "attention {} m={} start={} heads={} kv_heads={} d={}{}{}{}{}{}{}{}{}",
             match self.window {
                 Some(w) => format!("sliding w={w} max_rows={}", self.max_rows),
                 None => "full".to_string(),
@@ -176,6 +192,11 @@ impl OpCase for AttentionCase {
                 None => "",
             },
             if self.fold_q { " fold_q" } else { "" },
+            match self.decode_kernels {
+                DecodeKernelChoice::Model => "",
+                DecodeKernelChoice::Classic => " classic",
+                DecodeKernelChoice::Fused => " fused",
+            },
         )
     }
 
@@ -234,7 +255,7 @@ impl OpCase for AttentionCase {
             let claimed = cache.advance(m)?;
             debug_assert_eq!(claimed, self.start..kv_len);
             let append = cache.append_kernel(ctx, tk.as_ref(), &tv, &tpos)?;
-            let attention = Attention::new(
+            let mut attention = Attention::new(
                 ctx,
                 AttentionInputs {
                     fold_q: self.fold_q.then_some(FoldQ {
@@ -253,6 +274,12 @@ impl OpCase for AttentionCase {
                 },
                 &scratch,
             )?;
+            if self.decode_kernels != DecodeKernelChoice::Fused {
+                attention.disable_fused_merge();
+            }
+            if self.decode_kernels != DecodeKernelChoice::Model {
+                attention.disable_latency_decode();
+            }
             let plan = match (self.route, self.splits) {
                 (Some(route), splits) => attention.plan_route(route, m, kv_len, splits)?,
                 (None, Some(s)) => plan::plan_with_splits(attention.geometry(), m, kv_len, s)?,

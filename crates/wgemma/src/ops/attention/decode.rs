@@ -18,7 +18,7 @@
 
 use super::plan::{self, AttentionPlan, AttentionRoute, Geometry};
 use super::split_k::{AttentionScratch, FUSED_MAX_GROUPS};
-use super::{AttentionCase, KvCache};
+use super::{AttentionCase, DecodeKernelChoice, KvCache};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
 use crate::harness::{OpCase, Rng};
@@ -43,6 +43,11 @@ pub const DECODE_PARTIAL_WORKGROUP_BYTES: u32 = 2 * 512 * 16 + 4 * 16 + 8;
 pub const DECODE_COMBINE_WORKGROUP_BYTES: u32 = 512 * 16 + 256 * 4 + 512 * 4;
 
 const SHADER: &str = "attention_decode";
+const SHADER_LATENCY: &str = "attention_decode_latency";
+/// Workgroup memory of the latency-shaped kernels (`attention_decode_latency.wgsl`): the
+/// q pool (1024 vec4), P of a tile (128 vec4), two per-subgroup arrays (64 vec4
+/// each), 128 floats of q's squares and the split's key range.
+pub const DECODE_LATENCY_WORKGROUP_BYTES: u32 = (1024 + 128 + 2 * 64) * 16 + 128 * 4 + 8;
 const SHADER_SG: &str = "attention_decode_sg";
 const SHADER_FUSED: &str = "attention_decode_fused";
 const SHADER_FUSED_SG: &str = "attention_decode_fused_sg";
@@ -168,13 +173,90 @@ pub fn decode_subgroup_lanes(ctx: &GpuContext, head_dim: usize) -> Option<u32> {
     (ctx.has(wgpu::Features::SUBGROUP) && fits).then_some(lo)
 }
 
-/// Plans one decode-route step of `m` rows whose last position is `kv_len - 1`; `forced`
-/// fixes the split count per chunk (tests).
+/// Steps reading more keys than this run on the classic decode kernels: on the H100 the
+/// latency-shaped ones won at 512 keys (21.4 vs 31.0 us per sliding E2B call) and lost at
+/// 4K and 32K keys of a D = 512 layer, where one tile per split means hundreds of splits
+/// (BENCHMARKS.md, session 17).
+pub const LATENCY_MAX_KEYS: usize = 1024;
+
+/// Keys one tile of the latency-shaped partial takes for `head_dim` (8 vec4 columns per
+/// lane over 256 lanes: 8192 / head_dim).
+pub fn latency_tile_keys(head_dim: usize) -> usize {
+    8192 / head_dim.max(1)
+}
+
+/// The subgroup size the latency-shaped kernels (`attention_decode_latency.wgsl`) build
+/// with on `ctx` for `head_dim`, or the reasons they cannot: head_dim 128, 256 or 512
+/// (D4 = head_dim / 4 in 32..=128), the SUBGROUP feature with one subgroup size SG,
+/// a power of two with 8 <= SG <= D4 holding whole keys (a multiple of D4 / 8 lanes), and
+/// their workgroup memory; with `fold_q`, SG <= D4 / 2 (a subgroup sums the squares of one
+/// head's rotate_half pairs). Where they fail the layer keeps the classic decode kernels.
+pub fn latency_lanes(
+    ctx: &GpuContext,
+    head_dim: usize,
+    fold_q: bool,
+) -> std::result::Result<u32, Vec<String>> {
+    let mut failed = Vec::new();
+    let d4 = (head_dim / 4) as u32;
+    if !matches!(head_dim, 128 | 256 | 512) {
+        failed.push(format!(
+            "latency decode: head_dim {head_dim} is not 128, 256 or 512"
+        ));
+    }
+    let (lo, hi) = (ctx.info.subgroup_min_size, ctx.info.subgroup_max_size);
+    if !ctx.has(wgpu::Features::SUBGROUP) {
+        failed.push("latency decode: no subgroups (SUBGROUP)".into());
+    } else if lo != hi || !lo.is_power_of_two() || lo < 8 || lo > d4 || lo % (d4 / 8).max(1) != 0 {
+        failed.push(format!(
+            "latency decode: one subgroup size, a power of two in 8..={d4} and a multiple \
+             of {} (device: {lo}..={hi})",
+            d4 / 8
+        ));
+    }
+    if fold_q && lo > d4 / 2 {
+        failed.push(format!(
+            "latency decode: q_norm + RoPE folded need subgroups of at most {} lanes \
+             (device: {lo})",
+            d4 / 2
+        ));
+    }
+    let have = ctx.limits.max_compute_workgroup_storage_size;
+    if have < DECODE_LATENCY_WORKGROUP_BYTES {
+        failed.push(format!(
+            "latency decode: needs {DECODE_LATENCY_WORKGROUP_BYTES} bytes of workgroup \
+             memory (device: {have})"
+        ));
+    }
+    if failed.is_empty() {
+        Ok(lo)
+    } else {
+        Err(failed)
+    }
+}
+
+/// Plans one decode-route step of `m` rows whose last position is `kv_len - 1` for the
+/// classic kernels; `forced` fixes the split count per chunk (tests).
 pub fn plan_decode(
     geo: &Geometry,
     m: usize,
     kv_len: usize,
     forced: Option<u32>,
+) -> Result<AttentionPlan> {
+    plan_decode_for(geo, m, kv_len, forced, None)
+}
+
+/// [`plan_decode`] for the kernels a layer has: with `tile_keys` (the latency-shaped
+/// kernels are built, [`latency_tile_keys`]) a step reading at most [`LATENCY_MAX_KEYS`]
+/// keys runs on them, each split one tile of keys where the limits allow, so a workgroup's
+/// chain is one round of loads; other steps get the classic kernels and policy (about
+/// [`DECODE_TARGET_WORKGROUPS`] workgroups, at least [`DECODE_MIN_KEYS_PER_SPLIT`] keys
+/// each).
+pub fn plan_decode_for(
+    geo: &Geometry,
+    m: usize,
+    kv_len: usize,
+    forced: Option<u32>,
+    tile_keys: Option<usize>,
 ) -> Result<AttentionPlan> {
     if m > DECODE_MAX_ROWS {
         return Err(Error::NoRoute {
@@ -197,9 +279,14 @@ pub fn plan_decode(
     .max(1);
     let (_, tiles) = decode_tiles(geo.group());
     let workgroups = m * geo.kv_heads * tiles * chunks;
-    let mut splits = match forced {
-        Some(s) => s.max(1) as usize,
-        None => DECODE_TARGET_WORKGROUPS
+    // Past LATENCY_MAX_KEYS the classic kernels win (fewer, longer splits: BENCHMARKS.md,
+    // session 17).
+    let tile_keys = tile_keys.filter(|_| keys <= LATENCY_MAX_KEYS);
+    let latency = tile_keys.is_some();
+    let mut splits = match (forced, tile_keys) {
+        (Some(s), _) => s.max(1) as usize,
+        (None, Some(tile)) => keys.div_ceil(tile.max(1)).max(1),
+        (None, None) => DECODE_TARGET_WORKGROUPS
             .div_ceil(workgroups)
             .min(keys.div_ceil(DECODE_MIN_KEYS_PER_SPLIT))
             .max(1),
@@ -248,6 +335,7 @@ pub fn plan_decode(
             geo.heads as u32,
             m as u32,
         ),
+        latency,
     })
 }
 
@@ -284,9 +372,22 @@ pub struct DecodeKernels {
     /// `partial_fused` (native devices with coherent storage, one-chunk caches): partial
     /// and combine in one dispatch. None where its guards fail.
     fused: Option<Kernel>,
+    /// The latency-shaped kernels (`attention_decode_latency.wgsl`), used instead of
+    /// `partial` / `direct` / `combine` where their guards pass ([`latency_lanes`]) unless
+    /// switched off (`PlanOptions::latency_attention`).
+    latency: Option<LatencyKernels>,
     /// Query heads per workgroup tile (bounds the fused merge's weights).
     tile_queries: usize,
     lanes: Option<u32>,
+    head_dim: usize,
+}
+
+/// The latency-shaped twins of the classic partial (one per chunk), direct and combine.
+#[derive(Debug)]
+struct LatencyKernels {
+    partial: Vec<Kernel>,
+    direct: Option<Kernel>,
+    combine: Kernel,
 }
 
 impl DecodeKernels {
@@ -371,6 +472,51 @@ impl DecodeKernels {
             .tensor(&b.scratch.acc)
             .tensor(&b.scratch.ml)
             .build(one)?;
+        let latency = match latency_lanes(ctx, geo.head_dim, b.fold_q.is_some()) {
+            Ok(sg) => {
+                let kernel = |chunk_index: usize, direct: bool| {
+                    let chunk = &b.cache.chunks()[chunk_index];
+                    KernelBuilder::new(ctx, SHADER_LATENCY)
+                        .entry("partial")
+                        .constant("D4", d4)
+                        .constant("QT", qt as u64)
+                        .constant("SG", sg as u64)
+                        .constant("KEY_FROM_V", cfg.k_eq_v as u64)
+                        .constant("FOLD_Q", b.fold_q.is_some() as u64)
+                        .constant("DIRECT", direct as u64)
+                        .uniform(&params(chunk_index))
+                        .tensor(b.out)
+                        .tensor(&b.scratch.acc)
+                        .tensor(&b.scratch.ml)
+                        .tensor(b.positions)
+                        .tensor(b.q)
+                        .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
+                        .tensor(&chunk.v)
+                        .tensor(b.key_rope)
+                        .build(one)
+                };
+                Some(LatencyKernels {
+                    partial: (0..geo.chunks.len())
+                        .map(|c| kernel(c, false))
+                        .collect::<Result<Vec<_>>>()?,
+                    direct: if geo.chunks.len() == 1 {
+                        Some(kernel(0, true)?)
+                    } else {
+                        None
+                    },
+                    combine: KernelBuilder::new(ctx, SHADER_LATENCY)
+                        .entry("combine")
+                        .constant("D4", d4)
+                        .constant("SG", sg as u64)
+                        .uniform(&params(0))
+                        .tensor(b.out)
+                        .tensor(&b.scratch.acc)
+                        .tensor(&b.scratch.ml)
+                        .build(one)?,
+                })
+            }
+            Err(_) => None,
+        };
         let fused = if fused_guards(ctx, geo).is_empty() {
             Some(
                 partial_builder(0, true)
@@ -385,9 +531,29 @@ impl DecodeKernels {
             direct,
             combine,
             fused,
+            latency,
             tile_queries: qt,
             lanes,
+            head_dim: geo.head_dim,
         })
+    }
+
+    /// Whether the latency-shaped kernels run this layer's steps.
+    pub fn is_latency_shaped(&self) -> bool {
+        self.latency.is_some()
+    }
+
+    /// Keeps the classic kernels where the latency-shaped ones were built.
+    pub(crate) fn disable_latency(&mut self) {
+        self.latency = None;
+    }
+
+    /// Keys per split the planner should aim at for the kernels that run (None: the
+    /// classic policy).
+    pub fn tile_keys(&self) -> Option<usize> {
+        self.latency
+            .as_ref()
+            .map(|_| latency_tile_keys(self.head_dim))
     }
 
     /// Whether the one-dispatch fused kernel was built for this layer.
@@ -418,13 +584,23 @@ impl DecodeKernels {
         if let Some(fused) = self.fused_for(plan) {
             return vec![fused.with_grid(plan.partial_grid)];
         }
-        match (&self.direct, plan.direct) {
+        let (partial, direct, combine) = self.set(plan);
+        match (direct, plan.direct) {
             (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
-            _ => self.partial[..plan.chunks]
+            _ => partial[..plan.chunks]
                 .iter()
                 .map(|k| k.with_grid(plan.partial_grid))
-                .chain([self.combine.with_grid(plan.combine_grid)])
+                .chain([combine.with_grid(plan.combine_grid)])
                 .collect(),
+        }
+    }
+
+    /// The partial (per chunk), direct and combine kernels that run `plan`: latency-shaped
+    /// where built and planned, else classic.
+    fn set(&self, plan: &AttentionPlan) -> (&[Kernel], Option<&Kernel>, &Kernel) {
+        match &self.latency {
+            Some(l) if plan.latency => (&l.partial, l.direct.as_ref(), &l.combine),
+            _ => (&self.partial, self.direct.as_ref(), &self.combine),
         }
     }
 
@@ -433,13 +609,14 @@ impl DecodeKernels {
             pass.dispatch_grid(fused, plan.partial_grid);
             return;
         }
-        match (&self.direct, plan.direct) {
+        let (partial, direct, combine) = self.set(plan);
+        match (direct, plan.direct) {
             (Some(direct), true) => pass.dispatch_grid(direct, plan.partial_grid),
             _ => {
-                for k in &self.partial[..plan.chunks] {
+                for k in &partial[..plan.chunks] {
                     pass.dispatch_grid(k, plan.partial_grid);
                 }
-                pass.dispatch_grid(&self.combine, plan.combine_grid);
+                pass.dispatch_grid(combine, plan.combine_grid);
             }
         }
     }
@@ -503,17 +680,28 @@ pub fn decode_random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         fold.k_eq_v = !sliding && rng.random_bool(0.5);
         cases.push(fold);
     }
+    // The classic kernels, with and without the one-dispatch merge, stay covered where
+    // the latency-shaped ones are built.
+    let mut others = Vec::new();
+    for choice in [DecodeKernelChoice::Classic, DecodeKernelChoice::Fused] {
+        others.extend([0, 3, 4, cases.len() - 1].iter().map(|&i| AttentionCase {
+            decode_kernels: choice,
+            ..cases[i].clone()
+        }));
+    }
+    cases.extend(others);
     boxed(cases)
 }
 
 /// The E2B decode shapes of [`super::bench_cases`] (8 q heads, 1 kv head; sliding D 256 with
-/// W 512, full D 512; 4K and 32K context; M = 1 and verify M = 3) on each route, named
-/// `route=decode` / `route=split_k`, so the two can be compared. Small caches are copied so
-/// that the rotation reads >= ~64 MiB (more than a 50 MB L2).
+/// W 512, full D 512; 640 (a decode at depth 512), 4K and 32K context; M = 1 and verify M = 3) on each route, named
+/// `route=decode` / `route=split_k`, so the two can be compared, and the decode steps again
+/// on the classic kernels (`route=decode ... classic`, the latency-shaped kernels' before).
+/// Small caches are copied so that the rotation reads >= ~64 MiB (more than a 50 MB L2).
 pub fn decode_bench_cases() -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
     for route in [AttentionRoute::Decode, AttentionRoute::SplitK] {
-        for ctx_len in [4096, 32_768] {
+        for ctx_len in [640, 4096, 32_768] {
             for rows in [1, 3] {
                 let start = ctx_len - rows;
                 let mut sliding = AttentionCase::new(8, 1, 256, rows, start).sliding(512, 9);
@@ -527,11 +715,21 @@ pub fn decode_bench_cases() -> Vec<Box<dyn OpCase>> {
                 for case in &mut folded {
                     case.fold_q = route == AttentionRoute::Decode;
                 }
-                cases.push(sliding);
-                cases.push(full);
+                let mut decode = vec![sliding, full];
                 if route == AttentionRoute::Decode {
-                    cases.extend(folded);
+                    decode.extend(folded);
+                    // The same steps on the classic kernels (the latency-shaped ones'
+                    // before, where a device builds them).
+                    let classic: Vec<AttentionCase> = decode
+                        .iter()
+                        .map(|c| AttentionCase {
+                            decode_kernels: DecodeKernelChoice::Classic,
+                            ..c.clone()
+                        })
+                        .collect();
+                    decode.extend(classic);
                 }
+                cases.extend(decode);
             }
         }
     }

@@ -47,7 +47,9 @@ pub mod decode;
 mod split_k;
 mod tiled;
 
-pub use cases::{bench_cases, prefill_check_cases, random_cases, AttentionCase};
+pub use cases::{
+    bench_cases, prefill_check_cases, random_cases, AttentionCase, DecodeKernelChoice,
+};
 pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
 pub use kv_cache::{
     positions_len, KvAppend, KvCache, KvCacheConfig, KvChunk, KvCursor, KvLayout, MAX_SEQUENCES,
@@ -540,10 +542,10 @@ impl Attention {
     pub fn plan(&self, m: usize, kv_len: usize) -> Result<AttentionPlan> {
         if self.folded_q {
             // Raw q: only the decode route normalises it (plan_decode refuses m > 9).
-            return decode::plan_decode(&self.geo, m, kv_len, None);
+            return self.plan_decode(m, kv_len, None);
         }
         match (&self.decode, &self.tiled) {
-            (Ok(_), _) if m <= DECODE_MAX_ROWS => decode::plan_decode(&self.geo, m, kv_len, None),
+            (Ok(_), _) if m <= DECODE_MAX_ROWS => self.plan_decode(m, kv_len, None),
             (_, Ok(_)) if m >= plan::TILED_MIN_ROWS => plan::plan_tiled(&self.geo, m, kv_len, None),
             _ => plan::plan(&self.geo, m, kv_len),
         }
@@ -579,13 +581,19 @@ impl Attention {
                 Some(s) => plan::plan_with_splits(&self.geo, m, kv_len, s),
                 None => plan::plan(&self.geo, m, kv_len),
             },
-            (AttentionRoute::Decode, Ok(_)) => decode::plan_decode(&self.geo, m, kv_len, splits),
+            (AttentionRoute::Decode, Ok(_)) => self.plan_decode(m, kv_len, splits),
             (AttentionRoute::Tiled, _) => match &self.tiled {
                 Ok(_) => plan::plan_tiled(&self.geo, m, kv_len, splits),
                 Err(failed) => Err(self.no_route(failed)),
             },
             (AttentionRoute::Decode, Err(failed)) => Err(self.no_route(failed)),
         }
+    }
+
+    /// A decode-route plan shaped for the decode kernels this layer runs.
+    fn plan_decode(&self, m: usize, kv_len: usize, splits: Option<u32>) -> Result<AttentionPlan> {
+        let tile_keys = self.decode.as_ref().ok().and_then(|d| d.tile_keys());
+        decode::plan_decode_for(&self.geo, m, kv_len, splits, tile_keys)
     }
 
     fn no_route(&self, failed: &[String]) -> Error {
@@ -604,6 +612,14 @@ impl Attention {
     pub fn disable_fused_merge(&mut self) {
         if let Ok(decode) = &mut self.decode {
             decode.disable_fused();
+        }
+    }
+
+    /// Keeps the decode route's classic kernels even where the latency-shaped ones were
+    /// built (`PlanOptions::latency_attention` off: the before of that change).
+    pub fn disable_latency_decode(&mut self) {
+        if let Ok(decode) = &mut self.decode {
+            decode.disable_latency();
         }
     }
 

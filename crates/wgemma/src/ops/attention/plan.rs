@@ -161,6 +161,9 @@ pub struct AttentionPlan {
     pub partial_grid: Grid,
     /// Grid of the combine: (heads, rows).
     pub combine_grid: Grid,
+    /// Decode route only: run on the latency-shaped kernels (`attention_decode_latency.wgsl`,
+    /// planned one tile of keys per split) rather than the classic ones.
+    pub latency: bool,
 }
 
 /// Plans one step of `m` rows whose last position is `kv_len - 1`.
@@ -267,6 +270,7 @@ fn plan_inner(
         direct,
         partial_grid: Grid::new(splits as u32, m as u32, (geo.kv_heads * head_tiles) as u32),
         combine_grid: Grid::new(geo.heads as u32, m as u32, 1),
+        latency: false,
     })
 }
 

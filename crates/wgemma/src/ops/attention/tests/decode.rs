@@ -108,8 +108,8 @@ fn random_cases_pass_on_both_reductions() {
 }
 
 /// Where the device has coherent storage (every Vulkan device, lavapipe included), a split
-/// decode step is ONE dispatch (the fused partial + merge) and the other decode-route tests
-/// run it; without (the portable context) it stays partial + combine.
+/// decode step can be ONE dispatch (the fused partial + merge; the random cases run it with
+/// `DecodeKernelChoice::Fused`); without (the portable context) it stays partial + combine.
 #[test]
 fn fused_merge_is_one_dispatch_where_storage_is_coherent() {
     for ctx in [test_context(), portable_context()] {
@@ -134,6 +134,93 @@ fn fused_merge_is_one_dispatch_where_storage_is_coherent() {
         test_context().has(wgpu::Features::MEMORY_DECORATION_COHERENT),
         "the test device runs the fused route"
     );
+}
+
+/// The latency-shaped kernels are built exactly where their guards pass (lavapipe's 8-lane
+/// subgroups hold D = 256's 8 lanes per key, so the other decode tests run them there at
+/// that head dim; D = 512 needs 16 lanes; D = 64 is outside), and the planner gives each
+/// split one tile of keys.
+#[test]
+fn latency_kernels_are_built_where_their_guards_pass() {
+    let ctx = test_context();
+    for d in [64, 128, 256, 512] {
+        let mut attention = decode_layer(ctx, (8, 1, d), 1, 4096);
+        let built = attention.decode_route().unwrap().is_latency_shaped();
+        assert_eq!(built, latency_lanes(ctx, d, false).is_ok(), "d {d}");
+        let plan = attention.plan(1, LATENCY_MAX_KEYS).unwrap();
+        assert_eq!(plan.latency, built, "d {d}");
+        if built {
+            let tiles = LATENCY_MAX_KEYS.div_ceil(latency_tile_keys(d));
+            assert_eq!(plan.splits as usize, tiles, "d {d}");
+        }
+        // Longer steps run on the classic kernels, planned as before.
+        let classic = plan_decode(attention.geometry(), 1, 4096, None).unwrap();
+        assert!(!classic.latency);
+        assert_eq!(attention.plan(1, 4096).unwrap(), classic);
+        attention.disable_latency_decode();
+        assert!(!attention.decode_route().unwrap().is_latency_shaped());
+        let before = plan_decode(attention.geometry(), 1, LATENCY_MAX_KEYS, None).unwrap();
+        assert_eq!(attention.plan(1, LATENCY_MAX_KEYS).unwrap(), before);
+    }
+    let portable = decode_layer(portable_context(), (8, 1, 256), 1, 64);
+    assert!(!portable.decode_route().unwrap().is_latency_shaped());
+    let failed = latency_lanes(portable_context(), 256, false).unwrap_err();
+    assert!(failed.iter().any(|f| f.contains("SUBGROUP")), "{failed:?}");
+    assert!(
+        latency_lanes(ctx, 256, true).is_ok(),
+        "{:?}",
+        latency_lanes(ctx, 256, true)
+    );
+    assert!(latency_lanes(ctx, 64, false).unwrap_err()[0].contains("head_dim 64"));
+}
+
+/// The latency-shaped kernels against the reference where lavapipe builds them (D = 256),
+/// beside the classic ones on the same steps: E2B's sliding layer at 4K (512 keys: 16 splits
+/// of one tile), decode and verify rows, one split over many tiles (the online softmax
+/// across tiles), a split count leaving splits empty, a chunked cache (a partial per chunk),
+/// K = V, q_norm + RoPE folded, GQA groups of 2 and 12 (partial head tiles), and the
+/// single-split step that writes the output directly.
+#[test]
+fn latency_kernels_match_the_reference() {
+    let mut cases = Vec::new();
+    for m in [1, 3, 9] {
+        cases.push(AttentionCase::new(8, 1, 256, m, 4096 - m).sliding(512, 9));
+    }
+    let mut one_split = AttentionCase::new(8, 1, 256, 2, 700);
+    one_split.splits = Some(1);
+    cases.push(one_split);
+    let mut sparse = AttentionCase::new(8, 1, 256, 9, 0);
+    sparse.splits = Some(64);
+    cases.push(sparse);
+    let mut chunked = AttentionCase::new(8, 1, 256, 3, 600);
+    chunked.max_len = 900;
+    chunked.chunk_bytes = Some(256 * 4 * 128);
+    cases.push(chunked);
+    let mut kv = AttentionCase::new(8, 1, 256, 3, 300);
+    kv.k_eq_v = true;
+    cases.push(kv);
+    let mut fold = AttentionCase::new(8, 1, 256, 3, 450).sliding(512, 9);
+    fold.fold_q = true;
+    cases.push(fold);
+    let mut fold_kv = AttentionCase::new(8, 1, 256, 1, 200);
+    fold_kv.fold_q = true;
+    fold_kv.k_eq_v = true;
+    cases.push(fold_kv);
+    cases.push(AttentionCase::new(4, 2, 256, 3, 100));
+    cases.push(AttentionCase::new(12, 1, 256, 1, 250));
+    cases.push(AttentionCase::new(8, 1, 256, 1, 20)); // one split: direct
+    let mut large_q = AttentionCase::new(8, 1, 256, 1, 1000);
+    large_q.q_scale = 30.0;
+    cases.push(large_q);
+    let classic: Vec<AttentionCase> = cases
+        .iter()
+        .map(|c| AttentionCase {
+            decode_kernels: DecodeKernelChoice::Classic,
+            ..c.clone()
+        })
+        .collect();
+    cases.extend(classic);
+    assert_cases_pass(&boxed(cases), 0..2);
 }
 
 #[test]
@@ -558,27 +645,29 @@ fn shader_copies_are_identical() {
 #[test]
 fn bench_cases_are_well_formed() {
     let cases = decode_bench_cases();
-    assert_eq!(cases.len(), 24);
+    assert_eq!(cases.len(), 60);
     let names: Vec<String> = cases.iter().map(|c| c.name()).collect();
     assert_eq!(
         names.iter().filter(|n| n.contains("route=decode")).count(),
-        16
+        48
     );
-    // The decode steps again with q_norm + RoPE folded in (KV-shared layers).
+    // The decode steps again with q_norm + RoPE folded in (KV-shared layers), each also
+    // on the classic kernels.
     assert_eq!(
         names
             .iter()
             .filter(|n| n.contains("route=decode fold_q"))
             .count(),
-        8
+        24
     );
+    assert_eq!(names.iter().filter(|n| n.ends_with(" classic")).count(), 24);
     assert_eq!(
         names.iter().filter(|n| n.contains("route=split_k")).count(),
-        8
+        12
     );
     for needle in [
         "sliding w=512",
-        "m=1 start=4095",
+        "m=1 start=639",
         "d=256",
         "copies=64",
         "route=decode",
