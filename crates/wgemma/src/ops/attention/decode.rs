@@ -390,6 +390,83 @@ struct LatencyKernels {
     combine: Kernel,
 }
 
+/// The parameters, constants and bindings every decode kernel of one layer shares (the
+/// classic, fused and latency-shaped partials; both combines).
+struct LayerBinder<'a> {
+    geo: &'a Geometry,
+    b: &'a DecodeBindings<'a>,
+    d4: u64,
+    qt: usize,
+    tiles: usize,
+}
+
+impl<'a> LayerBinder<'a> {
+    fn new(geo: &'a Geometry, b: &'a DecodeBindings<'a>) -> Self {
+        let (qt, tiles) = decode_tiles(geo.group());
+        LayerBinder {
+            geo,
+            b,
+            d4: (geo.head_dim / 4) as u64,
+            qt,
+            tiles,
+        }
+    }
+
+    fn params(&self, chunk_index: usize) -> DecodeParams {
+        let (geo, b) = (self.geo, self.b);
+        let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
+        DecodeParams {
+            heads: geo.heads as u32,
+            kv_heads: geo.kv_heads as u32,
+            group: geo.group() as u32,
+            head_tiles: self.tiles as u32,
+            window: geo.window.unwrap_or(0) as u32,
+            slots: geo.slots as u32,
+            ring: geo.ring as u32,
+            chunk_start: slots.start as u32,
+            chunk_slots: slots.len() as u32,
+            chunk_index: chunk_index as u32,
+            rot_pairs: b.rot_pairs,
+            sequences: geo.sequences as u32,
+            q_rope_at: b.fold_q.map_or(0, |f| f.at),
+            q_rot_pairs: b.fold_q.map_or(0, |f| f.rot_pairs),
+            q_eps: b.fold_q.map_or(0.0, |f| f.eps),
+            _pad: 0,
+        }
+    }
+
+    /// A partial kernel's constants and bindings for cache chunk `chunk_index`.
+    fn partial<'c>(&self, builder: KernelBuilder<'c>, chunk_index: usize) -> KernelBuilder<'c> {
+        let b = self.b;
+        let chunk = &b.cache.chunks()[chunk_index];
+        builder
+            .constant("D4", self.d4)
+            .constant("QT", self.qt as u64)
+            .constant("KEY_FROM_V", b.cache.config().k_eq_v as u64)
+            .constant("FOLD_Q", b.fold_q.is_some() as u64)
+            .uniform(&self.params(chunk_index))
+            .tensor(b.out)
+            .tensor(&b.scratch.acc)
+            .tensor(&b.scratch.ml)
+            .tensor(b.positions)
+            .tensor(b.q)
+            .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
+            .tensor(&chunk.v)
+            .tensor(b.key_rope)
+    }
+
+    /// A combine kernel's entry, constants and bindings.
+    fn combine<'c>(&self, builder: KernelBuilder<'c>) -> KernelBuilder<'c> {
+        builder
+            .entry("combine")
+            .constant("D4", self.d4)
+            .uniform(&self.params(0))
+            .tensor(self.b.out)
+            .tensor(&self.b.scratch.acc)
+            .tensor(&self.b.scratch.ml)
+    }
+}
+
 impl DecodeKernels {
     /// Builds the kernels; the caller has checked [`decode_guards`].
     pub(crate) fn build(
@@ -397,35 +474,12 @@ impl DecodeKernels {
         geo: &Geometry,
         b: &DecodeBindings<'_>,
     ) -> Result<DecodeKernels> {
-        let cfg = b.cache.config();
-        let d4 = (geo.head_dim / 4) as u64;
-        let (qt, tiles) = decode_tiles(geo.group());
+        let layer = LayerBinder::new(geo, b);
         let lanes = decode_subgroup_lanes(ctx, geo.head_dim);
-        let params = |chunk_index: usize| {
-            let slots = &geo.chunks[chunk_index.min(geo.chunks.len() - 1)];
-            DecodeParams {
-                heads: geo.heads as u32,
-                kv_heads: geo.kv_heads as u32,
-                group: geo.group() as u32,
-                head_tiles: tiles as u32,
-                window: geo.window.unwrap_or(0) as u32,
-                slots: geo.slots as u32,
-                ring: geo.ring as u32,
-                chunk_start: slots.start as u32,
-                chunk_slots: slots.len() as u32,
-                chunk_index: chunk_index as u32,
-                rot_pairs: b.rot_pairs,
-                sequences: geo.sequences as u32,
-                q_rope_at: b.fold_q.map_or(0, |f| f.at),
-                q_rot_pairs: b.fold_q.map_or(0, |f| f.rot_pairs),
-                q_eps: b.fold_q.map_or(0.0, |f| f.eps),
-                _pad: 0,
-            }
-        };
         let one = Grid::new(1, 1, 1);
-        // The partial kernel's bindings, shared by the fused variant (which adds the counters).
-        let partial_builder = |chunk_index: usize, fused: bool| {
-            let chunk = &b.cache.chunks()[chunk_index];
+        // The classic partial (subgroup or portable reduction), shared by the fused variant
+        // (which adds the counters).
+        let classic = |chunk_index: usize, fused: bool| {
             let (shader, shader_sg) = if fused {
                 (SHADER_FUSED, SHADER_FUSED_SG)
             } else {
@@ -435,94 +489,47 @@ impl DecodeKernels {
                 Some(l) => KernelBuilder::new(ctx, shader_sg).constant("VSG", l as u64),
                 None => KernelBuilder::new(ctx, shader),
             };
-            builder
-                .entry(if fused { "partial_fused" } else { "partial" })
-                .constant("D4", d4)
-                .constant("QT", qt as u64)
-                .constant("KEY_FROM_V", cfg.k_eq_v as u64)
-                .constant("FOLD_Q", b.fold_q.is_some() as u64)
-                .uniform(&params(chunk_index))
-                .tensor(b.out)
-                .tensor(&b.scratch.acc)
-                .tensor(&b.scratch.ml)
-                .tensor(b.positions)
-                .tensor(b.q)
-                .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
-                .tensor(&chunk.v)
-                .tensor(b.key_rope)
+            layer.partial(
+                builder.entry(if fused { "partial_fused" } else { "partial" }),
+                chunk_index,
+            )
         };
-        let partial_kernel = |chunk_index: usize, direct: bool| -> Result<Kernel> {
-            partial_builder(chunk_index, false)
+        let per_chunk = |make: &dyn Fn(usize, bool) -> Result<Kernel>| -> Result<_> {
+            let partial = (0..geo.chunks.len())
+                .map(|c| make(c, false))
+                .collect::<Result<Vec<_>>>()?;
+            let direct = match geo.chunks.len() {
+                1 => Some(make(0, true)?),
+                _ => None,
+            };
+            Ok((partial, direct))
+        };
+        let (partial, direct) = per_chunk(&|c, direct| {
+            classic(c, false)
                 .constant("DIRECT", direct as u64)
                 .build(one)
-        };
-        let partial = (0..geo.chunks.len())
-            .map(|c| partial_kernel(c, false))
-            .collect::<Result<Vec<_>>>()?;
-        let direct = if geo.chunks.len() == 1 {
-            Some(partial_kernel(0, true)?)
-        } else {
-            None
-        };
-        let combine = KernelBuilder::new(ctx, SHADER)
-            .entry("combine")
-            .constant("D4", d4)
-            .uniform(&params(0))
-            .tensor(b.out)
-            .tensor(&b.scratch.acc)
-            .tensor(&b.scratch.ml)
-            .build(one)?;
+        })?;
+        let combine = layer.combine(KernelBuilder::new(ctx, SHADER)).build(one)?;
         let latency = match latency_lanes(ctx, geo.head_dim, b.fold_q.is_some()) {
             Ok(sg) => {
-                let kernel = |chunk_index: usize, direct: bool| {
-                    let chunk = &b.cache.chunks()[chunk_index];
-                    KernelBuilder::new(ctx, SHADER_LATENCY)
+                let (partial, direct) = per_chunk(&|c, direct| {
+                    let builder = KernelBuilder::new(ctx, SHADER_LATENCY)
                         .entry("partial")
-                        .constant("D4", d4)
-                        .constant("QT", qt as u64)
                         .constant("SG", sg as u64)
-                        .constant("KEY_FROM_V", cfg.k_eq_v as u64)
-                        .constant("FOLD_Q", b.fold_q.is_some() as u64)
-                        .constant("DIRECT", direct as u64)
-                        .uniform(&params(chunk_index))
-                        .tensor(b.out)
-                        .tensor(&b.scratch.acc)
-                        .tensor(&b.scratch.ml)
-                        .tensor(b.positions)
-                        .tensor(b.q)
-                        .tensor(chunk.k.as_ref().unwrap_or(&chunk.v))
-                        .tensor(&chunk.v)
-                        .tensor(b.key_rope)
-                        .build(one)
-                };
+                        .constant("DIRECT", direct as u64);
+                    layer.partial(builder, c).build(one)
+                })?;
+                let combine = KernelBuilder::new(ctx, SHADER_LATENCY).constant("SG", sg as u64);
                 Some(LatencyKernels {
-                    partial: (0..geo.chunks.len())
-                        .map(|c| kernel(c, false))
-                        .collect::<Result<Vec<_>>>()?,
-                    direct: if geo.chunks.len() == 1 {
-                        Some(kernel(0, true)?)
-                    } else {
-                        None
-                    },
-                    combine: KernelBuilder::new(ctx, SHADER_LATENCY)
-                        .entry("combine")
-                        .constant("D4", d4)
-                        .constant("SG", sg as u64)
-                        .uniform(&params(0))
-                        .tensor(b.out)
-                        .tensor(&b.scratch.acc)
-                        .tensor(&b.scratch.ml)
-                        .build(one)?,
+                    partial,
+                    direct,
+                    combine: layer.combine(combine).build(one)?,
                 })
             }
             Err(_) => None,
         };
         let fused = if fused_guards(ctx, geo).is_empty() {
-            Some(
-                partial_builder(0, true)
-                    .tensor(&b.scratch.counters)
-                    .build(one)?,
-            )
+            Some(classic(0, true).tensor(&b.scratch.counters).build(one)?)
         } else {
             None
         };
@@ -532,7 +539,7 @@ impl DecodeKernels {
             combine,
             fused,
             latency,
-            tile_queries: qt,
+            tile_queries: layer.qt,
             lanes,
             head_dim: geo.head_dim,
         })
