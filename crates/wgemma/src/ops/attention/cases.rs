@@ -128,6 +128,27 @@ impl AttentionCase {
         (q_rope, q_norm_weight, q_ref)
     }
 
+    /// Restricts `attention` to the case's decode kernels, then plans its step: the forced
+    /// route, the forced split count, or the op's own choice.
+    fn choose_kernels_and_plan(
+        &self,
+        attention: &mut Attention,
+        m: usize,
+        kv_len: usize,
+    ) -> Result<AttentionPlan> {
+        if self.decode_kernels != DecodeKernelChoice::Fused {
+            attention.disable_fused_merge();
+        }
+        if self.decode_kernels != DecodeKernelChoice::Model {
+            attention.disable_latency_decode();
+        }
+        match (self.route, self.splits) {
+            (Some(route), splits) => attention.plan_route(route, m, kv_len, splits),
+            (None, Some(s)) => plan::plan_with_splits(attention.geometry(), m, kv_len, s),
+            (None, None) => attention.plan(m, kv_len),
+        }
+    }
+
     fn kv_len(&self) -> usize {
         self.start + self.rows
     }
@@ -274,17 +295,7 @@ impl OpCase for AttentionCase {
                 },
                 &scratch,
             )?;
-            if self.decode_kernels != DecodeKernelChoice::Fused {
-                attention.disable_fused_merge();
-            }
-            if self.decode_kernels != DecodeKernelChoice::Model {
-                attention.disable_latency_decode();
-            }
-            let plan = match (self.route, self.splits) {
-                (Some(route), splits) => attention.plan_route(route, m, kv_len, splits)?,
-                (None, Some(s)) => plan::plan_with_splits(attention.geometry(), m, kv_len, s)?,
-                (None, None) => attention.plan(m, kv_len)?,
-            };
+            let plan = self.choose_kernels_and_plan(&mut attention, m, kv_len)?;
             tensor_cores |=
                 plan.route == AttentionRoute::Tiled && attention.tiled_on_tensor_cores();
             kernels.extend(append.kernels_for(m)?);
