@@ -28,6 +28,8 @@
 //! - `generic` (`attention_generic.wgsl`): the split_k kernels for head dims that are not
 //!   powers of two (a multiple of 4 in 4..=512, of 8 for K = V): HF runs Gemma 4 configs with
 //!   head dims such as 24 or 48. Chosen at build time by head_dim; planned like split_k.
+//!   Both entry files include one body, `attention_split_k.wgsli`; they differ only in how
+//!   many accumulators a thread keeps.
 //!
 //! Guards (build time, fail closed with [`Error::NoRoute`]): head_dim a power of two in
 //! 8..=512 (or the generic route's); heads a multiple of kv_heads; rows, heads and kv_heads * head tiles within the
