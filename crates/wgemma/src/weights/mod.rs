@@ -3,6 +3,7 @@
 //! [`layout::MatrixLayout`], and [`upload`] puts them on the GPU as [`linear::LinearWeight`]s,
 //! embedding tables and plain tensors.
 
+pub mod declared;
 pub mod layout;
 pub mod linear;
 pub mod source;
