@@ -2,7 +2,9 @@
 //! them: [`attention`] (input norm, q/k/v, norms + RoPE, KV append, attention, o_proj),
 //! [`mlp`] (pre-FFN norm, gate_up + GeGLU, down, and the MoE half where the layer has one),
 //! [`per_layer_input`] (E2B/E4B's per-layer input gate and projection) and [`head`] (the
-//! tied lm_head, softcap, greedy argmax). Each plans its kernels into a forward's op list;
+//! tied lm_head, softcap, greedy argmax). Each owns its weights (a struct that declares
+//! its tensors once, `tensors`, and loads them, `load`: the artifact plan and the byte
+//! count read the same declarations) and plans its kernels into a forward's op list;
 //! the residual adds and norms between them go through [`Residual`] (kernels or matvec
 //! prologues), so a block reads as its HF module does.
 
