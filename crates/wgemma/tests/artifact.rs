@@ -5,10 +5,13 @@
 //! shape lie, an unknown version, a census route this build lacks) are refused with an
 //! error naming what is wrong.
 
-use std::collections::BTreeMap;
+use safetensors::Dtype;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::PathBuf;
 use wgemma::formats::artifact::manifest::MANIFEST_KEY;
+use wgemma::formats::artifact::plan::{assistant_plan, target_plan, PlannedWeight, Prep};
 use wgemma::formats::artifact::{
     convert, load_assistant, load_target, Artifact, ConvertInput, LoadHooks, Manifest,
 };
@@ -17,11 +20,17 @@ use wgemma::generate::plain::GenerateOptions;
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::harness::test_context;
-use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
+use wgemma::model::assistant::{
+    parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
+};
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
+use wgemma::ops::moe::{ExpertFormat, ExpertHost};
 use wgemma::ops::opset::OpSet;
+use wgemma::weights::layout::{Matrix, MatrixLayout, MatrixSpec, MatrixUse};
+use wgemma::weights::source::WeightSource;
+use wgemma::weights::upload::{Uploaded, Uploader};
 
 struct Fixture {
     config: String,
@@ -504,4 +513,165 @@ fn other_contract_breaches_are_named() {
         .unwrap()
         .to_string();
     assert!(err.contains("target only"), "{err}");
+}
+
+/// A source that records the name of every tensor a load reads, and passes the read on.
+struct Recording<'a> {
+    inner: Checkpoint<'a>,
+    read: RefCell<BTreeSet<String>>,
+}
+
+impl<'a> Recording<'a> {
+    fn new(inner: Checkpoint<'a>) -> Self {
+        Recording {
+            inner,
+            read: RefCell::new(BTreeSet::new()),
+        }
+    }
+
+    fn note(&self, name: &str) {
+        self.read.borrow_mut().insert(name.to_string());
+    }
+}
+
+impl WeightSource for Recording<'_> {
+    fn f32(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<f32>> {
+        self.note(name);
+        WeightSource::f32(&self.inner, name, shape)
+    }
+    fn has(&self, name: &str) -> bool {
+        WeightSource::has(&self.inner, name)
+    }
+    fn embedding_dtype(&self) -> wgemma::Result<Dtype> {
+        self.inner.embedding_dtype()
+    }
+    fn upload_matrix(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        parts: &[&str],
+        spec: MatrixSpec,
+    ) -> wgemma::Result<Uploaded> {
+        self.note(name);
+        WeightSource::upload_matrix(&self.inner, up, name, parts, spec)
+    }
+    fn experts(
+        &self,
+        name: &str,
+        experts: usize,
+        n: usize,
+        k: usize,
+        format: ExpertFormat,
+    ) -> wgemma::Result<ExpertHost> {
+        self.note(name);
+        self.inner.experts(name, experts, n, k, format)
+    }
+}
+
+impl AssistantSource for Recording<'_> {
+    fn f32(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<f32>> {
+        self.note(name);
+        AssistantSource::f32(&self.inner, name, shape)
+    }
+    fn i64(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<i64>> {
+        self.note(name);
+        self.inner.i64(name, shape)
+    }
+    fn has(&self, name: &str) -> bool {
+        AssistantSource::has(&self.inner, name)
+    }
+    fn matrix(
+        &self,
+        name: &str,
+        parts: &[&str],
+        n: usize,
+        k: usize,
+        layout: MatrixLayout,
+    ) -> wgemma::Result<Matrix<'_>> {
+        self.note(name);
+        AssistantSource::matrix(&self.inner, name, parts, n, k, layout)
+    }
+    fn upload_matrix(
+        &self,
+        up: &mut Uploader<'_>,
+        name: &str,
+        parts: &[&str],
+        spec: MatrixSpec,
+    ) -> wgemma::Result<Uploaded> {
+        self.note(name);
+        AssistantSource::upload_matrix(&self.inner, up, name, parts, spec)
+    }
+}
+
+fn names(plan: &[PlannedWeight]) -> BTreeSet<String> {
+    plan.iter().map(|w| w.name.clone()).collect()
+}
+
+/// The GPU bytes a load of `plan` makes (all, tables): each stored tensor once, the tied
+/// embedding twice (its table and its lm_head), host-only `layer_scalar`s not at all.
+fn planned_gpu_bytes(plan: &[PlannedWeight]) -> (u64, u64) {
+    let (mut total, mut tables) = (0, 0);
+    for w in plan {
+        let stored: u64 = w.stored("").iter().map(|t| t.byte_len() as u64).sum();
+        match &w.prep {
+            Prep::F32 { .. } if w.name.ends_with("layer_scalar") => {}
+            Prep::Matrix { usage, .. } if *usage == MatrixUse::TableAndLinear => {
+                total += 2 * stored;
+                tables += stored;
+            }
+            Prep::Matrix { usage, .. } if *usage == MatrixUse::Table => {
+                total += stored;
+                tables += stored;
+            }
+            _ => total += stored,
+        }
+    }
+    (total, tables)
+}
+
+/// The declarations are what a load does: a load reads exactly the tensors the artifact
+/// plan lists (target and assistant), and the bytes it counts are the plan's.
+#[test]
+fn declarations_give_the_loaded_bytes_and_the_plan() {
+    let ctx = test_context();
+    for (name, assistant) in [
+        ("e2b_like", Some("e2b_like_assistant")),
+        ("dense_kv", Some("dense_kv_assistant")),
+        ("moe", None),
+        ("k_quant", None),
+    ] {
+        for format in [
+            WeightFormat::F32,
+            WeightFormat::F16,
+            WeightFormat::Q4 { group: 32 },
+        ] {
+            let t = Fixture::open(name);
+            let source = Recording::new(t.checkpoint());
+            let spec = parse_config(&t.config).unwrap();
+            let plan = target_plan(&spec, format, &|n| WeightSource::has(&source, n));
+            let target = Model::load(ctx, &source, spec, options(format), &mut |_, _| {}).unwrap();
+            assert_eq!(*source.read.borrow(), names(&plan), "{name} {format:?}");
+            let (total, tables) = planned_gpu_bytes(&plan);
+            assert_eq!(target.weight_bytes(), total, "{name} {format:?}");
+            assert_eq!(
+                target.weight_bytes() - target.decode_weight_bytes(),
+                tables,
+                "{name} {format:?}"
+            );
+            let Some(assistant) = assistant else {
+                continue;
+            };
+            let a = Fixture::open(assistant);
+            let source = Recording::new(a.checkpoint());
+            let aspec = parse_assistant_config(&a.config).unwrap();
+            let plan = assistant_plan(&aspec, format, &|n| AssistantSource::has(&source, n));
+            let options = AssistantOptions { format };
+            Assistant::load(ctx, &source, aspec, &target, &OpSet::with_mtp(), options).unwrap();
+            assert_eq!(
+                *source.read.borrow(),
+                names(&plan),
+                "{assistant} {format:?}"
+            );
+        }
+    }
 }

@@ -3,13 +3,10 @@
 //! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
 
 use crate::error::{Error, Result};
-use crate::gpu::GpuContext;
 use crate::model::assistant::AssistantSource;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
 use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
-use crate::weights::layout::MatrixUse;
-use crate::weights::layout::{MatrixLayout, MatrixSpec};
-use crate::weights::linear::LinearWeight;
+use crate::weights::layout::MatrixSpec;
 use crate::weights::source::experts_by_expert;
 pub use crate::weights::source::{embed_scale, WeightSource};
 use crate::weights::upload::{
@@ -43,12 +40,9 @@ impl WeightSource for Checkpoint<'_> {
         parts: &[&str],
         spec: MatrixSpec,
     ) -> Result<Uploaded> {
-        let rows = spec.n / parts.len().max(1);
-        let raw = parts
-            .iter()
-            .map(|part| self.raw(part, &[rows, spec.k]))
-            .collect::<Result<Vec<_>>>()?;
-        self.upload_raw(up, name, &raw, spec)
+        let full: Vec<String> = parts.iter().map(|p| self.full_name(p)).collect();
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        self.upload_matrix_full(up, name, &full, spec)
     }
 
     /// Expert by expert from the stored bytes ([`experts_by_expert`]), each expert's pages
@@ -252,39 +246,21 @@ impl<'a> Checkpoint<'a> {
         upload_raw_parts(up, self.stream, name, &tensors, spec)
     }
 
-    /// A linear weight stacked from tensors given by their FULL names (the assistant's
+    /// A matrix stacked from tensors given by their FULL names (the assistant's
     /// `pre_projection`, `model.layers.0...`), streamed like the target's.
-    pub fn upload_linear_full(
+    pub fn upload_matrix_full(
         &self,
-        ctx: &crate::gpu::GpuContext,
+        up: &mut Uploader<'_>,
         name: &str,
         parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<crate::weights::linear::LinearWeight> {
-        let rows = n / parts.len().max(1);
+        spec: MatrixSpec,
+    ) -> Result<Uploaded> {
+        let rows = spec.n / parts.len().max(1);
         let raw = parts
             .iter()
-            .map(|part| self.raw_full(part, &[rows, k]))
+            .map(|part| self.raw_full(part, &[rows, spec.k]))
             .collect::<Result<Vec<_>>>()?;
-        let mut up = Uploader::new(ctx);
-        let spec = MatrixSpec {
-            n,
-            k,
-            layout,
-            use_: MatrixUse::Linear,
-        };
-        let uploaded = self.upload_raw(&mut up, name, &raw, spec)?;
-        up.flush();
-        uploaded.linear.ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!("upload of `{name}`"),
-                "a linear weight",
-                "nothing",
-            )
-        })
+        self.upload_raw(up, name, &raw, spec)
     }
 
     /// The decoder's tensor-name prefix found in this checkpoint.
@@ -526,16 +502,14 @@ fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<
 
 // The assistant reads a checkpoint through its own seam (whole names, no scope).
 impl AssistantSource for Checkpoint<'_> {
-    fn linear(
+    fn upload_matrix(
         &self,
-        ctx: &GpuContext,
+        up: &mut Uploader<'_>,
         name: &str,
         parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<LinearWeight> {
-        self.upload_linear_full(ctx, name, parts, n, k, layout)
+        spec: MatrixSpec,
+    ) -> Result<Uploaded> {
+        self.upload_matrix_full(up, name, parts, spec)
     }
     fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
         self.f32_full(name, expected_shape)

@@ -75,10 +75,15 @@ impl ForwardPlan {
             .unwrap_or(1);
         let positions =
             Tensor::zeros(ctx, "positions", &[positions_len(m, sequences)], DType::U32)?;
+        let k_norm_hosts: Vec<Option<&[f32]>> = weights
+            .layers
+            .iter()
+            .map(|w| w.attn.kv.as_ref().map(|kv| kv.k_norm_host.as_slice()))
+            .collect();
         let cx = BlockCx {
             ctx,
             spec,
-            weights,
+            k_norm_hosts: &k_norm_hosts,
             caches,
             shared,
             a: &a,
@@ -88,7 +93,7 @@ impl ForwardPlan {
             options,
         };
         let mut ops = Vec::new();
-        Self::plan_embeddings(&cx, &ids, &mut ops)?;
+        Self::plan_embeddings(&cx, weights, &ids, &mut ops)?;
 
         // The final norm's output (the assistant reads it too).
         let hidden = match logit_rows {
@@ -106,10 +111,16 @@ impl ForwardPlan {
             };
         // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
         for l in &spec.layers {
-            blocks::attention::plan(&cx, l, &mut residual, &mut ops)?;
-            blocks::mlp::plan(&cx, l, &mut residual, &mut ops)?;
-            if let Some(pw) = &weights.layers[l.index].ple {
-                blocks::per_layer_input::plan(&cx, l, pw, &mut residual, &mut ops)?;
+            let w = &weights.layers[l.index];
+            blocks::attention::plan(&cx, l, &w.attn, &mut residual, &mut ops)?;
+            // layer_scalar multiplies the whole layer output: it scales the layer's last
+            // add, the per-layer input block's where the layer has one.
+            let mlp_scale = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
+            let moe = w.moe.as_ref();
+            blocks::mlp::plan(&cx, l, &w.mlp, moe, mlp_scale, &mut residual, &mut ops)?;
+            if let Some(pw) = &w.ple {
+                let scale = w.layer_scalar;
+                blocks::per_layer_input::plan(&cx, l, pw, scale, &mut residual, &mut ops)?;
             }
         }
         let norm_prologues = residual.uses_prologues();
@@ -198,8 +209,13 @@ impl ForwardPlan {
     }
 
     /// Embedding (scaled by sqrt(hidden) in the weight dtype) and per-layer inputs.
-    fn plan_embeddings(cx: &BlockCx, ids: &Tensor, ops: &mut Vec<Op>) -> Result<()> {
-        let (ctx, weights, a, m) = (cx.ctx, cx.weights, cx.a, cx.m);
+    fn plan_embeddings(
+        cx: &BlockCx,
+        weights: &Weights,
+        ids: &Tensor,
+        ops: &mut Vec<Op>,
+    ) -> Result<()> {
+        let (ctx, a, m) = (cx.ctx, cx.a, cx.m);
         ops.push(Op::Kernels(embedding(
             ctx,
             &weights.embed_tokens,
@@ -245,7 +261,7 @@ impl ForwardPlan {
         let fits = |w: &LinearWeight, e: Epilogue| prologue_weight(ctx, m, w, e).is_some();
         spec.moe.is_none()
             && weights.layers.iter().all(|w| {
-                let kv_fits = w.kv.as_ref().is_none_or(|kv| {
+                let kv_fits = w.attn.kv.as_ref().is_none_or(|kv| {
                     fits(&kv.k_proj, Epilogue::None)
                         && kv.v_proj.as_ref().is_none_or(|v| fits(v, Epilogue::None))
                 });
@@ -254,15 +270,15 @@ impl ForwardPlan {
                     fits(
                         &p.per_layer_input_gate,
                         Epilogue::GeluMul {
-                            other: &w.input_layernorm,
+                            other: &w.attn.input_layernorm,
                             stride: 0,
                             offset: 0,
                         },
                     )
                 });
-                fits(&w.q_proj, Epilogue::None)
+                fits(&w.attn.q_proj, Epilogue::None)
                     && kv_fits
-                    && fits(&w.gate_up_proj, Epilogue::GegluPairs)
+                    && fits(&w.mlp.gate_up_proj, Epilogue::GegluPairs)
                     && ple_fits
             })
     }

@@ -1,14 +1,18 @@
 //! What an artifact holds for a model: every weight the loaders upload, under the name
-//! they ask for it by, in the layout they upload it in. The plan mirrors
-//! [`Weights::load`](crate::model::weights::Weights::load) and the assistant's step
-//! builder; the round-trip tests load every golden fixture from an artifact, so a weight
-//! the loader asks for that the plan lacks fails there (and the contract check refuses an
-//! artifact holding a tensor the plan does not name).
+//! they ask for it by, in the layout they upload it in. The plan is the models' weight
+//! declarations ([`Weights::tensors`], [`assistant_tensors`]), which the loads read too,
+//! and the centroid head's own tensors; the round-trip tests load every golden fixture
+//! from an artifact, so a weight the loader asks for that the plan lacks fails there (and
+//! the contract check refuses an artifact holding a tensor the plan does not name).
 
-use crate::model::assistant::{lm_head_rows_layout, AssistantHead, AssistantSpec, LM_HEAD_ROWS};
-use crate::model::config::{KvSource, ModelSpec};
-use crate::model::weights::WeightFormat;
+use crate::model::assistant::{
+    assistant_tensors, lm_head_name, lm_head_rows_layout, AssistantHead, AssistantSpec,
+    LM_HEAD_ROWS, TOKEN_ORDERING,
+};
+use crate::model::config::ModelSpec;
+use crate::model::weights::{WeightFormat, Weights};
 use crate::ops::moe::ExpertFormat;
+use crate::weights::declared::{TensorDecl, TensorKind};
 use crate::weights::layout::MatrixLayout;
 use crate::weights::layout::MatrixUse;
 use safetensors::Dtype;
@@ -99,214 +103,101 @@ pub fn expert_layout(format: ExpertFormat) -> MatrixLayout {
     }
 }
 
-struct Planner<'a> {
+/// The planned weight of a declaration (`has`: whether the source holds an optional
+/// tensor; None for one it lacks).
+pub fn planned(
+    d: &TensorDecl,
     format: WeightFormat,
-    has: &'a dyn Fn(&str) -> bool,
-    out: Vec<PlannedWeight>,
-}
-
-impl Planner<'_> {
-    fn vector(&mut self, name: &str, len: usize) {
-        self.f32(name, vec![len]);
-    }
-
-    fn f32(&mut self, name: &str, shape: Vec<usize>) {
-        self.out.push(PlannedWeight {
-            name: name.to_string(),
-            parts: vec![(name.to_string(), shape.clone())],
-            prep: Prep::F32 { shape },
-        });
-    }
-
-    fn matrix(&mut self, name: &str, parts: &[&str], n: usize, k: usize, usage: MatrixUse) {
-        let layout = MatrixLayout::of(self.format, k);
-        self.matrix_in(name, parts, n, k, usage, layout);
-    }
-
-    fn matrix_in(
-        &mut self,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        usage: MatrixUse,
-        layout: MatrixLayout,
-    ) {
-        let rows = n / parts.len().max(1);
-        self.out.push(PlannedWeight {
-            name: name.to_string(),
-            parts: parts
-                .iter()
-                .map(|p| (p.to_string(), vec![rows, k]))
-                .collect(),
-            prep: Prep::Matrix {
-                n,
-                k,
-                layout,
-                usage,
+    has: &dyn Fn(&str) -> bool,
+) -> Option<PlannedWeight> {
+    let one = |shape: Vec<usize>| vec![(d.name.clone(), shape)];
+    let (parts, prep) = match &d.kind {
+        TensorKind::F32 { shape } => (
+            one(shape.clone()),
+            Prep::F32 {
+                shape: shape.clone(),
             },
-        });
-    }
-
-    fn linear(&mut self, name: &str, n: usize, k: usize) {
-        self.matrix(name, &[name], n, k, MatrixUse::Linear);
-    }
-
-    fn experts(&mut self, name: &str, experts: usize, n: usize, k: usize) {
-        let layout = expert_layout(self.format.expert_format());
-        self.out.push(PlannedWeight {
-            name: name.to_string(),
-            parts: vec![(name.to_string(), vec![experts, n, k])],
-            prep: Prep::Matrix {
-                n: experts * n,
-                k,
-                layout,
-                usage: MatrixUse::Experts { experts },
-            },
-        });
-    }
-
-    fn optional_scalar(&mut self, name: &str) {
-        if (self.has)(name) {
-            self.f32(name, vec![1]);
+        ),
+        TensorKind::OptionalScalar if !has(&d.name) => return None,
+        TensorKind::OptionalScalar => (one(vec![1]), Prep::F32 { shape: vec![1] }),
+        TensorKind::Matrix { parts, n, k, use_ } => {
+            let rows = n / parts.len().max(1);
+            let parts = parts.iter().map(|p| (p.clone(), vec![rows, *k])).collect();
+            let layout = MatrixLayout::of(format, *k);
+            (
+                parts,
+                Prep::Matrix {
+                    n: *n,
+                    k: *k,
+                    layout,
+                    usage: *use_,
+                },
+            )
         }
-    }
+        TensorKind::Experts { experts, n, k } => (
+            one(vec![*experts, *n, *k]),
+            Prep::Matrix {
+                n: experts * n,
+                k: *k,
+                layout: expert_layout(format.expert_format()),
+                usage: MatrixUse::Experts { experts: *experts },
+            },
+        ),
+    };
+    Some(PlannedWeight {
+        name: d.name.clone(),
+        parts,
+        prep,
+    })
 }
 
-/// The target's weights in `format` (`has` says which optional tensors the source holds:
-/// `layer_scalar`).
+/// The target's weights in `format`: its declarations ([`Weights::tensors`]) as planned
+/// weights (`has` says which optional tensors the source holds: `layer_scalar`).
 pub fn target_plan(
     spec: &ModelSpec,
     format: WeightFormat,
     has: &dyn Fn(&str) -> bool,
 ) -> Vec<PlannedWeight> {
-    let c = &spec.config;
-    let (h, v, nh) = (c.hidden_size, c.vocab_size, c.num_attention_heads);
-    let mut p = Planner {
-        format,
-        has,
-        out: Vec::new(),
-    };
-    let embed = "embed_tokens.weight";
-    p.matrix(embed, &[embed], v, h, MatrixUse::TableAndLinear);
-    if spec.ple_dim > 0 {
-        let width = spec.layers.len() * spec.ple_dim;
-        let table = "embed_tokens_per_layer.weight";
-        p.matrix(table, &[table], v, width, MatrixUse::Table);
-        p.linear("per_layer_model_projection.weight", width, h);
-        p.vector("per_layer_projection_norm.weight", spec.ple_dim);
-    }
-    for l in &spec.layers {
-        let n = |name: &str| format!("layers.{}.{name}", l.index);
-        let (d, i) = (l.head_dim, l.intermediate_size);
-        if l.kv == KvSource::Own {
-            p.vector(&n("self_attn.k_norm.weight"), d);
-            p.linear(&n("self_attn.k_proj.weight"), l.num_kv_heads * d, h);
-            if !l.k_eq_v {
-                p.linear(&n("self_attn.v_proj.weight"), l.num_kv_heads * d, h);
-            }
-        }
-        p.matrix(
-            &n("mlp.gate_up_proj"),
-            &[&n("mlp.gate_proj.weight"), &n("mlp.up_proj.weight")],
-            2 * i,
-            h,
-            MatrixUse::Linear,
-        );
-        if spec.ple_dim > 0 {
-            p.linear(&n("per_layer_input_gate.weight"), spec.ple_dim, h);
-            p.linear(&n("per_layer_projection.weight"), h, spec.ple_dim);
-            p.vector(&n("post_per_layer_input_norm.weight"), h);
-        }
-        if let Some(m) = spec.moe {
-            p.linear(&n("router.proj.weight"), m.num_experts, h);
-            p.vector(&n("router.scale"), h);
-            p.vector(&n("router.per_expert_scale"), m.num_experts);
-            let e = m.num_experts;
-            p.experts(&n("experts.gate_up_proj"), e, 2 * m.intermediate_size, h);
-            p.experts(&n("experts.down_proj"), e, h, m.intermediate_size);
-            p.vector(&n("pre_feedforward_layernorm_2.weight"), h);
-            p.vector(&n("post_feedforward_layernorm_1.weight"), h);
-            p.vector(&n("post_feedforward_layernorm_2.weight"), h);
-        }
-        p.optional_scalar(&n("layer_scalar"));
-        p.vector(&n("input_layernorm.weight"), h);
-        p.linear(&n("self_attn.q_proj.weight"), nh * d, h);
-        p.vector(&n("self_attn.q_norm.weight"), d);
-        p.linear(&n("self_attn.o_proj.weight"), h, nh * d);
-        p.vector(&n("post_attention_layernorm.weight"), h);
-        p.vector(&n("pre_feedforward_layernorm.weight"), h);
-        p.linear(&n("mlp.down_proj.weight"), h, i);
-        p.vector(&n("post_feedforward_layernorm.weight"), h);
-    }
-    p.vector("norm.weight", h);
-    p.out
+    Weights::tensors(spec)
+        .iter()
+        .filter_map(|d| planned(d, format, has))
+        .collect()
 }
 
-/// The assistant's weights in `format`, by full name (`has`: `layer_scalar`, an untied
-/// `lm_head.weight`).
+/// The assistant's weights in `format`, by full name: its declarations
+/// ([`assistant_tensors`]) and the centroid head's own tensors (`has`: `layer_scalar`, an
+/// untied `lm_head.weight`).
 pub fn assistant_plan(
     spec: &AssistantSpec,
     format: WeightFormat,
     has: &dyn Fn(&str) -> bool,
 ) -> Vec<PlannedWeight> {
-    let c = &spec.text.config;
-    let (ha, nh, vocab) = (c.hidden_size, c.num_attention_heads, c.vocab_size);
-    let ht = spec.backbone_hidden_size;
-    let mut p = Planner {
-        format,
-        has,
-        out: Vec::new(),
-    };
-    p.linear("pre_projection.weight", ha, 2 * ht);
-    for l in &spec.text.layers {
-        let n = |name: &str| format!("model.layers.{}.{name}", l.index);
-        let (d, i) = (l.head_dim, l.intermediate_size);
-        p.vector(&n("input_layernorm.weight"), ha);
-        p.linear(&n("self_attn.q_proj.weight"), nh * d, ha);
-        p.vector(&n("self_attn.q_norm.weight"), d);
-        p.linear(&n("self_attn.o_proj.weight"), ha, nh * d);
-        p.vector(&n("post_attention_layernorm.weight"), ha);
-        p.vector(&n("pre_feedforward_layernorm.weight"), ha);
-        p.matrix(
-            &n("mlp.gate_up_proj"),
-            &[&n("mlp.gate_proj.weight"), &n("mlp.up_proj.weight")],
-            2 * i,
-            ha,
-            MatrixUse::Linear,
-        );
-        p.linear(&n("mlp.down_proj.weight"), ha, i);
-        p.vector(&n("post_feedforward_layernorm.weight"), ha);
-        p.optional_scalar(&n("layer_scalar"));
+    let lm_head = lm_head_name(spec, has);
+    let mut out: Vec<PlannedWeight> = assistant_tensors(spec, lm_head)
+        .iter()
+        .filter_map(|d| planned(d, format, has))
+        .collect();
+    if let AssistantHead::Centroids { .. } = spec.head {
+        let c = &spec.text.config;
+        let (ha, vocab) = (c.hidden_size, c.vocab_size);
+        out.push(PlannedWeight {
+            name: TOKEN_ORDERING.to_string(),
+            parts: vec![(TOKEN_ORDERING.to_string(), vec![vocab])],
+            prep: Prep::U32 { len: vocab },
+        });
+        // The gather reads dense rows: the head's own copy of lm_head, in the row layout.
+        out.push(PlannedWeight {
+            name: LM_HEAD_ROWS.to_string(),
+            parts: vec![(lm_head.to_string(), vec![vocab, ha])],
+            prep: Prep::Matrix {
+                n: vocab,
+                k: ha,
+                layout: lm_head_rows_layout(format),
+                usage: MatrixUse::Rows,
+            },
+        });
     }
-    p.vector("model.norm.weight", ha);
-    p.linear("post_projection.weight", ht, ha);
-    let lm_head = if spec.tied || !has("lm_head.weight") {
-        "model.embed_tokens.weight"
-    } else {
-        "lm_head.weight"
-    };
-    match spec.head {
-        AssistantHead::Dense => p.linear(lm_head, vocab, ha),
-        AssistantHead::Centroids { num_centroids, .. } => {
-            p.linear("masked_embedding.centroids.weight", num_centroids, ha);
-            let ordering = "masked_embedding.token_ordering";
-            p.out.push(PlannedWeight {
-                name: ordering.to_string(),
-                parts: vec![(ordering.to_string(), vec![vocab])],
-                prep: Prep::U32 { len: vocab },
-            });
-            p.matrix_in(
-                LM_HEAD_ROWS,
-                &[lm_head],
-                vocab,
-                ha,
-                MatrixUse::Rows,
-                lm_head_rows_layout(format),
-            );
-        }
-    }
-    p.out
+    out
 }
 
 #[cfg(test)]

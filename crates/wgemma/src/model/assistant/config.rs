@@ -2,11 +2,10 @@
 //! from.
 
 use crate::error::{Error, Result};
-use crate::gpu::GpuContext;
 use crate::model::config::{ModelSpec, TextConfig};
 use crate::model::weights::WeightFormat;
-use crate::weights::layout::{prepare_parts, Matrix, MatrixLayout};
-use crate::weights::linear::LinearWeight;
+use crate::weights::layout::{prepare_parts, Matrix, MatrixLayout, MatrixSpec};
+use crate::weights::upload::{Uploaded, Uploader};
 
 pub(super) const OP: &str = "assistant";
 
@@ -186,19 +185,17 @@ pub trait AssistantSource {
         prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
     }
 
-    /// The matrix of [`AssistantSource::matrix`] as a linear weight on the GPU: by default
+    /// The matrix of [`AssistantSource::matrix`] uploaded as `spec` says: by default
     /// prepared whole on the host; a checkpoint streams it a block of rows at a time.
-    fn linear(
+    fn upload_matrix(
         &self,
-        ctx: &GpuContext,
+        up: &mut Uploader<'_>,
         name: &str,
         parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<LinearWeight> {
-        let m = self.matrix(name, parts, n, k, layout)?;
-        LinearWeight::from_matrix(ctx, name, &m)
+        spec: MatrixSpec,
+    ) -> Result<Uploaded> {
+        let m = self.matrix(name, parts, spec.n, spec.k, spec.layout)?;
+        Uploaded::from_matrix(up.ctx, name, &m, spec.use_)
     }
 }
 

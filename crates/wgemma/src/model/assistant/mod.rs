@@ -43,13 +43,15 @@ mod config;
 mod draft_costs;
 mod step;
 mod view;
+mod weights;
 
 pub use config::{
     parse_assistant_config, AssistantHead, AssistantOptions, AssistantSource, AssistantSpec,
 };
 pub use draft_costs::DraftCosts;
-pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS};
+pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS, TOKEN_ORDERING};
 pub use view::DraftView;
+pub use weights::tensors as assistant_tensors;
 
 use super::config::{KvSource, LayerKind, LayerSpec, ModelSpec};
 use super::plan_parts::rope_config;
@@ -61,6 +63,7 @@ use crate::ops::opset::OpSet;
 use crate::ops::rope::Rope;
 use config::OP;
 use step::{Activations, Op, StepBuilder, Stream, TargetKv};
+use weights::AssistantWeights;
 
 /// The target's store layer of `kind`: the last layer of that kind owning its K/V (HF
 /// `kv_sharing_modes` "store"; what the target hands the assistant).
@@ -139,8 +142,11 @@ impl Assistant {
         };
         let (sliding_rope, full_rope) = (rope_of(LayerKind::Sliding)?, rope_of(LayerKind::Full)?);
 
+        let lm_head = lm_head_name(&spec, &|n| source.has(n));
+        let weights = AssistantWeights::load(ctx, source, &spec, options.format, lm_head)?;
         let mut b = StepBuilder {
             ctx,
+            weights: &weights,
             source,
             format: options.format,
             eps: c.rms_norm_eps as f32,
@@ -153,7 +159,7 @@ impl Assistant {
             stream: Stream::new(&a),
         };
         b.input(target)?;
-        for l in layers {
+        for (l, w) in layers.iter().zip(&weights.layers) {
             let rope = match l.kind {
                 LayerKind::Sliding => &sliding_rope,
                 LayerKind::Full => &full_rope,
@@ -161,12 +167,11 @@ impl Assistant {
             let rope = rope
                 .as_ref()
                 .expect("a rope exists for every layer kind present");
-            b.layer(l, &target_kv(l.kind), rope, &scratch)?;
+            b.layer(l, w, &target_kv(l.kind), rope, &scratch)?;
         }
         b.output()?;
-        let lm_head = lm_head_name(&spec, source);
         let routes = match spec.head {
-            AssistantHead::Dense => b.dense_head(lm_head)?,
+            AssistantHead::Dense => b.dense_head()?,
             AssistantHead::Centroids {
                 num_centroids,
                 top_k,
@@ -239,7 +244,10 @@ fn target_kv<'t>(
 ) -> TargetKv<'t> {
     let store = stores.iter().find(|(k, _)| *k == kind).expect("checked").1;
     let cache = target.kv_cache(store).expect("checked");
-    let key_from_v = match (&target.weights().layers[store].kv, cache.config().k_eq_v) {
+    let key_from_v = match (
+        &target.weights().layers[store].attn.kv,
+        cache.config().k_eq_v,
+    ) {
         (Some(kv), true) => Some(KeyFromValue {
             k_norm_weight: &kv.k_norm_host,
             rope: rope_config(&target.spec.layers[store]),
@@ -259,9 +267,10 @@ fn sliding_window_of(target: &Model) -> usize {
         .unwrap_or(usize::MAX)
 }
 
-/// The lm_head weight's name: the embedding when tied or when no `lm_head.weight` exists.
-fn lm_head_name(spec: &AssistantSpec, source: &dyn AssistantSource) -> &'static str {
-    if spec.tied || !source.has("lm_head.weight") {
+/// The lm_head weight's name: the embedding when tied or when no `lm_head.weight` exists
+/// (`has`: whether the source holds a tensor).
+pub fn lm_head_name(spec: &AssistantSpec, has: &dyn Fn(&str) -> bool) -> &'static str {
+    if spec.tied || !has("lm_head.weight") {
         "model.embed_tokens.weight"
     } else {
         "lm_head.weight"

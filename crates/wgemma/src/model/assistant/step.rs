@@ -4,6 +4,7 @@
 
 use super::config::{AssistantSource, OP};
 use super::view::DraftView;
+use super::weights::AssistantWeights;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Kernel, Pass, Tensor};
 use crate::model::config::{LayerKind, LayerSpec};
@@ -12,7 +13,7 @@ use crate::model::residual::{
     project, project_geglu, prologue_weight, BlockInput, Pending, Residual,
 };
 use crate::model::target::Model;
-use crate::model::weights::{LinearWeight, WeightFormat};
+use crate::model::weights::{LayerWeights, LinearWeight, WeightFormat};
 use crate::ops::argmax::argmax;
 use crate::ops::attention::{Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvCache};
 use crate::ops::embedding::embedding;
@@ -156,6 +157,9 @@ pub(super) struct TargetKv<'a> {
 /// Builds the ops of a draft step in order.
 pub(super) struct StepBuilder<'a> {
     pub ctx: &'a GpuContext,
+    pub weights: &'a AssistantWeights,
+    /// The centroid head's own tensors come from here (`token_ordering`, the lm_head rows
+    /// in the format's row layout).
     pub source: &'a dyn AssistantSource,
     pub format: WeightFormat,
     pub eps: f32,
@@ -241,21 +245,6 @@ impl StepBuilder<'_> {
         self.stream.pending = Some((branch.clone(), weight, scale));
     }
 
-    fn vector(&self, name: &str, len: usize) -> Result<Tensor> {
-        Tensor::from_f32(self.ctx, name, &[len], &self.source.f32(name, &[len])?)
-    }
-
-    fn linear(&self, name: &str, n: usize, k: usize) -> Result<LinearWeight> {
-        self.source.linear(
-            self.ctx,
-            name,
-            &[name],
-            n,
-            k,
-            MatrixLayout::of(self.format, k),
-        )
-    }
-
     /// `h = pre_projection(concat(target_embed(token) * scale, h_prev))`: the embedding
     /// writes the first half of `input`; h_prev is copied into the second half between passes.
     pub fn input(&mut self, target: &Model) -> Result<()> {
@@ -268,7 +257,7 @@ impl StepBuilder<'_> {
             &a.input.prefix_view(&[1, ht])?,
             tw.embed_scale,
         )?));
-        let pre = self.linear("pre_projection.weight", self.ha, 2 * ht)?;
+        let pre = &self.weights.pre_projection;
         self.ops.push(Op::Linear(pre.linear(ctx, &a.input, &a.h)?));
         Ok(())
     }
@@ -278,22 +267,18 @@ impl StepBuilder<'_> {
     pub fn layer(
         &mut self,
         l: &LayerSpec,
+        w: &LayerWeights,
         kv: &TargetKv<'_>,
         rope: &Rope,
         scratch: &AttentionScratch,
     ) -> Result<()> {
-        let (ctx, a, eps, ha, nh) = (self.ctx, self.a, self.eps, self.ha, self.heads);
-        let p = |name: &str| format!("model.layers.{}.{name}", l.index);
+        let (ctx, a, eps, nh) = (self.ctx, self.a, self.eps, self.heads);
         let (d, i) = (l.head_dim, l.intermediate_size);
         let q = a.q.prefix_view(&[1, nh, d])?;
         let attn = a.attn.prefix_view(&[1, nh, d])?;
 
         // Self-attention: queries only; keys and values are the target's.
-        let input_layernorm = self.vector(&p("input_layernorm.weight"), ha)?;
-        let q_proj = self.linear(&p("self_attn.q_proj.weight"), nh * d, ha)?;
-        let q_norm = self.vector(&p("self_attn.q_norm.weight"), d)?;
-        let o_proj = self.linear(&p("self_attn.o_proj.weight"), ha, nh * d)?;
-        let post_attention_layernorm = self.vector(&p("post_attention_layernorm.weight"), ha)?;
+        let (q_proj, q_norm) = (&w.attn.q_proj, &w.attn.q_norm);
         let (positions, window) = match l.kind {
             LayerKind::Sliding => (
                 &a.sliding_position,
@@ -303,15 +288,16 @@ impl StepBuilder<'_> {
             LayerKind::Full => (&a.full_position, None),
         };
         let q_flat = q.reshaped(&[1, nh * d])?;
-        let q_linear = self.block_input(&input_layernorm, (&q_proj, Epilogue::None), |input| {
-            project(ctx, input, &q_proj, &q_flat, true)
-        })?;
+        let q_linear =
+            self.block_input(&w.attn.input_layernorm, (q_proj, Epilogue::None), |input| {
+                project(ctx, input, q_proj, &q_flat, true)
+            })?;
         self.ops.push(Op::Linear(q_linear));
         // q_norm and RoPE in one dispatch.
         self.ops.push(Op::Rope(rope.norm_rope(
             ctx,
             &a.rope_position,
-            (&q, &q_norm),
+            (&q, q_norm),
             None,
             VHeads::None,
             eps,
@@ -332,50 +318,35 @@ impl StepBuilder<'_> {
             )?),
             l.kind,
         ));
-        self.ops.push(Op::Linear(o_proj.linear(
+        self.ops.push(Op::Linear(w.attn.o_proj.linear(
             ctx,
             &attn.reshaped(&[1, nh * d])?,
             &a.o,
         )?));
-        self.add(&a.o, post_attention_layernorm, 1.0);
+        self.add(&a.o, w.attn.post_attention_layernorm.clone(), 1.0);
 
         // MLP: gate_proj and up_proj stacked [2I, H], GeGLU, down_proj.
-        let pre_feedforward_layernorm = self.vector(&p("pre_feedforward_layernorm.weight"), ha)?;
-        let gate_up_proj = self.source.linear(
-            ctx,
-            &p("mlp.gate_up_proj"),
-            &[&p("mlp.gate_proj.weight"), &p("mlp.up_proj.weight")],
-            2 * i,
-            ha,
-            MatrixLayout::of(self.format, ha),
-        )?;
-        let down_proj = self.linear(&p("mlp.down_proj.weight"), ha, i)?;
-        let post_feedforward_layernorm =
-            self.vector(&p("post_feedforward_layernorm.weight"), ha)?;
-        let layer_scalar = if self.source.has(&p("layer_scalar")) {
-            self.source.f32(&p("layer_scalar"), &[1])?[0]
-        } else {
-            1.0
-        };
+        let gate_up_proj = &w.mlp.gate_up_proj;
         let gate_up_rows = a.gate_up.prefix_view(&[1, 2 * i])?;
         let act = a.act.prefix_view(&[1, i])?;
         let geglu = self.block_input(
-            &pre_feedforward_layernorm,
-            (&gate_up_proj, Epilogue::GegluPairs),
-            |input| project_geglu(ctx, input, &gate_up_proj, &act, &gate_up_rows),
+            &w.mlp.pre_feedforward_layernorm,
+            (gate_up_proj, Epilogue::GegluPairs),
+            |input| project_geglu(ctx, input, gate_up_proj, &act, &gate_up_rows),
         )?;
         self.ops.push(Op::Geglu(geglu));
         self.ops
-            .push(Op::Linear(down_proj.linear(ctx, &act, &a.o)?));
+            .push(Op::Linear(w.mlp.down_proj.linear(ctx, &act, &a.o)?));
         // layer_scalar multiplies the whole layer output: fused into the residual add.
-        self.add(&a.o, post_feedforward_layernorm, layer_scalar);
+        let post = w.mlp.post_feedforward_layernorm.clone();
+        self.add(&a.o, post, w.layer_scalar);
         Ok(())
     }
 
     /// `hn = norm(h)`; `h_out = post_projection(hn)` (the next step's h_prev).
     pub fn output(&mut self) -> Result<()> {
         let (ctx, a) = (self.ctx, self.a);
-        let norm = self.vector("model.norm.weight", self.ha)?;
+        let norm = &self.weights.norm;
         // The last layer's add and the final norm: one kernel (the head reads hn itself).
         let st = &self.stream;
         let mut residual = Residual::kernels(ctx, &st.h, &a.x, self.eps);
@@ -387,11 +358,11 @@ impl StepBuilder<'_> {
             })?;
         }
         let finish = residual
-            .finish(Some((&norm, &a.hn)))?
+            .finish(Some((norm, &a.hn)))?
             .expect("a final norm gives a kernel");
         self.ops.push(Op::Kernel(finish));
         self.stream.pending = None;
-        let post = self.linear("post_projection.weight", self.ht, self.ha)?;
+        let post = &self.weights.post_projection;
         self.ops
             .push(Op::Linear(post.linear(ctx, &a.hn, &a.h_out)?));
         Ok(())
@@ -399,9 +370,8 @@ impl StepBuilder<'_> {
 
     /// `logits = lm_head(hn)` over the whole vocabulary (no softcap: HF's assistant has
     /// none).
-    pub fn dense_head(&mut self, lm_head: &str) -> Result<HeadRoutes> {
-        let w = self.linear(lm_head, self.vocab, self.ha)?;
-        self.ops.push(Op::Linear(w.linear(
+    pub fn dense_head(&mut self) -> Result<HeadRoutes> {
+        self.ops.push(Op::Linear(self.weights.head.linear(
             self.ctx,
             &self.a.hn,
             &self.a.logits,
@@ -427,7 +397,7 @@ impl StepBuilder<'_> {
         let selected = top_k * per;
         let f32s = |label: &str, shape: &[usize]| Tensor::zeros(ctx, label, shape, DType::F32);
 
-        let centroids = self.linear("masked_embedding.centroids.weight", num_centroids, ha)?;
+        let centroids = &self.weights.head;
         let centroid_logits = f32s("assistant.centroid_logits", &[1, num_centroids])?;
         self.ops.push(Op::Linear(centroids.linear(
             ctx,
@@ -443,7 +413,7 @@ impl StepBuilder<'_> {
         let ordering = token_ordering(self.source, vocab)?;
         let certificate = PermutationCertificate::verify_and_upload(
             ctx,
-            "masked_embedding.token_ordering",
+            TOKEN_ORDERING,
             &ordering,
             num_centroids,
             per,
@@ -528,6 +498,9 @@ impl StepBuilder<'_> {
     }
 }
 
+/// The centroid head's permutation of the vocabulary into clusters.
+pub const TOKEN_ORDERING: &str = "masked_embedding.token_ordering";
+
 /// The name the centroid head's lm_head row table is prepared under (an artifact stores
 /// it apart from a Q4 lm_head: the gather reads dense rows).
 pub const LM_HEAD_ROWS: &str = "lm_head_rows";
@@ -543,7 +516,7 @@ pub fn lm_head_rows_layout(format: WeightFormat) -> MatrixLayout {
 /// `masked_embedding.token_ordering` as u32, every entry checked to be in `0..vocab` (the
 /// permutation check itself is [`PermutationCertificate::verify_and_upload`]'s).
 fn token_ordering(source: &dyn AssistantSource, vocab: usize) -> Result<Vec<u32>> {
-    let name = "masked_embedding.token_ordering";
+    let name = TOKEN_ORDERING;
     source
         .i64(name, &[vocab])?
         .into_iter()

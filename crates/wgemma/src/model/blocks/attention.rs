@@ -11,23 +11,123 @@ use crate::gpu::Tensor;
 use crate::model::config::{KvSource, LayerSpec};
 use crate::model::plan_parts::{rope_config, Op};
 use crate::model::residual::{project, BlockInput, Pending, Residual};
-use crate::model::weights::KvWeights;
 use crate::ops::attention::{
     Attention, AttentionInputs, FoldQ, KeyFromValue, KvCache, DECODE_MAX_ROWS,
 };
 use crate::ops::rope::{NormRopeHeads, Rope, VHeads};
+use crate::weights::declared::{TensorDecl, WeightLoader};
+use crate::weights::linear::LinearWeight;
+use crate::weights::source::Scope;
 
-/// Plans layer `l`'s attention block.
+/// The attention block's weights (HF `Gemma4TextAttention` and the norms around it).
+pub struct AttentionWeights {
+    pub input_layernorm: Tensor,
+    pub q_proj: LinearWeight,
+    pub q_norm: Tensor,
+    /// q_norm on the host: KV-shared layers may fold q_norm + RoPE into decode attention,
+    /// which reads it from its own table.
+    pub q_norm_host: Vec<f32>,
+    /// None on layers that read another layer's cache (and the assistant's).
+    pub kv: Option<KvWeights>,
+    pub o_proj: LinearWeight,
+    pub post_attention_layernorm: Tensor,
+}
+
+/// Projections that produce K (and V) for a layer that owns its cache.
+pub struct KvWeights {
+    pub k_proj: LinearWeight,
+    /// None on K = V layers (V is k_proj's output).
+    pub v_proj: Option<LinearWeight>,
+    pub k_norm: Tensor,
+    /// k_norm on the host: K = V attention rebuilds keys from values with it.
+    pub k_norm_host: Vec<f32>,
+}
+
+// Names in the decoder layer's scope (`layers.{i}`), as HF's module tree has them.
+const INPUT_LAYERNORM: &str = "input_layernorm.weight";
+const Q_PROJ: &str = "self_attn.q_proj.weight";
+const Q_NORM: &str = "self_attn.q_norm.weight";
+const K_PROJ: &str = "self_attn.k_proj.weight";
+const V_PROJ: &str = "self_attn.v_proj.weight";
+const K_NORM: &str = "self_attn.k_norm.weight";
+const O_PROJ: &str = "self_attn.o_proj.weight";
+const POST_ATTENTION_LAYERNORM: &str = "post_attention_layernorm.weight";
+
+impl AttentionWeights {
+    /// The block's tensors in its layer's scope, for `heads` query heads over `hidden`;
+    /// k/v projections and k_norm only where the layer projects its own K/V (`owns_kv`).
+    pub fn tensors(l: &LayerSpec, hidden: usize, heads: usize, owns_kv: bool) -> Vec<TensorDecl> {
+        let d = l.head_dim;
+        let mut t = vec![
+            TensorDecl::vector(INPUT_LAYERNORM, hidden),
+            TensorDecl::linear(Q_PROJ, heads * d, hidden),
+            TensorDecl::vector(Q_NORM, d),
+        ];
+        if owns_kv {
+            let kv = l.num_kv_heads * d;
+            t.push(TensorDecl::linear(K_PROJ, kv, hidden));
+            if !l.k_eq_v {
+                t.push(TensorDecl::linear(V_PROJ, kv, hidden));
+            }
+            t.push(TensorDecl::vector(K_NORM, d));
+        }
+        t.push(TensorDecl::linear(O_PROJ, hidden, heads * d));
+        t.push(TensorDecl::vector(POST_ATTENTION_LAYERNORM, hidden));
+        t
+    }
+
+    /// Loads the tensors of [`AttentionWeights::tensors`] from the layer's scope `src`.
+    pub fn load(
+        wl: &mut WeightLoader<'_, '_>,
+        src: &Scope<'_>,
+        l: &LayerSpec,
+        hidden: usize,
+        heads: usize,
+        owns_kv: bool,
+    ) -> Result<AttentionWeights> {
+        let mut g = wl.load(src, &Self::tensors(l, hidden, heads, owns_kv))?;
+        let (q_norm, q_norm_host) = g.vector_and_host(Q_NORM)?;
+        let kv = if owns_kv {
+            let (k_norm, k_norm_host) = g.vector_and_host(K_NORM)?;
+            let v_proj = if l.k_eq_v {
+                None
+            } else {
+                Some(g.linear(V_PROJ)?)
+            };
+            Some(KvWeights {
+                k_proj: g.linear(K_PROJ)?,
+                v_proj,
+                k_norm,
+                k_norm_host,
+            })
+        } else {
+            None
+        };
+        let w = AttentionWeights {
+            input_layernorm: g.vector(INPUT_LAYERNORM)?,
+            q_proj: g.linear(Q_PROJ)?,
+            q_norm,
+            q_norm_host,
+            kv,
+            o_proj: g.linear(O_PROJ)?,
+            post_attention_layernorm: g.vector(POST_ATTENTION_LAYERNORM)?,
+        };
+        wl.finish(g)?;
+        Ok(w)
+    }
+}
+
+/// Plans layer `l`'s attention block over its weights `w`.
 pub(in crate::model) fn plan<'a>(
     cx: &BlockCx<'a>,
     l: &LayerSpec,
+    w: &'a AttentionWeights,
     residual: &mut Residual<'a>,
     ops: &mut Vec<Op>,
 ) -> Result<()> {
     let BlockCx {
         ctx,
         spec,
-        weights,
         shared,
         a,
         positions,
@@ -36,7 +136,6 @@ pub(in crate::model) fn plan<'a>(
         ..
     } = *cx;
     let c = &spec.config;
-    let w = &weights.layers[l.index];
     let (nh, d) = (c.num_attention_heads, l.head_dim);
     let q = a.q.prefix_view(&[m, nh, d])?;
     let attn = a.attn.prefix_view(&[m, nh, d])?;
@@ -53,15 +152,15 @@ pub(in crate::model) fn plan<'a>(
     // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
     let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
         (KvSource::Own, Some(kv)) => {
-            plan_own_kv(cx, l, kv, &input, &q, residual, ops)?;
+            plan_own_kv(cx, l, kv, &input, (&q, &w.q_norm), residual, ops)?;
             (l.index, kv.v_proj.is_none())
         }
         (KvSource::Shared { from_layer }, _) => {
             residual.commit();
             let source = &spec.layers[*from_layer];
-            if let Some(folded) = folded_attention(cx, l, *from_layer, &q, &attn)? {
+            if let Some(folded) = folded_attention(cx, l, &w.q_norm_host, *from_layer, &q, &attn)? {
                 ops.push(Op::Attention(Box::new(folded)));
-                return finish(cx, l, &attn, residual, ops);
+                return finish(cx, l, w, &attn, residual, ops);
             }
             ops.push(Op::Rope(shared.rope(l.kind).norm_rope(
                 ctx,
@@ -84,7 +183,7 @@ pub(in crate::model) fn plan<'a>(
     };
     let attention = attention_op(cx, cache_layer, key_from_v, &q, &attn, None)?;
     ops.push(Op::Attention(Box::new(attention)));
-    finish(cx, l, &attn, residual, ops)
+    finish(cx, l, w, &attn, residual, ops)
 }
 
 /// o_proj of the attention output, queued on the residual stream under
@@ -92,11 +191,11 @@ pub(in crate::model) fn plan<'a>(
 fn finish<'a>(
     cx: &BlockCx<'a>,
     l: &LayerSpec,
+    w: &'a AttentionWeights,
     attn: &Tensor,
     residual: &mut Residual<'a>,
     ops: &mut Vec<Op>,
 ) -> Result<()> {
-    let w = &cx.weights.layers[l.index];
     let (m, nh, d) = (cx.m, cx.spec.config.num_attention_heads, l.head_dim);
     ops.push(Op::Linear(w.o_proj.linear(
         cx.ctx,
@@ -117,6 +216,7 @@ fn finish<'a>(
 fn folded_attention(
     cx: &BlockCx<'_>,
     l: &LayerSpec,
+    q_norm_host: &[f32],
     cache_layer: usize,
     q: &Tensor,
     attn: &Tensor,
@@ -125,7 +225,7 @@ fn folded_attention(
         return Ok(None);
     }
     let fold = FoldQ {
-        norm_weight: &cx.weights.layers[l.index].q_norm_host,
+        norm_weight: q_norm_host,
         rope: rope_config(l),
         eps: cx.eps,
     };
@@ -144,14 +244,13 @@ fn plan_own_kv<'a>(
     l: &LayerSpec,
     kv: &KvWeights,
     input: &BlockInput,
-    q: &Tensor,
+    (q, q_norm): (&Tensor, &Tensor),
     residual: &mut Residual<'a>,
     ops: &mut Vec<Op>,
 ) -> Result<()> {
     let (ctx, m) = (cx.ctx, cx.m);
     let (d, kvh) = (l.head_dim, l.num_kv_heads);
     let rope = cx.shared.rope(l.kind);
-    let q_norm = &cx.weights.layers[l.index].q_norm;
     let cache = cx.caches[l.index].as_ref().ok_or_else(|| {
         Error::invalid(
             "model",
@@ -219,7 +318,7 @@ fn attention_op(
     attn: &Tensor,
     fold_q: Option<FoldQ<'_>>,
 ) -> Result<Attention> {
-    let (spec, weights) = (cx.spec, cx.weights);
+    let spec = cx.spec;
     let cache = cx.caches[cache_layer].as_ref().ok_or_else(|| {
         Error::invalid(
             "model",
@@ -228,9 +327,9 @@ fn attention_op(
             "none",
         )
     })?;
-    let key_from_v = match (key_from_v, &weights.layers[cache_layer].kv) {
-        (true, Some(source)) => Some(KeyFromValue {
-            k_norm_weight: &source.k_norm_host,
+    let key_from_v = match (key_from_v, cx.k_norm_hosts[cache_layer]) {
+        (true, Some(k_norm_weight)) => Some(KeyFromValue {
+            k_norm_weight,
             rope: rope_config(&spec.layers[cache_layer]),
         }),
         _ => None,

@@ -2,30 +2,34 @@
 //! them: [`attention`] (input norm, q/k/v, norms + RoPE, KV append, attention, o_proj),
 //! [`mlp`] (pre-FFN norm, gate_up + GeGLU, down, and the MoE half where the layer has one),
 //! [`per_layer_input`] (E2B/E4B's per-layer input gate and projection) and [`head`] (the
-//! tied lm_head, softcap, greedy argmax). Each plans its kernels into a forward's op list;
+//! tied lm_head, softcap, greedy argmax). Each owns its weights (a struct that declares
+//! its tensors once, `tensors`, and loads them, `load`: the artifact plan and the byte
+//! count read the same declarations) and plans its kernels into a forward's op list;
 //! the residual adds and norms between them go through [`Residual`] (kernels or matvec
 //! prologues), so a block reads as its HF module does.
 
 pub(super) mod attention;
 pub(super) mod head;
 pub(super) mod mlp;
-mod moe;
+pub(super) mod moe;
 pub(super) mod per_layer_input;
 
 use super::config::ModelSpec;
 use super::plan_options::PlanOptions;
 use super::plan_parts::{Activations, Op, Shared};
 use super::residual::{BlockInput, Residual};
-use super::weights::Weights;
 use crate::error::Result;
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::attention::KvCache;
 
-/// What every block's plan reads: the model, one plan's activations and its row count.
+/// What every block's plan reads besides its own weights: the model, one plan's
+/// activations and its row count.
 pub(super) struct BlockCx<'a> {
     pub ctx: &'a GpuContext,
     pub spec: &'a ModelSpec,
-    pub weights: &'a Weights,
+    /// Each layer's k_norm on the host where the layer owns its K/V: attention over a K = V
+    /// cache rebuilds the keys with its store layer's.
+    pub k_norm_hosts: &'a [Option<&'a [f32]>],
     pub caches: &'a [Option<KvCache>],
     pub shared: &'a Shared,
     pub a: &'a Activations,
