@@ -11,7 +11,9 @@ mod reference;
 
 pub use reference::{argmax_ref, order_key};
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, ArgmaxCase};
 
 use crate::error::{Error, Result};

@@ -42,11 +42,13 @@ mod reference;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
 pub mod decode;
 mod split_k;
 mod tiled;
 
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{
     bench_cases, decode_bench_cases, decode_random_cases, prefill_check_cases, random_cases,
     AttentionCase, DecodeKernelChoice,

@@ -20,7 +20,9 @@ mod table;
 pub use reference::{bf16_embed_scale, dequant_q4_row, gather_ref};
 pub use table::{EmbeddingTable, TableChunk, TableFormat, TableRows};
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, EmbeddingCase};
 
 use crate::error::{Error, Result};

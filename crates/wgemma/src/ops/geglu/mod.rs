@@ -10,7 +10,9 @@ mod strided;
 pub use reference::{geglu_fused_ref, geglu_ref, geglu_strided_ref, gelu_tanh_ref};
 pub use strided::geglu_strided;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, random_strided_cases, GegluCase, GegluStridedCase};
 
 use crate::error::{Error, Result};

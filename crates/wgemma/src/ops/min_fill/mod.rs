@@ -13,7 +13,9 @@ mod reference;
 
 pub use reference::min_fill_ref;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, MinFillCase};
 
 use crate::error::{Error, Result};

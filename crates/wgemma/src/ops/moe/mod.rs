@@ -43,6 +43,7 @@
 //!   rank order (HF's `index_add_` goes expert by expert), all in f32: rounding-level
 //!   differences only.
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
 mod down_combine;
 mod linear;
@@ -51,6 +52,7 @@ pub mod reference;
 mod tests;
 mod weight;
 
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{
     bench_cases, random_cases, BlockDown, MoeBlockCase, MoeCombineCase, MoeDownCombineCase,
     MoeLinearCase, MoeRouteCase,

@@ -6,7 +6,9 @@ mod reference;
 
 pub use reference::read_bandwidth_ref;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, ReadBandwidthCase};
 
 use crate::error::{Error, Result};

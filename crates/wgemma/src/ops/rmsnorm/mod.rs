@@ -17,7 +17,9 @@ mod reference;
 
 pub use reference::{rmsnorm_add_ref, rmsnorm_ref};
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, CaseMode, RmsNormCase};
 
 use crate::error::{Error, Result};

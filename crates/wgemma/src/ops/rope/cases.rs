@@ -1,7 +1,7 @@
 //! Harness cases of RoPE: every entry (in place, out of place, q and k together) vs
 //! [`rope_ref`].
 
-use super::{rope_ref, Rope, RopeConfig, MAX_POSITION};
+use super::{rope_ref, Rope, RopeConfig, RopeType, MAX_POSITION};
 use crate::error::Result;
 use crate::gpu::{DType, GpuContext, Tensor};
 use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
@@ -143,4 +143,14 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
         }
     }
     cases
+}
+
+/// The name a case prints for its RoPE type.
+impl RopeType {
+    fn name(self) -> &'static str {
+        match self {
+            RopeType::Default => "default",
+            RopeType::Proportional => "proportional",
+        }
+    }
 }

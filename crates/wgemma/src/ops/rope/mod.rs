@@ -16,7 +16,9 @@ mod reference;
 pub use norm_rope::{CacheRows, NormRopeHeads, VHeads};
 pub use reference::{rope_cos_sin_ref, rope_inv_freq, rope_ref};
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, RopeCase, RopeMode};
 
 use crate::error::{Error, Result};

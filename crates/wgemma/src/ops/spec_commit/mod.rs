@@ -21,7 +21,9 @@ mod reference;
 
 pub use reference::{accepted_ref, spec_commit_ref, spec_replace_drafts_ref, CommitOutputs};
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{random_cases, CommitCase, ReplaceCase};
 
 use crate::error::{Error, Result};

@@ -23,7 +23,9 @@ mod reference;
 
 pub use reference::topk_ref;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, case_input, random_cases, TopKCase, TopKData};
 
 use crate::error::{Error, Result};
