@@ -3,7 +3,8 @@
 //!
 //! - [`gpu`]: the runtime (context, tensors, kernels, one-pass steps, readback) and the
 //!   WGSL shader registry generated at build time.
-//! - [`harness`]: the op test harness (GPU vs CPU reference; perf mode).
+//! - `harness`: the op test harness (GPU vs CPU reference; perf mode), with the op cases only
+//!   in builds with the `harness` feature (the CLI's `wgemma ops`) and the crate's tests.
 //! - [`ops`]: the operator library, one folder per operator, each with a CPU reference.
 //! - [`weights`]: the one seam between weight formats and the model: the weight source
 //!   (scoped names), the host layout of prepared matrices, the uploader, linear weights.
@@ -20,6 +21,7 @@ pub mod error;
 pub mod formats;
 pub mod generate;
 pub mod gpu;
+#[cfg(any(test, feature = "harness"))]
 pub mod harness;
 pub mod model;
 pub mod ops;

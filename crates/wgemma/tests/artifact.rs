@@ -19,7 +19,7 @@ use wgemma::formats::hf::Checkpoint;
 use wgemma::generate::plain::GenerateOptions;
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
 };

@@ -5,7 +5,7 @@
 use safetensors::SafeTensors;
 use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, PlanOptions};

@@ -4,7 +4,7 @@
 //! takes the power-of-two kernels.
 
 use wgemma::formats::synthetic::SyntheticWeights;
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, PlanOptions};

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;

@@ -4,7 +4,7 @@
 //! runs one token at a time (decode attention).
 
 use wgemma::formats::synthetic::SyntheticWeights;
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;

@@ -1,7 +1,7 @@
 //! Runtime tests on the real adapter (lavapipe in CI): context, folded dispatch, readback.
 
+use wgemma::gpu::test_context;
 use wgemma::gpu::{read_tensor_f32, run_kernels, ContextOptions, DType, GpuContext, Tensor};
-use wgemma::harness::test_context;
 use wgemma::ops::softcap::{softcap, softcap_ref};
 
 /// The folded-grid tests run softcap (a one-dispatch elementwise op, 256 per workgroup);

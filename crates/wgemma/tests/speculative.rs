@@ -13,7 +13,7 @@ use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{
     generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput,
 };
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
 };

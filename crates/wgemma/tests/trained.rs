@@ -12,7 +12,7 @@ use wgemma::formats::artifact::{load_assistant, load_target, Artifact, LoadHooks
 use wgemma::generate::plain::{generate, GenerateOptions};
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
-use wgemma::harness::test_context;
+use wgemma::gpu::test_context;
 use wgemma::model::assistant::Assistant;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;

@@ -391,3 +391,14 @@ impl GpuContext {
         )
     }
 }
+
+/// A GPU context shared by the tests of one process (device creation is not free on
+/// lavapipe): the library's tests and every integration test use it, so it stays out of
+/// the `harness` feature.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn test_context() -> &'static GpuContext {
+    static CTX: std::sync::OnceLock<GpuContext> = std::sync::OnceLock::new();
+    CTX.get_or_init(|| {
+        GpuContext::new_blocking(Default::default()).unwrap_or_else(|e| panic!("{e}"))
+    })
+}

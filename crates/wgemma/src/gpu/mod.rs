@@ -12,6 +12,8 @@ pub(crate) mod shader_meta;
 mod tensor;
 
 pub use browser::{browser_limits, BROWSER_FEATURES};
+#[cfg(not(target_arch = "wasm32"))]
+pub use context::test_context;
 pub use context::{
     offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
 };

@@ -117,6 +117,9 @@ impl Profiler {
         device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Readback(e.to_string()))?;
+        // The browser maps the buffer without a poll.
+        #[cfg(target_arch = "wasm32")]
+        let _ = device;
         rx.await
             .map_err(|_| Error::Readback("map_async callback dropped".into()))?
             .map_err(|e| Error::Readback(e.to_string()))?;

@@ -8,6 +8,8 @@ mod compare;
 pub use compare::{compare, Check, Comparison, Values};
 
 use crate::error::Result;
+#[cfg(not(target_arch = "wasm32"))]
+pub use crate::gpu::test_context;
 use crate::gpu::{read_tensor_bytes, run_kernels, GpuContext, Kernel, Tensor};
 use rand::SeedableRng;
 
@@ -153,16 +155,6 @@ pub fn perf(ctx: &GpuContext, case: &dyn OpCase, runs: u32) -> Result<PerfReport
         us_per_run: per_run * 1e6,
         gb_per_s: prepared.bytes_moved as f64 / per_run / 1e9,
         runs,
-    })
-}
-
-/// A GPU context shared by the tests of one process (device creation is not free on
-/// lavapipe).
-#[cfg(not(target_arch = "wasm32"))]
-pub fn test_context() -> &'static GpuContext {
-    static CTX: std::sync::OnceLock<GpuContext> = std::sync::OnceLock::new();
-    CTX.get_or_init(|| {
-        GpuContext::new_blocking(Default::default()).unwrap_or_else(|e| panic!("{e}"))
     })
 }
 

@@ -1,5 +1,6 @@
 //! The operator library: one folder per operator holding its WGSL shader(s), its host side
-//! (guards, route choice, binding, dispatch) and its CPU reference.
+//! (guards, route choice, binding, dispatch), its CPU reference and its harness cases (those
+//! only with the `harness` feature, or in the crate's own tests).
 
 pub mod argmax;
 pub mod attention;
@@ -19,9 +20,11 @@ pub mod softcap;
 pub mod spec_commit;
 pub mod topk;
 
+#[cfg(any(test, feature = "harness"))]
 use crate::harness::{OpCase, Rng};
 
 /// Harness cases of every op over random shapes (the test suite runs these with many seeds).
+#[cfg(any(test, feature = "harness"))]
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
     cases.extend(argmax::random_cases(rng));
@@ -47,6 +50,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 
 /// Cases at the real Gemma 4 E2B shapes, for `wgemma ops bench` (and checks where lavapipe
 /// is fast enough).
+#[cfg(any(test, feature = "harness"))]
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
     // First: the roofline the other cases are read against.

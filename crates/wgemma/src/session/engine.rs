@@ -21,7 +21,8 @@ pub use crate::text::tool_markers::TOOL_RESPONSE_START;
 pub use crate::text::tools::{parse_reply, ReplyPiece, ToolCallParser};
 
 /// The op cases and the harness that checks them against their CPU references and times
-/// them (`wgemma ops`, the bench's read-bandwidth case).
+/// them (`wgemma ops`, the bench's read-bandwidth case); with the `harness` feature only.
+#[cfg(feature = "harness")]
 pub mod op_checks {
     // Timing blocks on the GPU (native only, as the harness itself).
     #[cfg(not(target_arch = "wasm32"))]

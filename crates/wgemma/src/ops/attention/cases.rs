@@ -471,3 +471,117 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
         .map(|c| Box::new(c) as Box<dyn OpCase>)
         .collect()
 }
+
+fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {
+    cases
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn OpCase>)
+        .collect()
+}
+
+/// Random decode-route steps: head dims 64/256/512, GQA ratios (groups 1..=12, uneven head
+/// tiles), M in 1..=9, windows smaller and larger than the context, a ring far past its
+/// size, K = V, and a chunked full cache with a forced split count.
+pub fn decode_random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let dims = [64, 256, 512];
+    let gqa = [
+        (1, 1),
+        (2, 1),
+        (8, 1),
+        (4, 2),
+        (6, 3),
+        (16, 4),
+        (12, 1),
+        (9, 1),
+    ];
+    let pick = |rng: &mut Rng, m_max: usize, start_max: usize| {
+        let d = dims[rng.random_range(0..dims.len())];
+        let (h, kvh) = gqa[rng.random_range(0..gqa.len())];
+        let m = rng.random_range(1..=m_max);
+        let mut c = AttentionCase::new(h, kvh, d, m, rng.random_range(0..start_max));
+        c.route = Some(AttentionRoute::Decode);
+        c
+    };
+    let mut cases = vec![pick(rng, DECODE_MAX_ROWS, 1500)];
+    let window = rng.random_range(4..700);
+    cases.push(pick(rng, DECODE_MAX_ROWS, 900).sliding(window, DECODE_MAX_ROWS));
+    // A ring wrapped thousands of times, window smaller than the context.
+    let mut ring = pick(rng, 5, 50);
+    ring.start += 30_000;
+    ring.head_dim = 64;
+    let window = rng.random_range(8..200);
+    cases.push(ring.sliding(window, 5));
+    let mut kv = pick(rng, 3, 400);
+    kv.k_eq_v = true;
+    cases.push(kv);
+    let mut chunked = pick(rng, 3, 900);
+    chunked.max_len = chunked.start + chunked.rows + rng.random_range(0..300);
+    chunked.chunk_bytes = Some((chunked.kv_heads * chunked.head_dim * 4 * 128) as u64);
+    chunked.splits = Some(rng.random_range(1..8));
+    cases.push(chunked);
+    // q_norm + RoPE folded into the partial (KV-shared layers): a full and a sliding
+    // layer, with and without a cache of keys.
+    for sliding in [false, true] {
+        let mut fold = pick(rng, DECODE_MAX_ROWS, 700);
+        if sliding {
+            fold = fold.sliding(rng.random_range(4..600), DECODE_MAX_ROWS);
+        }
+        fold.fold_q = true;
+        fold.k_eq_v = !sliding && rng.random_bool(0.5);
+        cases.push(fold);
+    }
+    // The classic kernels, with and without the one-dispatch merge, stay covered where
+    // the latency-shaped ones are built.
+    let mut others = Vec::new();
+    for choice in [DecodeKernelChoice::Classic, DecodeKernelChoice::Fused] {
+        others.extend([0, 3, 4, cases.len() - 1].iter().map(|&i| AttentionCase {
+            decode_kernels: choice,
+            ..cases[i].clone()
+        }));
+    }
+    cases.extend(others);
+    boxed(cases)
+}
+
+/// The E2B decode shapes of [`super::bench_cases`] (8 q heads, 1 kv head; sliding D 256 with
+/// W 512, full D 512; 640 (a decode at depth 512), 4K and 32K context; M = 1 and verify M = 3) on each route, named
+/// `route=decode` / `route=split_k`, so the two can be compared, and the decode steps again
+/// on the classic kernels (`route=decode ... classic`, the latency-shaped kernels' before).
+/// Small caches are copied so that the rotation reads >= ~64 MiB (more than a 50 MB L2).
+pub fn decode_bench_cases() -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
+    for route in [AttentionRoute::Decode, AttentionRoute::SplitK] {
+        for ctx_len in [640, 4096, 32_768] {
+            for rows in [1, 3] {
+                let start = ctx_len - rows;
+                let mut sliding = AttentionCase::new(8, 1, 256, rows, start).sliding(512, 9);
+                sliding.copies = 64;
+                sliding.route = Some(route);
+                let mut full = AttentionCase::new(8, 1, 512, rows, start);
+                full.copies = ((64 << 20) / (ctx_len * 512 * 8)).max(1);
+                full.route = Some(route);
+                // The same steps with q_norm + RoPE folded in (KV-shared layers).
+                let mut folded = [sliding.clone(), full.clone()];
+                for case in &mut folded {
+                    case.fold_q = route == AttentionRoute::Decode;
+                }
+                let mut decode = vec![sliding, full];
+                if route == AttentionRoute::Decode {
+                    decode.extend(folded);
+                    // The same steps on the classic kernels (the latency-shaped ones'
+                    // before, where a device builds them).
+                    let classic: Vec<AttentionCase> = decode
+                        .iter()
+                        .map(|c| AttentionCase {
+                            decode_kernels: DecodeKernelChoice::Classic,
+                            ..c.clone()
+                        })
+                        .collect();
+                    decode.extend(classic);
+                }
+                cases.extend(decode);
+            }
+        }
+    }
+    boxed(cases)
+}

@@ -44,15 +44,18 @@ mod reference;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
 pub mod decode;
 mod split_k;
 mod tiled;
 
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{
-    bench_cases, prefill_check_cases, random_cases, AttentionCase, DecodeKernelChoice,
+    bench_cases, decode_bench_cases, decode_random_cases, prefill_check_cases, random_cases,
+    AttentionCase, DecodeKernelChoice,
 };
-pub use decode::{decode_bench_cases, decode_random_cases, DecodeKernels, DECODE_MAX_ROWS};
+pub use decode::{DecodeKernels, DECODE_MAX_ROWS};
 pub use kv_cache::{
     positions_len, KvAppend, KvCache, KvCacheConfig, KvChunk, KvCursor, KvLayout, MAX_SEQUENCES,
 };

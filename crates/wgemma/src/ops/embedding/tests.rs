@@ -1,6 +1,7 @@
 use super::*;
 use crate::gpu::{read_tensor_f32, run_kernels, ContextOptions};
-use crate::harness::{assert_cases_pass, check, test_context};
+use crate::harness::{assert_cases_pass, check, test_context, OpCase};
+use half::f16;
 
 fn invalid<T: std::fmt::Debug>(r: Result<T>, what: &str) {
     match r {

@@ -23,7 +23,9 @@ use crate::gpu::{
 };
 use std::ops::Range;
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, GatherCase};
 
 const OP: &str = "gather_rows";

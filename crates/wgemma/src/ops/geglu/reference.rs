@@ -23,3 +23,20 @@ pub fn geglu_fused_ref(gate_up: &[f32], inter: usize) -> Vec<f32> {
         .flat_map(|row| geglu_ref(&row[..inter], &row[inter..]))
         .collect()
 }
+
+/// CPU reference of [`super::geglu_strided`].
+pub fn geglu_strided_ref(
+    gate: &[f32],
+    up: &[f32],
+    inter: usize,
+    up_stride: usize,
+    up_offset: usize,
+) -> Vec<f32> {
+    gate.iter()
+        .enumerate()
+        .map(|(i, &g)| {
+            let (m, j) = (i / inter, i % inter);
+            gelu_tanh_ref(g) * up[m * up_stride + up_offset + j]
+        })
+        .collect()
+}

@@ -23,6 +23,7 @@
 //! A weight too large for one storage binding is split into row chunks at upload
 //! ([`Q4Weight`]); the op then holds one kernel per chunk, each writing its rows of y.
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
 mod gemm;
 pub(crate) mod matvec_variants;
@@ -33,13 +34,16 @@ mod routes;
 mod tests;
 mod tuning;
 
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{
     bench_cases, prefill_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData,
 };
 pub use quant::{
     dequantize_q4, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words, CHUNK_ROW_MULTIPLE,
 };
-pub use reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16, tolerance};
+#[cfg(any(test, feature = "harness"))]
+pub use reference::tolerance;
+pub use reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16};
 pub use routes::{
     check_dense_route, choose_q4_route, q4_failed_guards, DeviceCaps, LinearRoute, Q4Shape,
     Reduction, PREFILL_GEMM_MIN_ROWS, Q4_ROUTES,

@@ -2,9 +2,10 @@
 //! accumulated in f64 from the exact f32 weights (Q4: dequantised first).
 //!
 //! Each also returns `max over (m, n) of sum_k |x[m, k] * W[n, k]|`, the magnitude the
-//! tolerance is stated against (see [`tolerance`]).
+//! tolerance is stated against (see `tolerance`, with the harness).
 
 use super::quant::Q4Host;
+#[cfg(any(test, feature = "harness"))]
 use crate::harness::Check;
 
 fn dot_rows(x: &[f32], m: usize, k: usize, row: &[f32], n: usize, nn: usize, y: &mut [f32]) -> f64 {
@@ -96,7 +97,7 @@ fn q4_ref_rows(
 /// Q4 reference of the f16 GEMM routes (`q4_gemm_f16`, `q4_gemm_coop`): x rounded to f16
 /// and every dequantised weight rounded to f16 (nearest, ties to even), as the kernels stage
 /// them; products and sums exact (f64). Against it the kernels differ only by their f32
-/// accumulation, so [`tolerance`] applies unchanged.
+/// accumulation, so `tolerance` applies unchanged.
 pub fn q4_linear_ref_f16(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
     let to_f16 = |v: &f32| half::f16::from_f32(*v).to_f32();
     let x16: Vec<f32> = x.iter().map(to_f16).collect();
@@ -112,6 +113,7 @@ pub fn q4_linear_ref_f16(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
 /// - nmse <= 1e-9: f32 rounding gives about `k * 2^-48` (1e-11 at k = 1536), while one
 ///   wrong weight in a small random case gives about `1 / (k * outputs)` (>> 1e-9), so this
 ///   is the sensitive check.
+#[cfg(any(test, feature = "harness"))]
 pub fn tolerance(k: usize, bound: f64) -> Check {
     Check::Close {
         max_abs: ((k as f64 + 9.0) * f64::from(f32::EPSILON) / 2.0 * bound) as f32

@@ -43,18 +43,20 @@
 //!   rank order (HF's `index_add_` goes expert by expert), all in f32: rounding-level
 //!   differences only.
 
-mod block;
+#[cfg(any(test, feature = "harness"))]
 mod cases;
 mod down_combine;
 mod linear;
-mod lists;
 pub mod reference;
 #[cfg(test)]
 mod tests;
 mod weight;
 
-pub use block::{BlockDown, MoeBlockCase, MoeDownCombineCase};
-pub use cases::{MoeCombineCase, MoeLinearCase, MoeRouteCase};
+#[cfg(any(test, feature = "harness"))]
+pub use cases::{
+    bench_cases, random_cases, BlockDown, MoeBlockCase, MoeCombineCase, MoeDownCombineCase,
+    MoeLinearCase, MoeRouteCase,
+};
 pub use down_combine::{
     fused_failed_guards, fused_slot_classes, moe_expert_linear_combine, MoeCombineRoute,
     MoeDownCombine, FUSED_MAX_TOKENS,
@@ -64,7 +66,6 @@ pub use linear::{
     moe_linear_failed_guards, MoeDeviceCaps, MoeEpilogue, MoeLinear, MoeLinearOptions,
     MoeLinearRoute, MoeLinearShape, GROUPED_MAX_SLOTS,
 };
-pub use lists::{bench_cases, random_cases};
 pub use reference::{
     moe_combine_ref, moe_expert_linear_ref, moe_experts_ref, moe_route_ref, ExpertLinearRef,
 };

@@ -52,7 +52,7 @@ fn dot(x: &[f32], w: &[f32]) -> (f64, f64) {
 }
 
 /// Worst-case f32 rounding of a `k`-term sum of products of magnitude `mag` (as
-/// [`crate::ops::linear::tolerance`]).
+/// `ops::linear::tolerance`).
 fn dot_error(k: usize, mag: f64) -> f64 {
     (k as f64 + 9.0) * f64::from(f32::EPSILON) / 2.0 * mag
 }

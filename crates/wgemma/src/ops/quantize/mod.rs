@@ -10,11 +10,13 @@
 //! What the shader cannot report, the host checks first ([`check_q4_source`]): every weight
 //! finite, and every scale within f16's range, each error naming the tensor and element.
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
 mod reference;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, QuantizeCase};
 pub use reference::{q4_quantize_ref, source_to_f32};
 

@@ -1,6 +1,7 @@
 use super::*;
 use crate::gpu::{read_tensor_f32, run_kernels, ContextOptions};
-use crate::harness::{assert_cases_pass, check, test_context};
+use crate::harness::{assert_cases_pass, check, test_context, OpCase, Rng};
+use rand::Rng as _;
 
 fn next<'a>(weight: &'a Tensor, out: &'a Tensor) -> NextNorm<'a> {
     NextNorm { weight, out }

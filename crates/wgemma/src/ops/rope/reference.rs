@@ -1,7 +1,7 @@
 //! CPU references for RoPE, following HF `modeling_rope_utils.py` and
 //! `modeling_gemma4.apply_rotary_pos_emb` in f32, as torch computes them.
 
-use super::{RopeConfig, RopeType};
+use super::RopeConfig;
 
 /// HF's `inv_freq` [head_dim / 2], in f32 as torch computes it:
 /// `1.0 / (base ** (arange(0, 2n, 2).float() / head_dim))`.
@@ -63,13 +63,4 @@ pub fn rope_ref(
         }
     }
     out
-}
-
-impl RopeType {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            RopeType::Default => "default",
-            RopeType::Proportional => "proportional",
-        }
-    }
 }

@@ -1,7 +1,8 @@
 use super::*;
 use crate::error::Error;
 use crate::gpu::{read_tensor_f32, Step};
-use crate::harness::{assert_cases_pass, rng, test_context};
+use crate::harness::{assert_cases_pass, rng, test_context, OpCase};
+use rand::Rng as _;
 
 fn hf_inv_freq_f64(base: f64, i: usize, dim: usize) -> f64 {
     1.0 / base.powf((2 * i) as f64 / dim as f64)

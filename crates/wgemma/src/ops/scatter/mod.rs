@@ -27,7 +27,9 @@ use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor};
 use crate::ops::opset::{GatedOp, OpSet};
 
+#[cfg(any(test, feature = "harness"))]
 mod cases;
+#[cfg(any(test, feature = "harness"))]
 pub use cases::{bench_cases, random_cases, ScatterCase, ScatterIndices};
 
 const OP: &str = "scatter";

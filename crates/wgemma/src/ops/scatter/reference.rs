@@ -13,20 +13,3 @@ pub fn scatter_ref(dst: &[f32], n: usize, idx: &[u32], src: &[f32], s: usize) ->
     }
     out
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn last_write_wins_and_out_of_range_is_dropped() {
-        let got = scatter_ref(
-            &[0.0; 8],
-            4,
-            &[1, 1, 9, 3, 0, 0],
-            &[1., 2., 3., 4., 5., 6.],
-            3,
-        );
-        assert_eq!(got, vec![0., 2., 0., 0., 6., 0., 0., 4.]);
-    }
-}

@@ -361,3 +361,16 @@ fn folded_grids_are_bound_checked() {
         crate::harness::assert_folded_case_passes(&case, 0..2);
     }
 }
+
+// Tests of the CPU reference alone.
+#[test]
+fn last_write_wins_and_out_of_range_is_dropped() {
+    let got = scatter_ref(
+        &[0.0; 8],
+        4,
+        &[1, 1, 9, 3, 0, 0],
+        &[1., 2., 3., 4., 5., 6.],
+        3,
+    );
+    assert_eq!(got, vec![0., 2., 0., 0., 6., 0., 0., 4.]);
+}

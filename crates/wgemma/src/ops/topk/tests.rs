@@ -286,3 +286,23 @@ fn generic_folded_grid_is_bound_checked() {
     };
     crate::harness::assert_folded_case_passes(&case, 0..2);
 }
+
+// Tests of the CPU reference alone.
+#[test]
+fn order_ties_and_specials() {
+    let x = [
+        1.0,
+        f32::NAN,
+        -0.0,
+        0.0,
+        f32::INFINITY,
+        1.0,
+        f32::NEG_INFINITY,
+    ];
+    let (v, i) = topk_ref(&x, 7, 7);
+    assert_eq!(i, vec![1, 4, 0, 5, 2, 3, 6]);
+    assert!(v[0].is_nan());
+    assert_eq!(v[4].to_bits(), (-0.0f32).to_bits());
+    let (_, i) = topk_ref(&[3.0, 5.0, 5.0, 1.0, 2.0, 2.0], 3, 2);
+    assert_eq!(i, vec![1, 2, 1, 2]);
+}

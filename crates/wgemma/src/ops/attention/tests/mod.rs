@@ -5,6 +5,7 @@ use rand::Rng as _;
 
 mod decode;
 mod generic;
+mod plan;
 mod tiled;
 
 pub(super) fn boxed(cases: Vec<AttentionCase>) -> Vec<Box<dyn OpCase>> {

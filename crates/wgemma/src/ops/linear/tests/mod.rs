@@ -8,6 +8,7 @@ use half::f16;
 use proptest::prelude::*;
 
 mod gemm;
+mod matvec_variants;
 mod registry;
 
 fn f16_bits(v: f32) -> u32 {

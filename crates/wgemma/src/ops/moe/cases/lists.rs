@@ -2,11 +2,11 @@
 //! benchmarks.
 
 use super::block::{BlockDown, MoeBlockCase, MoeDownCombineCase};
-use super::cases::{MoeCombineCase, MoeLinearCase, MoeRouteCase};
-use super::down_combine::MoeCombineRoute;
-use super::linear::{MoeEpilogue, MoeLinearRoute};
-use super::weight::ExpertFormat;
+use super::{MoeCombineCase, MoeLinearCase, MoeRouteCase};
 use crate::harness::{OpCase, Rng};
+use crate::ops::moe::down_combine::MoeCombineRoute;
+use crate::ops::moe::linear::{MoeEpilogue, MoeLinearRoute};
+use crate::ops::moe::weight::ExpertFormat;
 use rand::Rng as _;
 
 fn boxed<C: OpCase + 'static>(c: C) -> Box<dyn OpCase> {

@@ -1,16 +1,16 @@
 //! Harness cases of the down projection + combine op and of the whole expert block
 //! (router -> gate_up + GeGLU -> down -> combine) against HF's expert block in f64.
 
-use super::cases::{filled, format_name, random_experts, random_f32, random_ids, upload};
-use super::down_combine::{moe_expert_linear_combine, MoeCombineRoute};
-use super::linear::{moe_expert_linear_with, MoeEpilogue, MoeLinearOptions};
-use super::reference::{moe_expert_linear_ref, moe_experts_ref, moe_route_ref};
-use super::weight::ExpertFormat;
-use super::{moe_combine, moe_route};
+use super::{filled, format_name, random_experts, random_f32, random_ids, upload};
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Tensor};
 use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
 use crate::ops::geglu::geglu_fused;
+use crate::ops::moe::down_combine::{moe_expert_linear_combine, MoeCombineRoute};
+use crate::ops::moe::linear::{moe_expert_linear_with, MoeEpilogue, MoeLinearOptions};
+use crate::ops::moe::reference::{moe_expert_linear_ref, moe_experts_ref, moe_route_ref};
+use crate::ops::moe::weight::ExpertFormat;
+use crate::ops::moe::{moe_combine, moe_route};
 use rand::seq::SliceRandom;
 use rand::Rng as _;
 

@@ -2,6 +2,12 @@
 //! GeGLU epilogue, forced expert-chunk splits) and the combine, and the helpers the other
 //! MoE cases share.
 
+mod block;
+mod lists;
+
+pub use block::{BlockDown, MoeBlockCase, MoeDownCombineCase};
+pub use lists::{bench_cases, random_cases};
+
 use super::linear::{moe_expert_linear_with, MoeEpilogue, MoeLinearOptions, MoeLinearRoute};
 use super::reference::{moe_combine_ref, moe_expert_linear_ref, moe_route_ref};
 use super::weight::{ExpertFormat, ExpertHost, ExpertWeight};
