@@ -6,6 +6,8 @@ pub mod config;
 mod decode;
 pub mod forward;
 mod geglu_stage;
+mod kv;
+mod plan_cache;
 pub mod plan_options;
 mod plan_parts;
 mod residual;

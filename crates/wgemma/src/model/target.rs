@@ -11,6 +11,8 @@
 
 use super::config::{KvSource, LayerKind, ModelSpec};
 use super::forward::{ForwardPlan, LogitRows, PlanShape, Shared};
+use super::kv::{ring_rows, FreeSlots};
+use super::plan_cache::PlanCache;
 use super::plan_options::PlanOptions;
 use super::weights::{WeightFormat, Weights};
 use crate::error::{Error, Result};
@@ -18,7 +20,8 @@ use crate::gpu::{GpuContext, Step};
 use crate::ops::attention::{KvCache, KvCacheConfig, KvCursor, KvLayout, MAX_SEQUENCES};
 use crate::ops::embedding::write_token_ids;
 use crate::weights::source::WeightSource;
-use std::collections::HashMap;
+
+pub use super::kv::Sequence;
 use std::sync::{Arc, Mutex};
 
 /// How to build a model.
@@ -45,118 +48,6 @@ impl Default for ModelOptions {
             max_verify_rows: 9,
             sequences: 1,
         }
-    }
-}
-
-/// Plans kept at most: a server's batches take every row count from 1 to `--parallel`,
-/// prefill chunks end at any length, and each plan holds its activations.
-const MAX_PLANS: usize = 16;
-
-/// The forward plans built so far, keyed by (rows, logit rows), at most [`MAX_PLANS`]: the
-/// least recently used one is dropped when another is built.
-#[derive(Default)]
-struct PlanCache {
-    plans: HashMap<(usize, LogitRows), (ForwardPlan, u64)>,
-    /// Counts plan requests: the "last used" stamp.
-    clock: u64,
-}
-
-impl PlanCache {
-    fn get(&self, key: (usize, LogitRows)) -> Option<&ForwardPlan> {
-        self.plans.get(&key).map(|(plan, _)| plan)
-    }
-
-    fn insert(&mut self, key: (usize, LogitRows), plan: ForwardPlan, now: u64) {
-        if self.plans.len() >= MAX_PLANS {
-            if let Some(oldest) = self
-                .plans
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| *k)
-            {
-                self.plans.remove(&oldest);
-            }
-        }
-        self.plans.insert(key, (plan, now));
-    }
-
-    fn clear(&mut self) {
-        self.plans.clear();
-    }
-
-    fn len(&self) -> usize {
-        self.plans.len()
-    }
-}
-
-/// The most rows one forward may append to the sliding rings among `caches` (None
-/// without rings).
-fn ring_rows(caches: &[Option<KvCache>]) -> Option<usize> {
-    caches
-        .iter()
-        .flatten()
-        .find_map(|c| match c.config().layout {
-            KvLayout::Sliding { max_rows, .. } => Some(max_rows),
-            KvLayout::Full { .. } => None,
-        })
-}
-
-/// The KV slots of one model that no sequence holds.
-#[derive(Debug)]
-struct FreeSlots(Mutex<Vec<usize>>);
-
-impl FreeSlots {
-    fn take(&self) -> Option<usize> {
-        // A poisoned lock only means another thread panicked mid-push/pop of a plain Vec.
-        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        free.pop()
-    }
-
-    fn give_back(&self, slot: usize) {
-        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        free.push(slot);
-    }
-}
-
-/// One conversation in a [`Model`]: a slot of every KV cache (given back when this handle
-/// drops) and the positions it holds. Made by [`Model::new_sequence`]; used through
-/// [`Model::swap_sequence`] and [`Model::forward_batch`].
-#[derive(Debug)]
-pub struct Sequence {
-    slot: usize,
-    cursor: KvCursor,
-    free: Arc<FreeSlots>,
-}
-
-impl Sequence {
-    /// Positions in the KV caches.
-    pub fn len(&self) -> usize {
-        self.cursor.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cursor.is_empty()
-    }
-
-    /// The KV slot this sequence holds.
-    pub fn slot(&self) -> usize {
-        self.slot
-    }
-
-    /// Forgets positions `>= len` (see [`Model::rollback`]).
-    pub fn rollback(&mut self, len: usize) -> Result<()> {
-        self.cursor.rollback(len)
-    }
-
-    /// Empties the sequence (its slot stays held).
-    pub fn reset(&mut self) {
-        self.cursor.reset();
-    }
-}
-
-impl Drop for Sequence {
-    fn drop(&mut self) {
-        self.free.give_back(self.slot);
     }
 }
 
