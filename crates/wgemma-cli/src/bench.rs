@@ -98,10 +98,6 @@ pub struct BenchArgs {
     /// fold's before, for a before/after in one device call).
     #[arg(long)]
     no_fold_kv_append: bool,
-    /// Run decode attention as one dispatch (the last workgroup merges the splits) where
-    /// the device has coherent storage, instead of partial + combine.
-    #[arg(long)]
-    fused_attention: bool,
     /// On KV-shared layers, apply q_norm + RoPE with a norm_rope dispatch before attention
     /// instead of inside the decode attention kernel (the fold's before, for a before/after
     /// in one device call).
@@ -112,10 +108,9 @@ pub struct BenchArgs {
     /// tile, one tile per split): the before of that change, in one device call.
     #[arg(long)]
     no_latency_attention: bool,
-    /// Also measure, in this run, decode with the K/V append kernel and partial + combine
-    /// attention (`unfused_*`), with the append folded (`fold_only_*`), with the append
-    /// folded and one-dispatch attention (`fold_and_fused_*`), and with the append and the
-    /// KV-shared layers' q_norm + RoPE folded (`fold_q_*`): those fusions' before/after on
+    /// Also measure, in this run, decode with the K/V append kernel (`unfused_*`), with the
+    /// append folded (`fold_only_*`), and with the append and the KV-shared layers' q_norm
+    /// and RoPE folded (`fold_q_*`): those fusions' before/after on
     /// one load (each variant run twice, in order and in reverse order; the mean and both
     /// runs are reported).
     #[arg(long)]
@@ -167,7 +162,6 @@ impl BenchArgs {
         PlanOptions {
             norm_prologue_rows: self.norm_prologue_rows,
             fold_kv_append: !self.no_fold_kv_append,
-            fused_attention: self.fused_attention,
             fold_q_norm_rope: !self.no_fold_q_norm_rope,
             latency_attention: !self.no_latency_attention,
         }

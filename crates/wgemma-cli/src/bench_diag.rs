@@ -119,19 +119,17 @@ pub fn compare_fusions(
 ) -> Result<serde_json::Value> {
     let options = model.plan_options();
     let variants = [
-        ("unfused", false, false, false),
-        ("fold_only", true, false, false),
-        ("fold_and_fused", true, true, false),
-        ("fold_q", true, false, true),
+        ("unfused", false, false),
+        ("fold_only", true, false),
+        ("fold_q", true, true),
     ];
     let mut runs: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     let mut out = serde_json::json!({});
     let there_and_back = (0..variants.len()).chain((0..variants.len()).rev());
     for i in there_and_back {
-        let (name, fold_now, fused_now, fold_q_now) = variants[i];
+        let (name, fold_now, fold_q_now) = variants[i];
         model.set_plan_options(PlanOptions {
             fold_kv_append: fold_now,
-            fused_attention: fused_now,
             fold_q_norm_rope: fold_q_now,
             ..options
         });

@@ -161,7 +161,7 @@ fn plan_flags_change_the_plan_and_trace_prints_dispatches() {
 fn compare_fusions_runs_each_variant_both_ways() {
     let (stdout, _) = bench(&["--draft-tokens", "0", "--compare-fusions", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    for name in ["unfused", "fold_only", "fold_and_fused", "fold_q"] {
+    for name in ["unfused", "fold_only", "fold_q"] {
         let runs = v[format!("{name}_decode_tokens_per_s_runs")]
             .as_array()
             .unwrap_or_else(|| panic!("{name}: no runs in {v}"));

@@ -18,11 +18,6 @@ pub struct PlanOptions {
     /// Append new K/V rows inside the norm_rope dispatch where the cache is one buffer
     /// (off: the separate kv_append kernel; `bench --no-fold-kv-append`).
     pub fold_kv_append: bool,
-    /// Decode attention as one dispatch (partial + a merge by the last workgroup) where
-    /// the device has coherent storage (off by default: on the H200 the last workgroup's
-    /// merge cost what the combine dispatch did, BENCHMARKS.md run 17;
-    /// `bench --fused-attention`).
-    pub fused_attention: bool,
     /// KV-shared layers' q_norm + RoPE applied inside the decode attention partial instead
     /// of a norm_rope dispatch (one dependent dispatch less per such layer; plans of more
     /// than `DECODE_MAX_ROWS` rows keep norm_rope). On by default: on the H200 it saved 20
@@ -41,7 +36,6 @@ impl Default for PlanOptions {
         PlanOptions {
             norm_prologue_rows: DEFAULT_NORM_PROLOGUE_ROWS,
             fold_kv_append: true,
-            fused_attention: false,
             fold_q_norm_rope: true,
             latency_attention: true,
         }

@@ -346,9 +346,6 @@ fn attention_op(
         },
         &cx.shared.scratch,
     )?;
-    if !cx.options.fused_attention {
-        attention.disable_fused_merge();
-    }
     if !cx.options.latency_attention {
         attention.disable_latency_decode();
     }

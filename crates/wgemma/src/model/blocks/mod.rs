@@ -36,8 +36,7 @@ pub(super) struct BlockCx<'a> {
     pub positions: &'a Tensor,
     pub m: usize,
     pub eps: f32,
-    /// The fusions this plan may use (K/V append and one-dispatch decode attention are
-    /// read in `attention`).
+    /// The fusions this plan may use.
     pub options: PlanOptions,
 }
 

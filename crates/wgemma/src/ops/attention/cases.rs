@@ -60,13 +60,10 @@ pub struct AttentionCase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeKernelChoice {
     /// What the model runs by default: the latency-shaped kernels where built, else the
-    /// classic partial + combine (no one-dispatch merge).
+    /// classic partial + combine.
     Model,
     /// The classic partial + combine ([`Attention::disable_latency_decode`]).
     Classic,
-    /// The classic kernels with the one-dispatch merge where the device has coherent
-    /// storage (`PlanOptions::fused_attention`).
-    Fused,
 }
 
 impl AttentionCase {
@@ -136,9 +133,6 @@ impl AttentionCase {
         m: usize,
         kv_len: usize,
     ) -> Result<AttentionPlan> {
-        if self.decode_kernels != DecodeKernelChoice::Fused {
-            attention.disable_fused_merge();
-        }
         if self.decode_kernels != DecodeKernelChoice::Model {
             attention.disable_latency_decode();
         }
@@ -216,7 +210,6 @@ impl OpCase for AttentionCase {
             match self.decode_kernels {
                 DecodeKernelChoice::Model => "",
                 DecodeKernelChoice::Classic => " classic",
-                DecodeKernelChoice::Fused => " fused",
             },
         )
     }
@@ -530,15 +523,14 @@ pub fn decode_random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         fold.k_eq_v = !sliding && rng.random_bool(0.5);
         cases.push(fold);
     }
-    // The classic kernels, with and without the one-dispatch merge, stay covered where
-    // the latency-shaped ones are built.
-    let mut others = Vec::new();
-    for choice in [DecodeKernelChoice::Classic, DecodeKernelChoice::Fused] {
-        others.extend([0, 3, 4, cases.len() - 1].iter().map(|&i| AttentionCase {
-            decode_kernels: choice,
+    // The classic kernels stay covered where the latency-shaped ones are built.
+    let others: Vec<_> = [0, 3, 4, cases.len() - 1]
+        .iter()
+        .map(|&i| AttentionCase {
+            decode_kernels: DecodeKernelChoice::Classic,
             ..cases[i].clone()
-        }));
-    }
+        })
+        .collect();
     cases.extend(others);
     boxed(cases)
 }

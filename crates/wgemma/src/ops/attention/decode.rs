@@ -17,7 +17,7 @@
 //! [`DECODE_MAX_ROWS`]. When a guard fails the layer keeps the `split_k` route.
 
 use super::plan::{self, AttentionPlan, AttentionRoute, Geometry};
-use super::split_k::{AttentionScratch, FUSED_MAX_GROUPS};
+use super::split_k::AttentionScratch;
 use super::KvCache;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Grid, Kernel, KernelBuilder, Pass, Tensor};
@@ -47,13 +47,6 @@ const SHADER_LATENCY: &str = "attention_decode_latency";
 /// each), 128 floats of q's squares and the split's key range.
 pub const DECODE_LATENCY_WORKGROUP_BYTES: u32 = (1024 + 128 + 2 * 64) * 16 + 128 * 4 + 8;
 const SHADER_SG: &str = "attention_decode_sg";
-const SHADER_FUSED: &str = "attention_decode_fused";
-const SHADER_FUSED_SG: &str = "attention_decode_fused_sg";
-/// Weights (query heads x splits) the fused route's last workgroup keeps in workgroup
-/// memory; steps with more splits use partial + combine.
-pub const FUSED_MAX_WEIGHTS: usize = 512;
-/// Storage bindings of the fused kernel (the partial's 8 and the counters).
-const FUSED_STORAGE_BINDINGS: u32 = 9;
 const WORKGROUP: u32 = 256;
 /// vec4 columns one combine workgroup merges.
 const COMBINE_COLUMNS: usize = 8;
@@ -125,36 +118,6 @@ pub fn decode_guards(geo: &Geometry, limits: &wgpu::Limits) -> Vec<String> {
         failed.push(format!(
             "decode route: needs {storage} bytes of workgroup memory (device: {})",
             limits.max_compute_workgroup_storage_size
-        ));
-    }
-    failed
-}
-
-/// The guards of the fused one-dispatch kernel that fail for `geo` on `ctx` (empty when it
-/// can be built): coherent storage (native only: `Features::MEMORY_DECORATION_COHERENT`),
-/// a cache in one chunk, 9 storage bindings, the counters for every (row, kv head tile).
-pub fn fused_guards(ctx: &GpuContext, geo: &Geometry) -> Vec<String> {
-    let mut failed = Vec::new();
-    if !ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT) {
-        failed.push("fused decode: no coherent storage (MEMORY_DECORATION_COHERENT)".into());
-    }
-    if geo.chunks.len() != 1 {
-        failed.push(format!(
-            "fused decode: a cache in one chunk (this one has {})",
-            geo.chunks.len()
-        ));
-    }
-    let have = ctx.limits.max_storage_buffers_per_shader_stage;
-    if have < FUSED_STORAGE_BINDINGS {
-        failed.push(format!(
-            "fused decode: {FUSED_STORAGE_BINDINGS} storage bindings per stage (device: {have})"
-        ));
-    }
-    let (_, tiles) = decode_tiles(geo.group());
-    let groups = geo.rows.min(DECODE_MAX_ROWS) * geo.kv_heads * tiles;
-    if groups > FUSED_MAX_GROUPS {
-        failed.push(format!(
-            "fused decode: rows x kv heads x tiles {groups} > {FUSED_MAX_GROUPS} counters"
         ));
     }
     failed
@@ -367,15 +330,10 @@ pub struct DecodeKernels {
     /// `partial` with DIRECT (single-chunk caches only).
     direct: Option<Kernel>,
     combine: Kernel,
-    /// `partial_fused` (native devices with coherent storage, one-chunk caches): partial
-    /// and combine in one dispatch. None where its guards fail.
-    fused: Option<Kernel>,
     /// The latency-shaped kernels (`attention_decode_latency.wgsl`), used instead of
     /// `partial` / `direct` / `combine` where their guards pass ([`latency_lanes`]) unless
     /// switched off (`PlanOptions::latency_attention`).
     latency: Option<LatencyKernels>,
-    /// Query heads per workgroup tile (bounds the fused merge's weights).
-    tile_queries: usize,
     lanes: Option<u32>,
     head_dim: usize,
 }
@@ -389,7 +347,7 @@ struct LatencyKernels {
 }
 
 /// The parameters, constants and bindings every decode kernel of one layer shares (the
-/// classic, fused and latency-shaped partials; both combines).
+/// classic and latency-shaped partials; both combines).
 struct LayerBinder<'a> {
     geo: &'a Geometry,
     b: &'a DecodeBindings<'a>,
@@ -475,22 +433,13 @@ impl DecodeKernels {
         let layer = LayerBinder::new(geo, b);
         let lanes = decode_subgroup_lanes(ctx, geo.head_dim);
         let one = Grid::new(1, 1, 1);
-        // The classic partial (subgroup or portable reduction), shared by the fused variant
-        // (which adds the counters).
-        let classic = |chunk_index: usize, fused: bool| {
-            let (shader, shader_sg) = if fused {
-                (SHADER_FUSED, SHADER_FUSED_SG)
-            } else {
-                (SHADER, SHADER_SG)
-            };
+        // The classic partial (subgroup or portable reduction).
+        let classic = |chunk_index: usize| {
             let builder = match lanes {
-                Some(l) => KernelBuilder::new(ctx, shader_sg).constant("VSG", l as u64),
-                None => KernelBuilder::new(ctx, shader),
+                Some(l) => KernelBuilder::new(ctx, SHADER_SG).constant("VSG", l as u64),
+                None => KernelBuilder::new(ctx, SHADER),
             };
-            layer.partial(
-                builder.entry(if fused { "partial_fused" } else { "partial" }),
-                chunk_index,
-            )
+            layer.partial(builder.entry("partial"), chunk_index)
         };
         let per_chunk = |make: &dyn Fn(usize, bool) -> Result<Kernel>| -> Result<_> {
             let partial = (0..geo.chunks.len())
@@ -502,11 +451,8 @@ impl DecodeKernels {
             };
             Ok((partial, direct))
         };
-        let (partial, direct) = per_chunk(&|c, direct| {
-            classic(c, false)
-                .constant("DIRECT", direct as u64)
-                .build(one)
-        })?;
+        let (partial, direct) =
+            per_chunk(&|c, direct| classic(c).constant("DIRECT", direct as u64).build(one))?;
         let combine = layer.combine(KernelBuilder::new(ctx, SHADER)).build(one)?;
         let latency = match latency_lanes(ctx, geo.head_dim, b.fold_q.is_some()) {
             Ok(sg) => {
@@ -526,18 +472,11 @@ impl DecodeKernels {
             }
             Err(_) => None,
         };
-        let fused = if fused_guards(ctx, geo).is_empty() {
-            Some(classic(0, true).tensor(&b.scratch.counters).build(one)?)
-        } else {
-            None
-        };
         Ok(DecodeKernels {
             partial,
             direct,
             combine,
-            fused,
             latency,
-            tile_queries: layer.qt,
             lanes,
             head_dim: geo.head_dim,
         })
@@ -561,24 +500,6 @@ impl DecodeKernels {
             .map(|_| latency_tile_keys(self.head_dim))
     }
 
-    /// Whether the one-dispatch fused kernel was built for this layer.
-    pub fn has_fused(&self) -> bool {
-        self.fused.is_some()
-    }
-
-    pub(crate) fn disable_fused(&mut self) {
-        self.fused = None;
-    }
-
-    /// The fused kernel, when `plan` can use it: a split plan (not direct) over one chunk
-    /// whose merge weights fit the last workgroup's memory.
-    fn fused_for(&self, plan: &AttentionPlan) -> Option<&Kernel> {
-        let fits = !plan.direct
-            && plan.chunks == 1
-            && plan.splits as usize * self.tile_queries <= FUSED_MAX_WEIGHTS;
-        self.fused.as_ref().filter(|_| fits)
-    }
-
     /// The subgroup size the partial kernel reduces with (None: workgroup memory).
     pub fn subgroup_lanes(&self) -> Option<u32> {
         self.lanes
@@ -586,9 +507,6 @@ impl DecodeKernels {
 
     /// The dispatches of a decode-route `plan`, in order.
     pub(crate) fn kernels_for_plan(&self, plan: &AttentionPlan) -> Vec<Kernel> {
-        if let Some(fused) = self.fused_for(plan) {
-            return vec![fused.with_grid(plan.partial_grid)];
-        }
         let (partial, direct, combine) = self.set(plan);
         match (direct, plan.direct) {
             (Some(direct), true) => vec![direct.with_grid(plan.partial_grid)],
@@ -610,10 +528,6 @@ impl DecodeKernels {
     }
 
     pub(crate) fn record_plan(&self, pass: &mut Pass<'_>, plan: &AttentionPlan) {
-        if let Some(fused) = self.fused_for(plan) {
-            pass.dispatch_grid(fused, plan.partial_grid);
-            return;
-        }
         let (partial, direct, combine) = self.set(plan);
         match (direct, plan.direct) {
             (Some(direct), true) => pass.dispatch_grid(direct, plan.partial_grid),

@@ -612,14 +612,6 @@ impl Attention {
         }
     }
 
-    /// Keeps the decode route's partial + combine pair even where the fused one-dispatch
-    /// kernel was built (the model does unless asked: `PlanOptions::fused_attention`).
-    pub fn disable_fused_merge(&mut self) {
-        if let Ok(decode) = &mut self.decode {
-            decode.disable_fused();
-        }
-    }
-
     /// Keeps the decode route's classic kernels even where the latency-shaped ones were
     /// built (`PlanOptions::latency_attention` off: the before of that change).
     pub fn disable_latency_decode(&mut self) {

@@ -6,9 +6,6 @@
 use crate::error::Result;
 use crate::gpu::{DType, GpuContext, Tensor};
 
-/// Arrival counters of the fused decode route: rows x kv heads x head tiles at most.
-pub const FUSED_MAX_GROUPS: usize = 4096;
-
 /// The uniform parameters of the split-K kernels (`attention.wgsl`, `attention_generic.wgsl`),
 /// bound by the tiled route too.
 #[repr(C)]
@@ -37,9 +34,6 @@ pub(super) struct Params {
 pub struct AttentionScratch {
     pub(super) acc: Tensor,
     pub(super) ml: Tensor,
-    /// Per (row, kv head tile) arrival counters of the fused decode route (zero between
-    /// dispatches: its last workgroup resets them).
-    pub(super) counters: Tensor,
     pub(super) acc_floats: usize,
     pub(super) max_query_splits: usize,
 }
@@ -56,7 +50,6 @@ impl AttentionScratch {
                 &[(max_query_splits + 1) * 2],
                 DType::F32,
             )?,
-            counters: Tensor::zeros(ctx, "attention.counters", &[FUSED_MAX_GROUPS], DType::U32)?,
             acc_floats,
             max_query_splits,
         })

@@ -107,35 +107,6 @@ fn random_cases_pass_on_both_reductions() {
     }
 }
 
-/// Where the device has coherent storage (every Vulkan device, lavapipe included), a split
-/// decode step can be ONE dispatch (the fused partial + merge; the random cases run it with
-/// `DecodeKernelChoice::Fused`); without (the portable context) it stays partial + combine.
-#[test]
-fn fused_merge_is_one_dispatch_where_storage_is_coherent() {
-    for ctx in [test_context(), portable_context()] {
-        let mut attention = decode_layer(ctx, (8, 1, 256), 3, 4096);
-        let coherent = ctx.has(wgpu::Features::MEMORY_DECORATION_COHERENT);
-        let route = attention.decode_route().unwrap();
-        assert_eq!(route.has_fused(), coherent);
-        // 3 rows at 500 keys: 16 splits of 8 query heads, 128 merge weights.
-        let plan = attention.plan(3, 500).unwrap();
-        assert!(plan.splits > 1 && !plan.direct, "{plan:?}");
-        let fused = attention.kernels_for_plan(&plan);
-        assert_eq!(fused.len(), if coherent { 1 } else { 2 });
-        // More merge weights than the last workgroup holds: partial + combine.
-        let wide = attention
-            .plan_route(AttentionRoute::Decode, 1, 4000, Some(128))
-            .unwrap();
-        assert_eq!(attention.kernels_for_plan(&wide).len(), 2);
-        attention.disable_fused_merge();
-        assert_eq!(attention.kernels_for_plan(&plan).len(), 2);
-    }
-    assert!(
-        test_context().has(wgpu::Features::MEMORY_DECORATION_COHERENT),
-        "the test device runs the fused route"
-    );
-}
-
 /// The latency-shaped kernels are built exactly where their guards pass (lavapipe's 8-lane
 /// subgroups hold D = 256's 8 lanes per key, so the other decode tests run them there at
 /// that head dim; D = 512 needs 16 lanes; D = 64 is outside), and the planner gives each
