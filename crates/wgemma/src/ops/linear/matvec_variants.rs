@@ -116,6 +116,11 @@ impl MatvecVariant {
         }
         s.push_str(&format!("#include \"{common}\"\n"));
         if self.norm_prologue {
+            // The subgroup variants sum the norm with subgroup operations too.
+            s.push_str(&format!(
+                "#include \"../rmsnorm/workgroup_sum{}.wgsli\"\n",
+                if self.subgroup { "_sg" } else { "" }
+            ));
             s.push_str("#include \"q4_matvec_norm_prologue.wgsli\"\n");
         }
         s.push_str(&format!("#include \"{finish}_{}.wgsli\"\n\n", reduction.0));
