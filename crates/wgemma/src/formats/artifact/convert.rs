@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::formats::gguf::{GgufAssistant, GgufFile, GgufWeights};
 use crate::formats::hf::Checkpoint;
 use crate::model::assistant::parse_assistant_config;
-use crate::model::assistant::AssistantSource;
 use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec};
 use crate::text::tokenizer::Tokenizer;
@@ -133,7 +132,7 @@ fn assistant_model<'a>(
         ConvertWeights::Gguf(file) => (
             assistant_plan(aspec, format, &|n| GgufAssistant { file }.has(n)),
             Box::new(move |name, shape, rows| GgufAssistant { file }.f32_rows(name, shape, rows)),
-            Box::new(move |name, shape| GgufAssistant { file }.i64(name, shape)),
+            Box::new(move |name, shape| GgufAssistant { file }.tensor(name, shape)?.to_i64()),
         ),
     };
     Model {
