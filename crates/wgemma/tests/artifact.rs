@@ -5,7 +5,6 @@
 //! shape lie, an unknown version, a census route this build lacks) are refused with an
 //! error naming what is wrong.
 
-use safetensors::Dtype;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
@@ -540,9 +539,6 @@ impl WeightSource for Recording<'_> {
     }
     fn has(&self, name: &str) -> bool {
         self.inner.has(name)
-    }
-    fn embedding_dtype(&self) -> wgemma::Result<Dtype> {
-        self.inner.embedding_dtype()
     }
 }
 

@@ -533,9 +533,6 @@ impl WeightSource for Ordering<'_> {
     fn has(&self, name: &str) -> bool {
         self.inner.has(name)
     }
-    fn embedding_dtype(&self) -> wgemma::Result<safetensors::Dtype> {
-        Ok(safetensors::Dtype::F32)
-    }
 }
 
 fn load_with(

@@ -31,9 +31,6 @@ impl WeightSource for Checkpoint<'_> {
     fn has(&self, name: &str) -> bool {
         Checkpoint::has(self, name)
     }
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Checkpoint::embedding_dtype(self)
-    }
     fn stream_options(&self) -> StreamOptions {
         self.stream
     }

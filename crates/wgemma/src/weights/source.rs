@@ -28,8 +28,6 @@ pub trait WeightSource {
     /// columns against the words of its layout).
     fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>>;
     fn has(&self, name: &str) -> bool;
-    /// The embedding's storage dtype (HF rounds sqrt(hidden) to it).
-    fn embedding_dtype(&self) -> Result<Dtype>;
 
     /// Whether a matrix stacked from row blocks (`gate_proj` over `up_proj`) is stored
     /// as the loader uploads it, under its own name (an artifact), rather than as its

@@ -1,16 +1,21 @@
-//! Uploading a model's matrices: into buffers allocated once at their final size, a block
-//! of rows at a time, so a load never holds a second copy of a whole tensor on the host.
+//! The only uploader: puts a model's matrices on the GPU from the stored tensors a source
+//! hands over ([`upload_matrix`]), deciding by their stored dtype alone, into buffers
+//! allocated once at their final size, a block of rows at a time, so a load never holds a
+//! second copy of a whole tensor on the host.
 //!
-//! A checkpoint's rows reach the GPU in one of two ways ([`Quantiser`]):
-//! - **GPU** (Q4 layouts on a hardware adapter): the stored bf16/f16/f32 bytes are copied
-//!   as they are into a staging buffer and [`q4_quantize`] writes the final Q4 words into
-//!   the weight's own buffers. The host only scans the bytes once (finite, scales in range).
+//! Stored bf16/f16/f32 rows reach the GPU in one of two ways ([`Quantiser`]):
+//! - **GPU** (Q4 layouts on a hardware adapter): the stored bytes are copied as they are
+//!   into a staging buffer and [`q4_quantize`] writes the final Q4 words into the weight's
+//!   own buffers. The host only scans the bytes once (finite, scales in range).
 //! - **CPU** (the reference, f16/f32 layouts, and software adapters such as lavapipe, where
 //!   "the GPU" is the same cores): each block is converted to f32 and prepared by
 //!   [`Matrix::prepare`] (the multi-threaded CPU quantiser), then written.
 //!
-//! Either way the submissions in flight are bounded ([`MAX_IN_FLIGHT`] blocks), which
-//! bounds wgpu's staging copies, and the source's pages are released after each block.
+//! Other stored kinds (ggml blocks, computed synthetic values) are prepared on the host a
+//! block of rows at a time ([`RawTensor::prepared_rows`]); a matrix stored in its GPU
+//! layout already (an artifact) is uploaded as stored. Either way the submissions in
+//! flight are bounded ([`MAX_IN_FLIGHT`] blocks), which bounds wgpu's staging copies, and
+//! the source's pages are released after each block.
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Step, Tensor};

@@ -121,18 +121,29 @@ fn assistant_model<'a>(
     aspec: &crate::model::assistant::AssistantSpec,
     format: WeightFormat,
 ) -> Model<'a> {
-    let (plan, read_rows, read_i64): (_, Box<RowReader<'a>>, Box<IntReader<'a>>) = match input
-        .weights
-    {
+    type Readers<'a> = (
+        Vec<PlannedWeight>,
+        Box<RowReader<'a>>,
+        Box<IntReader<'a>>,
+        Option<Box<BlockReader<'a>>>,
+    );
+    let (plan, read_rows, read_i64, read_block): Readers<'a> = match input.weights {
         ConvertWeights::Checkpoint(ck) => (
             assistant_plan(aspec, format, &|n| ck.has_full(n)),
             Box::new(move |name, shape, rows| ck.f32_rows_full(name, shape, rows)),
             Box::new(move |name, shape| ck.i64_full(name, shape)),
+            None,
         ),
+        // Blocks prepared as a load prepares them (Q4_0 into Q4 group 32 unchanged).
         ConvertWeights::Gguf(file) => (
             assistant_plan(aspec, format, &|n| GgufAssistant { file }.has(n)),
             Box::new(move |name, shape, rows| GgufAssistant { file }.f32_rows(name, shape, rows)),
             Box::new(move |name, shape| GgufAssistant { file }.tensor(name, shape)?.to_i64()),
+            Some(Box::new(move |name, shape, rows, layout| {
+                GgufAssistant { file }
+                    .tensor(name, shape)?
+                    .prepared_rows(rows, layout)
+            })),
         ),
     };
     Model {
@@ -141,7 +152,7 @@ fn assistant_model<'a>(
         plan,
         read_rows,
         read_i64,
-        read_block: None,
+        read_block,
     }
 }
 

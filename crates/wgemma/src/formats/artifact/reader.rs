@@ -633,11 +633,6 @@ impl WeightSource for ArtifactWeights<'_, '_> {
         self.has_weight(name)
     }
 
-    /// The stored weights are prepared already; the loader computes in f32.
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::F32)
-    }
-
     fn stores_stacked(&self) -> bool {
         true
     }

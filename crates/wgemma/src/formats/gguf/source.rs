@@ -151,15 +151,6 @@ impl WeightSource for GgufWeights<'_, '_> {
         gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
     }
 
-    fn embedding_dtype(&self) -> Result<safetensors::Dtype> {
-        let t = self.tensor_any("embed_tokens.weight")?;
-        Ok(match t.ty {
-            GgmlType::BF16 => safetensors::Dtype::BF16,
-            GgmlType::F16 => safetensors::Dtype::F16,
-            _ => safetensors::Dtype::F32,
-        })
-    }
-
     fn stream_options(&self) -> StreamOptions {
         self.stream
     }
@@ -189,18 +180,6 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
     ) -> Result<Matrix<'static>> {
         self.tensor(name, expected_shape)?
             .prepared_rows(rows, layout)
-    }
-
-    fn tensor_any(&self, hf: &str) -> Result<&'f TensorInfo<'a>> {
-        let gguf = gguf_name(hf).unwrap_or_default();
-        self.file.tensor(&gguf).ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!("tensor `{gguf}` (HF `{hf}`)"),
-                "present in the GGUF file",
-                "missing",
-            )
-        })
     }
 }
 
@@ -261,10 +240,5 @@ impl WeightSource for GgufAssistant<'_, '_> {
 
     fn has(&self, name: &str) -> bool {
         assistant_gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
-    }
-
-    /// The assistant embeds with the target's table; it has none to scale.
-    fn embedding_dtype(&self) -> Result<safetensors::Dtype> {
-        Ok(safetensors::Dtype::F32)
     }
 }

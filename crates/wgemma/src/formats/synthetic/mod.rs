@@ -6,7 +6,6 @@ use crate::error::{Error, Result};
 use crate::model::config::{parse_config, ModelSpec};
 use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
-use safetensors::Dtype;
 
 pub mod checkpoint;
 
@@ -193,10 +192,6 @@ impl WeightSource for SyntheticWeights {
 
     fn has(&self, _name: &str) -> bool {
         true
-    }
-
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::BF16)
     }
 }
 
@@ -409,11 +404,6 @@ impl WeightSource for SyntheticAssistant {
     fn has(&self, name: &str) -> bool {
         name != "lm_head.weight"
     }
-
-    /// The assistant embeds with the target's table; it has none to scale.
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::F32)
-    }
 }
 
 /// The published Gemma 4 E2B / E4B assistant shapes (`google/gemma-4-E2B-it-assistant`,
@@ -483,11 +473,6 @@ impl WeightSource for RandomAssistant {
 
     fn has(&self, name: &str) -> bool {
         name != "lm_head.weight"
-    }
-
-    /// The assistant embeds with the target's table; it has none to scale.
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::F32)
     }
 }
 
