@@ -193,13 +193,6 @@ impl<'a> Checkpoint<'a> {
         self.view_full(&self.full_name(name))
     }
 
-    /// Whether the checkpoint holds a tensor under its FULL name (no prefix added): the
-    /// assistant keeps `pre_projection`, `post_projection` and `masked_embedding.*` outside
-    /// its decoder.
-    pub fn has_full(&self, full_name: &str) -> bool {
-        self.index.contains_key(full_name)
-    }
-
     /// The raw view of a tensor by its full name.
     fn view_full(&self, full: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
         let full = full.to_string();
@@ -267,40 +260,8 @@ impl<'a> Checkpoint<'a> {
 
     /// A decoder tensor converted to f32, checked against the expected shape.
     pub fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.f32_full(&self.full_name(name), expected_shape)
-    }
-
-    /// Rows of a decoder tensor as f32 ([`Checkpoint::f32_rows_full`]).
-    pub fn f32_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: std::ops::Range<usize>,
-    ) -> Result<Vec<f32>> {
-        self.f32_rows_full(&self.full_name(name), expected_shape, rows)
-    }
-
-    /// An integer tensor (i64, i32 or u32) by its full name, as i64, checked against the
-    /// expected shape (the assistant's `masked_embedding.token_ordering`).
-    pub fn i64_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
-        self.raw_full(full, expected_shape)?.to_i64()
-    }
-
-    /// A tensor by its full name converted to f32, checked against the expected shape.
-    pub fn f32_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.raw_full(full, expected_shape)?.to_f32()
-    }
-
-    /// Rows `rows` of a tensor by its full name (rows over all but the last dimension),
-    /// converted to f32 and checked finite, the whole tensor checked against the expected
-    /// shape: a converter streams large tensors through this a block at a time.
-    pub fn f32_rows_full(
-        &self,
-        full: &str,
-        expected_shape: &[usize],
-        rows: std::ops::Range<usize>,
-    ) -> Result<Vec<f32>> {
-        self.raw_full(full, expected_shape)?.rows_f32(rows)
+        self.raw_full(&self.full_name(name), expected_shape)?
+            .to_f32()
     }
 
     /// The storage dtype of the embedding (HF casts `sqrt(hidden)` to it).

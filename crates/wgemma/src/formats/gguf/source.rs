@@ -25,7 +25,6 @@ use super::model::{assistant_gguf_name, gguf_name};
 use super::quant::GgmlType;
 use super::reader::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::weights::layout::{Matrix, MatrixLayout};
 use crate::weights::raw::{RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
 use crate::weights::upload::StreamOptions;
@@ -156,33 +155,6 @@ impl WeightSource for GgufWeights<'_, '_> {
     }
 }
 
-impl<'f, 'a> GgufWeights<'f, 'a> {
-    /// Rows `rows` (over all leading dimensions) of a tensor, dequantised; `expected_shape`
-    /// is the whole tensor's (HF order). What `wgemma convert` reads.
-    pub fn f32_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
-        self.tensor(name, expected_shape)?.rows_f32(rows)
-    }
-
-    /// Rows `rows` of a `[n, k]` matrix prepared in `layout` as a load prepares them (Q4_0
-    /// into Q4 group 32 unchanged): what `wgemma convert` writes, so an artifact of a GGUF
-    /// file holds the weights a load of the file would.
-    pub fn prepared_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: Range<usize>,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'static>> {
-        self.tensor(name, expected_shape)?
-            .prepared_rows(rows, layout)
-    }
-}
-
 /// A `gemma4-assistant` GGUF file as the assistant's weight source (full HF names).
 pub struct GgufAssistant<'f, 'a> {
     pub file: &'f GgufFile<'a>,
@@ -217,17 +189,6 @@ impl<'a> GgufAssistant<'_, 'a> {
             ));
         }
         Ok(t)
-    }
-
-    /// Rows `rows` of a float tensor (full HF name), dequantised: what `wgemma convert`
-    /// reads.
-    pub fn f32_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
-        self.tensor(name, expected_shape)?.rows_f32(rows)
     }
 }
 
