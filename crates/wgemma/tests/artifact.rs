@@ -19,9 +19,7 @@ use wgemma::generate::plain::GenerateOptions;
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
-use wgemma::model::assistant::{
-    parse_assistant_config, Assistant, AssistantOptions,
-};
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;

@@ -244,7 +244,11 @@ impl<'a> RawTensor<'a> {
     /// ggml Q4_0 block into Q4 group 32 is moved bit for bit, everything else goes through
     /// f32 ([`Matrix::prepare`]). What the loader uploads a block at a time, and what
     /// `wgemma convert` writes, so both hold the same words.
-    pub fn prepared_rows(&self, rows: Range<usize>, layout: MatrixLayout) -> Result<Matrix<'static>> {
+    pub fn prepared_rows(
+        &self,
+        rows: Range<usize>,
+        layout: MatrixLayout,
+    ) -> Result<Matrix<'static>> {
         let (n, k) = (rows.len(), self.k());
         let m = match (self.dtype, layout) {
             (RawDtype::Ggml(GgmlType::Q4_0), MatrixLayout::Q4 { group: 32 }) => {
@@ -444,7 +448,11 @@ mod tests {
             let streamed = experts_by_expert(experts, n, k, format, &mut read).unwrap();
             assert_eq!(streamed, whole, "{format:?}");
             let raw = RawTensor::values(&[experts, n, k], w.clone(), "`w`");
-            assert_eq!(raw.experts(experts, n, k, format).unwrap(), whole, "{format:?}");
+            assert_eq!(
+                raw.experts(experts, n, k, format).unwrap(),
+                whole,
+                "{format:?}"
+            );
         }
     }
 
@@ -452,10 +460,16 @@ mod tests {
     fn wrong_dtypes_and_bad_values_are_named() {
         let ints = RawTensor::bytes(RawDtype::I64, &[1], &[0; 8], "`t` in `f`");
         let err = ints.to_f32().unwrap_err().to_string();
-        assert!(err.contains("bf16, f16 or f32") && err.contains("`t` in `f`"), "{err}");
+        assert!(
+            err.contains("bf16, f16 or f32") && err.contains("`t` in `f`"),
+            "{err}"
+        );
         assert_eq!(ints.to_i64().unwrap(), vec![0]);
         let nan = RawTensor::values(&[3], vec![1.0, f32::NAN, 2.0], "`n`");
         let err = nan.to_f32().unwrap_err().to_string();
-        assert!(err.contains("NaN at element 1") && err.contains("`n`"), "{err}");
+        assert!(
+            err.contains("NaN at element 1") && err.contains("`n`"),
+            "{err}"
+        );
     }
 }

@@ -358,7 +358,10 @@ fn upload_float_parts(
     let part_rows = n / parts.len();
     let mut stored = Vec::with_capacity(parts.len());
     for (p, part) in parts.iter().enumerate() {
-        let dtype = part.dtype.source_dtype().ok_or_else(|| layout_mismatch_raw(part))?;
+        let dtype = part
+            .dtype
+            .source_dtype()
+            .ok_or_else(|| layout_mismatch_raw(part))?;
         let data = part.stored_bytes()?;
         let row_bytes = k * dtype.bytes();
         if data.len() != part_rows * row_bytes {

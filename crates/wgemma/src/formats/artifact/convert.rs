@@ -315,7 +315,11 @@ fn write_weight<W: Write + Seek>(
         }
         Prep::U32 { len } => {
             let part = &weight.parts[0].0;
-            let v = model.source.get().tensor(part, &[*len])?.to_i64()?
+            let v = model
+                .source
+                .get()
+                .tensor(part, &[*len])?
+                .to_i64()?
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| {

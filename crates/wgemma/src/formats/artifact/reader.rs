@@ -574,7 +574,10 @@ impl<'a> ArtifactWeights<'_, 'a> {
                 return Err(Error::invalid(
                     OP,
                     format!("tensor `{full}{Q4_PACKED}`"),
-                    format!("none in a {} artifact", self.artifact.manifest.quant.describe()),
+                    format!(
+                        "none in a {} artifact",
+                        self.artifact.manifest.quant.describe()
+                    ),
                     "present",
                 ));
             };
@@ -615,9 +618,18 @@ impl<'a> ArtifactWeights<'_, 'a> {
             }
         };
         let flat = [n, k];
-        let shape: &[usize] = if info.shape == flat { &flat } else { expected_shape };
+        let shape: &[usize] = if info.shape == flat {
+            &flat
+        } else {
+            expected_shape
+        };
         let data = self.tensor(&full, info.dtype, shape)?;
-        Ok(RawTensor::bytes(dtype, expected_shape, data, format!("`{full}`")))
+        Ok(RawTensor::bytes(
+            dtype,
+            expected_shape,
+            data,
+            format!("`{full}`"),
+        ))
     }
 }
 

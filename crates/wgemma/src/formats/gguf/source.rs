@@ -196,7 +196,10 @@ impl<'a> GgufAssistant<'_, 'a> {
 /// `token_ordering`).
 impl WeightSource for GgufAssistant<'_, '_> {
     fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
-        Ok(stored(self.tensor_info(name, expected_shape)?, expected_shape))
+        Ok(stored(
+            self.tensor_info(name, expected_shape)?,
+            expected_shape,
+        ))
     }
 
     fn has(&self, name: &str) -> bool {

@@ -45,8 +45,7 @@ mod step;
 mod view;
 mod weights;
 
-pub use config::{
-    parse_assistant_config, AssistantHead, AssistantOptions, AssistantSpec};
+pub use config::{parse_assistant_config, AssistantHead, AssistantOptions, AssistantSpec};
 pub use draft_costs::DraftCosts;
 pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS, TOKEN_ORDERING};
 pub use view::DraftView;
