@@ -616,9 +616,9 @@ mod tests {
             let release = |r: Range<usize>| released.set(released.get() + r.len());
             let parts = [
                 RawTensor::bytes(RawDtype::BF16, &[part_rows, k], &bf[..half_bytes], "`w`")
-                    .with_release(&release),
+                    .with_release(release),
                 RawTensor::bytes(RawDtype::BF16, &[part_rows, k], &bf[half_bytes..], "`w`")
-                    .with_release(&release),
+                    .with_release(release),
             ];
             for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
                 released.set(0);
