@@ -124,7 +124,7 @@ pub fn gguf_reader(data: &[u8]) {
     for t in file.tensors.iter().filter(|t| t.elements() <= 1 << 20) {
         let _ = quant::dequantize_to_vec(t.ty, t.data);
         if let Some(hf) = wgemma::formats::gguf::model::hf_name(&t.name) {
-            let _ = weights.f32(&hf, &t.hf_shape());
+            let _ = weights.tensor(&hf, &t.hf_shape()).and_then(|t| t.to_f32());
         }
     }
 }

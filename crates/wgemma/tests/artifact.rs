@@ -5,7 +5,6 @@
 //! shape lie, an unknown version, a census route this build lacks) are refused with an
 //! error naming what is wrong.
 
-use safetensors::Dtype;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
@@ -20,17 +19,14 @@ use wgemma::generate::plain::GenerateOptions;
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
-use wgemma::model::assistant::{
-    parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
-};
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
-use wgemma::ops::moe::{ExpertFormat, ExpertHost};
 use wgemma::ops::opset::OpSet;
-use wgemma::weights::layout::{Matrix, MatrixLayout, MatrixSpec, MatrixUse};
+use wgemma::weights::layout::MatrixUse;
+use wgemma::weights::raw::RawTensor;
 use wgemma::weights::source::WeightSource;
-use wgemma::weights::upload::{Uploaded, Uploader};
 
 struct Fixture {
     config: String,
@@ -535,76 +531,20 @@ impl<'a> Recording<'a> {
 }
 
 impl WeightSource for Recording<'_> {
-    fn f32(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<f32>> {
+    fn tensor(&self, name: &str, shape: &[usize]) -> wgemma::Result<RawTensor<'_>> {
         self.note(name);
-        WeightSource::f32(&self.inner, name, shape)
+        self.inner.tensor(name, shape)
     }
     fn has(&self, name: &str) -> bool {
-        WeightSource::has(&self.inner, name)
-    }
-    fn embedding_dtype(&self) -> wgemma::Result<Dtype> {
-        self.inner.embedding_dtype()
-    }
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> wgemma::Result<Uploaded> {
-        self.note(name);
-        WeightSource::upload_matrix(&self.inner, up, name, parts, spec)
-    }
-    fn experts(
-        &self,
-        name: &str,
-        experts: usize,
-        n: usize,
-        k: usize,
-        format: ExpertFormat,
-    ) -> wgemma::Result<ExpertHost> {
-        self.note(name);
-        self.inner.experts(name, experts, n, k, format)
+        self.inner.has(name)
     }
 }
 
-impl AssistantSource for Recording<'_> {
-    fn f32(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<f32>> {
-        self.note(name);
-        AssistantSource::f32(&self.inner, name, shape)
-    }
-    fn i64(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<i64>> {
-        self.note(name);
-        self.inner.i64(name, shape)
-    }
-    fn has(&self, name: &str) -> bool {
-        AssistantSource::has(&self.inner, name)
-    }
-    fn matrix(
-        &self,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> wgemma::Result<Matrix<'_>> {
-        self.note(name);
-        AssistantSource::matrix(&self.inner, name, parts, n, k, layout)
-    }
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> wgemma::Result<Uploaded> {
-        self.note(name);
-        AssistantSource::upload_matrix(&self.inner, up, name, parts, spec)
-    }
-}
-
+/// The checkpoint tensors a load of `plan` reads: every part of every planned weight.
 fn names(plan: &[PlannedWeight]) -> BTreeSet<String> {
-    plan.iter().map(|w| w.name.clone()).collect()
+    plan.iter()
+        .flat_map(|w| w.parts.iter().map(|(name, _)| name.clone()))
+        .collect()
 }
 
 /// The GPU bytes a load of `plan` makes (all, tables): each stored tensor once, the tied
@@ -664,7 +604,7 @@ fn declarations_give_the_loaded_bytes_and_the_plan() {
             let a = Fixture::open(assistant);
             let source = Recording::new(a.checkpoint());
             let aspec = parse_assistant_config(&a.config).unwrap();
-            let plan = assistant_plan(&aspec, format, &|n| AssistantSource::has(&source, n));
+            let plan = assistant_plan(&aspec, format, &|n| WeightSource::has(&source, n));
             let options = AssistantOptions { format };
             Assistant::load(ctx, &source, aspec, &target, &OpSet::with_mtp(), options).unwrap();
             assert_eq!(

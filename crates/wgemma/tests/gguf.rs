@@ -14,9 +14,7 @@ use wgemma::generate::plain::GenerateOptions;
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
-use wgemma::model::assistant::{
-    parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
-};
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
@@ -221,7 +219,7 @@ fn assistant_gguf_drafts_as_its_hf_directory() {
             &mut |_, _| {},
         )
         .unwrap();
-        let load = |source: &dyn AssistantSource, spec, target: &Model| {
+        let load = |source: &dyn WeightSource, spec, target: &Model| {
             Assistant::load(
                 ctx,
                 source,
@@ -422,7 +420,7 @@ fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
         for t in file.tensors.iter().filter(|t| t.ty == ty) {
             let (k, n) = (t.dims[0], t.dims[1]);
             let hf_name = wgemma::formats::gguf::model::hf_name(&t.name).unwrap();
-            let stored = weights.f32(&hf_name, &[n, k]).unwrap();
+            let stored = weights.tensor(&hf_name, &[n, k]).unwrap().to_f32().unwrap();
             let original = ck.f32(&hf_name, &[n, k]).unwrap();
             let q = quantize_q4(&stored, n, k, 32).unwrap();
             let mut back = vec![0.0; n * k];

@@ -14,15 +14,15 @@ use wgemma::generate::speculative::{
     generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput,
 };
 use wgemma::gpu::test_context;
-use wgemma::model::assistant::{
-    parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
-};
+use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
 use wgemma::model::target::{Model, ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
 use wgemma::ops::scatter::ScatterRoute;
 use wgemma::ops::topk::TopKRoute;
+use wgemma::weights::raw::{RawData, RawDtype, RawTensor};
+use wgemma::weights::source::WeightSource;
 use wgemma::Error;
 
 fn dir(name: &str) -> PathBuf {
@@ -513,22 +513,28 @@ struct Ordering<'a> {
     ordering: Vec<i64>,
 }
 
-impl AssistantSource for Ordering<'_> {
-    fn f32(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<f32>> {
-        AssistantSource::f32(&self.inner, name, shape)
-    }
-    fn i64(&self, name: &str, shape: &[usize]) -> wgemma::Result<Vec<i64>> {
-        assert_eq!(name, "masked_embedding.token_ordering");
+impl WeightSource for Ordering<'_> {
+    fn tensor(&self, name: &str, shape: &[usize]) -> wgemma::Result<RawTensor<'_>> {
+        if name != "masked_embedding.token_ordering" {
+            return self.inner.tensor(name, shape);
+        }
         assert_eq!(shape, [self.ordering.len()]);
-        Ok(self.ordering.clone())
+        let bytes: Vec<u8> = self.ordering.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(RawTensor {
+            dtype: RawDtype::I64,
+            shape: shape.to_vec(),
+            data: RawData::Bytes(bytes.into()),
+            what: format!("`{name}`"),
+            release: None,
+        })
     }
     fn has(&self, name: &str) -> bool {
-        AssistantSource::has(&self.inner, name)
+        self.inner.has(name)
     }
 }
 
 fn load_with(
-    source: &dyn AssistantSource,
+    source: &dyn WeightSource,
     config: &str,
     target: &Model,
     ops: &OpSet,
@@ -559,7 +565,8 @@ fn token_ordering_must_be_a_permutation() {
     let af = &pair.assistant_files;
     let good: Vec<i64> = af
         .checkpoint()
-        .i64_full("masked_embedding.token_ordering", &[512])
+        .tensor("masked_embedding.token_ordering", &[512])
+        .and_then(|t| t.to_i64())
         .unwrap();
     let mut repeated = good.clone();
     repeated[7] = repeated[300];

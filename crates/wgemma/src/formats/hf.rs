@@ -1,17 +1,13 @@
 //! Hugging Face safetensors checkpoints, from bytes (the CLI memory-maps the files; the
 //! browser fetches them). One or more shards; tensor names with the multimodal prefix
-//! `model.language_model.` or the text-only prefix `model.`; bf16, f16 or f32 weights.
+//! `model.language_model.` or the text-only prefix `model.` (an MTP assistant's in full);
+//! bf16, f16 or f32 weights, integer tensors (the assistant's `token_ordering`). A
+//! checkpoint hands its tensors over as stored; the seam ([`crate::weights`]) converts them.
 
 use crate::error::{Error, Result};
-use crate::model::assistant::AssistantSource;
-use crate::ops::moe::{ExpertFormat, ExpertHost};
-use crate::ops::quantize::{check_finite_source, source_to_f32, SourceDtype};
-use crate::weights::layout::MatrixSpec;
-use crate::weights::source::experts_by_expert;
+use crate::weights::raw::{RawDtype, RawTensor};
 pub use crate::weights::source::{embed_scale, WeightSource};
-use crate::weights::upload::{
-    upload_raw_parts, Quantiser, RawTensor, StreamOptions, Uploaded, Uploader,
-};
+use crate::weights::upload::{Quantiser, StreamOptions};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
@@ -22,63 +18,22 @@ const OP: &str = "checkpoint";
 /// The tensor-name prefixes of the text decoder, tried in order.
 const PREFIXES: [&str; 2] = ["model.language_model.", "model."];
 
+/// A tensor only an MTP assistant's checkpoint holds (HF `Gemma4AssistantForCausalLM`).
+const ASSISTANT_TENSOR: &str = "pre_projection.weight";
+
+/// The stored tensors, by the decoder's names without the prefix (an assistant's by their
+/// full names); each block of rows a load is done with is released
+/// ([`Checkpoint::with_release`]).
 impl WeightSource for Checkpoint<'_> {
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        Checkpoint::f32(self, name, expected_shape)
+    fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
+        self.raw_full(&self.full_name(name), expected_shape)
     }
     fn has(&self, name: &str) -> bool {
         Checkpoint::has(self, name)
     }
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Checkpoint::embedding_dtype(self)
+    fn stream_options(&self) -> StreamOptions {
+        self.stream
     }
-
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        let full: Vec<String> = parts.iter().map(|p| self.full_name(p)).collect();
-        let full: Vec<&str> = full.iter().map(String::as_str).collect();
-        self.upload_matrix_full(up, name, &full, spec)
-    }
-
-    /// Expert by expert from the stored bytes ([`experts_by_expert`]), each expert's pages
-    /// released once converted.
-    fn experts(
-        &self,
-        name: &str,
-        experts: usize,
-        n: usize,
-        k: usize,
-        format: ExpertFormat,
-    ) -> Result<ExpertHost> {
-        let raw = self.raw(name, &[experts, n, k])?;
-        let per = n * k * raw.dtype.bytes();
-        experts_by_expert(experts, n, k, format, &mut |e| {
-            let range = e * per..(e + 1) * per;
-            let bytes = &raw.data[range.clone()];
-            check_finite_source(bytes, raw.dtype, e * n * k, &raw.what)?;
-            let values = source_to_f32(bytes, raw.dtype);
-            if let Some(release) = self.release {
-                release(raw.shard, raw.offset + range.start..raw.offset + range.end);
-            }
-            Ok(values)
-        })
-    }
-}
-
-/// A decoder tensor's stored bytes and where they sit in their shard.
-struct RawView<'a> {
-    shard: usize,
-    /// Byte offset of `data` in the shard.
-    offset: usize,
-    dtype: SourceDtype,
-    data: &'a [u8],
-    /// "`full name` in `file`", for errors.
-    what: String,
 }
 
 /// Called with (shard index, byte range) for shard bytes a load is done with.
@@ -129,17 +84,23 @@ impl<'a> Checkpoint<'a> {
             }
             parsed.push((file, st));
         }
-        let prefix = PREFIXES
-            .into_iter()
-            .find(|p| index.contains_key(&format!("{p}embed_tokens.weight")))
-            .ok_or_else(|| {
-                Error::invalid(
-                    OP,
-                    "embedding tensor",
-                    "`model.language_model.embed_tokens.weight` or `model.embed_tokens.weight`",
-                    "neither",
-                )
-            })?;
+        // An MTP assistant keeps `pre_projection`, `post_projection` and
+        // `masked_embedding.*` outside its decoder: its tensors go by their full names.
+        let prefix = if index.contains_key(ASSISTANT_TENSOR) {
+            ""
+        } else {
+            PREFIXES
+                .into_iter()
+                .find(|p| index.contains_key(&format!("{p}embed_tokens.weight")))
+                .ok_or_else(|| {
+                    Error::invalid(
+                        OP,
+                        "embedding tensor",
+                        "`model.language_model.embed_tokens.weight` or `model.embed_tokens.weight`",
+                        "neither",
+                    )
+                })?
+        };
         Ok(Checkpoint {
             shards: parsed,
             bytes: all_bytes,
@@ -172,13 +133,9 @@ impl<'a> Checkpoint<'a> {
         self
     }
 
-    /// The stored bytes of a decoder tensor, checked against the expected shape.
-    fn raw(&self, name: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
-        self.raw_full(&self.full_name(name), expected_shape)
-    }
-
-    /// The stored bytes of a tensor by its full name, checked against the expected shape.
-    fn raw_full(&self, full: &str, expected_shape: &[usize]) -> Result<RawView<'_>> {
+    /// The stored bytes of a tensor by its full name, checked against the expected
+    /// shape, released a block at a time as the loader is done with them.
+    fn raw_full(&self, full: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
         let (file, view) = self.view_full(full)?;
         if view.shape() != expected_shape {
             return Err(Error::invalid(
@@ -189,14 +146,17 @@ impl<'a> Checkpoint<'a> {
             ));
         }
         let dtype = match view.dtype() {
-            Dtype::F32 => SourceDtype::F32,
-            Dtype::F16 => SourceDtype::F16,
-            Dtype::BF16 => SourceDtype::BF16,
+            Dtype::F32 => RawDtype::F32,
+            Dtype::F16 => RawDtype::F16,
+            Dtype::BF16 => RawDtype::BF16,
+            Dtype::I64 => RawDtype::I64,
+            Dtype::I32 => RawDtype::I32,
+            Dtype::U32 => RawDtype::U32,
             other => {
                 return Err(Error::invalid(
                     OP,
                     format!("dtype of `{full}` in `{file}`"),
-                    "bf16, f16 or f32",
+                    "bf16, f16 or f32 (i64, i32 or u32 for integers)",
                     format!("{other:?}"),
                 ))
             }
@@ -204,66 +164,18 @@ impl<'a> Checkpoint<'a> {
         let shard = self.index[full];
         let data = view.data();
         let offset = data.as_ptr() as usize - self.bytes[shard].as_ptr() as usize;
-        Ok(RawView {
-            shard,
-            offset,
-            dtype,
-            data,
-            what: format!("`{full}` in `{file}`"),
+        let raw = RawTensor::bytes(dtype, expected_shape, data, format!("`{full}` in `{file}`"));
+        Ok(match self.release {
+            Some(release) => raw.with_release(move |r: Range<usize>| {
+                release(shard, offset + r.start..offset + r.end)
+            }),
+            None => raw,
         })
     }
 
-    /// Uploads the stored row blocks `raw` stacked as one `[n, k]` matrix, a block of rows
-    /// at a time, each block's pages released once uploaded.
-    fn upload_raw(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        raw: &[RawView<'_>],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        let releases: Vec<_> = raw
-            .iter()
-            .map(|r| {
-                let (shard, offset) = (r.shard, r.offset);
-                move |range: Range<usize>| {
-                    if let Some(release) = self.release {
-                        release(shard, offset + range.start..offset + range.end);
-                    }
-                }
-            })
-            .collect();
-        let tensors: Vec<RawTensor<'_>> = raw
-            .iter()
-            .zip(&releases)
-            .map(|(r, release)| RawTensor {
-                data: r.data,
-                dtype: r.dtype,
-                what: &r.what,
-                release,
-            })
-            .collect();
-        upload_raw_parts(up, self.stream, name, &tensors, spec)
-    }
-
-    /// A matrix stacked from tensors given by their FULL names (the assistant's
-    /// `pre_projection`, `model.layers.0...`), streamed like the target's.
-    pub fn upload_matrix_full(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        let rows = spec.n / parts.len().max(1);
-        let raw = parts
-            .iter()
-            .map(|part| self.raw_full(part, &[rows, spec.k]))
-            .collect::<Result<Vec<_>>>()?;
-        self.upload_raw(up, name, &raw, spec)
-    }
-
-    /// The decoder's tensor-name prefix found in this checkpoint.
+    /// The decoder's tensor-name prefix found in this checkpoint (none in an assistant's,
+    /// whose tensors go by their full names: [`Checkpoint::unread_tensors`] then counts
+    /// every tensor).
     pub fn prefix(&self) -> &str {
         self.prefix
     }
@@ -279,13 +191,6 @@ impl<'a> Checkpoint<'a> {
     /// The raw view of a decoder tensor (name without the prefix).
     fn view(&self, name: &str) -> Result<(&str, safetensors::tensor::TensorView<'_>)> {
         self.view_full(&self.full_name(name))
-    }
-
-    /// Whether the checkpoint holds a tensor under its FULL name (no prefix added): the
-    /// assistant keeps `pre_projection`, `post_projection` and `masked_embedding.*` outside
-    /// its decoder.
-    pub fn has_full(&self, full_name: &str) -> bool {
-        self.index.contains_key(full_name)
     }
 
     /// The raw view of a tensor by its full name.
@@ -355,115 +260,8 @@ impl<'a> Checkpoint<'a> {
 
     /// A decoder tensor converted to f32, checked against the expected shape.
     pub fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.f32_full(&self.full_name(name), expected_shape)
-    }
-
-    /// Rows of a decoder tensor as f32 ([`Checkpoint::f32_rows_full`]).
-    pub fn f32_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: std::ops::Range<usize>,
-    ) -> Result<Vec<f32>> {
-        self.f32_rows_full(&self.full_name(name), expected_shape, rows)
-    }
-
-    /// An integer tensor (i64, i32 or u32) by its full name, as i64, checked against the
-    /// expected shape (the assistant's `masked_embedding.token_ordering`).
-    pub fn i64_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
-        let (file, view) = self.view_full(full)?;
-        if view.shape() != expected_shape {
-            return Err(Error::invalid(
-                OP,
-                format!("shape of `{full}` in `{file}`"),
-                format!("{expected_shape:?}"),
-                format!("{:?}", view.shape()),
-            ));
-        }
-        let data = view.data();
-        Ok(match view.dtype() {
-            Dtype::I64 => data
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .collect(),
-            Dtype::I32 => data
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
-                .collect(),
-            Dtype::U32 => data
-                .chunks_exact(4)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
-                .collect(),
-            other => {
-                return Err(Error::invalid(
-                    OP,
-                    format!("dtype of `{full}` in `{file}`"),
-                    "i64, i32 or u32",
-                    format!("{other:?}"),
-                ))
-            }
-        })
-    }
-
-    /// A tensor by its full name converted to f32, checked against the expected shape.
-    pub fn f32_full(&self, full: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        let rows = expected_shape[..expected_shape.len().saturating_sub(1)]
-            .iter()
-            .product();
-        self.f32_rows_full(full, expected_shape, 0..rows)
-    }
-
-    /// Rows `rows` of a tensor by its full name (rows over all but the last dimension),
-    /// converted to f32, the whole tensor checked against the expected shape: a converter
-    /// streams large tensors through this a block at a time.
-    pub fn f32_rows_full(
-        &self,
-        full: &str,
-        expected_shape: &[usize],
-        rows: std::ops::Range<usize>,
-    ) -> Result<Vec<f32>> {
-        let (file, view) = self.view_full(full)?;
-        if view.shape() != expected_shape {
-            return Err(Error::invalid(
-                OP,
-                format!("shape of `{full}` in `{file}`"),
-                format!("{expected_shape:?}"),
-                format!("{:?}", view.shape()),
-            ));
-        }
-        let row_len = expected_shape.last().copied().unwrap_or(1);
-        let total_rows = view.shape().iter().product::<usize>() / row_len.max(1);
-        if rows.start > rows.end || rows.end > total_rows {
-            return Err(Error::invalid(
-                OP,
-                format!("rows of `{full}`"),
-                format!("within 0..{total_rows}"),
-                format!("{rows:?}"),
-            ));
-        }
-        let elem = view.dtype().bitsize() / 8;
-        let data = &view.data()[rows.start * row_len * elem..rows.end * row_len * elem];
-        let values = match view.dtype() {
-            Dtype::F32 => bytemuck::pod_collect_to_vec(data),
-            Dtype::BF16 => data
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::F16 => data
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            other => {
-                return Err(Error::invalid(
-                    OP,
-                    format!("dtype of `{full}` in `{file}`"),
-                    "bf16, f16 or f32",
-                    format!("{other:?}"),
-                ))
-            }
-        };
-        check_finite(full, file, rows.start * row_len, &values)?;
-        Ok(values)
+        self.raw_full(&self.full_name(name), expected_shape)?
+            .to_f32()
     }
 
     /// The storage dtype of the embedding (HF casts `sqrt(hidden)` to it).
@@ -472,11 +270,6 @@ impl<'a> Checkpoint<'a> {
     }
 }
 
-/// Refuses a NaN or infinite weight, naming the tensor, its file and the element: such a
-/// weight turns every logit into NaN, and the model would silently emit token 0. Values
-/// read as f32 pass here ([`Checkpoint::f32_rows_full`]: vectors, the converter, the
-/// assistant); matrices a load streams raw are checked block by block with the same error
-/// ([`crate::ops::quantize::check_finite_source`]).
 /// "3 more: `a`, `b`, `c`" (the first 5 named).
 pub fn describe_unread(unread: &[String]) -> String {
     let shown: Vec<String> = unread.iter().take(5).map(|n| format!("`{n}`")).collect();
@@ -486,40 +279,6 @@ pub fn describe_unread(unread: &[String]) -> String {
         unread.len(),
         shown.join(", ")
     )
-}
-
-fn check_finite(full: &str, file: &str, first: usize, values: &[f32]) -> Result<()> {
-    match values.iter().position(|v| !v.is_finite()) {
-        None => Ok(()),
-        Some(i) => Err(Error::invalid(
-            OP,
-            format!("weights of `{full}` in `{file}`"),
-            "finite numbers",
-            format!("{} at element {}", values[i], first + i),
-        )),
-    }
-}
-
-// The assistant reads a checkpoint through its own seam (whole names, no scope).
-impl AssistantSource for Checkpoint<'_> {
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        self.upload_matrix_full(up, name, parts, spec)
-    }
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.f32_full(name, expected_shape)
-    }
-    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
-        self.i64_full(name, expected_shape)
-    }
-    fn has(&self, name: &str) -> bool {
-        self.has_full(name)
-    }
 }
 
 #[cfg(test)]

@@ -222,35 +222,6 @@ impl Matrix<'_> {
     }
 }
 
-/// Reads a checkpoint tensor as f32, checked against a shape.
-pub type F32Reader<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<f32>> + 'a;
-
-/// Reads the row blocks `parts` (each `[n / parts.len(), k]`) through `f32` and stacks
-/// them into one prepared `[n, k]` matrix (`gate_proj` and `up_proj` become one
-/// `gate_up_proj`).
-pub fn prepare_parts(
-    f32: &F32Reader<'_>,
-    parts: &[&str],
-    n: usize,
-    k: usize,
-    layout: MatrixLayout,
-) -> Result<Matrix<'static>> {
-    if parts.is_empty() || n % parts.len() != 0 {
-        return Err(Error::invalid(
-            "prepared",
-            format!("row blocks of a [{n}, {k}] matrix ({parts:?})"),
-            "at least one, dividing the rows evenly",
-            parts.len(),
-        ));
-    }
-    let rows = n / parts.len();
-    let mut w = Vec::with_capacity(n * k);
-    for part in parts {
-        w.extend(f32(part, &[rows, k])?);
-    }
-    Matrix::prepare(w, n, k, layout)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,19 +255,5 @@ mod tests {
         };
         let err = short.validate("w").unwrap_err().to_string();
         assert!(err.contains("128") && err.contains('5'), "{err}");
-    }
-
-    #[test]
-    fn parts_stack_by_rows() {
-        let read = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
-            let v = if name == "a" { 1.0 } else { 2.0 };
-            Ok(vec![v; shape.iter().product()])
-        };
-        let m = prepare_parts(&read, &["a", "b"], 4, 2, MatrixLayout::F32).unwrap();
-        match m.data {
-            MatrixData::F32(v) => assert_eq!(&v[..], &[1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]),
-            other => panic!("{other:?}"),
-        }
-        assert!(prepare_parts(&read, &["a", "b"], 3, 2, MatrixLayout::F32).is_err());
     }
 }

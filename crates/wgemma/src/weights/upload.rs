@@ -1,16 +1,21 @@
-//! Uploading a model's matrices: into buffers allocated once at their final size, a block
-//! of rows at a time, so a load never holds a second copy of a whole tensor on the host.
+//! The only uploader: puts a model's matrices on the GPU from the stored tensors a source
+//! hands over ([`upload_matrix`]), deciding by their stored dtype alone, into buffers
+//! allocated once at their final size, a block of rows at a time, so a load never holds a
+//! second copy of a whole tensor on the host.
 //!
-//! A checkpoint's rows reach the GPU in one of two ways ([`Quantiser`]):
-//! - **GPU** (Q4 layouts on a hardware adapter): the stored bf16/f16/f32 bytes are copied
-//!   as they are into a staging buffer and [`q4_quantize`] writes the final Q4 words into
-//!   the weight's own buffers. The host only scans the bytes once (finite, scales in range).
+//! Stored bf16/f16/f32 rows reach the GPU in one of two ways ([`Quantiser`]):
+//! - **GPU** (Q4 layouts on a hardware adapter): the stored bytes are copied as they are
+//!   into a staging buffer and [`q4_quantize`] writes the final Q4 words into the weight's
+//!   own buffers. The host only scans the bytes once (finite, scales in range).
 //! - **CPU** (the reference, f16/f32 layouts, and software adapters such as lavapipe, where
 //!   "the GPU" is the same cores): each block is converted to f32 and prepared by
 //!   [`Matrix::prepare`] (the multi-threaded CPU quantiser), then written.
 //!
-//! Either way the submissions in flight are bounded ([`MAX_IN_FLIGHT`] blocks), which
-//! bounds wgpu's staging copies, and the source's pages are released after each block.
+//! Other stored kinds (ggml blocks, computed synthetic values) are prepared on the host a
+//! block of rows at a time ([`RawTensor::prepared_rows`]); a matrix stored in its GPU
+//! layout already (an artifact) is uploaded as stored. Either way the submissions in
+//! flight are bounded ([`MAX_IN_FLIGHT`] blocks), which bounds wgpu's staging copies, and
+//! the source's pages are released after each block.
 
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Step, Tensor};
@@ -22,6 +27,7 @@ use crate::ops::quantize::{
 use crate::weights::layout::MatrixUse;
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, MatrixSpec};
 use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
+use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use std::collections::VecDeque;
 use std::ops::Range;
 
@@ -282,21 +288,16 @@ fn write_padded(ctx: &GpuContext, t: &Tensor, offset: usize, bytes: &[u8]) {
     }
 }
 
-/// One stored tensor's raw rows, as a checkpoint holds them.
-pub struct RawTensor<'a> {
-    /// `[rows, k]` row-major.
-    pub data: &'a [u8],
-    pub dtype: SourceDtype,
-    /// The tensor, for errors: e.g. "`model.norm.weight` in `model.safetensors`".
-    pub what: &'a str,
-    /// Called with each byte range of `data` once it is uploaded (a memory map drops its
-    /// pages).
-    pub release: &'a dyn Fn(Range<usize>),
-}
-
-/// Uploads the row blocks `parts` (each `[n / parts.len(), k]`, stacked) as one `[n, k]`
-/// matrix as `spec` says, a block of rows at a time.
-pub fn upload_raw_parts(
+/// Uploads the `[n, k]` matrix `name` as `spec` says from the stored tensors a source
+/// handed over: its row blocks `parts` (each `[n / parts.len(), k]`, stacked), or the one
+/// stacked matrix a source stores prepared. How each is placed depends on its stored dtype
+/// only, never on the format it came from:
+/// - prepared in `spec.layout` already (an artifact): uploaded as stored, borrowed;
+/// - bf16 / f16 / f32 bytes: streamed a block of rows at a time, Q4 quantised on the GPU
+///   or the CPU ([`Quantiser`]);
+/// - anything else (ggml blocks, computed values): a block of rows at a time prepared on
+///   the host ([`RawTensor::prepared_rows`]: Q4_0 into Q4 group 32 moved bit for bit).
+pub fn upload_matrix(
     up: &mut Uploader<'_>,
     options: StreamOptions,
     name: &str,
@@ -312,18 +313,66 @@ pub fn upload_raw_parts(
             parts.len(),
         ));
     }
+    if let [part] = parts {
+        if let RawDtype::Prepared(_) = part.dtype {
+            let m = part.as_prepared(n, k, layout)?;
+            return Uploaded::from_matrix(up.ctx, name, &m, use_);
+        }
+    }
+    let float_bytes = |p: &RawTensor<'_>| {
+        matches!(p.dtype, RawDtype::F32 | RawDtype::F16 | RawDtype::BF16)
+            && matches!(p.data, RawData::Bytes(_))
+    };
+    if parts.iter().all(float_bytes) {
+        return upload_float_parts(up, options, name, parts, spec);
+    }
+    let part_rows = n / parts.len();
+    let part_elems = match layout {
+        MatrixLayout::Q4 { group } => part_rows * (k / group.max(1)),
+        _ => part_rows * k,
+    };
+    if parts.len() > 1 && part_elems % 2 == 1 {
+        // Parts meeting mid word (tiny test shapes only): prepared whole.
+        let mut values = Vec::with_capacity(n * k);
+        for part in parts {
+            values.extend(part.to_f32()?);
+        }
+        return Uploaded::from_matrix(up.ctx, name, &Matrix::prepare(values, n, k, layout)?, use_);
+    }
+    upload_blocks(up, name, spec, parts.len(), &mut |p, rows| {
+        parts[p].prepared_rows(rows, layout)
+    })
+}
+
+/// Uploads stored bf16 / f16 / f32 row blocks `parts` as one `[n, k]` matrix, a block of
+/// rows at a time, each block's bytes released once uploaded.
+fn upload_float_parts(
+    up: &mut Uploader<'_>,
+    options: StreamOptions,
+    name: &str,
+    parts: &[RawTensor<'_>],
+    spec: MatrixSpec,
+) -> Result<Uploaded> {
+    let MatrixSpec { n, k, layout, use_ } = spec;
     let dest = Uploaded::zeros(up, name, n, k, layout, use_)?;
     let part_rows = n / parts.len();
+    let mut stored = Vec::with_capacity(parts.len());
     for (p, part) in parts.iter().enumerate() {
-        let row_bytes = k * part.dtype.bytes();
-        if part.data.len() != part_rows * row_bytes {
+        let dtype = part
+            .dtype
+            .source_dtype()
+            .ok_or_else(|| layout_mismatch_raw(part))?;
+        let data = part.stored_bytes()?;
+        let row_bytes = k * dtype.bytes();
+        if data.len() != part_rows * row_bytes {
             return Err(Error::invalid(
                 "upload",
                 format!("bytes of part {p} of `{name}`"),
                 part_rows * row_bytes,
-                part.data.len(),
+                data.len(),
             ));
         }
+        stored.push((part, dtype, data));
     }
     // Parts must start on whole words of the destination (Q4: of the scales too), else two
     // blocks would share a word: only tiny test shapes miss, and load whole.
@@ -333,23 +382,23 @@ pub fn upload_raw_parts(
         MatrixLayout::F32 => 0,
     };
     if parts.len() > 1 && part_elems % 2 == 1 {
-        for part in parts {
-            check_block(part, part.data, k, layout, 0)?;
+        for &(part, dtype, data) in &stored {
+            check_block(&part.what, dtype, data, k, layout, 0)?;
         }
-        let values: Vec<f32> = parts
+        let values: Vec<f32> = stored
             .iter()
-            .flat_map(|p| source_to_f32(p.data, p.dtype))
+            .flat_map(|&(_, dtype, data)| source_to_f32(data, dtype))
             .collect();
         dest.write_rows(up.ctx, 0, &Matrix::prepare(values, n, k, layout)?)?;
         up.flush();
-        for part in parts {
-            (part.release)(0..part.data.len());
+        for &(part, _, data) in &stored {
+            part.release(0..data.len());
         }
         return Ok(dest);
     }
     let on_gpu = options.quantiser.on_gpu(up.ctx);
-    for (p, part) in parts.iter().enumerate() {
-        let row_bytes = k * part.dtype.bytes();
+    for (p, &(part, dtype, data)) in stored.iter().enumerate() {
+        let row_bytes = k * dtype.bytes();
         // Whole multiples of 64 rows per block (every chunk boundary is one), at least 64.
         let block_bytes = options.block_bytes.min(up.staging_bytes());
         let block_rows = (block_bytes / row_bytes / 64 * 64).max(64);
@@ -357,35 +406,42 @@ pub fn upload_raw_parts(
         while r0 < part_rows {
             let r1 = (r0 + block_rows).min(part_rows);
             let range = r0 * row_bytes..r1 * row_bytes;
-            let bytes = &part.data[range.clone()];
+            let bytes = &data[range.clone()];
             let first = p * part_rows + r0;
             let rows = first..first + r1 - r0;
-            check_block(part, bytes, k, layout, r0)?;
+            check_block(&part.what, dtype, bytes, k, layout, r0)?;
             match layout {
                 MatrixLayout::Q4 { group } if on_gpu => {
-                    quantise_block_on_gpu(up, &dest, bytes, part.dtype, rows, k, group)?;
+                    quantise_block_on_gpu(up, &dest, bytes, dtype, rows, k, group)?;
                 }
                 _ => {
-                    let values = source_to_f32(bytes, part.dtype);
+                    let values = source_to_f32(bytes, dtype);
                     let block = Matrix::prepare(values, rows.len(), k, layout)?;
                     dest.write_rows(up.ctx, first, &block)?;
                     up.flush();
                 }
             }
-            (part.release)(range);
+            part.release(range);
             r0 = r1;
         }
     }
     Ok(dest)
 }
 
+fn layout_mismatch_raw(part: &RawTensor<'_>) -> Error {
+    Error::invalid(
+        "upload",
+        format!("dtype of {}", part.what),
+        "bf16, f16 or f32",
+        format!("{:?}", part.dtype),
+    )
+}
+
 /// Uploads an `[n, k]` matrix stacked from `parts` equal row blocks, a block of at most
 /// [`BLOCK_BYTES`] of f32 rows (whole multiples of 64 rows) at a time, each block prepared
-/// on the host by `produce(part, rows of that part)` in `layout`. For sources whose rows are
-/// not plain bf16/f16/f32 (GGUF block formats): they are converted on the CPU, or, where a
-/// block format maps onto `layout`, rewritten without requantising. A part's rows must
-/// start on a whole scale word (`parts == 1`, or `n / parts * groups` even).
-pub fn upload_blocks(
+/// on the host by `produce(part, rows of that part)` in `layout`. A part's rows must start
+/// on a whole scale word (`parts == 1`, or `n / parts * groups` even).
+fn upload_blocks(
     up: &mut Uploader<'_>,
     name: &str,
     spec: MatrixSpec,
@@ -430,20 +486,19 @@ pub fn upload_blocks(
     Ok(dest)
 }
 
-/// Checks a block of `part` (rows from `first_row` of it) before anything is uploaded:
-/// finite weights, and for Q4 scales within f16's range.
+/// Checks a block of a stored tensor (rows from `first_row` of it) before anything is
+/// uploaded: finite weights, and for Q4 scales within f16's range.
 fn check_block(
-    part: &RawTensor<'_>,
+    what: &str,
+    dtype: SourceDtype,
     bytes: &[u8],
     k: usize,
     layout: MatrixLayout,
     first_row: usize,
 ) -> Result<()> {
     match layout {
-        MatrixLayout::Q4 { group } => {
-            check_q4_source(bytes, part.dtype, k, group, first_row, part.what)
-        }
-        _ => check_finite_source(bytes, part.dtype, first_row * k, part.what),
+        MatrixLayout::Q4 { group } => check_q4_source(bytes, dtype, k, group, first_row, what),
+        _ => check_finite_source(bytes, dtype, first_row * k, what),
     }
 }
 
@@ -560,18 +615,10 @@ mod tests {
             let released = std::cell::Cell::new(0usize);
             let release = |r: Range<usize>| released.set(released.get() + r.len());
             let parts = [
-                RawTensor {
-                    data: &bf[..half_bytes],
-                    dtype: SourceDtype::BF16,
-                    what: "`w`",
-                    release: &release,
-                },
-                RawTensor {
-                    data: &bf[half_bytes..],
-                    dtype: SourceDtype::BF16,
-                    what: "`w`",
-                    release: &release,
-                },
+                RawTensor::bytes(RawDtype::BF16, &[part_rows, k], &bf[..half_bytes], "`w`")
+                    .with_release(release),
+                RawTensor::bytes(RawDtype::BF16, &[part_rows, k], &bf[half_bytes..], "`w`")
+                    .with_release(release),
             ];
             for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
                 released.set(0);
@@ -582,7 +629,7 @@ mod tests {
                     quantiser,
                     block_bytes: 1,
                 };
-                let m = upload_raw_parts(
+                let m = upload_matrix(
                     &mut up,
                     options,
                     "w",
@@ -611,19 +658,18 @@ mod tests {
         let ctx = test_context();
         let mut values = vec![0.25f32; 128 * 32];
         values[70 * 32 + 3] = f32::INFINITY;
-        let release = |_: Range<usize>| {};
-        let part = RawTensor {
-            data: bytemuck::cast_slice(&values),
-            dtype: SourceDtype::F32,
-            what: "`layers.0.mlp.down_proj.weight` in `m`",
-            release: &release,
-        };
+        let part = RawTensor::bytes(
+            RawDtype::F32,
+            &[128, 32],
+            bytemuck::cast_slice(&values),
+            "`layers.0.mlp.down_proj.weight` in `m`",
+        );
         for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
             let options = StreamOptions {
                 quantiser,
                 block_bytes: 1,
             };
-            let err = upload_raw_parts(
+            let err = upload_matrix(
                 &mut Uploader::new(ctx),
                 options,
                 "layers.0.mlp.down_proj.weight",

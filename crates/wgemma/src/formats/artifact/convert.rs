@@ -16,7 +16,6 @@ use crate::error::{Error, Result};
 use crate::formats::gguf::{GgufAssistant, GgufFile, GgufWeights};
 use crate::formats::hf::Checkpoint;
 use crate::model::assistant::parse_assistant_config;
-use crate::model::assistant::AssistantSource;
 use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec};
 use crate::text::tokenizer::Tokenizer;
@@ -25,6 +24,7 @@ use crate::weights::source::WeightSource;
 use safetensors::Dtype;
 use std::collections::BTreeMap;
 use std::io::{Seek, Write};
+use std::ops::Range;
 
 const OP: &str = "convert";
 
@@ -57,92 +57,87 @@ pub struct ConvertInput<'a> {
     pub sources: Vec<SourceFile>,
 }
 
-/// Reads rows of a checkpoint tensor by the name the plan gives it.
-type RowReader<'a> = dyn Fn(&str, &[usize], std::ops::Range<usize>) -> Result<Vec<f32>> + 'a;
-/// Reads an integer checkpoint tensor as i64.
-type IntReader<'a> = dyn Fn(&str, &[usize]) -> Result<Vec<i64>> + 'a;
-/// Rows of one part (name, shape) prepared in a layout, where the source stores a block
-/// format that maps onto it ([`ConvertWeights::Gguf`]).
-type BlockReader<'a> =
-    dyn Fn(&str, &[usize], std::ops::Range<usize>, MatrixLayout) -> Result<Matrix<'static>> + 'a;
+/// Where a model's tensors are read: the same [`WeightSource`] a load reads (an HF
+/// assistant's checkpoint names its tensors in full by itself).
+enum Source<'a> {
+    Checkpoint(&'a Checkpoint<'a>),
+    Gguf(GgufWeights<'a, 'a>),
+    GgufAssistant(GgufAssistant<'a, 'a>),
+}
+
+impl Source<'_> {
+    fn get(&self) -> &dyn WeightSource {
+        match self {
+            Source::Checkpoint(ck) => *ck,
+            Source::Gguf(g) => g,
+            Source::GgufAssistant(g) => g,
+        }
+    }
+}
 
 struct Model<'a> {
     prefix: &'static str,
     input: &'a ConvertInput<'a>,
     plan: Vec<PlannedWeight>,
-    read_rows: Box<RowReader<'a>>,
-    read_i64: Box<IntReader<'a>>,
-    read_block: Option<Box<BlockReader<'a>>>,
+    source: Source<'a>,
 }
 
-/// The target's readers (tensors by their names without `model.`).
+impl Model<'_> {
+    /// Rows `rows` of the stored tensor `name` of `shape`, as f32.
+    fn read_rows(&self, name: &str, shape: &[usize], rows: Range<usize>) -> Result<Vec<f32>> {
+        self.source.get().tensor(name, shape)?.rows_f32(rows)
+    }
+
+    /// Rows `rows` of one part prepared in `layout` as a load prepares them (a GGUF
+    /// file's Q4_0 blocks into Q4 group 32 unchanged), so an artifact holds the weights a
+    /// load of its source would.
+    fn read_block(
+        &self,
+        name: &str,
+        shape: &[usize],
+        rows: Range<usize>,
+        layout: MatrixLayout,
+    ) -> Result<Matrix<'static>> {
+        self.source
+            .get()
+            .tensor(name, shape)?
+            .prepared_rows(rows, layout)
+    }
+}
+
+/// The target's source (tensors by their names without `model.`).
 fn target_model<'a>(
     input: &'a ConvertInput<'a>,
     spec: &crate::model::ModelSpec,
     format: WeightFormat,
 ) -> Model<'a> {
-    let no_ints = |name: &str, _: &[usize]| -> Result<Vec<i64>> {
-        Err(Error::invalid(
-            OP,
-            format!("integer tensor `{name}`"),
-            "none in a target",
-            "asked",
-        ))
+    let source = match input.weights {
+        ConvertWeights::Checkpoint(ck) => Source::Checkpoint(ck),
+        ConvertWeights::Gguf(file) => Source::Gguf(GgufWeights::new(file)),
     };
-    let (plan, read_rows, read_block): (_, Box<RowReader<'a>>, Option<Box<BlockReader<'a>>>) =
-        match input.weights {
-            ConvertWeights::Checkpoint(ck) => (
-                target_plan(spec, format, &|n| ck.has(n)),
-                Box::new(move |name, shape, rows| ck.f32_rows(name, shape, rows)),
-                None,
-            ),
-            ConvertWeights::Gguf(file) => (
-                target_plan(spec, format, &|n| GgufWeights::new(file).has(n)),
-                Box::new(move |name, shape, rows| {
-                    GgufWeights::new(file).f32_rows(name, shape, rows)
-                }),
-                Some(Box::new(move |name, shape, rows, layout| {
-                    GgufWeights::new(file).prepared_rows(name, shape, rows, layout)
-                })),
-            ),
-        };
     Model {
         prefix: TARGET_PREFIX,
         input,
-        plan,
-        read_rows,
-        read_i64: Box::new(no_ints),
-        read_block,
+        plan: target_plan(spec, format, &|n| source.get().has(n)),
+        source,
     }
 }
 
-/// The assistant's readers (tensors by their full names).
+/// The assistant's source (tensors by their full names).
 fn assistant_model<'a>(
     input: &'a ConvertInput<'a>,
     aspec: &crate::model::assistant::AssistantSpec,
     format: WeightFormat,
 ) -> Model<'a> {
-    let (plan, read_rows, read_i64): (_, Box<RowReader<'a>>, Box<IntReader<'a>>) = match input
-        .weights
-    {
-        ConvertWeights::Checkpoint(ck) => (
-            assistant_plan(aspec, format, &|n| ck.has_full(n)),
-            Box::new(move |name, shape, rows| ck.f32_rows_full(name, shape, rows)),
-            Box::new(move |name, shape| ck.i64_full(name, shape)),
-        ),
-        ConvertWeights::Gguf(file) => (
-            assistant_plan(aspec, format, &|n| GgufAssistant { file }.has(n)),
-            Box::new(move |name, shape, rows| GgufAssistant { file }.f32_rows(name, shape, rows)),
-            Box::new(move |name, shape| GgufAssistant { file }.i64(name, shape)),
-        ),
+    let source = match input.weights {
+        ConvertWeights::Checkpoint(ck) => Source::Checkpoint(ck),
+        ConvertWeights::Gguf(file) => Source::GgufAssistant(GgufAssistant { file }),
     };
     Model {
         prefix: ASSISTANT_PREFIX,
         input,
-        plan,
-        read_rows,
-        read_i64,
-        read_block: None,
+        plan: assistant_plan(aspec, format, &|n| source.get().has(n)),
+        source,
     }
 }
 
@@ -314,13 +309,17 @@ fn write_weight<W: Write + Seek>(
     match &weight.prep {
         Prep::F32 { shape } => {
             let rows = shape[..shape.len() - 1].iter().product();
-            let v = (model.read_rows)(&weight.parts[0].0, shape, 0..rows)?;
+            let v = model.read_rows(&weight.parts[0].0, shape, 0..rows)?;
             w.write(&name, bytemuck::cast_slice(&v))?;
             progress(v.len() as u64 * 4);
         }
         Prep::U32 { len } => {
             let part = &weight.parts[0].0;
-            let v = (model.read_i64)(part, &[*len])?
+            let v = model
+                .source
+                .get()
+                .tensor(part, &[*len])?
+                .to_i64()?
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| {
@@ -385,7 +384,7 @@ fn read_stacked(
         let part_rows = shape.iter().product::<usize>() / k.max(1);
         let (lo, hi) = (rows.start.max(first), rows.end.min(first + part_rows));
         if lo < hi {
-            out.extend((model.read_rows)(part, shape, lo - first..hi - first)?);
+            out.extend(model.read_rows(part, shape, lo - first..hi - first)?);
         }
         first += part_rows;
     }
@@ -402,9 +401,6 @@ fn stacked_blocks(
     k: usize,
     layout: MatrixLayout,
 ) -> Result<Option<Matrix<'static>>> {
-    let Some(read_block) = &model.read_block else {
-        return Ok(None);
-    };
     let mut pieces = Vec::new();
     let mut first = 0;
     for (part, shape) in &weight.parts {
@@ -416,7 +412,7 @@ fn stacked_blocks(
                     return Ok(None);
                 }
             }
-            pieces.push(read_block(part, shape, lo - first..hi - first, layout)?);
+            pieces.push(model.read_block(part, shape, lo - first..hi - first, layout)?);
         }
         first += part_rows;
     }

@@ -11,7 +11,6 @@ use crate::model::assistant::{
 };
 use crate::model::config::ModelSpec;
 use crate::model::weights::{WeightFormat, Weights};
-use crate::ops::moe::ExpertFormat;
 use crate::weights::declared::{TensorDecl, TensorKind};
 use crate::weights::layout::MatrixLayout;
 use crate::weights::layout::MatrixUse;
@@ -92,16 +91,7 @@ impl PlannedWeight {
     }
 }
 
-/// The layout of MoE experts: the format's own, as [`ExpertHost::from_f32`] makes it.
-///
-/// [`ExpertHost::from_f32`]: crate::ops::moe::ExpertHost::from_f32
-pub fn expert_layout(format: ExpertFormat) -> MatrixLayout {
-    match format {
-        ExpertFormat::F32 => MatrixLayout::F32,
-        ExpertFormat::F16 => MatrixLayout::F16,
-        ExpertFormat::Q4 { group } => MatrixLayout::Q4 { group },
-    }
-}
+pub use crate::weights::raw::expert_layout;
 
 /// The planned weight of a declaration (`has`: whether the source holds an optional
 /// tensor; None for one it lacks).

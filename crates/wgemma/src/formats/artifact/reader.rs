@@ -3,20 +3,18 @@
 //! the GPU. Errors name the tensor or field and say what was expected and what was found.
 
 use super::manifest::{Manifest, ASSISTANT_PREFIX, MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR};
-use super::plan::{assistant_plan, expert_layout, target_plan, StoredTensor, Q4_PACKED, Q4_SCALES};
+use super::plan::{assistant_plan, target_plan, StoredTensor, Q4_PACKED, Q4_SCALES};
 use super::writer::{checksum, header_checksum_prefix, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
-use crate::model::assistant::{parse_assistant_config, AssistantSource, AssistantSpec};
+use crate::model::assistant::{parse_assistant_config, AssistantSpec};
 use crate::model::config::ModelSpec;
 use crate::model::parse_config;
 use crate::model::weights::WeightFormat;
-use crate::ops::linear::Q4Host;
-use crate::ops::moe::{ExpertFormat, ExpertHost};
-use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::layout::MatrixLayout;
+use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
@@ -495,14 +493,6 @@ pub struct ArtifactWeights<'s, 'a> {
     done: RefCell<Vec<Range<usize>>>,
 }
 
-/// A u32 / f32 / f16 view of `bytes`, borrowed when aligned, else copied.
-fn view<T: bytemuck::Pod>(bytes: &[u8]) -> Cow<'_, [T]> {
-    match bytemuck::try_cast_slice(bytes) {
-        Ok(v) => Cow::Borrowed(v),
-        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
-    }
-}
-
 impl<'a> ArtifactWeights<'_, 'a> {
     fn full(&self, name: &str) -> String {
         format!("{}{name}", self.which.prefix())
@@ -570,125 +560,92 @@ impl<'a> ArtifactWeights<'_, 'a> {
         t.info(&full).is_some() || t.info(&format!("{full}{Q4_PACKED}")).is_some()
     }
 
-    fn f32_tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let data = self.tensor(&self.full(name), Dtype::F32, shape)?;
-        Ok(bytemuck::pod_collect_to_vec(data))
-    }
-
-    fn stored_matrix(
-        &self,
-        name: &str,
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'a>> {
+    /// A stored weight of `expected_shape` as the artifact holds it: in its GPU layout
+    /// (matrices as two Q4 word tensors, or f16 / f32 rows; vectors f32), or u32
+    /// (`token_ordering`). A matrix may be stored flat (`[E * N, K]` for `[E, N, K]`
+    /// experts).
+    fn stored(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'a>> {
         let full = self.full(name);
-        let data = match layout {
-            MatrixLayout::F32 => MatrixData::F32(view(self.tensor(&full, Dtype::F32, &[n, k])?)),
-            MatrixLayout::F16 => MatrixData::F16(view(self.tensor(&full, Dtype::F16, &[n, k])?)),
-            MatrixLayout::Q4 { group } => {
-                let (p, s) = MatrixLayout::q4_words(n, k, group);
-                let packed = self.tensor(
-                    &format!("{full}{Q4_PACKED}"),
-                    Dtype::U32,
-                    &[n, p / n.max(1)],
-                )?;
-                let scales = self.tensor(&format!("{full}{Q4_SCALES}"), Dtype::U32, &[s])?;
-                MatrixData::Q4 {
-                    group,
-                    packed: view(packed),
-                    scales: view(scales),
-                }
+        let k = expected_shape.last().copied().unwrap_or(1);
+        let n = expected_shape.iter().product::<usize>() / k.max(1);
+        let tensors = &self.artifact.tensors;
+        if tensors.info(&format!("{full}{Q4_PACKED}")).is_some() {
+            let WeightFormat::Q4 { group } = self.artifact.format() else {
+                return Err(Error::invalid(
+                    OP,
+                    format!("tensor `{full}{Q4_PACKED}`"),
+                    format!(
+                        "none in a {} artifact",
+                        self.artifact.manifest.quant.describe()
+                    ),
+                    "present",
+                ));
+            };
+            let (p, s) = MatrixLayout::q4_words(n, k, group);
+            let packed = self.tensor(
+                &format!("{full}{Q4_PACKED}"),
+                Dtype::U32,
+                &[n, p / n.max(1)],
+            )?;
+            let scales = self.tensor(&format!("{full}{Q4_SCALES}"), Dtype::U32, &[s])?;
+            return Ok(RawTensor {
+                dtype: RawDtype::Prepared(MatrixLayout::Q4 { group }),
+                shape: vec![n, k],
+                data: RawData::Q4Words { packed, scales },
+                what: format!("`{full}`"),
+                release: None,
+            });
+        }
+        let info = tensors.info(&full).ok_or_else(|| {
+            Error::invalid(
+                OP,
+                format!("tensor `{full}`"),
+                format!("a stored weight of shape {expected_shape:?}"),
+                "missing",
+            )
+        })?;
+        let dtype = match info.dtype {
+            Dtype::F32 => RawDtype::Prepared(MatrixLayout::F32),
+            Dtype::F16 => RawDtype::Prepared(MatrixLayout::F16),
+            Dtype::U32 => RawDtype::U32,
+            other => {
+                return Err(Error::invalid(
+                    OP,
+                    format!("dtype of tensor `{full}`"),
+                    "F32, F16 or U32",
+                    format!("{other:?}"),
+                ))
             }
         };
-        let m = Matrix { n, k, data };
-        m.validate(&full)?;
-        Ok(m)
+        let flat = [n, k];
+        let shape: &[usize] = if info.shape == flat {
+            &flat
+        } else {
+            expected_shape
+        };
+        let data = self.tensor(&full, info.dtype, shape)?;
+        Ok(RawTensor::bytes(
+            dtype,
+            expected_shape,
+            data,
+            format!("`{full}`"),
+        ))
     }
 }
 
+/// The stored weights of one model, its matrices in their GPU layout under the names the
+/// loader uploads them as: the uploader places them as stored (borrowed from the
+/// artifact's bytes where aligned), with no conversion.
 impl WeightSource for ArtifactWeights<'_, '_> {
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.f32_tensor(name, expected_shape)
+    fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
+        self.stored(name, expected_shape)
     }
 
     fn has(&self, name: &str) -> bool {
         self.has_weight(name)
     }
 
-    /// The stored weights are prepared already; the loader computes in f32.
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::F32)
-    }
-
-    fn matrix(
-        &self,
-        name: &str,
-        _parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'_>> {
-        self.stored_matrix(name, n, k, layout)
-    }
-
-    fn experts(
-        &self,
-        name: &str,
-        experts: usize,
-        n: usize,
-        k: usize,
-        format: ExpertFormat,
-    ) -> Result<ExpertHost> {
-        // Expert uploads take owned host data: one copy of this one tensor, transient.
-        let m = self.stored_matrix(name, experts * n, k, expert_layout(format))?;
-        match m.data {
-            MatrixData::F32(v) => ExpertHost::f32(v.into_owned(), experts, n, k),
-            MatrixData::F16(v) => ExpertHost::f16(v.into_owned(), experts, n, k),
-            MatrixData::Q4 {
-                group,
-                packed,
-                scales,
-            } => ExpertHost::from_q4(
-                Q4Host::from_parts(
-                    experts * n,
-                    k,
-                    group,
-                    packed.into_owned(),
-                    scales.into_owned(),
-                )?,
-                experts,
-            ),
-        }
-    }
-}
-
-impl AssistantSource for ArtifactWeights<'_, '_> {
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.f32_tensor(name, expected_shape)
-    }
-
-    /// `token_ordering`, stored as u32 (the loader checks it is a permutation again).
-    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
-        let data = self.tensor(&self.full(name), Dtype::U32, expected_shape)?;
-        Ok(data
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as i64)
-            .collect())
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.has_weight(name)
-    }
-
-    fn matrix(
-        &self,
-        name: &str,
-        _parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'_>> {
-        self.stored_matrix(name, n, k, layout)
+    fn stores_stacked(&self) -> bool {
+        true
     }
 }

@@ -4,7 +4,8 @@
 //! from the file's metadata.
 //!
 //! - [`reader`]: the container, from `&[u8]`, every field checked against the bytes.
-//! - [`quant`]: ggml's block formats and their bit-exact dequantisation.
+//! - [`quant`]: ggml's block formats and their bit-exact dequantisation (they live in
+//!   [`crate::weights::ggml`]: the uploader places them like any other stored dtype).
 //! - [`model`]: the gemma4 metadata as an HF config, and HF <-> llama.cpp tensor names.
 //! - [`tokenizer`]: `tokenizer.json` from `tokenizer.ggml.*` (the chat template,
 //!   `tokenizer.chat_template`, is read by [`crate::text::chat::ChatTemplate::from_gguf`], defined
@@ -12,7 +13,7 @@
 //! - [`source`]: the file as a [`crate::weights::source::WeightSource`].
 
 pub mod model;
-pub mod quant;
+pub use crate::weights::ggml as quant;
 pub mod reader;
 pub mod source;
 #[cfg(test)]

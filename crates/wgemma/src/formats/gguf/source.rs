@@ -1,6 +1,7 @@
-//! A GGUF file as a [`WeightSource`]: HF tensor names mapped to llama.cpp's, every
-//! supported block format dequantised bit-exactly, matrices streamed to the GPU a block of
-//! rows at a time.
+//! A GGUF file as a [`WeightSource`]: HF tensor names mapped to llama.cpp's, each tensor
+//! handed over as stored (its ggml type). The uploader ([`crate::weights::upload`]) and
+//! [`crate::weights::raw`] convert them, a block of rows at a time; ggml's block formats are
+//! [`crate::weights::ggml`] (re-exported here as `quant`).
 //!
 //! Conversions, by stored type and the layout the load asks for:
 //! - Q4_0 -> Q4 group 32: the same format (32 weights, one f16 scale, `(q - 8) * d`), so
@@ -21,18 +22,12 @@
 //!   values (1e-3 of the logit scale, `q4_k_m_gguf_matches_hf_on_its_dequantised_weights`).
 
 use super::model::{assistant_gguf_name, gguf_name};
-use super::quant::{dequantize, q4_0_to_wgemma_q4, GgmlType};
+use super::quant::GgmlType;
 use super::reader::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
-use crate::model::assistant::AssistantSource;
-use crate::ops::moe::{ExpertFormat, ExpertHost};
-use crate::ops::quantize::SourceDtype;
-use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, MatrixSpec};
-use crate::weights::source::{experts_by_expert, WeightSource};
-use crate::weights::upload::{
-    upload_blocks, upload_raw_parts, RawTensor, StreamOptions, Uploaded, Uploader,
-};
-use std::borrow::Cow;
+use crate::weights::raw::{RawDtype, RawTensor};
+use crate::weights::source::WeightSource;
+use crate::weights::upload::StreamOptions;
 use std::ops::Range;
 
 const OP: &str = "gguf";
@@ -68,7 +63,7 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
     }
 
     /// The GGUF tensor behind an HF name, its shape (HF order) checked.
-    fn tensor(&self, hf: &str, expected_shape: &[usize]) -> Result<&'f TensorInfo<'a>> {
+    fn tensor_info(&self, hf: &str, expected_shape: &[usize]) -> Result<&'f TensorInfo<'a>> {
         let gguf = gguf_name(hf).ok_or_else(|| {
             Error::invalid(
                 OP,
@@ -101,58 +96,34 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
                 format!("{shape:?}"),
             ));
         }
-        if !t.ty.is_float() {
-            return Err(Error::invalid(
-                OP,
-                format!("type of `{gguf}`"),
-                "a float or block-quantised type",
-                format!("{:?}", t.ty),
-            ));
-        }
         Ok(t)
     }
 
-    fn release(&self, t: &TensorInfo<'_>, bytes: Range<usize>) {
-        if let Some(release) = self.release {
-            release(t.file_offset + bytes.start..t.file_offset + bytes.end);
+    /// `t` as a stored tensor of `expected_shape`, each block's bytes released once the
+    /// loader is done with them.
+    fn raw(&self, t: &'f TensorInfo<'a>, expected_shape: &[usize]) -> RawTensor<'f> {
+        let raw = stored(t, expected_shape);
+        match self.release {
+            Some(release) => {
+                let start = t.file_offset;
+                raw.with_release(move |r: Range<usize>| release(start + r.start..start + r.end))
+            }
+            None => raw,
         }
     }
+}
 
-    /// Rows `rows` of `[_, k]` tensor `t` prepared in `layout` (see the module docs).
-    fn block(
-        &self,
-        t: &TensorInfo<'_>,
-        k: usize,
-        rows: Range<usize>,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'static>> {
-        let row_bytes = t.ty.bytes_of(k);
-        let range = rows.start * row_bytes..rows.end * row_bytes;
-        let bytes = &t.data[range.clone()];
-        let n = rows.len();
-        let m = match (t.ty, layout) {
-            (GgmlType::Q4_0, MatrixLayout::Q4 { group: 32 }) => {
-                let (packed, scales) = q4_0_to_wgemma_q4(bytes, n, k)?;
-                Matrix {
-                    n,
-                    k,
-                    data: MatrixData::Q4 {
-                        group: 32,
-                        packed: Cow::Owned(packed),
-                        scales: Cow::Owned(scales),
-                    },
-                }
-            }
-            _ => {
-                let mut values = vec![0.0f32; n * k];
-                dequantize(t.ty, bytes, &mut values)?;
-                check_finite(&t.name, rows.start * k, &values)?;
-                Matrix::prepare(values, n, k, layout)?
-            }
-        };
-        self.release(t, range);
-        Ok(m)
-    }
+/// `t` as a stored tensor of `expected_shape` (its elements as the file stores them).
+fn stored<'t>(t: &'t TensorInfo<'_>, expected_shape: &[usize]) -> RawTensor<'t> {
+    let dtype = match t.ty {
+        GgmlType::F32 => RawDtype::F32,
+        GgmlType::F16 => RawDtype::F16,
+        GgmlType::BF16 => RawDtype::BF16,
+        GgmlType::I32 => RawDtype::I32,
+        GgmlType::I64 => RawDtype::I64,
+        block => RawDtype::Ggml(block),
+    };
+    RawTensor::bytes(dtype, expected_shape, t.data, format!("`{}`", t.name))
 }
 
 /// How a matrix stored as `ty` reaches each GPU layout (see the module docs), in words for
@@ -170,161 +141,17 @@ pub fn load_route(ty: GgmlType) -> &'static str {
     }
 }
 
-fn check_finite(name: &str, first: usize, values: &[f32]) -> Result<()> {
-    match values.iter().position(|v| !v.is_finite()) {
-        None => Ok(()),
-        Some(i) => Err(Error::invalid(
-            OP,
-            format!("weights of `{name}`"),
-            "finite numbers",
-            format!("{} at element {}", values[i], first + i),
-        )),
-    }
-}
-
-fn source_dtype(ty: GgmlType) -> Option<SourceDtype> {
-    match ty {
-        GgmlType::F32 => Some(SourceDtype::F32),
-        GgmlType::F16 => Some(SourceDtype::F16),
-        GgmlType::BF16 => Some(SourceDtype::BF16),
-        _ => None,
-    }
-}
-
 impl WeightSource for GgufWeights<'_, '_> {
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        let t = self.tensor(name, expected_shape)?;
-        let mut values = vec![0.0f32; t.elements()];
-        dequantize(t.ty, t.data, &mut values)?;
-        check_finite(&t.name, 0, &values)?;
-        Ok(values)
+    fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
+        Ok(self.raw(self.tensor_info(name, expected_shape)?, expected_shape))
     }
 
     fn has(&self, name: &str) -> bool {
         gguf_name(name).is_some_and(|g| self.file.tensor(&g).is_some())
     }
 
-    fn embedding_dtype(&self) -> Result<safetensors::Dtype> {
-        let t = self.tensor_any("embed_tokens.weight")?;
-        Ok(match t.ty {
-            GgmlType::BF16 => safetensors::Dtype::BF16,
-            GgmlType::F16 => safetensors::Dtype::F16,
-            _ => safetensors::Dtype::F32,
-        })
-    }
-
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        let MatrixSpec { n, k, layout, use_ } = spec;
-        let rows = n / parts.len().max(1);
-        let tensors = parts
-            .iter()
-            .map(|p| self.tensor(p, &[rows, k]))
-            .collect::<Result<Vec<_>>>()?;
-        // Plain float rows: the checkpoint path (GPU quantiser on hardware adapters).
-        if let Some(dtypes) = tensors
-            .iter()
-            .map(|t| source_dtype(t.ty))
-            .collect::<Option<Vec<_>>>()
-        {
-            let releases: Vec<_> = tensors
-                .iter()
-                .map(|t| move |r: Range<usize>| self.release(t, r))
-                .collect();
-            let raw: Vec<RawTensor<'_>> = tensors
-                .iter()
-                .zip(&dtypes)
-                .zip(&releases)
-                .map(|((t, &dtype), release)| RawTensor {
-                    data: t.data,
-                    dtype,
-                    what: &t.name,
-                    release,
-                })
-                .collect();
-            return upload_raw_parts(up, self.stream, name, &raw, spec);
-        }
-        let groups = match layout {
-            MatrixLayout::Q4 { group } => k / group,
-            _ => k,
-        };
-        if parts.len() > 1 && (rows * groups) % 2 == 1 {
-            // Parts meeting mid word (tiny test shapes only): prepared whole.
-            let m = self.matrix(name, parts, n, k, layout)?;
-            return Uploaded::from_matrix(up.ctx, name, &m, use_);
-        }
-        upload_blocks(up, name, spec, parts.len(), &mut |p, r| {
-            self.block(tensors[p], k, r, layout)
-        })
-    }
-
-    /// Expert by expert ([`experts_by_expert`]): ggml stores `[K, N, E]`, so each expert's
-    /// blocks are contiguous.
-    fn experts(
-        &self,
-        name: &str,
-        experts: usize,
-        n: usize,
-        k: usize,
-        format: ExpertFormat,
-    ) -> Result<ExpertHost> {
-        let t = self.tensor(name, &[experts, n, k])?;
-        let per = t.ty.bytes_of(n * k);
-        experts_by_expert(experts, n, k, format, &mut |e| {
-            let range = e * per..(e + 1) * per;
-            let mut values = vec![0.0f32; n * k];
-            dequantize(t.ty, &t.data[range.clone()], &mut values)?;
-            check_finite(&t.name, e * n * k, &values)?;
-            self.release(t, range);
-            Ok(values)
-        })
-    }
-}
-
-impl<'f, 'a> GgufWeights<'f, 'a> {
-    /// Rows `rows` (over all leading dimensions) of a tensor, dequantised; `expected_shape`
-    /// is the whole tensor's (HF order). What `wgemma convert` reads.
-    pub fn f32_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
-        let t = self.tensor(name, expected_shape)?;
-        dequantize_rows(t, expected_shape, rows)
-    }
-
-    /// Rows `rows` of a `[n, k]` matrix prepared in `layout` as a load prepares them (Q4_0
-    /// into Q4 group 32 unchanged): what `wgemma convert` writes, so an artifact of a GGUF
-    /// file holds the weights a load of the file would.
-    pub fn prepared_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: Range<usize>,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'static>> {
-        let t = self.tensor(name, expected_shape)?;
-        let k = expected_shape.last().copied().unwrap_or(1);
-        check_rows(t, expected_shape, &rows)?;
-        self.block(t, k, rows, layout)
-    }
-
-    fn tensor_any(&self, hf: &str) -> Result<&'f TensorInfo<'a>> {
-        let gguf = gguf_name(hf).unwrap_or_default();
-        self.file.tensor(&gguf).ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!("tensor `{gguf}` (HF `{hf}`)"),
-                "present in the GGUF file",
-                "missing",
-            )
-        })
+    fn stream_options(&self) -> StreamOptions {
+        self.stream
     }
 }
 
@@ -334,7 +161,7 @@ pub struct GgufAssistant<'f, 'a> {
 }
 
 impl<'a> GgufAssistant<'_, 'a> {
-    fn tensor(&self, hf: &str, expected_shape: &[usize]) -> Result<&TensorInfo<'a>> {
+    fn tensor_info(&self, hf: &str, expected_shape: &[usize]) -> Result<&TensorInfo<'a>> {
         let gguf = assistant_gguf_name(hf).ok_or_else(|| {
             Error::invalid(
                 OP,
@@ -365,96 +192,14 @@ impl<'a> GgufAssistant<'_, 'a> {
     }
 }
 
-impl GgufAssistant<'_, '_> {
-    /// Rows `rows` of a float tensor (full HF name), dequantised: what `wgemma convert`
-    /// reads.
-    pub fn f32_rows(
-        &self,
-        name: &str,
-        expected_shape: &[usize],
-        rows: Range<usize>,
-    ) -> Result<Vec<f32>> {
-        let t = self.tensor(name, expected_shape)?;
-        dequantize_rows(t, expected_shape, rows)
-    }
-}
-
-/// Refuses rows past the end of a tensor of `shape` (rows over its leading dimensions).
-fn check_rows(t: &TensorInfo<'_>, shape: &[usize], rows: &Range<usize>) -> Result<()> {
-    let k = shape.last().copied().unwrap_or(1).max(1);
-    let total = shape.iter().product::<usize>() / k;
-    if rows.start > rows.end || rows.end > total {
-        return Err(Error::invalid(
-            OP,
-            format!("rows of `{}`", t.name),
-            format!("a range within 0..{total}"),
-            format!("{rows:?}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Rows `rows` of `t` (of HF shape `shape`) dequantised, checked finite.
-fn dequantize_rows(t: &TensorInfo<'_>, shape: &[usize], rows: Range<usize>) -> Result<Vec<f32>> {
-    if !t.ty.is_float() {
-        return Err(Error::invalid(
-            OP,
-            format!("type of `{}`", t.name),
-            "a float or block-quantised type",
-            format!("{:?}", t.ty),
-        ));
-    }
-    check_rows(t, shape, &rows)?;
-    let k = shape.last().copied().unwrap_or(1);
-    let row_bytes = t.ty.bytes_of(k);
-    let mut values = vec![0.0f32; rows.len() * k];
-    dequantize(
-        t.ty,
-        &t.data[rows.start * row_bytes..rows.end * row_bytes],
-        &mut values,
-    )?;
-    check_finite(&t.name, rows.start * k, &values)?;
-    Ok(values)
-}
-
-impl AssistantSource for GgufAssistant<'_, '_> {
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        let t = self.tensor(name, expected_shape)?;
-        if !t.ty.is_float() {
-            return Err(Error::invalid(
-                OP,
-                format!("type of `{}`", t.name),
-                "a float or block-quantised type",
-                format!("{:?}", t.ty),
-            ));
-        }
-        let values = super::quant::dequantize_to_vec(t.ty, t.data)?;
-        check_finite(&t.name, 0, &values)?;
-        Ok(values)
-    }
-
-    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>> {
-        let t = self.tensor(name, expected_shape)?;
-        Ok(match t.ty {
-            GgmlType::I64 => t
-                .data
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes(b.try_into().expect("8-byte chunks")))
-                .collect(),
-            GgmlType::I32 => t
-                .data
-                .chunks_exact(4)
-                .map(|b| i32::from_le_bytes(b.try_into().expect("4-byte chunks")) as i64)
-                .collect(),
-            other => {
-                return Err(Error::invalid(
-                    OP,
-                    format!("type of `{}`", t.name),
-                    "I32 or I64",
-                    format!("{other:?}"),
-                ))
-            }
-        })
+/// The assistant's stored tensors by full HF name (its projections, layers, head and
+/// `token_ordering`).
+impl WeightSource for GgufAssistant<'_, '_> {
+    fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
+        Ok(stored(
+            self.tensor_info(name, expected_shape)?,
+            expected_shape,
+        ))
     }
 
     fn has(&self, name: &str) -> bool {

@@ -78,7 +78,7 @@ fn q4_0_matrices_upload_without_requantising() {
     use crate::model::weights::LinearWeight;
     use crate::weights::layout::MatrixUse;
     use crate::weights::layout::{MatrixLayout, MatrixSpec};
-    use crate::weights::source::WeightSource;
+    use crate::weights::source::Scope;
     use crate::weights::upload::Uploader;
     let ctx = test_context();
     let bytes = data("e2b_like.q4_0.gguf");
@@ -89,7 +89,7 @@ fn q4_0_matrices_upload_without_requantising() {
     let (want_packed, want_scales) = q4_0_to_wgemma_q4(t.data, n, k).unwrap();
     let weights = super::GgufWeights::new(&file);
     let name = "layers.0.mlp.down_proj.weight";
-    let up = weights
+    let up = Scope::root(&weights)
         .upload_matrix(
             &mut Uploader::new(ctx),
             name,

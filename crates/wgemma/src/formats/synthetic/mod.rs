@@ -4,8 +4,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::config::{parse_config, ModelSpec};
+use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
-use safetensors::Dtype;
 
 pub mod checkpoint;
 
@@ -96,6 +96,7 @@ impl SyntheticShape {
 
 /// Deterministic random weights: every tensor's values come from its name and the seed,
 /// so two runs (and two processes) build the same model.
+#[derive(Debug, Clone, Copy)]
 pub struct SyntheticWeights {
     pub seed: u64,
 }
@@ -117,7 +118,7 @@ fn name_seed(name: &str, seed: u64) -> u64 {
 
 impl SyntheticWeights {
     /// Elements `range` of tensor `name` of `shape` (the flat row-major indices): the same
-    /// values [`WeightSource::f32`] gives, a piece at a time (a synthetic checkpoint of
+    /// values [`SyntheticWeights::f32`] gives, a piece at a time (a synthetic checkpoint of
     /// E2B size is written without holding a 9 GB table).
     pub fn values(&self, name: &str, shape: &[usize], range: std::ops::Range<usize>) -> Vec<f32> {
         if name.ends_with("layer_scalar") {
@@ -162,23 +163,59 @@ impl SyntheticWeights {
     }
 }
 
+impl SyntheticWeights {
+    /// The whole tensor `name` of `shape`.
+    pub fn f32(&self, name: &str, shape: &[usize]) -> Vec<f32> {
+        self.values(name, shape, 0..shape.iter().product())
+    }
+
+    /// Tensor `name` of `shape`, its values computed a block of rows at a time as the
+    /// loader asks for them (never the whole tensor at once).
+    fn computed(self, name: &str, shape: &[usize]) -> RawTensor<'static> {
+        let (owned_name, owned_shape) = (name.to_string(), shape.to_vec());
+        RawTensor {
+            dtype: RawDtype::F32,
+            shape: shape.to_vec(),
+            data: RawData::Computed(Box::new(move |range| {
+                self.values(&owned_name, &owned_shape, range)
+            })),
+            what: format!("synthetic `{name}`"),
+            release: None,
+        }
+    }
+}
+
 impl WeightSource for SyntheticWeights {
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        Ok(self.values(name, shape, 0..shape.iter().product()))
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<RawTensor<'_>> {
+        Ok(self.computed(name, shape))
     }
 
     fn has(&self, _name: &str) -> bool {
         true
     }
+}
 
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::BF16)
+/// `token_ordering` as stored i64.
+fn ordering_tensor(ordering: Vec<usize>) -> RawTensor<'static> {
+    let bytes: Vec<u8> = ordering
+        .iter()
+        .flat_map(|&v| (v as i64).to_le_bytes())
+        .collect();
+    RawTensor {
+        dtype: RawDtype::I64,
+        shape: vec![ordering.len()],
+        data: RawData::Bytes(bytes.into()),
+        what: "synthetic `masked_embedding.token_ordering`".into(),
+        release: None,
     }
 }
 
+/// The centroid head's token ordering (the synthetic assistants' only integer tensor).
+const TOKEN_ORDERING: &str = "masked_embedding.token_ordering";
+
 /// The synthetic assistants' only integer tensor is `token_ordering` `[vocab]`.
 fn check_token_ordering(name: &str, shape: &[usize], vocab: usize) -> Result<()> {
-    if name != "masked_embedding.token_ordering" || shape != [vocab] {
+    if name != TOKEN_ORDERING || shape != [vocab] {
         return Err(Error::invalid(
             "synthetic assistant",
             format!("integer tensor `{name}` {shape:?}"),
@@ -273,11 +310,11 @@ impl SyntheticAssistant {
     }
 
     /// lm_head = E_target A^T, normalised to unit RMS.
-    fn lm_head(&self, vocab: usize, ht: usize, ha: usize) -> Result<Vec<f32>> {
+    fn lm_head(&self, vocab: usize, ht: usize, ha: usize) -> Vec<f32> {
         let e = SyntheticWeights {
             seed: self.target_seed,
         }
-        .f32("embed_tokens.weight", &[vocab, ht])?;
+        .f32("embed_tokens.weight", &[vocab, ht]);
         let a = self.orthonormal(ha, ht);
         let mut head: Vec<f32> = (0..vocab * ha)
             .map(|i| {
@@ -287,7 +324,7 @@ impl SyntheticAssistant {
             .collect();
         let rms = (head.iter().map(|v| (v * v) as f64).sum::<f64>() / head.len() as f64).sqrt();
         head.iter_mut().for_each(|v| *v /= rms as f32);
-        Ok(head)
+        head
     }
 
     /// The token ordering: a seeded permutation of 0..vocab (Fisher-Yates).
@@ -302,38 +339,40 @@ impl SyntheticAssistant {
     }
 }
 
-impl crate::model::assistant::AssistantSource for SyntheticAssistant {
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+impl SyntheticAssistant {
+    /// The values of the tensors the echo structure shapes (see the type's docs); None for
+    /// the plain random ones.
+    fn shaped(&self, name: &str, shape: &[usize]) -> Option<Vec<f32>> {
         let t = SyntheticShape::Tiny.spec().config;
         let (vocab, ht, ha) = (t.vocab_size, t.hidden_size, ASSISTANT_HIDDEN);
         let random = SyntheticWeights { seed: self.seed };
-        match name {
+        Some(match name {
             "pre_projection.weight" if shape == [ha, 2 * ht] => {
-                let mut w = random.f32(name, shape)?;
+                let mut w = random.f32(name, shape);
                 let a = self.orthonormal(ha, ht);
                 for r in 0..ha {
                     for c in 0..ht {
                         w[r * 2 * ht + c] = 10.0 * a[r * ht + c];
                     }
                 }
-                Ok(w)
+                w
             }
             "model.embed_tokens.weight" if shape == [vocab, ha] => self.lm_head(vocab, ht, ha),
             // Scaled up: the h_prev the assistant feeds itself swamps the token signal, so
             // a round's first draft (fed the target's hidden state) echoes the seed and the
             // later ones drift; the demo's rounds then accept AND reject.
-            "post_projection.weight" => Ok(random
-                .f32(name, shape)?
+            "post_projection.weight" => random
+                .f32(name, shape)
                 .into_iter()
                 .map(|v| v * DRAFT_DRIFT)
-                .collect()),
+                .collect(),
             "masked_embedding.centroids.weight" if shape[1..] == [ha] => {
                 let centroids = shape[0];
                 let per = vocab / centroids.max(1);
-                let head = self.lm_head(vocab, ht, ha)?;
+                let head = self.lm_head(vocab, ht, ha);
                 let order = self.ordering(vocab);
                 let scale = 1.0 / (per as f32).sqrt();
-                Ok((0..centroids * ha)
+                (0..centroids * ha)
                     .map(|i| {
                         let (c, j) = (i / ha, i % ha);
                         order[c * per..(c + 1) * per]
@@ -342,16 +381,24 @@ impl crate::model::assistant::AssistantSource for SyntheticAssistant {
                             .sum::<f32>()
                             * scale
                     })
-                    .collect())
+                    .collect()
             }
-            _ => random.f32(name, shape),
-        }
+            _ => return None,
+        })
     }
+}
 
-    fn i64(&self, name: &str, shape: &[usize]) -> Result<Vec<i64>> {
+impl WeightSource for SyntheticAssistant {
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<RawTensor<'_>> {
         let vocab = SyntheticShape::Tiny.spec().config.vocab_size;
-        check_token_ordering(name, shape, vocab)?;
-        Ok(self.ordering(vocab).into_iter().map(|v| v as i64).collect())
+        if name == TOKEN_ORDERING {
+            check_token_ordering(name, shape, vocab)?;
+            return Ok(ordering_tensor(self.ordering(vocab)));
+        }
+        Ok(match self.shaped(name, shape) {
+            Some(values) => RawTensor::values(shape, values, format!("synthetic `{name}`")),
+            None => SyntheticWeights { seed: self.seed }.computed(name, shape),
+        })
     }
 
     fn has(&self, name: &str) -> bool {
@@ -409,12 +456,11 @@ impl RandomAssistant {
     }
 }
 
-impl crate::model::assistant::AssistantSource for RandomAssistant {
-    fn f32(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        SyntheticWeights { seed: self.seed }.f32(name, shape)
-    }
-
-    fn i64(&self, name: &str, shape: &[usize]) -> Result<Vec<i64>> {
+impl WeightSource for RandomAssistant {
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<RawTensor<'_>> {
+        if name != TOKEN_ORDERING {
+            return Ok(SyntheticWeights { seed: self.seed }.computed(name, shape));
+        }
         let vocab = self.vocab();
         check_token_ordering(name, shape, vocab)?;
         let ordering = SyntheticAssistant {
@@ -422,7 +468,7 @@ impl crate::model::assistant::AssistantSource for RandomAssistant {
             seed: self.seed,
         }
         .ordering(vocab);
-        Ok(ordering.into_iter().map(|v| v as i64).collect())
+        Ok(ordering_tensor(ordering))
     }
 
     fn has(&self, name: &str) -> bool {
@@ -457,9 +503,9 @@ mod tests {
         assert_eq!(a.text.layers[3].head_dim, 512);
         assert!(RandomAssistant::new(SyntheticShape::Tiny, 0).is_err());
         let w = SyntheticWeights { seed: 7 };
-        let a = w.f32("layers.0.mlp.down_proj.weight", &[4, 8]).unwrap();
-        assert_eq!(a, w.f32("layers.0.mlp.down_proj.weight", &[4, 8]).unwrap());
-        assert_ne!(a, w.f32("layers.1.mlp.down_proj.weight", &[4, 8]).unwrap());
+        let a = w.f32("layers.0.mlp.down_proj.weight", &[4, 8]);
+        assert_eq!(a, w.f32("layers.0.mlp.down_proj.weight", &[4, 8]));
+        assert_ne!(a, w.f32("layers.1.mlp.down_proj.weight", &[4, 8]));
         assert!(a.iter().all(|v| v.abs() <= (3.0f32 / 8.0).sqrt()));
         assert!(SyntheticShape::parse("7b").is_err());
     }

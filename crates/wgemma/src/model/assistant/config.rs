@@ -1,11 +1,11 @@
-//! The assistant's `config.json` (HF `Gemma4AssistantConfig`) and where its weights come
-//! from.
+//! The assistant's `config.json` (HF `Gemma4AssistantConfig`). Its weights come from a
+//! [`WeightSource`](crate::weights::source::WeightSource) like the target's, by their full
+//! HF names (`model.layers.0...`, `pre_projection.weight`,
+//! `masked_embedding.token_ordering`).
 
 use crate::error::{Error, Result};
 use crate::model::config::{ModelSpec, TextConfig};
 use crate::model::weights::WeightFormat;
-use crate::weights::layout::{prepare_parts, Matrix, MatrixLayout, MatrixSpec};
-use crate::weights::upload::{Uploaded, Uploader};
 
 pub(super) const OP: &str = "assistant";
 
@@ -159,44 +159,6 @@ pub fn parse_assistant_config(json: &str) -> Result<AssistantSpec> {
         head,
         tied: c.tie_word_embeddings,
     })
-}
-
-/// Where the assistant's weights come from, by FULL tensor name (`model.layers.0...`,
-/// `pre_projection.weight`, `masked_embedding.token_ordering`): a checkpoint, or the
-/// synthetic assistant of the demo.
-pub trait AssistantSource {
-    /// The tensor converted to f32, checked against the expected shape.
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>>;
-    /// An integer tensor as i64 (`token_ordering`).
-    fn i64(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<i64>>;
-    fn has(&self, name: &str) -> bool;
-
-    /// The matrix the loader uploads as `name` (see
-    /// [`WeightSource::matrix`](crate::weights::source::WeightSource::matrix)).
-    fn matrix(
-        &self,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'_>> {
-        let _ = name;
-        prepare_parts(&|part, shape| self.f32(part, shape), parts, n, k, layout)
-    }
-
-    /// The matrix of [`AssistantSource::matrix`] uploaded as `spec` says: by default
-    /// prepared whole on the host; a checkpoint streams it a block of rows at a time.
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        let m = self.matrix(name, parts, spec.n, spec.k, spec.layout)?;
-        Uploaded::from_matrix(up.ctx, name, &m, spec.use_)
-    }
 }
 
 /// How to build an assistant.

@@ -45,9 +45,7 @@ mod step;
 mod view;
 mod weights;
 
-pub use config::{
-    parse_assistant_config, AssistantHead, AssistantOptions, AssistantSource, AssistantSpec,
-};
+pub use config::{parse_assistant_config, AssistantHead, AssistantOptions, AssistantSpec};
 pub use draft_costs::DraftCosts;
 pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS, TOKEN_ORDERING};
 pub use view::DraftView;
@@ -61,6 +59,7 @@ use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::ops::attention::{AttentionScratch, KeyFromValue};
 use crate::ops::opset::OpSet;
 use crate::ops::rope::Rope;
+use crate::weights::source::{Scope, WeightSource};
 use config::OP;
 use step::{Activations, Op, StepBuilder, Stream, TargetKv};
 use weights::AssistantWeights;
@@ -116,7 +115,7 @@ impl Assistant {
     /// (TopK, certified scatter): [`OpSet::with_mtp`].
     pub fn load(
         ctx: &GpuContext,
-        source: &dyn AssistantSource,
+        source: &dyn WeightSource,
         spec: AssistantSpec,
         target: &Model,
         op_set: &OpSet,
@@ -143,11 +142,13 @@ impl Assistant {
         let (sliding_rope, full_rope) = (rope_of(LayerKind::Sliding)?, rope_of(LayerKind::Full)?);
 
         let lm_head = lm_head_name(&spec, &|n| source.has(n));
-        let weights = AssistantWeights::load(ctx, source, &spec, options.format, lm_head)?;
+        // The assistant's names are full HF names: its root scope adds no prefix.
+        let root = Scope::root(source);
+        let weights = AssistantWeights::load(ctx, &root, &spec, options.format, lm_head)?;
         let mut b = StepBuilder {
             ctx,
             weights: &weights,
-            source,
+            source: &root,
             format: options.format,
             eps: c.rms_norm_eps as f32,
             ha: c.hidden_size,
@@ -505,7 +506,7 @@ impl Assistant {
 pub fn load_assistant(
     ctx: &GpuContext,
     config_json: &str,
-    source: &dyn AssistantSource,
+    source: &dyn WeightSource,
     target: &Model,
     op_set: &OpSet,
     options: AssistantOptions,

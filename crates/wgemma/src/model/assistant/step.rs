@@ -2,7 +2,7 @@
 //! pre_projection), the Q-only decoder layers, final norm + post_projection, the head, the
 //! argmax.
 
-use super::config::{AssistantSource, OP};
+use super::config::OP;
 use super::view::DraftView;
 use super::weights::AssistantWeights;
 use crate::error::{Error, Result};
@@ -26,6 +26,7 @@ use crate::ops::rope::{Rope, RopeKernel, VHeads};
 use crate::ops::scatter::{scatter, PermutationCertificate, ScatterRoute};
 use crate::ops::topk::{topk, TopKRoute};
 use crate::weights::layout::{MatrixData, MatrixLayout};
+use crate::weights::source::Scope;
 
 /// One recorded operation of a draft step.
 pub(super) enum Op {
@@ -159,8 +160,8 @@ pub(super) struct StepBuilder<'a> {
     pub ctx: &'a GpuContext,
     pub weights: &'a AssistantWeights,
     /// The centroid head's own tensors come from here (`token_ordering`, the lm_head rows
-    /// in the format's row layout).
-    pub source: &'a dyn AssistantSource,
+    /// in the format's row layout), by full name.
+    pub source: &'a Scope<'a>,
     pub format: WeightFormat,
     pub eps: f32,
     /// Assistant hidden size, query heads, target hidden size, vocabulary.
@@ -461,9 +462,15 @@ impl StepBuilder<'_> {
     fn lm_head_table(&self, name: &str) -> Result<RowTable> {
         let (vocab, ha) = (self.vocab, self.ha);
         let layout = lm_head_rows_layout(self.format);
-        let m = self
+        // The lm_head itself, or the rows stored apart under LM_HEAD_ROWS (an artifact).
+        let raw = self
             .source
-            .matrix(LM_HEAD_ROWS, &[name], vocab, ha, layout)?;
+            .matrix_tensors(LM_HEAD_ROWS, &[name], vocab, ha)?
+            .pop()
+            .ok_or_else(|| {
+                Error::invalid(OP, format!("`{LM_HEAD_ROWS}`"), "a stored tensor", "none")
+            })?;
+        let m = raw.host_matrix(vocab, ha, layout)?;
         m.validate(LM_HEAD_ROWS)?;
         let (dtype, bytes): (DType, &[u8]) = match &m.data {
             MatrixData::F32(w) => (DType::F32, bytemuck::cast_slice(w)),
@@ -515,7 +522,7 @@ pub fn lm_head_rows_layout(format: WeightFormat) -> MatrixLayout {
 
 /// `masked_embedding.token_ordering` as u32, every entry checked to be in `0..vocab` (the
 /// permutation check itself is [`PermutationCertificate::verify_and_upload`]'s).
-fn token_ordering(source: &dyn AssistantSource, vocab: usize) -> Result<Vec<u32>> {
+fn token_ordering(source: &Scope<'_>, vocab: usize) -> Result<Vec<u32>> {
     let name = TOKEN_ORDERING;
     source
         .i64(name, &[vocab])?

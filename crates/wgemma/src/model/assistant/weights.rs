@@ -2,15 +2,13 @@
 //! the target's) between its input and output projections, and its head. Declared once
 //! ([`tensors`]); the load and the artifact plan both read the declarations.
 
-use super::config::{AssistantHead, AssistantSource, AssistantSpec};
+use super::config::{AssistantHead, AssistantSpec};
 use crate::error::Result;
 use crate::gpu::{GpuContext, Tensor};
 use crate::model::weights::{LayerWeights, LinearWeight, WeightFormat};
 use crate::weights::declared::{TensorDecl, WeightLoader};
-use crate::weights::layout::{Matrix, MatrixLayout, MatrixSpec};
-use crate::weights::source::{Scope, WeightSource};
-use crate::weights::upload::{Uploaded, Uploader};
-use safetensors::Dtype;
+use crate::weights::source::Scope;
+use crate::weights::upload::Uploader;
 
 const PRE_PROJECTION: &str = "pre_projection.weight";
 const NORM: &str = "model.norm.weight";
@@ -71,19 +69,18 @@ pub fn tensors(spec: &AssistantSpec, lm_head: &str) -> Vec<TensorDecl> {
 }
 
 impl AssistantWeights {
-    /// Reads and uploads the tensors of [`tensors`] from `source`, matrices in `format`.
+    /// Reads and uploads the tensors of [`tensors`] from `root` (the source's full names:
+    /// the root scope adds none), matrices in `format`.
     pub fn load(
         ctx: &GpuContext,
-        source: &dyn AssistantSource,
+        root: &Scope<'_>,
         spec: &AssistantSpec,
         format: WeightFormat,
         lm_head: &str,
     ) -> Result<AssistantWeights> {
-        let seam = Seam(source);
-        let root = Scope::root(&seam);
         let up = &mut Uploader::new(ctx);
         let wl = &mut WeightLoader::new(up, format);
-        let mut g = wl.load(&root, &input_tensors(spec))?;
+        let mut g = wl.load(root, &input_tensors(spec))?;
         let pre_projection = g.linear(PRE_PROJECTION)?;
         wl.finish(g)?;
         let mut layers = Vec::with_capacity(spec.text.layers.len());
@@ -92,7 +89,7 @@ impl AssistantWeights {
             layers.push(LayerWeights::load(wl, &src, &spec.text, l, false)?);
             wl.up.flush();
         }
-        let mut g = wl.load(&root, &output_tensors(spec, lm_head))?;
+        let mut g = wl.load(root, &output_tensors(spec, lm_head))?;
         let w = AssistantWeights {
             pre_projection,
             layers,
@@ -106,45 +103,5 @@ impl AssistantWeights {
         wl.finish(g)?;
         wl.up.flush();
         Ok(w)
-    }
-}
-
-/// An assistant source seen through the target's seam, so the shared blocks load from it
-/// as they do from the target's (its names are full already: the root scope adds none).
-struct Seam<'a>(&'a dyn AssistantSource);
-
-impl WeightSource for Seam<'_> {
-    fn f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>> {
-        self.0.f32(name, expected_shape)
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.0.has(name)
-    }
-
-    /// The assistant embeds with the target's table; it has none to scale.
-    fn embedding_dtype(&self) -> Result<Dtype> {
-        Ok(Dtype::F32)
-    }
-
-    fn matrix(
-        &self,
-        name: &str,
-        parts: &[&str],
-        n: usize,
-        k: usize,
-        layout: MatrixLayout,
-    ) -> Result<Matrix<'_>> {
-        self.0.matrix(name, parts, n, k, layout)
-    }
-
-    fn upload_matrix(
-        &self,
-        up: &mut Uploader<'_>,
-        name: &str,
-        parts: &[&str],
-        spec: MatrixSpec,
-    ) -> Result<Uploaded> {
-        self.0.upload_matrix(up, name, parts, spec)
     }
 }
