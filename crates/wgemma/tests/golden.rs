@@ -483,7 +483,8 @@ fn refused_rollback_moves_nothing() {
 }
 
 /// The RMSNorms folded into the matvecs' prologues (decode M = 1, verify M = 3) give the
-/// logits of the plans that run them as kernels, on every Q4 fixture without MoE (the MoE
+/// logits of the plans that run them as kernels to 1e-5 of the largest (the decode
+/// family applies 1 / rms to its row totals, not to x), on every Q4 fixture without MoE (the MoE
 /// block keeps its kernels), and the prologue plans are the ones used by default.
 #[test]
 fn norm_prologues_equal_norm_kernels() {
@@ -517,7 +518,11 @@ fn norm_prologues_equal_norm_kernels() {
                 .iter()
                 .zip(&kernels.logits)
                 .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-            assert!(diff <= 1e-5, "{name} M={rows}: max |diff| {diff}");
+            let scale = kernels.logits.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            assert!(
+                diff <= 1e-5 * scale,
+                "{name} M={rows}: max |diff| {diff} > 1e-5 x {scale}"
+            );
             assert_eq!(fused.next, kernels.next, "{name} M={rows}");
         }
     }
