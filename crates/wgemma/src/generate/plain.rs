@@ -5,7 +5,7 @@
 use super::sampling::{Sampler, SamplingParams, TokenHistory};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
-use crate::model::target::{Model, Want};
+use crate::model::target::{KvState, Want};
 use web_time::Instant;
 
 /// What to generate.
@@ -55,7 +55,7 @@ fn per_second(count: usize, seconds: f64) -> f64 {
 /// Generates after `prompt` (the model is reset first). `on_token` sees each token as it
 /// is produced and may return `false` to stop early.
 pub async fn generate(
-    model: &mut Model,
+    model: &mut KvState,
     ctx: &GpuContext,
     prompt: &[u32],
     options: &GenerateOptions,
@@ -82,7 +82,7 @@ pub async fn generate(
     let start = Instant::now();
     // Never more than the KV cache holds: max_new_tokens is caller input (u64::MAX
     // overflowed the capacity).
-    let mut tokens = Vec::with_capacity(options.max_new_tokens.min(model.options.max_context));
+    let mut tokens = Vec::with_capacity(options.max_new_tokens.min(model.model().options.max_context));
     let mut stats = GenerateStats {
         prompt_tokens: prompt.len(),
         ..Default::default()

@@ -1,4 +1,4 @@
-//! The forward plans a [`Model`](super::target::Model) has built, kept least recently used
+//! The forward plans a [`KvState`](super::state::KvState) has built, kept least recently used
 //! first out.
 
 use super::forward::{ForwardPlan, LogitRows};
