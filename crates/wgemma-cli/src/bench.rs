@@ -493,9 +493,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return parallel(args, sizes, loaded, ctx, streams, model_name);
     }
     let LoadedTarget {
-        mut state,
-        load_ms,
-        ..
+        mut state, load_ms, ..
     } = loaded.target;
     state.set_plan_options(args.plan_options());
     let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut state, context_len)?;

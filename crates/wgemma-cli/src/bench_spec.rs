@@ -11,8 +11,9 @@ use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
 use wgemma::session::engine::{
-    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, LogitRows,
-    KvState, Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions, SpeculativeOutput,
+    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, KvState,
+    LogitRows, Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions,
+    SpeculativeOutput,
 };
 use wgemma::session::{AssistantFrom, LoadHooks};
 

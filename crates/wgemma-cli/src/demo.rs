@@ -486,7 +486,12 @@ impl<'a> Runner<'a> {
             eprintln!("warming up speculative decoding (building its verify plans) ...");
         }
         // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
-        for m in 1..=target.model().options.max_verify_rows.min(MAX_DRAFT_TOKENS + 1) {
+        for m in 1..=target
+            .model()
+            .options
+            .max_verify_rows
+            .min(MAX_DRAFT_TOKENS + 1)
+        {
             target.plan(self.ctx, m, LogitRows::All)?;
         }
         self.speculative(target, assistant)?;

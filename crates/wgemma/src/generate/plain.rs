@@ -82,7 +82,11 @@ pub async fn generate(
     let start = Instant::now();
     // Never more than the KV cache holds: max_new_tokens is caller input (u64::MAX
     // overflowed the capacity).
-    let mut tokens = Vec::with_capacity(options.max_new_tokens.min(model.model().options.max_context));
+    let mut tokens = Vec::with_capacity(
+        options
+            .max_new_tokens
+            .min(model.model().options.max_context),
+    );
     let mut stats = GenerateStats {
         prompt_tokens: prompt.len(),
         ..Default::default()

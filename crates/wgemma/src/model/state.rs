@@ -11,15 +11,16 @@
 //! advances several sequences by one token each in ONE forward (continuous batching: the
 //! attention reads each row's own slot).
 
-use super::config::{KvSource, LayerKind};
+use super::config::{KvSource, LayerKind, ModelSpec};
 use super::forward::{ForwardPlan, LogitRows, PlanShape};
 use super::kv::{ring_rows, FreeSlots, Sequence};
 use super::plan_cache::PlanCache;
 use super::plan_options::PlanOptions;
-use super::target::Model;
+use super::target::{Model, ModelOptions};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
 use crate::ops::attention::{KvCache, KvCacheConfig, KvCursor, KvLayout};
+use crate::weights::source::WeightSource;
 use std::sync::{Arc, Mutex};
 
 /// The KV caches of a [`Model`], the conversations in them and the forward plans over
@@ -97,6 +98,18 @@ impl KvState {
         })
     }
 
+    /// Uploads the weights of `ck` ([`Model::load`]) and allocates one state of the model:
+    /// a caller that runs one conversation space needs no handle on the model of its own.
+    pub fn load(
+        ctx: &GpuContext,
+        ck: &dyn WeightSource,
+        spec: ModelSpec,
+        options: ModelOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<KvState> {
+        KvState::new(ctx, Model::load(ctx, ck, spec, options, progress)?)
+    }
+
     /// The model this state runs.
     pub fn model(&self) -> &Model {
         &self.model
@@ -166,8 +179,8 @@ impl KvState {
             Err(Error::invalid(
                 "model",
                 "sequence",
-                "one made by this state's new_sequence",
-                format!("slot {} of another state", seq.slot),
+                "one made by this KvState's new_sequence",
+                format!("slot {} of another KvState", seq.slot),
             ))
         }
     }

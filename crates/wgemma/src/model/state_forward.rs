@@ -25,7 +25,6 @@ fn write_positions(
     plan.positions.write_bytes(ctx, bytemuck::cast_slice(&data));
 }
 
-
 impl KvState {
     /// Records a forward of `m` rows at positions `len..len + m` into `step` as ONE compute
     /// pass (positions written through the queue, caches advanced), without submitting. The
@@ -191,7 +190,11 @@ impl KvState {
     ) -> Result<ForwardOutput> {
         self.validate_tokens(tokens)?;
         let chunk = match want {
-            Want::AllLogits | Want::AllNext => self.model.options.prefill_chunk.min(self.model.max_logit_rows()),
+            Want::AllLogits | Want::AllNext => self
+                .model
+                .options
+                .prefill_chunk
+                .min(self.model.max_logit_rows()),
             Want::NextToken | Want::LastLogits => self.model.options.prefill_chunk,
         };
         let mut out = ForwardOutput::default();
@@ -370,7 +373,10 @@ impl KvState {
                 return Err(Error::invalid(
                     "model",
                     format!("context length of batch span {i} (positions held + its rows)"),
-                    format!("1 row or more, <= {} (--context)", self.model.options.max_context),
+                    format!(
+                        "1 row or more, <= {} (--context)",
+                        self.model.options.max_context
+                    ),
                     format!("{} + {n}", seq.len()),
                 ));
             }

@@ -19,7 +19,7 @@ use crate::formats::synthetic::{
 };
 use crate::gpu::GpuContext;
 use crate::model::assistant::{parse_assistant_config, Assistant, AssistantOptions, AssistantSpec};
-use crate::model::target::{KvState, Model, ModelOptions};
+use crate::model::target::{KvState, ModelOptions};
 use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec, SizeLimits};
 use crate::ops::opset::OpSet;
@@ -187,10 +187,9 @@ fn load_weights(
     options: ModelOptions,
     progress: &mut Box<dyn FnMut(LoadEvent) + '_>,
 ) -> Result<KvState> {
-    let model = Model::load(ctx, source, spec, options, &mut |done, total| {
+    KvState::load(ctx, source, spec, options, &mut |done, total| {
         progress(LoadEvent::Steps { done, total })
-    })?;
-    KvState::new(ctx, model)
+    })
 }
 
 /// The text side of a target, shared with the prompt encoders.
