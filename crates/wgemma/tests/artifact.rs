@@ -24,7 +24,8 @@ use wgemma::model::assistant::{
     parse_assistant_config, Assistant, AssistantOptions, AssistantSource,
 };
 use wgemma::model::parse_config;
-use wgemma::model::target::{KvState, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::moe::{ExpertFormat, ExpertHost};
 use wgemma::ops::opset::OpSet;

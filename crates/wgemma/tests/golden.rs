@@ -6,7 +6,8 @@ use safetensors::SafeTensors;
 use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::gpu::test_context;
-use wgemma::model::target::{KvState, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, PlanOptions};
 

@@ -5,7 +5,8 @@
 
 use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::gpu::test_context;
-use wgemma::model::target::{KvState, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, PlanOptions};
 

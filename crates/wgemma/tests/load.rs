@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
-use wgemma::model::target::{KvState, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::weights::upload::Quantiser;
 

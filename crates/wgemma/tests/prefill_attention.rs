@@ -6,7 +6,8 @@
 use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
-use wgemma::model::target::{KvState, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
 const CONFIG: &str = r#"{

@@ -14,7 +14,8 @@ use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
 use wgemma::model::assistant::Assistant;
-use wgemma::model::target::{KvState, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
 fn repo_path(rel: &str) -> PathBuf {

@@ -5,7 +5,8 @@
 use super::sampling::{Sampler, SamplingParams, TokenHistory};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
-use crate::model::target::{KvState, Want};
+use crate::model::state::KvState;
+use crate::model::target::Want;
 use web_time::Instant;
 
 /// What to generate.

@@ -11,7 +11,7 @@ mod plan_cache;
 pub mod plan_options;
 mod plan_parts;
 mod residual;
-mod state;
+pub mod state;
 mod state_forward;
 pub mod target;
 pub mod weights;

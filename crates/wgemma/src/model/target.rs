@@ -1,10 +1,10 @@
 //! The target model: what never changes once loaded (spec, options, weights, the GPU
 //! resources every forward shares). The KV caches, the conversations in them and the forward
-//! plans whose bind groups reference those caches live in a [`KvState`], which runs the
+//! plans whose bind groups reference those caches live in a [`KvState`](super::state::KvState), which runs the
 //! forwards (`state.rs`, `state_forward.rs`).
 //!
 //! The split follows llama.cpp's model and context: one [`Model`] is uploaded once and
-//! never mutated (`&self` everywhere), and a [`KvState`] made from it holds everything a
+//! never mutated (`&self` everywhere), and a [`KvState`](super::state::KvState) made from it holds everything a
 //! forward writes. The state keeps an `Arc<Model>` rather than taking `&Model` in each
 //! forward: every forward, rollback and sequence swap keeps the signature it had when the
 //! model owned the caches (callers swap `&mut Model` for `&mut KvState` and nothing else),
@@ -20,7 +20,6 @@ use crate::ops::attention::MAX_SEQUENCES;
 use crate::weights::source::WeightSource;
 
 pub use super::kv::Sequence;
-pub use super::state::KvState;
 
 /// How to build a model.
 #[derive(Debug, Clone, Copy)]
@@ -72,7 +71,7 @@ pub struct ForwardOutput {
 }
 
 /// A loaded Gemma 4 text decoder: its weights and the resources every forward shares.
-/// Immutable once loaded; a [`KvState`] made from it holds the caches and runs forwards.
+/// Immutable once loaded; a [`KvState`](super::state::KvState) made from it holds the caches and runs forwards.
 pub struct Model {
     pub spec: ModelSpec,
     pub options: ModelOptions,
@@ -85,7 +84,7 @@ pub struct Model {
 }
 
 impl Model {
-    /// Uploads the weights of `ck`. The KV caches come with a [`KvState`] of this model.
+    /// Uploads the weights of `ck`. The KV caches come with a [`KvState`](super::state::KvState) of this model.
     pub fn load(
         ctx: &GpuContext,
         ck: &dyn WeightSource,

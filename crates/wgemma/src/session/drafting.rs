@@ -8,7 +8,7 @@ use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOpti
 use crate::gpu::{DType, GpuContext, Step, Tensor};
 use crate::model::assistant::Assistant;
 use crate::model::forward::LogitRows;
-use crate::model::target::KvState;
+use crate::model::state::KvState;
 
 /// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
 /// generation): the assistant drafts as usual (its cost is paid), then draft j of a round

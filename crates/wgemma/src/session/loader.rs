@@ -19,7 +19,8 @@ use crate::formats::synthetic::{
 };
 use crate::gpu::GpuContext;
 use crate::model::assistant::{parse_assistant_config, Assistant, AssistantOptions, AssistantSpec};
-use crate::model::target::{KvState, ModelOptions};
+use crate::model::state::KvState;
+use crate::model::target::ModelOptions;
 use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec, SizeLimits};
 use crate::ops::opset::OpSet;

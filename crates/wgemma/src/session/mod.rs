@@ -43,7 +43,8 @@ use crate::generate::speculative::{
 };
 use crate::gpu::{ContextOptions, GpuContext};
 use crate::model::assistant::Assistant;
-use crate::model::target::{KvState, Model};
+use crate::model::state::KvState;
+use crate::model::target::Model;
 use crate::text::tokenizer::{TextStream, Tokenizer, TURN_END, TURN_START};
 use std::sync::{Arc, Mutex};
 

@@ -55,7 +55,8 @@ pub use reader::{Artifact, ArtifactWeights, TensorRow, Which};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
 use crate::model::assistant::{Assistant, AssistantOptions};
-use crate::model::target::{KvState, Model, ModelOptions};
+use crate::model::state::KvState;
+use crate::model::target::{Model, ModelOptions};
 use crate::ops::opset::OpSet;
 use std::ops::Range;
 

@@ -12,7 +12,8 @@ use crate::generate::sampling::Sampler;
 use crate::gpu::GpuContext;
 use crate::model::assistant::Assistant;
 use crate::model::forward::LogitRows;
-use crate::model::target::{KvState, Want};
+use crate::model::state::KvState;
+use crate::model::target::Want;
 use web_time::Instant;
 
 /// What one generation is asked for: the prompt and the options it runs with.

@@ -51,7 +51,7 @@ use crate::gpu::GpuContext;
 use crate::model::assistant::{store_layer, Assistant};
 use crate::model::config::LayerKind;
 use crate::model::forward::LogitRows;
-use crate::model::target::KvState;
+use crate::model::state::KvState;
 use crate::ops::attention::KvLayout;
 
 const OP: &str = "speculative";

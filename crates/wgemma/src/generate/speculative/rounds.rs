@@ -19,7 +19,7 @@ use crate::generate::sampling::Sampler;
 use crate::gpu::{GpuContext, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
-use crate::model::target::KvState;
+use crate::model::state::KvState;
 use crate::ops::embedding::write_token_ids;
 use web_time::Instant;
 

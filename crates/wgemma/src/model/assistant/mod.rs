@@ -55,7 +55,7 @@ pub use weights::tensors as assistant_tensors;
 
 use super::config::{KvSource, LayerKind, LayerSpec, ModelSpec};
 use super::plan_parts::rope_config;
-use super::target::KvState;
+use super::state::KvState;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::ops::attention::{AttentionScratch, KeyFromValue};

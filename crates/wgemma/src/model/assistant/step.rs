@@ -12,7 +12,7 @@ use crate::model::geglu_stage::GegluStage;
 use crate::model::residual::{
     project, project_geglu, prologue_weight, BlockInput, Pending, Residual,
 };
-use crate::model::target::KvState;
+use crate::model::state::KvState;
 use crate::model::weights::{LayerWeights, LinearWeight, WeightFormat};
 use crate::ops::argmax::argmax;
 use crate::ops::attention::{Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvCache};
