@@ -53,10 +53,10 @@ fn per_second(count: usize, seconds: f64) -> f64 {
     }
 }
 
-/// Generates after `prompt` (the model is reset first). `on_token` sees each token as it
+/// Generates after `prompt` (the state is reset first). `on_token` sees each token as it
 /// is produced and may return `false` to stop early.
 pub async fn generate(
-    model: &mut KvState,
+    state: &mut KvState,
     ctx: &GpuContext,
     prompt: &[u32],
     options: &GenerateOptions,
@@ -74,7 +74,7 @@ pub async fn generate(
     // The repetition penalty looks back over the prompt and the tokens drawn.
     let adjust = options.sampling.adjust();
     let mut history = TokenHistory::new(if adjust.is_identity() { &[] } else { prompt });
-    model.reset();
+    state.reset();
     let want = if options.sampling.is_greedy() {
         Want::NextToken
     } else {
@@ -86,7 +86,7 @@ pub async fn generate(
     let mut tokens = Vec::with_capacity(
         options
             .max_new_tokens
-            .min(model.model().options.max_context),
+            .min(state.model().options.max_context),
     );
     let mut stats = GenerateStats {
         prompt_tokens: prompt.len(),
@@ -95,7 +95,7 @@ pub async fn generate(
     let mut input: Vec<u32> = prompt.to_vec();
     let mut first_token_at = None;
     while tokens.len() < options.max_new_tokens {
-        let out = model.forward(ctx, &input, want).await?;
+        let out = state.forward(ctx, &input, want).await?;
         let next = if options.sampling.is_greedy() {
             out.next[0]
         } else {
@@ -120,7 +120,7 @@ pub async fn generate(
             // Greedy: the rest runs pipelined, the token ids staying on the GPU.
             let budget = options.max_new_tokens - tokens.len();
             let stop_ids = &options.stop_ids;
-            let rest = model
+            let rest = state
                 .decode_greedy(ctx, next, budget, &mut |t| {
                     on_token(t) && !stop_ids.contains(&t)
                 })

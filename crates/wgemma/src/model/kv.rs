@@ -1,5 +1,5 @@
-//! A [`KvState`](super::state::KvState)'s conversations: the [`Sequence`] handle (a slot of every KV cache and the
-//! positions it holds) and the slots no sequence holds.
+//! A [`KvState`](super::state::KvState)'s conversations: the [`Sequence`] handle (a slot of
+//! every KV cache and the positions it holds) and the slots no sequence holds.
 
 use crate::error::Result;
 use crate::ops::attention::{KvCache, KvCursor, KvLayout};
@@ -34,8 +34,8 @@ impl FreeSlots {
     }
 }
 
-/// One conversation in a [`KvState`](super::state::KvState): a slot of every KV cache (given back when this handle
-/// drops) and the positions it holds. Made by
+/// One conversation in a [`KvState`](super::state::KvState): a slot of every KV cache (given
+/// back when this handle drops) and the positions it holds. Made by
 /// [`KvState::new_sequence`](super::state::KvState::new_sequence); used through
 /// [`KvState::swap_sequence`](super::state::KvState::swap_sequence) and
 /// [`KvState::forward_batch`](super::state::KvState::forward_batch).

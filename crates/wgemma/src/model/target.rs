@@ -1,15 +1,16 @@
 //! The target model: what never changes once loaded (spec, options, weights, the GPU
-//! resources every forward shares). The KV caches, the conversations in them and the forward
-//! plans whose bind groups reference those caches live in a [`KvState`](super::state::KvState), which runs the
-//! forwards (`state.rs`, `state_forward.rs`).
+//! resources every forward shares). The KV caches, the conversations in them and the
+//! forward plans whose bind groups reference those caches live in a
+//! [`KvState`](super::state::KvState), which runs the forwards (`state.rs`,
+//! `state_forward.rs`).
 //!
-//! The split follows llama.cpp's model and context: one [`Model`] is uploaded once and
-//! never mutated (`&self` everywhere), and a [`KvState`](super::state::KvState) made from it holds everything a
-//! forward writes. The state keeps an `Arc<Model>` rather than taking `&Model` in each
-//! forward: every forward, rollback and sequence swap keeps the signature it had when the
-//! model owned the caches (callers swap `&mut Model` for `&mut KvState` and nothing else),
-//! and a state can never be run against another model's weights, which its plans bind.
-//! Several states may share one model (each allocating its own caches).
+//! The split follows llama.cpp's model and context: one [`Model`] is uploaded once and never
+//! mutated (`&self` everywhere), and a state made from it holds everything a forward writes.
+//! The state keeps an `Arc<Model>` rather than taking `&Model` in each forward: every
+//! forward, rollback and sequence swap keeps the one-object signature it had when the model
+//! owned the caches (callers swap `&mut Model` for `&mut KvState` and nothing else), and a
+//! state can never be run against another model's weights, which its plans bind. Several
+//! states may share one model, each with caches of its own.
 
 use super::config::ModelSpec;
 use super::forward::Shared;
@@ -71,11 +72,15 @@ pub struct ForwardOutput {
 }
 
 /// A loaded Gemma 4 text decoder: its weights and the resources every forward shares.
-/// Immutable once loaded; a [`KvState`](super::state::KvState) made from it holds the caches and runs forwards.
+/// Immutable once loaded; a [`KvState`](super::state::KvState) made from it holds the
+/// caches and runs forwards.
 pub struct Model {
     pub spec: ModelSpec,
     pub options: ModelOptions,
     weights: Weights,
+    /// RoPE tables and the attention scratch. The scratch's contents are written and read
+    /// within one forward's pass, and forwards reach the GPU one after another on the
+    /// queue, so the states of this model share it instead of each allocating one.
     shared: Shared,
     /// Rows whose logits fit one buffer binding (rows x vocab f32): forwards that return
     /// every row's logits run in pieces of at most this many rows, so a large prefill chunk
@@ -84,7 +89,8 @@ pub struct Model {
 }
 
 impl Model {
-    /// Uploads the weights of `ck`. The KV caches come with a [`KvState`](super::state::KvState) of this model.
+    /// Uploads the weights of `ck`. The KV caches come with a
+    /// [`KvState`](super::state::KvState) of this model.
     pub fn load(
         ctx: &GpuContext,
         ck: &dyn WeightSource,
