@@ -581,7 +581,7 @@ fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
     if args.prefill_chunk == 0 {
         bail!("--prefill-chunk: expected at least 1 row, found 0");
     }
-    // The model's own sequence keeps slot 0; each stream takes one more.
+    // The KvState's own sequence keeps slot 0; each stream takes one more.
     let max_parallel = MAX_SEQUENCES - 1;
     match args.parallel {
         Some(n) if !(1..=max_parallel).contains(&n) => {

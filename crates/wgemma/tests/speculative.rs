@@ -291,7 +291,7 @@ fn dense_kv_dense_assistant_matches_hf() {
     check_hf("dense_kv_assistant", 1e-3);
 }
 
-/// Speculative decoding in a sequence other than the model's own (KV slot 2 of 3, while slot
+/// Speculative decoding in a sequence other than the state's own (KV slot 2 of 3, while slot
 /// 0 holds another prompt) reproduces HF's rounds: the verify forwards and the assistant's
 /// attention read the active sequence's slot.
 #[test]
@@ -306,7 +306,7 @@ fn speculative_rounds_in_another_sequence_match_hf() {
     );
     let prompts = pair.hf["prompts"].as_array().unwrap().clone();
     let (first, second) = (&prompts[0], &prompts[prompts.len() - 1]);
-    // The model's own sequence (slot 0) holds the other prompt.
+    // The state's own sequence (slot 0) holds the other prompt.
     pollster::block_on(pair.target.forward(
         test_context(),
         &ids(&second["prompt"]),
