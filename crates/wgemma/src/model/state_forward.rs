@@ -50,23 +50,9 @@ impl KvState {
         m: usize,
         rows: LogitRows,
     ) -> Result<()> {
-        let plan = self.plans.get((m, rows)).ok_or_else(|| {
-            Error::invalid(
-                "model",
-                format!("plan of {m} rows ({rows:?} logits)"),
-                "built by KvState::plan",
-                "none",
-            )
-        })?;
+        let plan = self.plans.built(m, rows)?;
         let start = self.len();
-        if start + m > self.model.options.max_context {
-            return Err(Error::invalid(
-                "model",
-                "context length (positions held + new tokens)",
-                format!("<= {} (--context)", self.model.options.max_context),
-                start + m,
-            ));
-        }
+        self.check_context(start + m, "context length (positions held + new tokens)")?;
         self.sequence.cursor.check_advance(m)?;
         let slot = self.sequence.slot;
         let rows: Vec<(usize, usize)> = (start..start + m).map(|p| (p, slot)).collect();
@@ -97,22 +83,11 @@ impl KvState {
         max_start: usize,
     ) -> Result<()> {
         let encode_start = web_time::Instant::now();
-        let plan = self.plans.get((m, rows)).ok_or_else(|| {
-            Error::invalid(
-                "model",
-                format!("plan of {m} rows ({rows:?} logits)"),
-                "built by KvState::plan",
-                "none",
-            )
-        })?;
-        if max_start + m > self.model.options.max_context {
-            return Err(Error::invalid(
-                "model",
-                "context length (positions held + new tokens, at most)",
-                format!("<= {} (--context)", self.model.options.max_context),
-                max_start + m,
-            ));
-        }
+        let plan = self.plans.built(m, rows)?;
+        self.check_context(
+            max_start + m,
+            "context length (positions held + new tokens, at most)",
+        )?;
         let (source, from) = positions;
         if source.dtype() != crate::gpu::DType::U32 || from + m > source.numel() {
             return Err(Error::invalid(
@@ -169,11 +144,18 @@ impl KvState {
             ));
         }
         let end = self.len() + tokens.len();
-        if end > self.model.options.max_context {
+        self.check_context(end, "context length (positions held + new tokens)")
+    }
+
+    /// Refuses a forward that would end at position `end` past the context (`what` names
+    /// the length in the error).
+    fn check_context(&self, end: usize, what: &str) -> Result<()> {
+        let max_context = self.model.options.max_context;
+        if end > max_context {
             return Err(Error::invalid(
                 "model",
-                "context length (positions held + new tokens)",
-                format!("<= {} (--context)", self.model.options.max_context),
+                what,
+                format!("<= {max_context} (--context)"),
                 end,
             ));
         }
@@ -359,14 +341,7 @@ impl KvState {
                 m,
             ));
         }
-        let plan = self.plans.get((m, LogitRows::All)).ok_or_else(|| {
-            Error::invalid(
-                "model",
-                format!("plan of {m} rows (all logits)"),
-                "built by KvState::plan",
-                "none",
-            )
-        })?;
+        let plan = self.plans.built(m, LogitRows::All)?;
         for (i, (seq, n)) in spans.iter().enumerate() {
             self.check_own(seq)?;
             if *n == 0 || seq.len() + n > self.model.options.max_context {
