@@ -20,7 +20,7 @@ use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::session::engine::{
     op_checks::{self, ReadBandwidthCase},
-    Assistant, Model, ModelOptions, PlanOptions, Want, WeightFormat, DEFAULT_NORM_PROLOGUE_ROWS,
+    Assistant, KvState, ModelOptions, PlanOptions, Want, WeightFormat, DEFAULT_NORM_PROLOGUE_ROWS,
     MAX_DRAFT_TOKENS, MAX_SEQUENCES,
 };
 use wgemma::session::LoadedTarget;
@@ -217,7 +217,7 @@ struct OracleRun {
     drafted: usize,
     ms_per_round: f64,
     host_ms_per_round: f64,
-    /// Inside `Model::forward` (record, submit, wait, read back).
+    /// Inside `KvState::forward` (record, submit, wait, read back).
     forward_ms_per_round: f64,
     /// The verify forwards' dispatch times, when profiling.
     profile: Option<serde_json::Value>,
@@ -242,7 +242,7 @@ impl OracleRun {
 
 fn oracle_rounds(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     prompt: &[u32],
     greedy: &[u32],
     k: usize,
@@ -250,10 +250,10 @@ fn oracle_rounds(
     profiling: bool,
 ) -> Result<OracleRun> {
     let mut oracle =
-        crate::bench_spec::FixedRateDrafts::new(acceptance, model.spec.config.vocab_size);
-    model.reset();
-    let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
-    let host0 = model.host_encode_seconds();
+        crate::bench_spec::FixedRateDrafts::new(acceptance, state.model().spec.config.vocab_size);
+    state.reset();
+    let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
+    let host0 = state.host_encode_seconds();
     let t0 = Instant::now();
     let mut committed = vec![first];
     let (mut rounds, mut accepted, mut drafted) = (0, 0, 0);
@@ -266,9 +266,9 @@ fn oracle_rounds(
         let drafts = oracle.drafts(&greedy[at..(at + k).min(greedy.len())]);
         let mut input = vec![seed];
         input.extend(&drafts);
-        let base = model.len();
+        let base = state.len();
         let tf = Instant::now();
-        let next = pollster::block_on(model.forward(ctx, &input, Want::AllNext))?.next;
+        let next = pollster::block_on(state.forward(ctx, &input, Want::AllNext))?.next;
         forward_s += tf.elapsed().as_secs_f64();
         if profiling {
             times.extend(pollster::block_on(ctx.read_profile())?);
@@ -276,7 +276,7 @@ fn oracle_rounds(
         let ok = drafts.iter().zip(&next).take_while(|(d, n)| d == n).count();
         committed.extend(&drafts[..ok]);
         committed.push(next[ok]);
-        model.rollback(base + 1 + ok)?;
+        state.rollback(base + 1 + ok)?;
         rounds += 1;
         accepted += ok;
         drafted += drafts.len();
@@ -293,7 +293,7 @@ fn oracle_rounds(
         accepted,
         drafted,
         ms_per_round: elapsed * 1e3 / rounds.max(1) as f64,
-        host_ms_per_round: (model.host_encode_seconds() - host0) * 1e3 / rounds.max(1) as f64,
+        host_ms_per_round: (state.host_encode_seconds() - host0) * 1e3 / rounds.max(1) as f64,
         forward_ms_per_round: forward_s * 1e3 / rounds.max(1) as f64,
         profile: profiling.then(|| summarize_profile(&times, k + 1, rounds)),
     })
@@ -331,7 +331,7 @@ impl SpecRows<'_> {
     fn oracle(
         &self,
         ctx: &GpuContext,
-        model: &mut Model,
+        state: &mut KvState,
     ) -> Result<(Vec<TestRow>, Vec<serde_json::Value>)> {
         let (k, decode_tps) = (self.k, self.tg.mean());
         let (mut rows, mut out) = (Vec::new(), Vec::new());
@@ -339,7 +339,7 @@ impl SpecRows<'_> {
             let test = format!("{} spec k={k} p={p:.2} oracle", self.tg_name);
             let mut last = None;
             let samples = timed(&test, self.repetitions, || {
-                let o = oracle_rounds(ctx, model, self.context, self.greedy, k, p, false)?;
+                let o = oracle_rounds(ctx, state, self.context, self.greedy, k, p, false)?;
                 let tps = o.tokens_per_s;
                 last = Some(o);
                 Ok(tps)
@@ -359,16 +359,16 @@ impl SpecRows<'_> {
     fn drafter(
         &self,
         ctx: &GpuContext,
-        model: &mut Model,
+        state: &mut KvState,
         assistant: &mut Assistant,
     ) -> Result<(Vec<TestRow>, Vec<serde_json::Value>)> {
         let (k, decode_tps, repetitions) = (self.k, self.tg.mean(), self.repetitions);
         let test = format!("{} spec k={k} drafter", self.tg_name);
         eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
-        let mut runs_at = |model: &mut Model| {
+        let mut runs_at = |state: &mut KvState| {
             crate::bench_spec::drafted_runs(
                 ctx,
-                model,
+                state,
                 assistant,
                 crate::bench_spec::DraftedRuns {
                     prompt: self.context,
@@ -379,10 +379,10 @@ impl SpecRows<'_> {
                 },
             )
         };
-        runs_at(model)?;
+        runs_at(state)?;
         let mut reps = Vec::with_capacity(repetitions);
         for _ in 0..repetitions {
-            reps.push(runs_at(model)?);
+            reps.push(runs_at(state)?);
         }
         let (mut rows, mut out) = (Vec::new(), Vec::new());
         for (i, &p) in self.acceptance.iter().enumerate() {
@@ -429,7 +429,7 @@ fn parallel(
     model_name: String,
 ) -> Result<()> {
     let mut loaded = loaded;
-    loaded.target.model.set_plan_options(args.plan_options());
+    loaded.target.state.set_plan_options(args.plan_options());
     let path = args
         .model
         .clone()
@@ -487,20 +487,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return parallel(args, sizes, loaded, ctx, streams, model_name);
     }
     let LoadedTarget {
-        mut model, load_ms, ..
+        mut state, load_ms, ..
     } = loaded.target;
-    model.set_plan_options(args.plan_options());
-    let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut model, context_len)?;
+    state.set_plan_options(args.plan_options());
+    let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut state, context_len)?;
     let next = plain.greedy[0];
     // One forward at a time at the same position: a plain step without pipelining, and a
     // verify forward of k + 1 rows.
-    let unpipelined_step_ms = forward_ms(&ctx, &mut model, next, 1)?;
+    let unpipelined_step_ms = forward_ms(&ctx, &mut state, next, 1)?;
     let verify_forward_ms = if args.draft_tokens > 0 {
-        Some(forward_ms(&ctx, &mut model, next, args.draft_tokens + 1)?)
+        Some(forward_ms(&ctx, &mut state, next, args.draft_tokens + 1)?)
     } else {
         None
     };
-    let (mut spec, mut assistant) = speculative(&args, &sizes, &ctx, &mut model, &plain)?;
+    let (mut spec, mut assistant) = speculative(&args, &sizes, &ctx, &mut state, &plain)?;
     let mut rows = std::mem::take(&mut plain.rows);
     rows.append(&mut spec.rows);
     let profile = if args.profile {
@@ -508,7 +508,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(Profile::measure(
             &args,
             &ctx,
-            &mut model,
+            &mut state,
             &plain,
             assistant.as_mut(),
         )?)
@@ -517,14 +517,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let context = plain.context(context_len);
     let fusions = if args.compare_fusions {
-        Some(compare_fusions(&ctx, &mut model, context, sizes.gen)?)
+        Some(compare_fusions(&ctx, &mut state, context, sizes.gen)?)
     } else {
         None
     };
     let comparison = if args.compare_norm_kernels {
         Some(compare_norm_kernels(
             &ctx,
-            &mut model,
+            &mut state,
             context,
             sizes.gen,
             args.draft_tokens,
@@ -545,8 +545,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         verify_forward_ms,
         diagnostics: fusions.into_iter().chain(comparison).collect(),
         device_read_gb_per_s: bandwidth.gb_per_s,
-        weight_bytes: model.weight_bytes(),
-        bytes_per_token: model.decode_weight_bytes(),
+        weight_bytes: state.model().weight_bytes(),
+        bytes_per_token: state.model().decode_weight_bytes(),
         rows,
         plain,
         spec,
@@ -575,7 +575,7 @@ fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
     if args.prefill_chunk == 0 {
         bail!("--prefill-chunk: expected at least 1 row, found 0");
     }
-    // The model's own sequence keeps slot 0; each stream takes one more.
+    // The KvState's own sequence keeps slot 0; each stream takes one more.
     let max_parallel = MAX_SEQUENCES - 1;
     match args.parallel {
         Some(n) if !(1..=max_parallel).contains(&n) => {
@@ -683,11 +683,11 @@ impl PlainRun {
         args: &BenchArgs,
         sizes: &Sizes,
         ctx: &GpuContext,
-        model: &mut Model,
+        state: &mut KvState,
         context_len: usize,
     ) -> Result<PlainRun> {
         let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
-        let vocab = model.spec.config.vocab_size as u64;
+        let vocab = state.model().spec.config.vocab_size as u64;
         let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
             .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
             .collect();
@@ -696,9 +696,9 @@ impl PlainRun {
 
         let pp_name = format!("pp{prompt_len}");
         let pp = timed(&pp_name, repetitions, || {
-            model.reset();
+            state.reset();
             let t = Instant::now();
-            pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?;
+            pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?;
             Ok(prompt_len as f64 / t.elapsed().as_secs_f64())
         })?;
         let memory_bytes = ctx
@@ -714,17 +714,17 @@ impl PlainRun {
         let mut greedy = Vec::new();
         let (mut counts, mut host_s) = ((0, 0, 0), 0.0);
         let tg = timed(&tg_name, repetitions, || {
-            model.reset();
-            let next = pollster::block_on(model.forward(ctx, context, Want::NextToken))?.next[0];
+            state.reset();
+            let next = pollster::block_on(state.forward(ctx, context, Want::NextToken))?.next[0];
             let (d0, s0, _) = ctx.counters().snapshot();
             let b0 = ctx.counters().barriers();
-            let host0 = model.host_encode_seconds();
+            let host0 = state.host_encode_seconds();
             let t = Instant::now();
-            let rest = pollster::block_on(model.decode_greedy(ctx, next, gen, &mut |_| true))?;
+            let rest = pollster::block_on(state.decode_greedy(ctx, next, gen, &mut |_| true))?;
             let seconds = t.elapsed().as_secs_f64();
             let (d1, s1, _) = ctx.counters().snapshot();
             counts = (d1 - d0, s1 - s0, ctx.counters().barriers() - b0);
-            host_s = model.host_encode_seconds() - host0;
+            host_s = state.host_encode_seconds() - host0;
             greedy = std::iter::once(next).chain(rest).collect();
             Ok(gen as f64 / seconds)
         })?;
@@ -774,20 +774,20 @@ impl PlainRun {
 
 /// Milliseconds of one forward of `rows` copies of `token` at the model's position, each
 /// submitted, waited for and rolled back (no pipelining).
-fn forward_ms(ctx: &GpuContext, model: &mut Model, token: u32, rows: usize) -> Result<f64> {
+fn forward_ms(ctx: &GpuContext, state: &mut KvState, token: u32, rows: usize) -> Result<f64> {
     let tokens = vec![token; rows];
     let want = if rows == 1 {
         Want::NextToken
     } else {
         Want::AllNext
     };
-    let base = model.len();
-    pollster::block_on(model.forward(ctx, &tokens, want))?;
-    model.rollback(base)?;
+    let base = state.len();
+    pollster::block_on(state.forward(ctx, &tokens, want))?;
+    state.rollback(base)?;
     let t = Instant::now();
     for _ in 0..32 {
-        pollster::block_on(model.forward(ctx, &tokens, want))?;
-        model.rollback(base)?;
+        pollster::block_on(state.forward(ctx, &tokens, want))?;
+        state.rollback(base)?;
     }
     Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
 }
@@ -804,7 +804,7 @@ fn speculative(
     args: &BenchArgs,
     sizes: &Sizes,
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     plain: &PlainRun,
 ) -> Result<(SpecOutcome, Option<Assistant>)> {
     let k = args.draft_tokens;
@@ -825,20 +825,20 @@ fn speculative(
         drafted: Vec::new(),
     };
     if k > 0 {
-        (out.rows, out.oracle) = spec.oracle(ctx, model)?;
+        (out.rows, out.oracle) = spec.oracle(ctx, state)?;
     }
     let shape = match &args.synthetic {
         Some(name) => Some(SyntheticShape::parse(name)?),
-        None => crate::bench_spec::assistant_shape(model),
+        None => crate::bench_spec::assistant_shape(state.model()),
     };
     let mut assistant = match shape {
         Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => Some(
-            crate::bench_spec::load_assistant(ctx, model, shape, args.seed)?,
+            crate::bench_spec::load_assistant(ctx, state, shape, args.seed)?,
         ),
         _ => None,
     };
     if let Some(assistant) = assistant.as_mut() {
-        let (drafter_rows, json) = spec.drafter(ctx, model, assistant)?;
+        let (drafter_rows, json) = spec.drafter(ctx, state, assistant)?;
         out.rows.extend(drafter_rows);
         out.drafted = json;
     }
@@ -859,22 +859,22 @@ impl Profile {
     fn measure(
         args: &BenchArgs,
         ctx: &GpuContext,
-        model: &mut Model,
+        state: &mut KvState,
         plain: &PlainRun,
         assistant: Option<&mut Assistant>,
     ) -> Result<Profile> {
         let k = args.draft_tokens;
         let prompt = plain.prompt();
         let context = plain.decode_context(args.depth);
-        model.reset();
-        let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+        state.reset();
+        let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
         // The prompt's forwards, where their dispatches fit the profiler's timestamps.
         let prefill = pollster::block_on(ctx.read_profile())
             .ok()
             .map(|t| summarize_profile(&t, prompt.len(), 1));
-        let decode = profile_forwards(ctx, model, first, 1, 16)?;
+        let decode = profile_forwards(ctx, state, first, 1, 16)?;
         let verify = if k > 0 {
-            Some(profile_forwards(ctx, model, first, k + 1, 8)?)
+            Some(profile_forwards(ctx, state, first, k + 1, 8)?)
         } else {
             None
         };
@@ -883,7 +883,7 @@ impl Profile {
         let rounds = assistant.map(|assistant| {
             crate::bench_spec::profile_rounds(
                 ctx,
-                model,
+                state,
                 assistant,
                 context,
                 &plain.greedy,
@@ -893,7 +893,7 @@ impl Profile {
             .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         });
         let oracle_rounds = if k > 0 {
-            let o = oracle_rounds(ctx, model, context, &plain.greedy, k, 1.0, true)?;
+            let o = oracle_rounds(ctx, state, context, &plain.greedy, k, 1.0, true)?;
             Some(o.json(plain.tg.mean()))
         } else {
             None

@@ -5,12 +5,12 @@
 use anyhow::Result;
 use std::time::Instant;
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::{Model, PlanOptions, Want};
+use wgemma::session::engine::{KvState, PlanOptions, Want};
 
 /// Per-shader totals of profiled forwards.
 pub fn profile_forwards(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     first: u32,
     rows: usize,
     forwards: usize,
@@ -25,10 +25,10 @@ pub fn profile_forwards(
         } else {
             Want::AllNext
         };
-        let base = model.len();
-        token = pollster::block_on(model.forward(ctx, &input, want))?.next[0];
+        let base = state.len();
+        token = pollster::block_on(state.forward(ctx, &input, want))?.next[0];
         // Every profiled forward runs at the same position (the context stays as timed).
-        model.rollback(base)?;
+        state.rollback(base)?;
         times.extend(pollster::block_on(ctx.read_profile())?);
     }
     Ok(summarize_profile(&times, rows, forwards))
@@ -86,20 +86,20 @@ pub fn summarize_profile(
 /// (tokens/s, dispatches per token, barriers per token).
 fn measure_decode(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     prompt: &[u32],
     steps: usize,
 ) -> Result<(f64, f64, f64)> {
-    model.reset();
-    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    state.reset();
+    let next = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
     // Warm-up: builds the decode plan.
-    pollster::block_on(model.decode_greedy(ctx, next, 2, &mut |_| true))?;
-    model.reset();
-    let next = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))?.next[0];
+    pollster::block_on(state.decode_greedy(ctx, next, 2, &mut |_| true))?;
+    state.reset();
+    let next = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
     let (d0, _, _) = ctx.counters().snapshot();
     let b0 = ctx.counters().barriers();
     let t = Instant::now();
-    pollster::block_on(model.decode_greedy(ctx, next, steps, &mut |_| true))?;
+    pollster::block_on(state.decode_greedy(ctx, next, steps, &mut |_| true))?;
     let seconds = t.elapsed().as_secs_f64();
     let (d1, _, _) = ctx.counters().snapshot();
     let b1 = ctx.counters().barriers();
@@ -113,11 +113,11 @@ fn measure_decode(
 /// its last variants 3-4% low (BENCHMARKS.md, session 16), so order alone moved them.
 pub fn compare_fusions(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     prompt: &[u32],
     steps: usize,
 ) -> Result<serde_json::Value> {
-    let options = model.plan_options();
+    let options = state.plan_options();
     let variants = [
         ("unfused", false, false),
         ("fold_only", true, false),
@@ -128,12 +128,12 @@ pub fn compare_fusions(
     let there_and_back = (0..variants.len()).chain((0..variants.len()).rev());
     for i in there_and_back {
         let (name, fold_now, fold_q_now) = variants[i];
-        model.set_plan_options(PlanOptions {
+        state.set_plan_options(PlanOptions {
             fold_kv_append: fold_now,
             fold_q_norm_rope: fold_q_now,
             ..options
         });
-        let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
+        let (tps, dispatches, barriers) = measure_decode(ctx, state, prompt, steps)?;
         runs[i].push(tps);
         out[format!("{name}_dispatches_per_token")] = dispatches.into();
         out[format!("{name}_barriers_per_token")] = barriers.into();
@@ -143,49 +143,49 @@ pub fn compare_fusions(
         out[format!("{name}_decode_tokens_per_s")] = mean.into();
         out[format!("{name}_decode_tokens_per_s_runs")] = tps.clone().into();
     }
-    model.set_plan_options(options);
-    model.reset();
+    state.set_plan_options(options);
+    state.reset();
     Ok(out)
 }
 
 pub fn compare_norm_kernels(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     prompt: &[u32],
     steps: usize,
     draft_tokens: usize,
 ) -> Result<serde_json::Value> {
-    let time_forward = |model: &mut Model, rows: usize| -> Result<f64> {
+    let time_forward = |state: &mut KvState, rows: usize| -> Result<f64> {
         let tokens = vec![1u32; rows];
-        let base = model.len();
-        pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;
-        model.rollback(base)?;
+        let base = state.len();
+        pollster::block_on(state.forward(ctx, &tokens, Want::AllNext))?;
+        state.rollback(base)?;
         let t = Instant::now();
         for _ in 0..32 {
-            pollster::block_on(model.forward(ctx, &tokens, Want::AllNext))?;
-            model.rollback(base)?;
+            pollster::block_on(state.forward(ctx, &tokens, Want::AllNext))?;
+            state.rollback(base)?;
         }
         Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
     };
-    let options = model.plan_options();
+    let options = state.plan_options();
     let rows = |norm_prologue_rows| PlanOptions {
         norm_prologue_rows,
         ..options
     };
-    model.set_plan_options(rows(0));
-    let (tps, dispatches, barriers) = measure_decode(ctx, model, prompt, steps)?;
+    state.set_plan_options(rows(0));
+    let (tps, dispatches, barriers) = measure_decode(ctx, state, prompt, steps)?;
     let mut out = serde_json::json!({
         "norm_kernels_decode_tokens_per_s": tps,
         "norm_kernels_dispatches_per_token": dispatches,
         "norm_kernels_barriers_per_token": barriers,
     });
     if draft_tokens > 0 {
-        out["norm_kernels_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
-        model.set_plan_options(rows(draft_tokens + 1));
-        out["norm_prologue_verify_forward_ms"] = time_forward(model, draft_tokens + 1)?.into();
+        out["norm_kernels_verify_forward_ms"] = time_forward(state, draft_tokens + 1)?.into();
+        state.set_plan_options(rows(draft_tokens + 1));
+        out["norm_prologue_verify_forward_ms"] = time_forward(state, draft_tokens + 1)?.into();
     }
-    model.set_plan_options(options);
-    model.reset();
+    state.set_plan_options(options);
+    state.reset();
     Ok(out)
 }
 

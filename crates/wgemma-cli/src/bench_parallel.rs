@@ -38,10 +38,11 @@ pub struct ParallelBench<'a> {
 /// The assistant a synthetic target gets: the published assistant's shape with random
 /// weights (E2B, E4B), or the demo's echo drafter (tiny).
 pub fn synthetic_assistant(session: &Session, seed: u64) -> Result<Option<Assistant>> {
-    let model = session.model()?;
+    let state = session.kv_state()?;
+    let model = state.model();
     let ctx = session.ctx();
     if let Some(shape) = assistant_shape(model) {
-        return Ok(Some(load_assistant(ctx, model, shape, seed)?));
+        return Ok(Some(load_assistant(ctx, state, shape, seed)?));
     }
     let tiny = SyntheticShape::Tiny.spec().config;
     let c = &model.spec.config;
@@ -56,7 +57,7 @@ pub fn synthetic_assistant(session: &Session, seed: u64) -> Result<Option<Assist
     };
     Ok(Some(wgemma::session::load_assistant(
         ctx,
-        model,
+        state,
         from,
         LoadHooks::default(),
     )?))

@@ -11,8 +11,9 @@ use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
 use wgemma::session::engine::{
-    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, LogitRows,
-    Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions, SpeculativeOutput,
+    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, KvState,
+    LogitRows, Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions,
+    SpeculativeOutput,
 };
 use wgemma::session::{AssistantFrom, LoadHooks};
 
@@ -29,10 +30,11 @@ pub fn assistant_shape(model: &Model) -> Option<SyntheticShape> {
         })
 }
 
-/// The assistant of `shape` with random weights, bound to `model`, in its weight format.
+/// The assistant of `shape` with random weights, bound to `state`'s caches, in its model's
+/// weight format.
 pub fn load_assistant(
     ctx: &GpuContext,
-    model: &Model,
+    state: &KvState,
     shape: SyntheticShape,
     seed: u64,
 ) -> Result<Assistant> {
@@ -42,7 +44,7 @@ pub fn load_assistant(
     };
     Ok(wgemma::session::load_assistant(
         ctx,
-        model,
+        state,
         from,
         LoadHooks::default(),
     )?)
@@ -50,9 +52,9 @@ pub fn load_assistant(
 
 /// Builds every verify plan a schedule may use (k + 1 rows, k = 0..=cap), so that no timed
 /// round builds one.
-pub fn build_verify_plans(ctx: &GpuContext, model: &mut Model) -> Result<()> {
-    for m in 1..=model.options.max_verify_rows {
-        model.plan(ctx, m, LogitRows::All)?;
+pub fn build_verify_plans(ctx: &GpuContext, state: &mut KvState) -> Result<()> {
+    for m in 1..=state.model().options.max_verify_rows {
+        state.plan(ctx, m, LogitRows::All)?;
     }
     Ok(())
 }
@@ -143,13 +145,13 @@ pub struct RunSpec {
 /// acceptance pattern). Returns the run and the generation's output.
 pub fn speculative_run(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     assistant: &mut Assistant,
     prompt: &[u32],
     greedy: &[u32],
     run: RunSpec,
 ) -> Result<(DraftedRun, SpeculativeOutput)> {
-    let mut oracle = FixedRateDrafts::new(run.acceptance, model.spec.config.vocab_size);
+    let mut oracle = FixedRateDrafts::new(run.acceptance, state.model().spec.config.vocab_size);
     let mut keep = |k: usize| oracle.keep(k);
     let options = GenerateOptions {
         max_new_tokens: greedy.len(),
@@ -163,7 +165,7 @@ pub fn speculative_run(
         capture_draft_logits: false,
     };
     let out = pollster::block_on(generate_speculative_replacing_drafts(
-        model,
+        state,
         assistant,
         ctx,
         prompt,
@@ -244,11 +246,11 @@ impl RunsAtRate {
 /// For each acceptance rate, [`RunsAtRate`] with `assistant` drafting.
 pub fn drafted_runs(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     assistant: &mut Assistant,
     runs: DraftedRuns<'_>,
 ) -> Result<Vec<RunsAtRate>> {
-    build_verify_plans(ctx, model)?;
+    build_verify_plans(ctx, state)?;
     let (prompt, greedy, k) = (runs.prompt, runs.greedy, runs.k);
     let fixed = |acceptance: f64, drafter: bool| RunSpec {
         k,
@@ -259,12 +261,12 @@ pub fn drafted_runs(
     // Warm-up: the assistant's pipelines and the rounds' buffers.
     let warm = &greedy[..greedy.len().min(8)];
     for drafter in [true, false] {
-        speculative_run(ctx, model, assistant, prompt, warm, fixed(1.0, drafter))?;
+        speculative_run(ctx, state, assistant, prompt, warm, fixed(1.0, drafter))?;
     }
     let mut out = Vec::new();
     for &p in runs.acceptance {
         let mut run = |spec: RunSpec| -> Result<DraftedRun> {
-            Ok(speculative_run(ctx, model, assistant, prompt, greedy, spec)?.0)
+            Ok(speculative_run(ctx, state, assistant, prompt, greedy, spec)?.0)
         };
         let drafted = run(fixed(p, true))?;
         let verify_only = run(fixed(p, false))?;
@@ -293,7 +295,7 @@ pub fn drafted_runs(
 /// step's GPU time from the same process, for `verify_ratio`.
 pub fn profile_rounds(
     ctx: &GpuContext,
-    model: &mut Model,
+    state: &mut KvState,
     assistant: &mut Assistant,
     prompt: &[u32],
     greedy: &[u32],
@@ -309,7 +311,7 @@ pub fn profile_rounds(
     // A short run sizes the profiled one: its phases count the prefill's and a round's
     // dispatches (every round of k drafts records the same ones).
     let probe = &greedy[..greedy.len().min(2 * (k + 1) + 1)];
-    let (_, out) = speculative_run(ctx, model, assistant, prompt, probe, spec)?;
+    let (_, out) = speculative_run(ctx, state, assistant, prompt, probe, spec)?;
     if let Err(e) = pollster::block_on(ctx.read_profile()) {
         // The prefill and two rounds overflow the timestamps (a long prompt).
         return Ok(serde_json::json!({ "skipped": e.to_string() }));
@@ -341,7 +343,7 @@ pub fn profile_rounds(
         }));
     }
     let tokens = (1 + rounds * (k + 1)).min(greedy.len());
-    let (_, out) = speculative_run(ctx, model, assistant, prompt, &greedy[..tokens], spec)?;
+    let (_, out) = speculative_run(ctx, state, assistant, prompt, &greedy[..tokens], spec)?;
     let times = pollster::block_on(ctx.read_profile())?;
     let total: u64 = out.phases.iter().map(|p| p.dispatches).sum();
     if total != times.len() as u64 {

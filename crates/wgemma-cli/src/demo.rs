@@ -21,7 +21,7 @@ use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::session::engine::{
     generate, generate_speculative, Assistant, DraftSchedule, GenerateOptions, GenerateStats,
-    LogitRows, Model, ModelOptions, SamplingParams, SpeculativeOptions, SpeculativeOutput,
+    KvState, LogitRows, ModelOptions, SamplingParams, SpeculativeOptions, SpeculativeOutput,
     SpeculativeStats, Tokenizer, WeightFormat, MAX_DRAFT_TOKENS,
 };
 use wgemma::session::{load_target, AssistantFrom, LoadHooks, LoadSource, Step};
@@ -84,7 +84,7 @@ pub struct DemoArgs {
 }
 
 struct Pair {
-    target: Model,
+    target: KvState,
     assistant: Assistant,
     tokenizer: Option<Arc<Tokenizer>>,
     stop_ids: Vec<u32>,
@@ -122,11 +122,11 @@ fn shipped(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
             path.display()
         )
     })?;
-    let target = loaded.target.model;
-    let format = target.options.format;
+    let target = loaded.target.state;
+    let format = target.model().options.format;
     let assistant = load_assistant(ctx, &path, &target, true)?;
     let prompt = tokenizer.encode_prompt(&args.prompt)?;
-    let c = &target.spec.config;
+    let c = &target.model().spec.config;
     let describe = format!(
         "{}: Gemma 4 target ({} layers, hidden {}, vocab {}) + MTP assistant, trained on the \
          King James Bible, {}",
@@ -189,7 +189,7 @@ fn synthetic(ctx: &GpuContext, args: &DemoArgs) -> Result<Pair> {
         })),
         ..LoadHooks::default()
     };
-    let target = load_target(ctx, source, hooks)?.model;
+    let target = load_target(ctx, source, hooks)?.state;
     let from = AssistantFrom::Synthetic {
         target_seed: args.seed,
         seed: args.seed.wrapping_add(1),
@@ -278,7 +278,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     wgemma::session::check_budget(
         pair.prompt.len(),
         args.max_new_tokens,
-        pair.target.options.max_context,
+        pair.target.model().options.max_context,
     )
     .context("--max-new-tokens")?;
     let Pair {
@@ -436,7 +436,7 @@ impl<'a> Runner<'a> {
 
     fn plain(
         &self,
-        target: &mut Model,
+        target: &mut KvState,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<(Vec<u32>, GenerateStats)> {
         Ok(pollster::block_on(generate(
@@ -450,7 +450,7 @@ impl<'a> Runner<'a> {
 
     fn speculative(
         &self,
-        target: &mut Model,
+        target: &mut KvState,
         assistant: &mut Assistant,
     ) -> Result<SpeculativeOutput> {
         Ok(pollster::block_on(generate_speculative(
@@ -469,7 +469,7 @@ impl<'a> Runner<'a> {
     /// plain tokens.
     fn warm_up(
         &self,
-        target: &mut Model,
+        target: &mut KvState,
         assistant: &mut Assistant,
         tokenizer: Option<&Tokenizer>,
         text_out: bool,
@@ -486,7 +486,12 @@ impl<'a> Runner<'a> {
             eprintln!("warming up speculative decoding (building its verify plans) ...");
         }
         // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
-        for m in 1..=target.options.max_verify_rows.min(MAX_DRAFT_TOKENS + 1) {
+        for m in 1..=target
+            .model()
+            .options
+            .max_verify_rows
+            .min(MAX_DRAFT_TOKENS + 1)
+        {
             target.plan(self.ctx, m, LogitRows::All)?;
         }
         self.speculative(target, assistant)?;
@@ -497,7 +502,7 @@ impl<'a> Runner<'a> {
     /// (clocks, other work) reaches both alike.
     fn timed_runs(
         &self,
-        target: &mut Model,
+        target: &mut KvState,
         assistant: &mut Assistant,
         repetitions: usize,
         text_out: bool,

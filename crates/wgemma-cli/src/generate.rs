@@ -299,8 +299,8 @@ pub fn run_logits(args: LogitsArgs) -> Result<()> {
     } else {
         Want::LastLogits
     };
-    let out = pollster::block_on(loaded.target.model.forward(&ctx, &ids, want))?;
-    let vocab = loaded.target.model.spec.config.vocab_size;
+    let out = pollster::block_on(loaded.target.state.forward(&ctx, &ids, want))?;
+    let vocab = loaded.target.state.model().spec.config.vocab_size;
     let rows: Vec<&[f32]> = out.logits.chunks(vocab).collect();
     let _ = args.json;
     let stdout = std::io::stdout();

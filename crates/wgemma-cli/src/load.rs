@@ -11,7 +11,7 @@ use anyhow::Result;
 use std::path::Path;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::{Assistant, Model, ModelOptions, WeightFormat};
+use wgemma::session::engine::{Assistant, KvState, Model, ModelOptions, WeightFormat};
 use wgemma::session::{
     load_assistant as load_assistant_from, load_target, AssistantFrom, CheckpointSource, Label,
     LoadHooks, LoadSource, LoadedTarget, PlaceFn, Session, Step,
@@ -36,7 +36,7 @@ impl Loaded {
         verify: bool,
     ) -> Result<Session> {
         let mut target = self.target;
-        target.dtype = format!("{:?}", target.model.options.format);
+        target.dtype = format!("{:?}", target.state.model().options.format);
         target.description = model_path.display().to_string();
         let mut session = Session::with_context(ctx);
         session.install(target);
@@ -229,7 +229,7 @@ pub fn load_model_with(
         ..hooks(&req, &display, path)
     };
     let target = load_target(ctx, file.target(), hooks)?;
-    display.finish(|| file.finished(ctx, &target.model, &req, quantiser));
+    display.finish(|| file.finished(ctx, target.state.model(), &req, quantiser));
     Ok(Loaded {
         target,
         peak_rss_mb: peak_rss_mb(),
@@ -241,7 +241,7 @@ pub fn load_model_with(
 pub fn load_assistant(
     ctx: &GpuContext,
     path: &Path,
-    target: &Model,
+    target: &KvState,
     verify: bool,
 ) -> Result<Assistant> {
     let file = ModelFile::open(path)?;

@@ -43,13 +43,13 @@ pub fn run(args: LoadArgs) -> Result<()> {
     let assistant = args
         .assistant
         .as_ref()
-        .map(|p| load_assistant(&ctx, p, &loaded.target.model, !args.model.no_verify))
+        .map(|p| load_assistant(&ctx, p, &loaded.target.state, !args.model.no_verify))
         .transpose()?;
     let total_ms = start.elapsed().as_secs_f64() * 1e3;
     let report = serde_json::json!({
         "model": args.model.model.display().to_string(),
         "assistant": args.assistant.as_ref().map(|p| p.display().to_string()),
-        "format": format!("{:?}", loaded.target.model.options.format),
+        "format": format!("{:?}", loaded.target.state.model().options.format),
         "verified": !args.model.no_verify,
         "quantised_on": if args.model.model.is_dir() {
             (if quantiser.on_gpu(&ctx) { "gpu" } else { "cpu" }).to_string()
@@ -65,7 +65,7 @@ pub fn run(args: LoadArgs) -> Result<()> {
         },
         "load_ms": total_ms,
         "target_load_ms": target_ms,
-        "weight_bytes": loaded.target.model.weight_bytes(),
+        "weight_bytes": loaded.target.state.model().weight_bytes(),
         "assistant_loaded": assistant.is_some(),
         "peak_rss_mb_before_load": rss_before,
         "peak_rss_mb_after_target": loaded.peak_rss_mb,

@@ -175,7 +175,7 @@ pub(crate) fn unix_now() -> u64 {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let mut load_request = args.model.request()?;
-    // The model's own active sequence keeps slot 0; the batch's sequences take the others.
+    // The KvState's own active sequence keeps slot 0; the batch's sequences take the others.
     let max_parallel = MAX_SEQUENCES - 1;
     if !(1..=max_parallel).contains(&args.parallel) {
         bail!(
@@ -391,7 +391,7 @@ impl WorkerLoad {
 }
 
 impl ServerInfo {
-    /// The KV slot ids requests use: 1..=parallel (slot 0 is the model's own sequence).
+    /// The KV slot ids requests use: 1..=parallel (slot 0 is the KvState's own sequence).
     fn slot_ids(&self) -> std::ops::RangeInclusive<usize> {
         1..=self.slots
     }

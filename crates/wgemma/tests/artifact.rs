@@ -21,7 +21,8 @@ use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
 use wgemma::weights::layout::MatrixUse;
@@ -103,9 +104,9 @@ fn hooks(verify: bool) -> LoadHooks<'static> {
     }
 }
 
-fn all_logits(model: &mut Model, tokens: &[u32]) -> Vec<u32> {
-    model.reset();
-    let out = pollster::block_on(model.forward(test_context(), tokens, Want::AllLogits)).unwrap();
+fn all_logits(state: &mut KvState, tokens: &[u32]) -> Vec<u32> {
+    state.reset();
+    let out = pollster::block_on(state.forward(test_context(), tokens, Want::AllLogits)).unwrap();
     out.logits.iter().map(|v| v.to_bits()).collect()
 }
 
@@ -113,7 +114,7 @@ fn check_round_trip(name: &str, format: WeightFormat) {
     let f = Fixture::open(name);
     let spec = parse_config(&f.config).unwrap();
     let vocab = spec.config.vocab_size as u32;
-    let mut from_dir = Model::load(
+    let mut from_dir = KvState::load(
         test_context(),
         &f.checkpoint(),
         spec,
@@ -123,8 +124,8 @@ fn check_round_trip(name: &str, format: WeightFormat) {
     .unwrap();
     let bytes = convert_fixtures(name, None, format);
     let artifact = Artifact::parse(&bytes).unwrap();
-    let mut from_artifact =
-        load_target(test_context(), &artifact, options(format), hooks(true)).unwrap();
+    let model = load_target(test_context(), &artifact, options(format), hooks(true)).unwrap();
+    let mut from_artifact = KvState::new(test_context(), model).unwrap();
     let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % vocab).collect();
     let (a, b) = (
         all_logits(&mut from_dir, &tokens),
@@ -135,7 +136,10 @@ fn check_round_trip(name: &str, format: WeightFormat) {
         a == b,
         "{name} {format:?}: logits differ between the directory and its artifact"
     );
-    assert_eq!(from_dir.weight_bytes(), from_artifact.weight_bytes());
+    assert_eq!(
+        from_dir.model().weight_bytes(),
+        from_artifact.model().weight_bytes()
+    );
 }
 
 #[test]
@@ -159,7 +163,7 @@ fn artifact_logits_are_identical_to_the_checkpoint_dense_kv_and_moe() {
 }
 
 fn speculative(
-    target: &mut Model,
+    target: &mut KvState,
     assistant: &mut Assistant,
     prompt: &[u32],
 ) -> (Vec<u32>, Vec<Vec<u32>>) {
@@ -198,7 +202,7 @@ fn speculative_tokens_and_draft_logits_are_identical_from_the_artifact() {
             Fixture::open("e2b_like_assistant"),
         );
         let ctx = test_context();
-        let mut target = Model::load(
+        let mut target = KvState::load(
             ctx,
             &t.checkpoint(),
             parse_config(&t.config).unwrap(),
@@ -217,7 +221,8 @@ fn speculative_tokens_and_draft_logits_are_identical_from_the_artifact() {
         .unwrap();
         let bytes = convert_fixtures("e2b_like", Some("e2b_like_assistant"), format);
         let artifact = Artifact::parse(&bytes).unwrap();
-        let mut t2 = load_target(ctx, &artifact, options(format), hooks(true)).unwrap();
+        let model = load_target(ctx, &artifact, options(format), hooks(true)).unwrap();
+        let mut t2 = KvState::new(ctx, model).unwrap();
         let mut a2 = load_assistant(ctx, &artifact, &t2, true, &|_| {}).unwrap();
         for prompt in [vec![2u32, 17, 9, 33], vec![5, 5, 5, 5, 5, 5]] {
             let dir = speculative(&mut target, &mut assistant, &prompt);
@@ -497,13 +502,14 @@ fn other_contract_breaches_are_named() {
     // A target-only artifact has no assistant.
     let target_only = convert_fixtures("e2b_like", None, WeightFormat::F32);
     let artifact = Artifact::parse(&target_only).unwrap();
-    let target = load_target(
+    let model = load_target(
         test_context(),
         &artifact,
         options(WeightFormat::F32),
         hooks(true),
     )
     .unwrap();
+    let target = KvState::new(test_context(), model).unwrap();
     let err = load_assistant(test_context(), &artifact, &target, true, &|_| {})
         .err()
         .unwrap()
@@ -589,12 +595,13 @@ fn declarations_give_the_loaded_bytes_and_the_plan() {
             let source = Recording::new(t.checkpoint());
             let spec = parse_config(&t.config).unwrap();
             let plan = target_plan(&spec, format, &|n| WeightSource::has(&source, n));
-            let target = Model::load(ctx, &source, spec, options(format), &mut |_, _| {}).unwrap();
+            let target =
+                KvState::load(ctx, &source, spec, options(format), &mut |_, _| {}).unwrap();
             assert_eq!(*source.read.borrow(), names(&plan), "{name} {format:?}");
             let (total, tables) = planned_gpu_bytes(&plan);
-            assert_eq!(target.weight_bytes(), total, "{name} {format:?}");
+            assert_eq!(target.model().weight_bytes(), total, "{name} {format:?}");
             assert_eq!(
-                target.weight_bytes() - target.decode_weight_bytes(),
+                target.model().weight_bytes() - target.model().decode_weight_bytes(),
                 tables,
                 "{name} {format:?}"
             );

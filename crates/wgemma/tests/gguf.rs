@@ -16,7 +16,8 @@ use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
 
@@ -40,7 +41,7 @@ fn options(format: WeightFormat) -> ModelOptions {
 /// Logits at every position of a fixed prompt.
 fn logits(source: &dyn WeightSource, config: &str, format: WeightFormat) -> Vec<f32> {
     let spec = parse_config(config).unwrap();
-    let mut model = Model::load(
+    let mut state = KvState::load(
         test_context(),
         source,
         spec,
@@ -49,7 +50,7 @@ fn logits(source: &dyn WeightSource, config: &str, format: WeightFormat) -> Vec<
     )
     .unwrap();
     let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 500).collect();
-    pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits))
+    pollster::block_on(state.forward(test_context(), &tokens, Want::AllLogits))
         .unwrap()
         .logits
 }
@@ -146,7 +147,7 @@ fn q4_0_gguf_stays_within_quantisation_error_of_hf() {
     );
 }
 
-fn speculative(target: &mut Model, assistant: &mut Assistant, prompt: &[u32]) -> SpecOut {
+fn speculative(target: &mut KvState, assistant: &mut Assistant, prompt: &[u32]) -> SpecOut {
     let options = GenerateOptions {
         max_new_tokens: 12,
         sampling: SamplingParams::default(),
@@ -201,7 +202,7 @@ fn assistant_gguf_drafts_as_its_hf_directory() {
     let ctx = test_context();
     for format in [WeightFormat::F32, WeightFormat::Q4 { group: 32 }] {
         let hf_config = read_str("golden/e2b_like/config.json");
-        let mut t1 = Model::load(
+        let mut t1 = KvState::load(
             ctx,
             &t_ck,
             parse_config(&hf_config).unwrap(),
@@ -211,7 +212,7 @@ fn assistant_gguf_drafts_as_its_hf_directory() {
         .unwrap();
         let weights = GgufWeights::new(&t_file);
         let config = config_json(&t_file).unwrap();
-        let mut t2 = Model::load(
+        let mut t2 = KvState::load(
             ctx,
             &weights,
             parse_config(&config).unwrap(),
@@ -219,7 +220,7 @@ fn assistant_gguf_drafts_as_its_hf_directory() {
             &mut |_, _| {},
         )
         .unwrap();
-        let load = |source: &dyn WeightSource, spec, target: &Model| {
+        let load = |source: &dyn WeightSource, spec, target: &KvState| {
             Assistant::load(
                 ctx,
                 source,
@@ -358,7 +359,7 @@ fn q4_k_m_gguf_matches_hf_on_its_dequantised_weights() {
     assert_eq!(a.layers, b.layers, "layers from the GGUF metadata");
     let vocab = b.config.vocab_size;
     let weights = GgufWeights::new(&file);
-    let mut model = Model::load(
+    let mut state = KvState::load(
         test_context(),
         &weights,
         b,
@@ -369,8 +370,8 @@ fn q4_k_m_gguf_matches_hf_on_its_dequantised_weights() {
     for (p, (prompt, greedy, key)) in kq.prompts().into_iter().enumerate() {
         let want = kq.hf_logits(&key);
         let tokens = [prompt.clone(), greedy.clone()].concat();
-        model.reset();
-        let got = pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits))
+        state.reset();
+        let got = pollster::block_on(state.forward(test_context(), &tokens, Want::AllLogits))
             .unwrap()
             .logits;
         let diff = max_rel_diff(&got, &want, vocab);
@@ -380,13 +381,13 @@ fn q4_k_m_gguf_matches_hf_on_its_dequantised_weights() {
             argmaxes(&want, vocab),
             "p{p}: argmax"
         );
-        model.reset();
-        let mut next = pollster::block_on(model.forward(test_context(), &prompt, Want::NextToken))
+        state.reset();
+        let mut next = pollster::block_on(state.forward(test_context(), &prompt, Want::NextToken))
             .unwrap()
             .next[0];
         let mut out = vec![next];
         while out.len() < greedy.len() {
-            next = pollster::block_on(model.forward(test_context(), &[next], Want::NextToken))
+            next = pollster::block_on(state.forward(test_context(), &[next], Want::NextToken))
                 .unwrap()
                 .next[0];
             out.push(next);
@@ -440,7 +441,7 @@ fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
     }
     let prompt: Vec<u32> = (0..24).map(|i| (i * 37 + 5) % 256).collect();
     let run = |source: &dyn WeightSource, config: &str, format| {
-        let mut model = Model::load(
+        let mut state = KvState::load(
             test_context(),
             source,
             parse_config(config).unwrap(),
@@ -448,7 +449,7 @@ fn k_quants_requantised_to_q4_stay_within_a_4_bit_error() {
             &mut |_, _| {},
         )
         .unwrap();
-        pollster::block_on(model.forward(test_context(), &prompt, Want::AllLogits))
+        pollster::block_on(state.forward(test_context(), &prompt, Want::AllLogits))
             .unwrap()
             .logits
     };
@@ -542,10 +543,10 @@ fn artifacts_of_gguf_files_give_the_gguf_logits() {
         progress: Box::leak(Box::new(|_, _| {})),
         release: &|_| {},
     };
-    let bits = |model: &mut Model| -> Vec<u32> {
+    let bits = |state: &mut KvState| -> Vec<u32> {
         let tokens: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % 256).collect();
-        model.reset();
-        let out = pollster::block_on(model.forward(ctx, &tokens, Want::AllLogits)).unwrap();
+        state.reset();
+        let out = pollster::block_on(state.forward(ctx, &tokens, Want::AllLogits)).unwrap();
         out.logits.iter().map(|v| v.to_bits()).collect()
     };
     for (path, format) in [
@@ -558,15 +559,19 @@ fn artifacts_of_gguf_files_give_the_gguf_logits() {
         let spec = parse_config(&config_json(&file).unwrap()).unwrap();
         let weights = GgufWeights::new(&file);
         let mut from_gguf =
-            Model::load(ctx, &weights, spec, options(format), &mut |_, _| {}).unwrap();
+            KvState::load(ctx, &weights, spec, options(format), &mut |_, _| {}).unwrap();
         let art_bytes = artifact_of(&file, None, format);
         let art = Artifact::parse(&art_bytes).unwrap();
-        let mut from_artifact = load_target(ctx, &art, options(format), hooks()).unwrap();
+        let model = load_target(ctx, &art, options(format), hooks()).unwrap();
+        let mut from_artifact = KvState::new(ctx, model).unwrap();
         assert!(
             bits(&mut from_gguf) == bits(&mut from_artifact),
             "{path} {format:?}: logits differ between the GGUF and its artifact"
         );
-        assert_eq!(from_gguf.weight_bytes(), from_artifact.weight_bytes());
+        assert_eq!(
+            from_gguf.model().weight_bytes(),
+            from_artifact.model().weight_bytes()
+        );
     }
     // The Q4_0 target with its gemma4-assistant GGUF in one artifact.
     let format = WeightFormat::Q4 { group: 32 };
@@ -578,7 +583,7 @@ fn artifacts_of_gguf_files_give_the_gguf_logits() {
         GgufFile::parse(&t_bytes).unwrap(),
         GgufFile::parse(&a_bytes).unwrap(),
     );
-    let mut target = Model::load(
+    let mut target = KvState::load(
         ctx,
         &GgufWeights::new(&t_file),
         parse_config(&config_json(&t_file).unwrap()).unwrap(),
@@ -597,7 +602,8 @@ fn artifacts_of_gguf_files_give_the_gguf_logits() {
     .unwrap();
     let art_bytes = artifact_of(&t_file, Some(&a_file), format);
     let art = Artifact::parse(&art_bytes).unwrap();
-    let mut t2 = load_target(ctx, &art, options(format), hooks()).unwrap();
+    let model = load_target(ctx, &art, options(format), hooks()).unwrap();
+    let mut t2 = KvState::new(ctx, model).unwrap();
     let mut a2 = load_assistant(ctx, &art, &t2, true, &|_| {}).unwrap();
     for prompt in [vec![2u32, 17, 9, 33], vec![5, 5, 5, 5, 5, 5]] {
         let gguf = speculative(&mut target, &mut assistant, &prompt);

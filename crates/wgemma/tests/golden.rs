@@ -6,7 +6,8 @@ use safetensors::SafeTensors;
 use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::gpu::test_context;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, PlanOptions};
 
@@ -35,11 +36,11 @@ impl Fixture {
         }
     }
 
-    fn model(&self, options: ModelOptions) -> Model {
+    fn state(&self, options: ModelOptions) -> KvState {
         let ck =
             Checkpoint::from_shards(vec![("model.safetensors".into(), &self.model_bytes)]).unwrap();
         let spec = parse_config(&self.config).unwrap();
-        Model::load(test_context(), &ck, spec, options, &mut |_, _| {}).unwrap()
+        KvState::load(test_context(), &ck, spec, options, &mut |_, _| {}).unwrap()
     }
 
     fn prompts(&self) -> Vec<(Vec<u32>, serde_json::Value)> {
@@ -93,15 +94,15 @@ fn check_positions(
     argmax_too: bool,
 ) {
     let fx = Fixture::open(name);
-    let mut model = fx.model(options(format));
-    let vocab = model.spec.config.vocab_size;
+    let mut state = fx.state(options(format));
+    let vocab = state.model().spec.config.vocab_size;
     for (p, (prompt, info)) in fx.prompts().iter().enumerate() {
         let mut tokens = prompt.clone();
         tokens.extend(ids(&info[variant]["greedy"]));
         let expected = fx.logits(info[variant]["logits_key"].as_str().unwrap());
-        model.reset();
+        state.reset();
         let out =
-            pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits)).unwrap();
+            pollster::block_on(state.forward(test_context(), &tokens, Want::AllLogits)).unwrap();
         assert_eq!(
             out.logits.len(),
             expected.len(),
@@ -136,16 +137,16 @@ fn check_positions(
 /// Greedy decoding (prefill, then one token per forward) reproduces HF's continuation.
 fn check_greedy(name: &str, format: WeightFormat, variant: &str) {
     let fx = Fixture::open(name);
-    let mut model = fx.model(options(format));
+    let mut state = fx.state(options(format));
     for (p, (prompt, info)) in fx.prompts().iter().enumerate() {
         let want = ids(&info[variant]["greedy"]);
-        model.reset();
-        let mut next = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken))
+        state.reset();
+        let mut next = pollster::block_on(state.forward(test_context(), prompt, Want::NextToken))
             .unwrap()
             .next[0];
         let mut got = vec![next];
         while got.len() < want.len() {
-            next = pollster::block_on(model.forward(test_context(), &[next], Want::NextToken))
+            next = pollster::block_on(state.forward(test_context(), &[next], Want::NextToken))
                 .unwrap()
                 .next[0];
             got.push(next);
@@ -153,12 +154,12 @@ fn check_greedy(name: &str, format: WeightFormat, variant: &str) {
         assert_eq!(got, want, "{name} {variant} p{p}: greedy continuation");
 
         // Pipelined decoding (next step submitted before the token is read) is identical.
-        model.reset();
-        let first = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken))
+        state.reset();
+        let first = pollster::block_on(state.forward(test_context(), prompt, Want::NextToken))
             .unwrap()
             .next[0];
         let mut seen = Vec::new();
-        let rest = pollster::block_on(model.decode_greedy(
+        let rest = pollster::block_on(state.decode_greedy(
             test_context(),
             first,
             want.len() - 1,
@@ -174,39 +175,39 @@ fn check_greedy(name: &str, format: WeightFormat, variant: &str) {
             want,
             "{name} {variant} p{p}: pipelined greedy continuation"
         );
-        assert_eq!(model.len(), prompt.len() + want.len() - 1);
+        assert_eq!(state.len(), prompt.len() + want.len() - 1);
     }
 }
 
 #[test]
 fn pipelined_decode_stops_where_asked_and_rolls_back_the_step_ahead() {
     let fx = Fixture::open("e2b_like");
-    let mut model = fx.model(options(WeightFormat::F32));
+    let mut state = fx.state(options(WeightFormat::F32));
     let (prompt, info) = &fx.prompts()[0];
     let want = ids(&info["f32"]["greedy"]);
-    let first = pollster::block_on(model.forward(test_context(), prompt, Want::NextToken))
+    let first = pollster::block_on(state.forward(test_context(), prompt, Want::NextToken))
         .unwrap()
         .next[0];
     // Stop at the third token: one more step has been submitted and must be undone.
     let mut count = 0;
-    let got = pollster::block_on(model.decode_greedy(test_context(), first, 20, &mut |_| {
+    let got = pollster::block_on(state.decode_greedy(test_context(), first, 20, &mut |_| {
         count += 1;
         count < 3
     }))
     .unwrap();
     assert_eq!(got, want[1..4].to_vec());
     assert_eq!(
-        model.len(),
+        state.len(),
         prompt.len() + 3,
         "fed: first + 2 produced tokens"
     );
     // Decoding on from there continues the same greedy sequence.
-    let next = pollster::block_on(model.forward(test_context(), &[got[2]], Want::NextToken))
+    let next = pollster::block_on(state.forward(test_context(), &[got[2]], Want::NextToken))
         .unwrap()
         .next[0];
     assert_eq!(next, want[4]);
     // A context that ends mid-run: the step that does not fit is an error only when needed.
-    let mut tight = fx.model(ModelOptions {
+    let mut tight = fx.state(ModelOptions {
         max_context: prompt.len() + 2,
         ..options(WeightFormat::F32)
     });
@@ -224,12 +225,12 @@ fn pipelined_decode_stops_where_asked_and_rolls_back_the_step_ahead() {
 
 /// Continuous batching: each prompt prefilled in its own sequence (KV slot), then all of them
 /// decoded together, one `forward_batch` row per unfinished sequence (rows leave the batch as
-/// their continuations end), reproduce HF's greedy continuation of every prompt; the model's
+/// their continuations end), reproduce HF's greedy continuation of every prompt; the state's
 /// own sequence is untouched.
 fn check_batched_greedy(name: &str) {
     let fx = Fixture::open(name);
     let prompts = fx.prompts();
-    let mut model = fx.model(ModelOptions {
+    let mut state = fx.state(ModelOptions {
         sequences: prompts.len() + 1,
         ..options(WeightFormat::F32)
     });
@@ -238,21 +239,21 @@ fn check_batched_greedy(name: &str) {
     let mut got: Vec<Vec<u32>> = Vec::new();
     let mut wants = Vec::new();
     for (prompt, info) in &prompts {
-        let mut seq = model.new_sequence().unwrap();
-        model.swap_sequence(&mut seq).unwrap();
-        let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))
+        let mut seq = state.new_sequence().unwrap();
+        state.swap_sequence(&mut seq).unwrap();
+        let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))
             .unwrap()
             .next[0];
-        model.swap_sequence(&mut seq).unwrap();
+        state.swap_sequence(&mut seq).unwrap();
         assert_eq!(seq.len(), prompt.len());
         seqs.push(seq);
         got.push(vec![first]);
         wants.push(ids(&info["f32"]["greedy"]));
     }
     assert_eq!(
-        model.len(),
+        state.len(),
         0,
-        "{name}: the model's own sequence stays empty"
+        "{name}: the state's own sequence stays empty"
     );
     loop {
         let mut rows: Vec<(&mut wgemma::model::target::Sequence, u32)> = Vec::new();
@@ -271,10 +272,10 @@ fn check_batched_greedy(name: &str) {
         } else {
             Want::AllLogits
         };
-        let out = pollster::block_on(model.forward_batch(ctx, &mut rows, want)).unwrap();
+        let out = pollster::block_on(state.forward_batch(ctx, &mut rows, want)).unwrap();
         assert_eq!(out.next.len(), which.len());
         if want == Want::AllLogits {
-            let vocab = model.spec.config.vocab_size;
+            let vocab = state.model().spec.config.vocab_size;
             for (row, next) in out.logits.chunks(vocab).zip(&out.next) {
                 assert_eq!(argmax(row), *next, "{name}: logits and greedy ids agree");
             }
@@ -303,44 +304,44 @@ fn dense_kv_batched_sequences_match_hf() {
 fn sequences_hold_their_slots_until_dropped() {
     let fx = Fixture::open("e2b_like");
     let ctx = test_context();
-    let mut model = fx.model(ModelOptions {
+    let mut state = fx.state(ModelOptions {
         sequences: 2,
         ..options(WeightFormat::F32)
     });
     let (prompt, info) = &fx.prompts()[0];
     let want = ids(&info["f32"]["greedy"]);
-    let mut a = model.new_sequence().unwrap();
+    let mut a = state.new_sequence().unwrap();
     assert_eq!(a.slot(), 1);
-    let err = model.new_sequence().unwrap_err().to_string();
+    let err = state.new_sequence().unwrap_err().to_string();
     assert!(err.contains("all held"), "{err}");
-    // A sequence of another model is refused, and nothing moves.
-    let other = fx.model(ModelOptions {
+    // A sequence of another state (here another model's) is refused, and nothing moves.
+    let other = fx.state(ModelOptions {
         sequences: 2,
         ..options(WeightFormat::F32)
     });
     let mut foreign = other.new_sequence().unwrap();
-    assert!(model.swap_sequence(&mut foreign).is_err());
-    let err = pollster::block_on(model.forward_batch(ctx, &mut [(&mut foreign, 1)], Want::AllNext))
+    assert!(state.swap_sequence(&mut foreign).is_err());
+    let err = pollster::block_on(state.forward_batch(ctx, &mut [(&mut foreign, 1)], Want::AllNext))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("another model"), "{err}");
+    assert!(err.contains("another KvState"), "{err}");
     assert!(foreign.is_empty());
-    // The active sequence and `a` are independent: a prompt in `a`, then the model's own
+    // The active sequence and `a` are independent: a prompt in `a`, then the state's own
     // sequence gets the same prompt and the same first token.
-    model.swap_sequence(&mut a).unwrap();
-    let first = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))
+    state.swap_sequence(&mut a).unwrap();
+    let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))
         .unwrap()
         .next[0];
     assert_eq!(first, want[0]);
-    model.swap_sequence(&mut a).unwrap();
-    assert_eq!((model.len(), a.len()), (0, prompt.len()));
-    let again = pollster::block_on(model.forward(ctx, prompt, Want::NextToken))
+    state.swap_sequence(&mut a).unwrap();
+    assert_eq!((state.len(), a.len()), (0, prompt.len()));
+    let again = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))
         .unwrap()
         .next[0];
     assert_eq!(again, first);
     // Rolling `a` back and re-feeding its last token gives the same next token.
     a.rollback(prompt.len() - 1).unwrap();
-    let out = pollster::block_on(model.forward_batch(
+    let out = pollster::block_on(state.forward_batch(
         ctx,
         &mut [(&mut a, *prompt.last().unwrap())],
         Want::AllNext,
@@ -349,7 +350,7 @@ fn sequences_hold_their_slots_until_dropped() {
     assert_eq!(out.next, vec![first]);
     // Dropping `a` gives its slot back.
     drop(a);
-    assert_eq!(model.new_sequence().unwrap().slot(), 1);
+    assert_eq!(state.new_sequence().unwrap().slot(), 1);
     drop(other.new_sequence());
 }
 
@@ -391,12 +392,12 @@ fn dense_kv_q4_matches_hf_on_fake_quantised_weights() {
 fn chunked_prefill_equals_token_by_token() {
     let fx = Fixture::open("e2b_like");
     let (prompt, _) = &fx.prompts()[1];
-    let mut chunked = fx.model(ModelOptions {
+    let mut chunked = fx.state(ModelOptions {
         prefill_chunk: 5,
         ..options(WeightFormat::F32)
     });
     let a = pollster::block_on(chunked.forward(test_context(), prompt, Want::AllLogits)).unwrap();
-    let mut single = fx.model(ModelOptions {
+    let mut single = fx.state(ModelOptions {
         prefill_chunk: 1,
         ..options(WeightFormat::F32)
     });
@@ -437,49 +438,49 @@ fn e2b_like_f16_weights_stay_close_to_hf() {
 #[test]
 fn out_of_vocab_ids_and_overlong_prompts_are_refused() {
     let fx = Fixture::open("e2b_like");
-    let mut model = fx.model(ModelOptions {
+    let mut state = fx.state(ModelOptions {
         max_context: 8,
         ..options(WeightFormat::F32)
     });
-    let err = pollster::block_on(model.forward(test_context(), &[2, 512], Want::NextToken))
+    let err = pollster::block_on(state.forward(test_context(), &[2, 512], Want::NextToken))
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("token id at index 1") && err.contains("512"),
         "{err}"
     );
-    let err = pollster::block_on(model.forward(test_context(), &[2; 9], Want::NextToken))
+    let err = pollster::block_on(state.forward(test_context(), &[2; 9], Want::NextToken))
         .unwrap_err()
         .to_string();
     assert!(err.contains("--context") && err.contains('9'), "{err}");
     // Nothing was appended by the refused forwards.
-    assert_eq!(model.len(), 0);
+    assert_eq!(state.len(), 0);
 }
 
 /// A rollback the sliding rings cannot honour is refused and moves no cache.
 #[test]
 fn refused_rollback_moves_nothing() {
     let fx = Fixture::open("e2b_like");
-    let mut model = fx.model(ModelOptions {
+    let mut state = fx.state(ModelOptions {
         prefill_chunk: 4,
         ..options(WeightFormat::F32)
     });
     let (prompt, _) = &fx.prompts()[1];
     let ctx = test_context();
-    pollster::block_on(model.forward(ctx, prompt, Want::NextToken)).unwrap();
-    let len = model.len();
+    pollster::block_on(state.forward(ctx, prompt, Want::NextToken)).unwrap();
+    let len = state.len();
     // The rings keep only max_rows (4) positions below the furthest written.
-    assert!(model.rollback(len - 10).is_err());
-    assert_eq!(model.len(), len);
+    assert!(state.rollback(len - 10).is_err());
+    assert_eq!(state.len(), len);
     // The model still decodes as if nothing happened: same next token as a fresh run.
-    let a = pollster::block_on(model.forward(ctx, &[7], Want::NextToken)).unwrap();
-    model.reset();
-    pollster::block_on(model.forward(ctx, prompt, Want::NextToken)).unwrap();
-    let b = pollster::block_on(model.forward(ctx, &[7], Want::NextToken)).unwrap();
+    let a = pollster::block_on(state.forward(ctx, &[7], Want::NextToken)).unwrap();
+    state.reset();
+    pollster::block_on(state.forward(ctx, prompt, Want::NextToken)).unwrap();
+    let b = pollster::block_on(state.forward(ctx, &[7], Want::NextToken)).unwrap();
     assert_eq!(a.next, b.next);
     // A legal rollback works.
-    model.rollback(model.len() - 1).unwrap();
-    assert_eq!(model.len(), len);
+    state.rollback(state.len() - 1).unwrap();
+    assert_eq!(state.len(), len);
 }
 
 /// The RMSNorms folded into the matvecs' prologues (decode M = 1, verify M = 3) give the
@@ -493,18 +494,18 @@ fn norm_prologues_equal_norm_kernels() {
         let (prompt, _) = &fx.prompts()[1];
         for rows in [1, 3] {
             let run = |prologues: bool| {
-                let mut model = fx.model(ModelOptions {
+                let mut state = fx.state(ModelOptions {
                     prefill_chunk: rows,
                     ..options(WeightFormat::Q4 { group: 32 })
                 });
-                model.set_plan_options(PlanOptions {
+                state.set_plan_options(PlanOptions {
                     norm_prologue_rows: if prologues { 4 } else { 0 },
                     ..PlanOptions::default()
                 });
                 let out =
-                    pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits))
+                    pollster::block_on(state.forward(test_context(), prompt, Want::AllLogits))
                         .unwrap();
-                let used = model
+                let used = state
                     .built_plan(rows, wgemma::model::forward::LogitRows::All)
                     .map(|p| p.norm_prologues);
                 (out, used)
@@ -539,21 +540,21 @@ fn kv_append_in_norm_rope_equals_the_append_kernel() {
         let (prompt, _) = &fx.prompts()[1];
         for rows in [1, 3] {
             let run = |fold: bool| {
-                let mut model = fx.model(ModelOptions {
+                let mut state = fx.state(ModelOptions {
                     prefill_chunk: rows,
                     sequences: 2,
                     ..options(WeightFormat::F32)
                 });
-                model.set_plan_options(PlanOptions {
+                state.set_plan_options(PlanOptions {
                     fold_kv_append: fold,
                     ..PlanOptions::default()
                 });
-                let mut seq = model.new_sequence().unwrap();
-                model.swap_sequence(&mut seq).unwrap();
+                let mut seq = state.new_sequence().unwrap();
+                state.swap_sequence(&mut seq).unwrap();
                 let out =
-                    pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits))
+                    pollster::block_on(state.forward(test_context(), prompt, Want::AllLogits))
                         .unwrap();
-                let dispatches = model
+                let dispatches = state
                     .built_plan(rows, wgemma::model::forward::LogitRows::All)
                     .map(|p| p.dispatch_count())
                     .unwrap();
@@ -595,17 +596,17 @@ fn q_norm_rope_in_attention_equals_the_norm_rope_dispatch() {
     assert!(shared > 0, "the fixture has KV-shared layers");
     for rows in [1, 3, 12] {
         let run = |fold: bool| {
-            let mut model = fx.model(ModelOptions {
+            let mut state = fx.state(ModelOptions {
                 prefill_chunk: rows,
                 ..options(WeightFormat::F32)
             });
-            model.set_plan_options(PlanOptions {
+            state.set_plan_options(PlanOptions {
                 fold_q_norm_rope: fold,
                 ..PlanOptions::default()
             });
             let out =
-                pollster::block_on(model.forward(test_context(), prompt, Want::AllLogits)).unwrap();
-            let dispatches = model
+                pollster::block_on(state.forward(test_context(), prompt, Want::AllLogits)).unwrap();
+            let dispatches = state
                 .built_plan(rows, wgemma::model::forward::LogitRows::All)
                 .map(|p| p.dispatch_count())
                 .unwrap();
@@ -640,21 +641,21 @@ fn plan_cache_stays_bounded() {
     let fx = Fixture::open("e2b_like");
     let (prompt, info) = &fx.prompts()[0];
     let want = ids(&info["f32"]["greedy"])[0];
-    let mut model = fx.model(ModelOptions {
+    let mut state = fx.state(ModelOptions {
         max_context: 256,
         prefill_chunk: 32,
         ..options(WeightFormat::F32)
     });
     for m in 1..=20 {
         let tokens: Vec<u32> = (0..m).map(|i| (i * 7 + 3) as u32).collect();
-        model.reset();
-        pollster::block_on(model.forward(test_context(), &tokens, Want::NextToken)).unwrap();
-        assert!(model.plan_count() <= 16, "{} plans", model.plan_count());
+        state.reset();
+        pollster::block_on(state.forward(test_context(), &tokens, Want::NextToken)).unwrap();
+        assert!(state.plan_count() <= 16, "{} plans", state.plan_count());
     }
-    model.reset();
+    state.reset();
     let mut next = 0;
     for piece in prompt.chunks(3) {
-        next = pollster::block_on(model.forward(test_context(), piece, Want::NextToken))
+        next = pollster::block_on(state.forward(test_context(), piece, Want::NextToken))
             .unwrap()
             .next[0];
     }
@@ -671,7 +672,7 @@ fn every_fixture_tensor_is_read_by_a_load() {
         let ck =
             Checkpoint::from_shards(vec![("model.safetensors".into(), &fx.model_bytes)]).unwrap();
         let spec = parse_config(&fx.config).unwrap();
-        Model::load(
+        KvState::load(
             test_context(),
             &ck,
             spec,

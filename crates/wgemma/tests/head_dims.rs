@@ -5,7 +5,8 @@
 
 use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::gpu::test_context;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::model::{parse_config, PlanOptions};
 
@@ -31,7 +32,7 @@ fn prefill_and_stepwise(json: &str, tokens: &[u32]) -> (Vec<f32>, Vec<f32>) {
         prefill_chunk: 16,
         ..ModelOptions::default()
     };
-    let mut model = Model::load(
+    let mut state = KvState::load(
         ctx,
         &SyntheticWeights { seed: 7 },
         spec,
@@ -39,13 +40,13 @@ fn prefill_and_stepwise(json: &str, tokens: &[u32]) -> (Vec<f32>, Vec<f32>) {
         &mut |_, _| {},
     )
     .unwrap();
-    let all = pollster::block_on(model.forward(ctx, tokens, Want::AllLogits))
+    let all = pollster::block_on(state.forward(ctx, tokens, Want::AllLogits))
         .unwrap()
         .logits;
-    model.reset();
+    state.reset();
     let mut steps = Vec::new();
     for &t in tokens {
-        let out = pollster::block_on(model.forward(ctx, &[t], Want::LastLogits)).unwrap();
+        let out = pollster::block_on(state.forward(ctx, &[t], Want::LastLogits)).unwrap();
         steps.extend(out.logits);
     }
     (all, steps)
@@ -80,7 +81,7 @@ fn latency_decode_kernels_match_the_classic_ones_through_the_model() {
     let tokens: Vec<u32> = (0..40).map(|i| (i * 37 + 3) % 128).collect();
     let stepwise = |latency: bool| {
         let ctx = test_context();
-        let mut model = Model::load(
+        let mut state = KvState::load(
             ctx,
             &SyntheticWeights { seed: 7 },
             parse_config(&config(128, 256)).unwrap(),
@@ -92,13 +93,13 @@ fn latency_decode_kernels_match_the_classic_ones_through_the_model() {
             &mut |_, _| {},
         )
         .unwrap();
-        model.set_plan_options(PlanOptions {
+        state.set_plan_options(PlanOptions {
             latency_attention: latency,
             ..PlanOptions::default()
         });
         let mut logits = Vec::new();
         for &t in &tokens {
-            let out = pollster::block_on(model.forward(ctx, &[t], Want::LastLogits)).unwrap();
+            let out = pollster::block_on(state.forward(ctx, &[t], Want::LastLogits)).unwrap();
             logits.extend(out.logits);
         }
         logits

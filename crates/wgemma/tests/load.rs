@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::weights::upload::Quantiser;
 
@@ -65,9 +66,9 @@ fn logits(config: &str, ck: &Checkpoint<'_>, format: WeightFormat) -> Vec<f32> {
         max_verify_rows: 3,
         sequences: 1,
     };
-    let mut model = Model::load(test_context(), ck, spec, options, &mut |_, _| {}).unwrap();
+    let mut state = KvState::load(test_context(), ck, spec, options, &mut |_, _| {}).unwrap();
     let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % 500).collect();
-    pollster::block_on(model.forward(test_context(), &tokens, Want::AllLogits))
+    pollster::block_on(state.forward(test_context(), &tokens, Want::AllLogits))
         .unwrap()
         .logits
 }

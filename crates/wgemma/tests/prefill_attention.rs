@@ -6,7 +6,8 @@
 use wgemma::formats::synthetic::SyntheticWeights;
 use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
 const CONFIG: &str = r#"{
@@ -32,7 +33,7 @@ fn tiled_prefill_matches_token_by_token_decode() {
             ..ModelOptions::default()
         };
         let spec = parse_config(CONFIG).unwrap();
-        Model::load(
+        KvState::load(
             ctx,
             &SyntheticWeights { seed: 3 },
             spec,

@@ -297,7 +297,7 @@ fn a_checkpoint_chat_template_is_used_for_chat_prompts() {
 
 #[test]
 fn batched_streams_match_their_solo_runs_joining_and_leaving() {
-    // Three KV slots beside the model's own: streams join at different steps, one leaves
+    // Three KV slots beside the state's own: streams join at different steps, one leaves
     // early (its slot is reused by a late joiner), and every greedy token equals the
     // request's solo run; a sampled stream equals its solo run with the same seed.
     let options = LoadOptions {

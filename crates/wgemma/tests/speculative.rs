@@ -16,7 +16,8 @@ use wgemma::generate::speculative::{
 use wgemma::gpu::test_context;
 use wgemma::model::assistant::{parse_assistant_config, Assistant, AssistantOptions};
 use wgemma::model::parse_config;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
 use wgemma::ops::scatter::ScatterRoute;
@@ -81,7 +82,7 @@ fn options(format: WeightFormat, verify_rows: usize) -> ModelOptions {
 
 /// A target and its assistant from the fixtures.
 struct Pair {
-    target: Model,
+    target: KvState,
     assistant: Assistant,
     hf: serde_json::Value,
     assistant_files: Files,
@@ -95,7 +96,7 @@ fn load_pair_with(assistant_fixture: &str, format: WeightFormat, model: ModelOpt
     let af = Files::open(assistant_fixture);
     let tf = Files::open(af.expected["target_fixture"].as_str().unwrap());
     let ctx = test_context();
-    let target = Model::load(
+    let target = KvState::load(
         ctx,
         &tf.checkpoint(),
         parse_config(&tf.config).unwrap(),
@@ -138,7 +139,7 @@ fn run(
 }
 
 fn run_on(
-    target: &mut Model,
+    target: &mut KvState,
     assistant: &mut Assistant,
     prompt: &[u32],
     options: &GenerateOptions,
@@ -156,7 +157,7 @@ fn run_on(
     .unwrap()
 }
 
-fn plain(target: &mut Model, prompt: &[u32], options: &GenerateOptions) -> Vec<u32> {
+fn plain(target: &mut KvState, prompt: &[u32], options: &GenerateOptions) -> Vec<u32> {
     pollster::block_on(generate(
         target,
         test_context(),
@@ -290,7 +291,7 @@ fn dense_kv_dense_assistant_matches_hf() {
     check_hf("dense_kv_assistant", 1e-3);
 }
 
-/// Speculative decoding in a sequence other than the model's own (KV slot 2 of 3, while slot
+/// Speculative decoding in a sequence other than the state's own (KV slot 2 of 3, while slot
 /// 0 holds another prompt) reproduces HF's rounds: the verify forwards and the assistant's
 /// attention read the active sequence's slot.
 #[test]
@@ -305,7 +306,7 @@ fn speculative_rounds_in_another_sequence_match_hf() {
     );
     let prompts = pair.hf["prompts"].as_array().unwrap().clone();
     let (first, second) = (&prompts[0], &prompts[prompts.len() - 1]);
-    // The model's own sequence (slot 0) holds the other prompt.
+    // The state's own sequence (slot 0) holds the other prompt.
     pollster::block_on(pair.target.forward(
         test_context(),
         &ids(&second["prompt"]),
@@ -330,10 +331,10 @@ fn speculative_rounds_in_another_sequence_match_hf() {
 
 /// The demo's pair: the Tiny synthetic target and the synthetic centroid-head assistant at
 /// the E2B head shape (2048 centroids -> top 32: the fast TopK route, certified scatter).
-fn synthetic_pair(format: WeightFormat) -> (Model, Assistant) {
+fn synthetic_pair(format: WeightFormat) -> (KvState, Assistant) {
     use wgemma::formats::synthetic::{SyntheticAssistant, SyntheticShape, SyntheticWeights};
     let ctx = test_context();
-    let target = Model::load(
+    let target = KvState::load(
         ctx,
         &SyntheticWeights { seed: 1 },
         SyntheticShape::Tiny.spec(),
@@ -536,7 +537,7 @@ impl WeightSource for Ordering<'_> {
 fn load_with(
     source: &dyn WeightSource,
     config: &str,
-    target: &Model,
+    target: &KvState,
     ops: &OpSet,
 ) -> wgemma::Result<Assistant> {
     Assistant::load(
@@ -922,7 +923,7 @@ fn pipelined_rounds_stop_like_plain_decoding() {
         assert_eq!(*want.last().unwrap(), stop);
         let plain_len = target.len();
         // What plain decoding produces next from there.
-        let after = |target: &mut Model| {
+        let after = |target: &mut KvState| {
             pollster::block_on(target.forward(test_context(), &[stop], Want::NextToken))
                 .unwrap()
                 .next

@@ -14,7 +14,8 @@ use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
 use wgemma::model::assistant::Assistant;
-use wgemma::model::target::{Model, ModelOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
 fn repo_path(rel: &str) -> PathBuf {
@@ -43,7 +44,7 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 /// The shipped pair, loaded from the artifact (checksums verified).
-fn load_pair() -> (Model, Assistant) {
+fn load_pair() -> (KvState, Assistant) {
     let artifact = Artifact::parse(artifact_bytes()).unwrap();
     let options = ModelOptions {
         format: WeightFormat::Q4 { group: 32 },
@@ -59,7 +60,7 @@ fn load_pair() -> (Model, Assistant) {
         release: &|_| {},
     };
     let ctx = test_context();
-    let target = load_target(ctx, &artifact, options, hooks).unwrap();
+    let target = KvState::new(ctx, load_target(ctx, &artifact, options, hooks).unwrap()).unwrap();
     let assistant = load_assistant(ctx, &artifact, &target, true, &|_| {}).unwrap();
     (target, assistant)
 }
@@ -99,7 +100,7 @@ fn trained_pair_logits_match_hf_at_every_position() {
     let want: Vec<f32> =
         bytemuck::pod_collect_to_vec(st.tensor(p["logits_key"].as_str().unwrap()).unwrap().data());
     let out = pollster::block_on(target.forward(test_context(), &tokens, Want::AllLogits)).unwrap();
-    let vocab = target.spec.config.vocab_size;
+    let vocab = target.model().spec.config.vocab_size;
     assert_eq!(out.logits.len(), want.len());
     let mut worst = 0.0f32;
     for (t, (got, want)) in out.logits.chunks(vocab).zip(want.chunks(vocab)).enumerate() {

@@ -5,7 +5,8 @@
 use super::sampling::{Sampler, SamplingParams, TokenHistory};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
-use crate::model::target::{Model, Want};
+use crate::model::state::KvState;
+use crate::model::target::Want;
 use web_time::Instant;
 
 /// What to generate.
@@ -52,10 +53,10 @@ fn per_second(count: usize, seconds: f64) -> f64 {
     }
 }
 
-/// Generates after `prompt` (the model is reset first). `on_token` sees each token as it
+/// Generates after `prompt` (the state is reset first). `on_token` sees each token as it
 /// is produced and may return `false` to stop early.
 pub async fn generate(
-    model: &mut Model,
+    state: &mut KvState,
     ctx: &GpuContext,
     prompt: &[u32],
     options: &GenerateOptions,
@@ -73,7 +74,7 @@ pub async fn generate(
     // The repetition penalty looks back over the prompt and the tokens drawn.
     let adjust = options.sampling.adjust();
     let mut history = TokenHistory::new(if adjust.is_identity() { &[] } else { prompt });
-    model.reset();
+    state.reset();
     let want = if options.sampling.is_greedy() {
         Want::NextToken
     } else {
@@ -82,7 +83,11 @@ pub async fn generate(
     let start = Instant::now();
     // Never more than the KV cache holds: max_new_tokens is caller input (u64::MAX
     // overflowed the capacity).
-    let mut tokens = Vec::with_capacity(options.max_new_tokens.min(model.options.max_context));
+    let mut tokens = Vec::with_capacity(
+        options
+            .max_new_tokens
+            .min(state.model().options.max_context),
+    );
     let mut stats = GenerateStats {
         prompt_tokens: prompt.len(),
         ..Default::default()
@@ -90,7 +95,7 @@ pub async fn generate(
     let mut input: Vec<u32> = prompt.to_vec();
     let mut first_token_at = None;
     while tokens.len() < options.max_new_tokens {
-        let out = model.forward(ctx, &input, want).await?;
+        let out = state.forward(ctx, &input, want).await?;
         let next = if options.sampling.is_greedy() {
             out.next[0]
         } else {
@@ -115,7 +120,7 @@ pub async fn generate(
             // Greedy: the rest runs pipelined, the token ids staying on the GPU.
             let budget = options.max_new_tokens - tokens.len();
             let stop_ids = &options.stop_ids;
-            let rest = model
+            let rest = state
                 .decode_greedy(ctx, next, budget, &mut |t| {
                     on_token(t) && !stop_ids.contains(&t)
                 })

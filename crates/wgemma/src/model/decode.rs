@@ -8,7 +8,7 @@
 //! it is rolled back, so the model ends exactly where plain step-by-step decoding would.
 
 use super::plan_parts::LogitRows;
-use super::target::Model;
+use super::state::KvState;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Readback, Step};
 use crate::ops::embedding::write_token_ids;
@@ -21,11 +21,11 @@ enum TokenFeed {
     Gpu,
 }
 
-impl Model {
+impl KvState {
     /// Greedy decoding after `first` (the token the prefill produced, not yet in the
     /// cache): feeds it, then each produced token, and returns up to `max_new` tokens.
     /// `on_token` sees each token as soon as it is read and returns `false` to stop (the
-    /// token is kept). Token-identical to calling [`Model::forward`] with one token at a
+    /// token is kept). Token-identical to calling [`KvState::forward`] with one token at a
     /// time; faster because the GPU never waits for the host between steps.
     pub async fn decode_greedy(
         &mut self,
@@ -38,7 +38,7 @@ impl Model {
         if max_new == 0 {
             return Ok(tokens);
         }
-        let vocab = self.spec.config.vocab_size;
+        let vocab = self.model.spec.config.vocab_size;
         if first as usize >= vocab {
             return Err(Error::invalid(
                 "model",
@@ -59,7 +59,7 @@ impl Model {
         while let Some(submission) = in_flight.pop_front() {
             // Run ahead by one step while the context has room; a step that would not fit
             // is only an error if the caller turns out to need it (below).
-            if submitted < max_new && self.len() < self.options.max_context {
+            if submitted < max_new && self.len() < self.model.options.max_context {
                 let readback = &readbacks[submitted % 2];
                 in_flight.push_back(self.submit_decode_step(ctx, TokenFeed::Gpu, readback)?);
                 submitted += 1;
@@ -101,7 +101,7 @@ impl Model {
             let head = plan.head.as_ref().expect("a Last plan has a head");
             match feed {
                 TokenFeed::Host(token) => {
-                    write_token_ids(ctx, &plan.ids, &[token], self.spec.config.vocab_size)?
+                    write_token_ids(ctx, &plan.ids, &[token], self.model.spec.config.vocab_size)?
                 }
                 TokenFeed::Gpu => step.encoder().copy_buffer_to_buffer(
                     head.next.buffer(),
@@ -117,7 +117,7 @@ impl Model {
         let head = plan.head.as_ref().expect("a Last plan has a head");
         step.copy_to_readback(&head.next, readback)?;
         let submission = step.submit();
-        self.add_host_encode_seconds(encode_start.elapsed().as_secs_f64());
+        self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
         Ok(submission)
     }
 }

@@ -1,5 +1,5 @@
-//! A model's conversations: the [`Sequence`] handle (a slot of every KV cache and the
-//! positions it holds) and the slots no sequence holds.
+//! A [`KvState`](super::state::KvState)'s conversations: the [`Sequence`] handle (a slot of
+//! every KV cache and the positions it holds) and the slots no sequence holds.
 
 use crate::error::Result;
 use crate::ops::attention::{KvCache, KvCursor, KvLayout};
@@ -17,7 +17,7 @@ pub(super) fn ring_rows(caches: &[Option<KvCache>]) -> Option<usize> {
         })
 }
 
-/// The KV slots of one model that no sequence holds.
+/// The KV slots of one state that no sequence holds.
 #[derive(Debug)]
 pub(super) struct FreeSlots(pub(super) Mutex<Vec<usize>>);
 
@@ -34,9 +34,11 @@ impl FreeSlots {
     }
 }
 
-/// One conversation in a [`Model`]: a slot of every KV cache (given back when this handle
-/// drops) and the positions it holds. Made by [`Model::new_sequence`]; used through
-/// [`Model::swap_sequence`] and [`Model::forward_batch`].
+/// One conversation in a [`KvState`](super::state::KvState): a slot of every KV cache (given
+/// back when this handle drops) and the positions it holds. Made by
+/// [`KvState::new_sequence`](super::state::KvState::new_sequence); used through
+/// [`KvState::swap_sequence`](super::state::KvState::swap_sequence) and
+/// [`KvState::forward_batch`](super::state::KvState::forward_batch).
 #[derive(Debug)]
 pub struct Sequence {
     pub(super) slot: usize,
@@ -59,7 +61,7 @@ impl Sequence {
         self.slot
     }
 
-    /// Forgets positions `>= len` (see [`Model::rollback`]).
+    /// Forgets positions `>= len` (see [`KvState::rollback`](super::state::KvState::rollback)).
     pub fn rollback(&mut self, len: usize) -> Result<()> {
         self.cursor.rollback(len)
     }

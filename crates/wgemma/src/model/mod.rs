@@ -11,6 +11,8 @@ mod plan_cache;
 pub mod plan_options;
 mod plan_parts;
 mod residual;
+pub mod state;
+mod state_forward;
 pub mod target;
 pub mod weights;
 

@@ -1,7 +1,8 @@
-//! The forward plans a [`Model`](super::target::Model) has built, kept least recently used
+//! The forward plans a [`KvState`](super::state::KvState) has built, kept least recently used
 //! first out.
 
 use super::forward::{ForwardPlan, LogitRows};
+use crate::error::{Error, Result};
 use std::collections::HashMap;
 
 /// Plans kept at most: a server's batches take every row count from 1 to `--parallel`,
@@ -20,6 +21,19 @@ pub(super) struct PlanCache {
 impl PlanCache {
     pub(super) fn get(&self, key: (usize, LogitRows)) -> Option<&ForwardPlan> {
         self.plans.get(&key).map(|(plan, _)| plan)
+    }
+
+    /// The plan of `m` rows with `rows` logits, or an error saying it was not built
+    /// (recording entry points need the caller to have built it, for its buffers).
+    pub(super) fn built(&self, m: usize, rows: LogitRows) -> Result<&ForwardPlan> {
+        self.get((m, rows)).ok_or_else(|| {
+            Error::invalid(
+                "model",
+                format!("plan of {m} rows ({rows:?} logits)"),
+                "built by KvState::plan",
+                "none",
+            )
+        })
     }
 
     pub(super) fn insert(&mut self, key: (usize, LogitRows), plan: ForwardPlan, now: u64) {

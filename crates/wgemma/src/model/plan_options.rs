@@ -1,5 +1,5 @@
 //! [`PlanOptions`]: every switch that changes how a [`super::forward::ForwardPlan`] is built,
-//! in one place the caller sets (`Model::set_plan_options`; `wgemma bench` flags). The
+//! in one place the caller sets (`KvState::set_plan_options`; `wgemma bench` flags). The
 //! library reads no environment variable: route switches that were A/B knobs left once
 //! their comparison was done (BENCHMARKS.md keeps the figures).
 

@@ -2,7 +2,7 @@
 //! ([`crate::model::target::Sequence`]). A request joins with [`Session::start_stream`]
 //! (its prompt prefilled alone into a free slot, giving its first token) and then advances
 //! one token per [`Session::step_streams`], which runs ONE forward of as many rows as there
-//! are streams (`Model::forward_batch`). Streams join and leave between steps; dropping a
+//! are streams (`KvState::forward_batch`). Streams join and leave between steps; dropping a
 //! [`Stream`] gives its KV slot back at once.
 //!
 //! Streams of speculative requests draft with the assistant and verify in batches too:
@@ -274,11 +274,11 @@ impl Session {
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
         extras
             .adjust
-            .validate(target.model.spec.config.vocab_size)?;
+            .validate(target.state.model().spec.config.vocab_size)?;
         super::check_budget(
             prompt.len(),
             request.max_new_tokens,
-            target.model.options.max_context,
+            target.state.model().options.max_context,
         )?;
         if request.max_new_tokens == 0 {
             return Err(Error::invalid(
@@ -288,7 +288,7 @@ impl Session {
                 0,
             ));
         }
-        let mut seq = target.model.new_sequence()?;
+        let mut seq = target.state.new_sequence()?;
         let want = if host {
             Want::LastLogits
         } else {
@@ -296,14 +296,14 @@ impl Session {
         };
         // The model prefills its active sequence: lend it this one, and take it back
         // whatever the forward did.
-        target.model.swap_sequence(&mut seq)?;
-        let out = target.model.forward(&self.ctx, &prompt, want).await;
-        target.model.swap_sequence(&mut seq)?;
+        target.state.swap_sequence(&mut seq)?;
+        let out = target.state.forward(&self.ctx, &prompt, want).await;
+        target.state.swap_sequence(&mut seq)?;
         let mut out = out?;
         let drafting = match self.assistant.as_ref().filter(|_| request.speculative) {
             Some(assistant) => Some(Drafting::after_prefill(
                 &self.ctx,
-                &target.model,
+                &target.state,
                 assistant,
                 request.draft_tokens,
                 prompt.len(),
@@ -351,7 +351,7 @@ impl Session {
             ));
         }
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
-        let vocab = target.model.spec.config.vocab_size;
+        let vocab = target.state.model().spec.config.vocab_size;
         let want = if streams.iter().any(|s| s.host) {
             Want::AllLogits
         } else {
@@ -369,7 +369,7 @@ impl Session {
                 })
                 .collect();
             target
-                .model
+                .state
                 .forward_batch(&self.ctx, &mut rows, want)
                 .await?
         };

@@ -1,6 +1,6 @@
 //! Speculative streams in a batch: every stream of a [`Session::step_rounds`] drafts with
 //! the one assistant for its own sequence, and the verify rows of ALL of them run in ONE
-//! target forward ([`Model::record_batch`]: stream i's [seed, d1..dk] at its own positions
+//! target forward ([`KvState::record_batch`]: stream i's [seed, d1..dk] at its own positions
 //! and KV slot), so N drafting streams cost one verify forward per round, not N.
 //!
 //! A stream's draft state is its own: the target's hidden state of the row that produced
@@ -375,12 +375,12 @@ impl Session {
         check_running(streams)?;
         let target = self.target.as_mut().ok_or_else(super::no_model)?;
         let ctx = &self.ctx;
-        let model = &mut target.model;
-        let vocab = model.spec.config.vocab_size;
-        let rows = RoundRows::new(round_sizes(streams, model.max_batch_rows())?);
+        let state = &mut target.state;
+        let vocab = state.model().spec.config.vocab_size;
+        let rows = RoundRows::new(round_sizes(streams, state.model().max_batch_rows())?);
         let drafting = rows.drafting();
         let (ids, hidden) = {
-            let plan = model.plan(ctx, rows.total, LogitRows::All)?;
+            let plan = state.plan(ctx, rows.total, LogitRows::All)?;
             let head = plan.head.as_ref().expect("a plan of every row's logits");
             (plan.ids.clone(), head.hidden.clone())
         };
@@ -400,10 +400,10 @@ impl Session {
                 .zip(&rows.ks)
                 .map(|(s, &k)| (s.sequence_mut(), k + 1))
                 .collect();
-            model.record_batch(ctx, &mut step, &mut spans)?;
+            state.record_batch(ctx, &mut step, &mut spans)?;
         }
         let host = streams.iter().any(|s| s.reads_logits());
-        let plan = model
+        let plan = state
             .built_plan(rows.total, LogitRows::All)
             .expect("built above");
         let head = plan.head.as_ref().expect("a plan of every row's logits");
@@ -412,7 +412,7 @@ impl Session {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;
         }
         let kept = self.draft_readback.take();
-        let ids_readback = verify_ids_readback(ctx, kept, &ids, model.max_batch_rows());
+        let ids_readback = verify_ids_readback(ctx, kept, &ids, state.model().max_batch_rows());
         if drafting {
             step.copy_to_readback(&ids, &ids_readback)?;
         }

@@ -8,7 +8,7 @@ use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOpti
 use crate::gpu::{DType, GpuContext, Step, Tensor};
 use crate::model::assistant::Assistant;
 use crate::model::forward::LogitRows;
-use crate::model::target::Model;
+use crate::model::state::KvState;
 
 /// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
 /// generation): the assistant drafts as usual (its cost is paid), then draft j of a round
@@ -43,7 +43,7 @@ impl Drafting {
     /// plans and sliding rings, and keeps the seed row's hidden state.
     pub(super) fn after_prefill(
         ctx: &GpuContext,
-        target: &Model,
+        target: &KvState,
         assistant: &Assistant,
         k: usize,
         prompt_len: usize,
@@ -54,7 +54,7 @@ impl Drafting {
             ..SpeculativeOptions::default()
         };
         check_session(target, assistant, &spec)?;
-        let m_last = (prompt_len - 1) % target.options.prefill_chunk + 1;
+        let m_last = (prompt_len - 1) % target.model().options.prefill_chunk + 1;
         let source = target
             .built_plan(m_last, LogitRows::Last)
             .and_then(|plan| plan.head.as_ref())

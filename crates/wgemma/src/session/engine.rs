@@ -11,6 +11,7 @@ pub use crate::generate::speculative::{
 };
 pub use crate::model::assistant::Assistant;
 pub use crate::model::forward::LogitRows;
+pub use crate::model::state::KvState;
 pub use crate::model::target::{Model, ModelOptions, Want};
 pub use crate::model::weights::WeightFormat;
 pub use crate::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};

@@ -37,7 +37,7 @@ impl Session {
             None => text.eos_ids.clone(),
         };
         self.target = Some(Target {
-            model: loaded.model,
+            state: loaded.state,
             text,
             stop_ids,
             dtype: loaded.dtype,
@@ -59,7 +59,7 @@ impl Session {
             Ok(target) => target,
             Err(e) => return Err(opened.loading_error(&hooks, e)),
         };
-        let assistant = opened.load(&self.ctx, &target.model, &hooks)?;
+        let assistant = opened.load(&self.ctx, &target.state, &hooks)?;
         self.assistant = Some(assistant);
         Ok(())
     }

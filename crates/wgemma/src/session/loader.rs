@@ -19,7 +19,8 @@ use crate::formats::synthetic::{
 };
 use crate::gpu::GpuContext;
 use crate::model::assistant::{parse_assistant_config, Assistant, AssistantOptions, AssistantSpec};
-use crate::model::target::{Model, ModelOptions};
+use crate::model::state::KvState;
+use crate::model::target::ModelOptions;
 use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec, SizeLimits};
 use crate::ops::opset::OpSet;
@@ -56,7 +57,8 @@ pub fn eos_ids_of(generation_config: &serde_json::Value) -> Vec<u32> {
 
 /// A target loaded by [`load_target`], ready for [`super::Session::install`].
 pub struct LoadedTarget {
-    pub model: Model,
+    /// The model and its KV caches, ready to run.
+    pub state: KvState,
     pub text: TextSetup,
     /// What [`super::Session::model_info`] reports, as [`LoadHooks::label`] asked.
     pub dtype: String,
@@ -80,7 +82,7 @@ pub fn size_limits(
         },
         max_context: options.max_context,
         // Forwards that return every row's logits: verify forwards in one piece (prefill
-        // chunks compute the last row's only; `Model::forward` cuts all-row requests into
+        // chunks compute the last row's only; `KvState::forward` cuts all-row requests into
         // pieces whose logits fit a buffer).
         max_rows: options.max_verify_rows,
         max_buffer_bytes: ctx.limits.max_buffer_size,
@@ -128,15 +130,15 @@ pub fn load_target(
     mut hooks: LoadHooks<'_>,
 ) -> Result<LoadedTarget> {
     let start = Instant::now();
-    let (model, text, summary) = match source {
+    let (state, text, summary) = match source {
         LoadSource::Checkpoint(files) => checkpoint(ctx, files, &mut hooks)?,
         LoadSource::Gguf(bytes) => gguf(ctx, bytes, &mut hooks)?,
         LoadSource::Artifact(bytes) => return artifact(ctx, bytes, &mut hooks, start),
         LoadSource::Synthetic { shape, seed } => synthetic(ctx, shape, seed, &mut hooks)?,
     };
-    let format = model.options.format;
+    let format = state.model().options.format;
     Ok(finish(
-        model,
+        state,
         text,
         summary,
         hooks.summary_dtype(format),
@@ -147,7 +149,7 @@ pub fn load_target(
 
 /// The loaded target under the label the caller asked for.
 fn finish(
-    model: Model,
+    state: KvState,
     text: TextSetup,
     summary: String,
     summary_dtype: String,
@@ -155,12 +157,12 @@ fn finish(
     start: Instant,
 ) -> LoadedTarget {
     let (dtype, description) = match label {
-        Label::Path(path) => (format!("{:?}", model.options.format), path),
+        Label::Path(path) => (format!("{:?}", state.model().options.format), path),
         Label::Named { dtype, description } => (dtype, description),
         Label::Summary { .. } => (summary_dtype.clone(), format!("{summary}, {summary_dtype}")),
     };
     LoadedTarget {
-        model,
+        state,
         text,
         dtype,
         description,
@@ -177,15 +179,16 @@ fn summary(what: &str, spec: &ModelSpec, extra: &str) -> String {
     )
 }
 
-/// Uploads `spec`'s weights from `source`, its steps reported to `progress`.
+/// Uploads `spec`'s weights from `source`, its steps reported to `progress`, and
+/// allocates the KV caches.
 fn load_weights(
     ctx: &GpuContext,
     source: &dyn WeightSource,
     spec: ModelSpec,
     options: ModelOptions,
     progress: &mut Box<dyn FnMut(LoadEvent) + '_>,
-) -> Result<Model> {
-    Model::load(ctx, source, spec, options, &mut |done, total| {
+) -> Result<KvState> {
+    KvState::load(ctx, source, spec, options, &mut |done, total| {
         progress(LoadEvent::Steps { done, total })
     })
 }
@@ -207,7 +210,7 @@ fn checkpoint(
     ctx: &GpuContext,
     files: CheckpointSource<'_>,
     hooks: &mut LoadHooks<'_>,
-) -> Result<(Model, TextSetup, String)> {
+) -> Result<(KvState, TextSetup, String)> {
     let names = Names::new(&hooks.place, checkpoint_names);
     let options = hooks.model_options(WeightFormat::Q4 { group: 32 });
     let spec = parse_config(files.config_json).map_err(names.at(Step::Config))?;
@@ -233,7 +236,7 @@ fn checkpoint(
     let chat_template = ChatTemplate::from_checkpoint(files.chat_template, files.tokenizer_config)
         .map_err(names.at(Step::ChatTemplate))?;
     let summary = summary("Gemma 4 checkpoint", &spec, "");
-    let model = load_weights(ctx, &ck, spec, options, &mut hooks.progress)
+    let state = load_weights(ctx, &ck, spec, options, &mut hooks.progress)
         .map_err(names.at(Step::Weights))?;
     let unread = ck
         .check_all_read(hooks.allow_extra_tensors)
@@ -242,14 +245,14 @@ fn checkpoint(
         (hooks.progress)(LoadEvent::IgnoredTensors(describe_unread(&unread)));
     }
     let text = text_setup(tokenizer, eos_ids, chat_template);
-    Ok((model, text, summary))
+    Ok((state, text, summary))
 }
 
 fn gguf(
     ctx: &GpuContext,
     bytes: &[u8],
     hooks: &mut LoadHooks<'_>,
-) -> Result<(Model, TextSetup, String)> {
+) -> Result<(KvState, TextSetup, String)> {
     let names = Names::new(&hooks.place, gguf_names);
     let options = hooks.model_options(WeightFormat::Q4 { group: 32 });
     let file = GgufFile::parse(bytes).map_err(names.at(Step::Open))?;
@@ -282,10 +285,10 @@ fn gguf(
             quantiser: hooks.quantiser,
             ..StreamOptions::default()
         });
-    let model = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
+    let state = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
         .map_err(names.at(Step::Weights))?;
     let text = text_setup(tokenizer, eos_ids, chat_template);
-    Ok((model, text, summary))
+    Ok((state, text, summary))
 }
 
 /// An artifact's target (its summary dtype is its stored quantisation, whatever the
@@ -325,7 +328,7 @@ fn artifact(
     }));
     let release = &*hooks.release;
     let progress = &mut hooks.progress;
-    let model = artifact::load_target(
+    let state = artifact::load_target(
         ctx,
         &art,
         options,
@@ -335,6 +338,7 @@ fn artifact(
             release: &|range| release(0, range),
         },
     )
+    .and_then(|model| KvState::new(ctx, model))
     .map_err(names.at(Step::Weights))?;
     let with_assistant = if art.assistant_spec().is_some() {
         ", with its MTP assistant"
@@ -345,7 +349,7 @@ fn artifact(
     // Artifacts store no chat template: the built-in Gemma 4 format applies.
     let text = text_setup(tokenizer, eos_ids, None);
     Ok(finish(
-        model,
+        state,
         text,
         summary,
         quant,
@@ -359,7 +363,7 @@ fn synthetic(
     shape: SyntheticShape,
     seed: u64,
     hooks: &mut LoadHooks<'_>,
-) -> Result<(Model, TextSetup, String)> {
+) -> Result<(KvState, TextSetup, String)> {
     let names = Names::new(&hooks.place, no_names);
     let options = hooks.model_options(WeightFormat::Q4 { group: 32 });
     let spec = shape.spec();
@@ -379,9 +383,9 @@ fn synthetic(
         &format!(", random weights, seed {seed}, no tokenizer"),
     );
     let weights = SyntheticWeights { seed };
-    let model = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
+    let state = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
         .map_err(names.at(Step::Weights))?;
-    Ok((model, text, summary))
+    Ok((state, text, summary))
 }
 
 /// An assistant's source parsed and its config read, not yet loaded against a target.
@@ -460,11 +464,11 @@ impl<'a> OpenedAssistant<'a> {
     fn load_unnamed(
         self,
         ctx: &GpuContext,
-        target: &Model,
+        target: &KvState,
         hooks: &LoadHooks<'_>,
     ) -> Result<Assistant> {
         let options = AssistantOptions {
-            format: target.options.format,
+            format: target.model().options.format,
         };
         let mtp = OpSet::with_mtp();
         match self {
@@ -498,7 +502,7 @@ impl<'a> OpenedAssistant<'a> {
     pub(super) fn load(
         self,
         ctx: &GpuContext,
-        target: &Model,
+        target: &KvState,
         hooks: &LoadHooks<'_>,
     ) -> Result<Assistant> {
         let names = Names::new(&hooks.place, self.own_names());
@@ -511,7 +515,7 @@ impl<'a> OpenedAssistant<'a> {
 /// format; an artifact's as stored). `hooks`: `verify`, `release` and `place`.
 pub fn load_assistant(
     ctx: &GpuContext,
-    target: &Model,
+    target: &KvState,
     from: AssistantFrom<'_>,
     hooks: LoadHooks<'_>,
 ) -> Result<Assistant> {

@@ -43,6 +43,7 @@ use crate::generate::speculative::{
 };
 use crate::gpu::{ContextOptions, GpuContext};
 use crate::model::assistant::Assistant;
+use crate::model::state::KvState;
 use crate::model::target::Model;
 use crate::text::tokenizer::{TextStream, Tokenizer, TURN_END, TURN_START};
 use std::sync::{Arc, Mutex};
@@ -83,7 +84,7 @@ pub fn check_budget(prompt: usize, max_new_tokens: usize, context: usize) -> Res
 }
 
 struct Target {
-    model: Model,
+    state: KvState,
     text: TextSetup,
     stop_ids: Vec<u32>,
     dtype: String,
@@ -179,9 +180,15 @@ impl Session {
         self.target.as_ref().ok_or_else(no_model)
     }
 
-    /// The loaded target model (an assistant is loaded against it).
+    /// The loaded target model.
     pub fn model(&self) -> Result<&Model> {
-        Ok(&self.target()?.model)
+        Ok(self.target()?.state.model())
+    }
+
+    /// The loaded target's KV state (an assistant is loaded against it: it reads the
+    /// target's caches).
+    pub fn kv_state(&self) -> Result<&KvState> {
+        Ok(&self.target()?.state)
     }
 
     /// The loaded target's tokenizer, if it has one.
@@ -197,7 +204,7 @@ impl Session {
         Ok(PromptEncoder {
             tokenizer: t.text.tokenizer.clone(),
             chat_template: t.text.chat_template.clone(),
-            context: t.model.options.max_context,
+            context: t.state.model().options.max_context,
         })
     }
 
@@ -212,7 +219,7 @@ impl Session {
 
     pub fn model_info(&self) -> Result<ModelInfo> {
         let t = self.target()?;
-        let c = &t.model.spec.config;
+        let c = &t.state.model().spec.config;
         Ok(ModelInfo {
             description: t.description.clone(),
             layers: c.num_hidden_layers,
@@ -222,9 +229,9 @@ impl Session {
             has_tokenizer: t.text.tokenizer.is_some(),
             has_chat_template: t.text.chat_template.is_some(),
             has_assistant: self.assistant.is_some(),
-            weight_bytes: t.model.weight_bytes(),
+            weight_bytes: t.state.model().weight_bytes(),
             load_ms: t.load_ms,
-            context: t.model.options.max_context,
+            context: t.state.model().options.max_context,
         })
     }
 
@@ -264,7 +271,7 @@ impl Session {
         check_budget(
             prompt.len(),
             request.max_new_tokens,
-            target.model.options.max_context,
+            target.state.model().options.max_context,
         )?;
         let options = generate_options(request, target.stop_ids.clone());
         let tokenizer = target.text.tokenizer.as_deref();
@@ -291,10 +298,10 @@ impl Session {
         } else {
             None
         };
-        let model = &mut target.model;
+        let state = &mut target.state;
         let forward = &mut |id| sink.push(id);
         let (tokens, loop_stats, draft_rounds) =
-            decode(model, &self.ctx, &prompt, &options, speculative, forward).await?;
+            decode(state, &self.ctx, &prompt, &options, speculative, forward).await?;
         let stats = match &loop_stats {
             LoopStats::Speculative(s) => Stats::speculative(target.load_ms, s),
             LoopStats::Plain(s) => Stats::plain(target.load_ms, s),
@@ -370,7 +377,7 @@ fn speculative_options(request: &GenerateRequest) -> SpeculativeOptions {
 /// Runs the plain loop, or the speculative one with `speculative`'s assistant and options;
 /// returns the tokens, the loop's stats and the draft rounds (none when plain).
 async fn decode(
-    model: &mut Model,
+    state: &mut KvState,
     ctx: &GpuContext,
     prompt: &[u32],
     options: &GenerateOptions,
@@ -379,12 +386,12 @@ async fn decode(
 ) -> Result<(Vec<u32>, LoopStats, Vec<DraftRound>)> {
     Ok(match speculative {
         Some((assistant, spec)) => {
-            let out = generate_speculative(model, assistant, ctx, prompt, options, &spec, forward)
+            let out = generate_speculative(state, assistant, ctx, prompt, options, &spec, forward)
                 .await?;
             (out.tokens, LoopStats::Speculative(out.stats), out.rounds)
         }
         None => {
-            let (tokens, stats) = generate(model, ctx, prompt, options, forward).await?;
+            let (tokens, stats) = generate(state, ctx, prompt, options, forward).await?;
             (tokens, LoopStats::Plain(stats), Vec::new())
         }
     })

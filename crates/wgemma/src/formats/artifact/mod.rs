@@ -55,6 +55,7 @@ pub use reader::{Artifact, ArtifactWeights, TensorRow, Which};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
 use crate::model::assistant::{Assistant, AssistantOptions};
+use crate::model::state::KvState;
 use crate::model::target::{Model, ModelOptions};
 use crate::ops::opset::OpSet;
 use std::ops::Range;
@@ -112,7 +113,7 @@ pub fn load_target(
 pub fn load_assistant(
     ctx: &GpuContext,
     artifact: &Artifact<'_>,
-    target: &Model,
+    target: &KvState,
     verify: bool,
     release: &dyn Fn(Range<usize>),
 ) -> Result<Assistant> {

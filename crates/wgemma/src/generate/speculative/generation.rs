@@ -12,7 +12,8 @@ use crate::generate::sampling::Sampler;
 use crate::gpu::GpuContext;
 use crate::model::assistant::Assistant;
 use crate::model::forward::LogitRows;
-use crate::model::target::{Model, Want};
+use crate::model::state::KvState;
+use crate::model::target::Want;
 use web_time::Instant;
 
 /// What one generation is asked for: the prompt and the options it runs with.
@@ -33,7 +34,7 @@ fn per_second(count: usize, seconds: f64) -> f64 {
 /// Generates after `request.prompt` (see [`super::generate_speculative`]); `replace_drafts`
 /// only for benchmarks' pipelined rounds.
 pub(super) async fn run(
-    target: &mut Model,
+    target: &mut KvState,
     assistant: &mut Assistant,
     ctx: &GpuContext,
     request: Request<'_>,
@@ -84,7 +85,7 @@ pub(super) async fn run(
     out.stats.base.prefill_tokens_per_s = per_second(prompt.len(), t_first);
     let l = prompt.len();
     let measured_costs = assistant.draft_costs;
-    let m_last = (l - 1) % target.options.prefill_chunk + 1;
+    let m_last = (l - 1) % target.model().options.prefill_chunk + 1;
     let mut session = Session {
         target,
         assistant,

@@ -15,7 +15,7 @@
 //! 4. k follows the [`DraftSchedule`]: constant (HF's MTP generator, which does not
 //!    implement `update_candidate_strategy`), HF's heuristic schedule, or the adaptive one
 //!    ([`schedule`]), which picks k in 0..=8 from the measured acceptance and round costs and
-//!    runs plain pipelined decode steps ([`Model::decode_greedy`]) when drafting does not
+//!    runs plain pipelined decode steps ([`KvState::decode_greedy`]) when drafting does not
 //!    pay. A round after plain steps drafts from the last plain step's hidden state, with
 //!    [`DraftView::after_plain_step`].
 //!
@@ -51,7 +51,7 @@ use crate::gpu::GpuContext;
 use crate::model::assistant::{store_layer, Assistant};
 use crate::model::config::LayerKind;
 use crate::model::forward::LogitRows;
-use crate::model::target::Model;
+use crate::model::state::KvState;
 use crate::ops::attention::KvLayout;
 
 const OP: &str = "speculative";
@@ -196,7 +196,7 @@ pub(super) struct LastForward {
 /// target, k fits the verify plans, and the target's sliding rings keep every row of the
 /// assistant's view. Returns the largest k a round may use.
 pub(crate) fn check_session(
-    target: &Model,
+    target: &KvState,
     assistant: &Assistant,
     spec: &SpeculativeOptions,
 ) -> Result<usize> {
@@ -208,7 +208,7 @@ pub(crate) fn check_session(
             spec.draft_tokens,
         ));
     }
-    let verify = target.options.max_verify_rows;
+    let verify = target.model().options.max_verify_rows;
     if spec.draft_tokens + 1 > verify {
         return Err(Error::invalid(
             OP,
@@ -235,7 +235,7 @@ pub(crate) fn check_session(
     }
     let w_a = assistant.window();
     if let Some(cache) =
-        store_layer(&target.spec, LayerKind::Sliding).and_then(|l| target.kv_cache(l))
+        store_layer(&target.model().spec, LayerKind::Sliding).and_then(|l| target.kv_cache(l))
     {
         if let KvLayout::Sliding { .. } = cache.config().layout {
             let need = w_a.saturating_add(k_cap.max(1));
@@ -261,7 +261,7 @@ pub(crate) fn check_session(
 /// output has the same distribution. `on_token` sees each committed token and may return
 /// `false` to stop.
 pub async fn generate_speculative(
-    target: &mut Model,
+    target: &mut KvState,
     assistant: &mut Assistant,
     ctx: &GpuContext,
     prompt: &[u32],
@@ -284,7 +284,7 @@ pub async fn generate_speculative(
 /// caller's choice (oracle or fixed-rate drafts). The output is still the target's greedy
 /// continuation.
 pub async fn generate_speculative_replacing_drafts(
-    target: &mut Model,
+    target: &mut KvState,
     assistant: &mut Assistant,
     ctx: &GpuContext,
     prompt: &[u32],

@@ -1,5 +1,5 @@
 //! Pipelined greedy rounds: round r + 1 is recorded and submitted before the host reads
-//! round r, as plain decoding pipelines its steps ([`Model::decode_greedy`]).
+//! round r, as plain decoding pipelines its steps ([`KvState::decode_greedy`]).
 //!
 //! What round r + 1 needs from round r is computed on the GPU by the `spec_commit` kernel
 //! ([`crate::ops::spec_commit`]), recorded after round r's verify forward: the accepted
@@ -14,10 +14,10 @@
 //! (RoPE, the KV append, the attention's per-row key span), and only the attention GRIDS
 //! come from host lengths; a grid planned for more keys than a row has only costs speed
 //! (`ops::attention::plan`). So the verify is recorded with its positions copied on the GPU
-//! ([`Model::record_forward_at_gpu_positions`]) and grids sized for the most keys round r's
+//! ([`KvState::record_forward_at_gpu_positions`]) and grids sized for the most keys round r's
 //! outcome allows; the assistant's grids likewise from the largest view
 //! ([`Assistant::begin_round_on_gpu`]). No kernel changed. The host's own bookkeeping (the
-//! committed tokens, the KV cursor: [`Model::account_rows`]) is brought up to date when it
+//! committed tokens, the KV cursor: [`KvState::account_rows`]) is brought up to date when it
 //! reads round r's record, one round late; that read is the only wait, and it overlaps
 //! round r + 1's execution.
 //!
@@ -107,7 +107,7 @@ struct GpuRounds<'r> {
 impl<'r> GpuRounds<'r> {
     fn new(s: &Session<'_>, replace: Option<ReplacedDrafts<'r>>) -> Result<Self> {
         let ctx = s.ctx;
-        let vocab = s.target.spec.config.vocab_size;
+        let vocab = s.target.model().spec.config.vocab_size;
         let replace = match replace {
             Some(r) => {
                 if let Some(t) = r.reference.iter().find(|&&t| t as usize >= vocab) {
@@ -255,7 +255,7 @@ impl<'r> GpuRounds<'r> {
         let a = s.assistant.gpu_round_buffers();
         let params = CommitParams::new(
             m - 1,
-            s.target.spec.config.hidden_size,
+            s.target.model().spec.config.hidden_size,
             a.seed_hidden_offset,
             s.assistant.target_window(),
             s.target.sequence_slot(),
@@ -303,7 +303,7 @@ impl<'r> GpuRounds<'r> {
                 keep,
                 ids,
             };
-            let vocab = s.target.spec.config.vocab_size;
+            let vocab = s.target.model().spec.config.vocab_size;
             let kernel = spec_replace_drafts(s.ctx, &buffers, kk, s.prompt_len, vocab)?;
             self.replaces.insert(key, kernel);
         }
@@ -396,7 +396,7 @@ fn pipelined_drafts(
     let views: Result<Vec<DraftView>> = (0..=f.kk)
         .map(|n| DraftView::hf(p + n + 1, r, f.m, w_t, w_a))
         .collect();
-    let fits_context = max_start + kk < s.target.options.max_context;
+    let fits_context = max_start + kk < s.target.model().options.max_context;
     // Rolling back this round after f cut its tokens must stay within the rings' reach.
     let fits_rings = s.target.ring_rows().is_none_or(|rows| f.kk + kk < rows);
     match views {

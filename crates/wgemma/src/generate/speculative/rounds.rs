@@ -19,13 +19,13 @@ use crate::generate::sampling::Sampler;
 use crate::gpu::{GpuContext, Step, Tensor};
 use crate::model::assistant::{Assistant, DraftView};
 use crate::model::forward::LogitRows;
-use crate::model::target::Model;
+use crate::model::state::KvState;
 use crate::ops::embedding::write_token_ids;
 use web_time::Instant;
 
 /// One generation's state, shared by the host rounds and the pipelined ones.
 pub(super) struct Session<'a> {
-    pub target: &'a mut Model,
+    pub target: &'a mut KvState,
     pub assistant: &'a mut Assistant,
     pub ctx: &'a GpuContext,
     pub options: &'a GenerateOptions,
@@ -258,7 +258,7 @@ impl Session<'_> {
     /// One round drafted through the host (sampling, or the draft logits read back):
     /// `kk` drafts, each its own submit and wait, then the verify forward.
     async fn host_round(&mut self, kk: usize, on_token: &mut dyn FnMut(u32) -> bool) -> Result<()> {
-        let (ctx, vocab) = (self.ctx, self.target.spec.config.vocab_size);
+        let (ctx, vocab) = (self.ctx, self.target.model().spec.config.vocab_size);
         let greedy = self.options.sampling.is_greedy();
         let round_start = Instant::now();
         let seed = *self.tokens.last().expect("one token at least");

@@ -53,7 +53,7 @@ pub use weights::tensors as assistant_tensors;
 
 use super::config::{KvSource, LayerKind, LayerSpec, ModelSpec};
 use super::plan_parts::rope_config;
-use super::target::Model;
+use super::state::KvState;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
 use crate::ops::attention::{AttentionScratch, KeyFromValue};
@@ -117,11 +117,11 @@ impl Assistant {
         ctx: &GpuContext,
         source: &dyn WeightSource,
         spec: AssistantSpec,
-        target: &Model,
+        target: &KvState,
         op_set: &OpSet,
         options: AssistantOptions,
     ) -> Result<Assistant> {
-        let tc = &target.spec.config;
+        let tc = &target.model().spec.config;
         let (ht, vocab) = (tc.hidden_size, tc.vocab_size);
         check_fits_target(&spec, ht, vocab)?;
         let c = &spec.text.config;
@@ -225,7 +225,7 @@ fn check_fits_target(spec: &AssistantSpec, ht: usize, vocab: usize) -> Result<()
 
 /// The target K/V each layer kind reads (the target layer storing it), checked against
 /// the assistant's layers.
-fn target_stores(target: &Model, layers: &[LayerSpec]) -> Result<Vec<(LayerKind, usize)>> {
+fn target_stores(target: &KvState, layers: &[LayerSpec]) -> Result<Vec<(LayerKind, usize)>> {
     let mut stores: Vec<(LayerKind, usize)> = Vec::new();
     for l in layers {
         let store = target_store(target, l)?;
@@ -239,19 +239,19 @@ fn target_stores(target: &Model, layers: &[LayerSpec]) -> Result<Vec<(LayerKind,
 /// The target cache that layers of `kind` read (from `stores`, already checked), and how
 /// to rebuild its keys from its values on K = V layers.
 fn target_kv<'t>(
-    target: &'t Model,
+    target: &'t KvState,
     stores: &[(LayerKind, usize)],
     kind: LayerKind,
 ) -> TargetKv<'t> {
     let store = stores.iter().find(|(k, _)| *k == kind).expect("checked").1;
     let cache = target.kv_cache(store).expect("checked");
     let key_from_v = match (
-        &target.weights().layers[store].attn.kv,
+        &target.model().weights().layers[store].attn.kv,
         cache.config().k_eq_v,
     ) {
         (Some(kv), true) => Some(KeyFromValue {
             k_norm_weight: &kv.k_norm_host,
-            rope: rope_config(&target.spec.layers[store]),
+            rope: rope_config(&target.model().spec.layers[store]),
         }),
         _ => None,
     };
@@ -259,8 +259,9 @@ fn target_kv<'t>(
 }
 
 /// The target's sliding window (`usize::MAX` when it has no sliding layer).
-fn sliding_window_of(target: &Model) -> usize {
+fn sliding_window_of(target: &KvState) -> usize {
     target
+        .model()
         .spec
         .layers
         .iter()
@@ -279,8 +280,8 @@ pub fn lm_head_name(spec: &AssistantSpec, has: &dyn Fn(&str) -> bool) -> &'stati
 }
 
 /// The target layer whose cache assistant layer `l` reads, checked to match it.
-fn target_store(target: &Model, l: &LayerSpec) -> Result<usize> {
-    let store = store_layer(&target.spec, l.kind).ok_or_else(|| {
+fn target_store(target: &KvState, l: &LayerSpec) -> Result<usize> {
+    let store = store_layer(&target.model().spec, l.kind).ok_or_else(|| {
         Error::invalid(
             OP,
             format!(
@@ -347,9 +348,9 @@ impl Assistant {
     }
 
     /// Whether this assistant's kernels read `target`'s caches (it was loaded for it).
-    pub fn is_bound_to(&self, target: &Model) -> bool {
+    pub fn is_bound_to(&self, target: &KvState) -> bool {
         self.spec.text.layers.iter().all(|l| {
-            store_layer(&target.spec, l.kind)
+            store_layer(&target.model().spec, l.kind)
                 .and_then(|s| target.kv_cache(s))
                 .is_some_and(|c| {
                     self.bound_caches
@@ -361,7 +362,7 @@ impl Assistant {
 
     /// Sets the K/V view and RoPE position of the next draft steps (queue writes, ordered
     /// before the next submit); `slot` is the KV slot of the target's active sequence
-    /// ([`Model::sequence_slot`]).
+    /// ([`KvState::sequence_slot`]).
     pub fn begin_round(&mut self, ctx: &GpuContext, view: DraftView, slot: usize) {
         let write = |t: &Tensor, v: usize| {
             t.write_bytes(ctx, bytemuck::cast_slice(&[v as u32, slot as u32]))
@@ -507,7 +508,7 @@ pub fn load_assistant(
     ctx: &GpuContext,
     config_json: &str,
     source: &dyn WeightSource,
-    target: &Model,
+    target: &KvState,
     op_set: &OpSet,
     options: AssistantOptions,
 ) -> Result<Assistant> {

@@ -12,7 +12,7 @@ use crate::model::geglu_stage::GegluStage;
 use crate::model::residual::{
     project, project_geglu, prologue_weight, BlockInput, Pending, Residual,
 };
-use crate::model::target::Model;
+use crate::model::state::KvState;
 use crate::model::weights::{LayerWeights, LinearWeight, WeightFormat};
 use crate::ops::argmax::argmax;
 use crate::ops::attention::{Attention, AttentionInputs, AttentionScratch, KeyFromValue, KvCache};
@@ -248,9 +248,9 @@ impl StepBuilder<'_> {
 
     /// `h = pre_projection(concat(target_embed(token) * scale, h_prev))`: the embedding
     /// writes the first half of `input`; h_prev is copied into the second half between passes.
-    pub fn input(&mut self, target: &Model) -> Result<()> {
+    pub fn input(&mut self, target: &KvState) -> Result<()> {
         let (ctx, a, ht) = (self.ctx, self.a, self.ht);
-        let tw = target.weights();
+        let tw = target.model().weights();
         self.ops.push(Op::Kernels(embedding(
             ctx,
             &tw.embed_tokens,
