@@ -82,7 +82,15 @@ fn main() {
         read_tail("q4_tail_phase.wgsli"),
         read_tail("q4_tail_entry.wgsli"),
     );
-    for (name, subgroup) in tail_source::TAIL_SHADERS {
+    // The tail needs coherent storage, which browsers do not offer: a wasm build leaves its
+    // ~60 KB shaders out of the registry (the op refuses before it looks one up).
+    let wasm = std::env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "wasm32");
+    let tail_shaders = if wasm {
+        &[][..]
+    } else {
+        &tail_source::TAIL_SHADERS[..]
+    };
+    for &(name, subgroup) in tail_shaders {
         let rel = "src/ops/persistent_tail/tail_source.rs".to_string();
         let phases: Vec<String> = tail_source::TAIL_PHASES
             .iter()
