@@ -278,7 +278,7 @@ pub fn q4_0_to_wgemma_q4(bytes: &[u8], rows: usize, k: usize) -> Result<(Vec<u32
         ));
     }
     let mut packed = Vec::with_capacity(rows * k / 8);
-    let mut halves = Vec::with_capacity(blocks + 1);
+    let mut halves = Vec::with_capacity(blocks);
     for b in bytes.chunks_exact(18) {
         halves.push(u16::from_le_bytes([b[0], b[1]]));
         let mut nib = [0u8; 32];
@@ -294,12 +294,5 @@ pub fn q4_0_to_wgemma_q4(bytes: &[u8], rows: usize, k: usize) -> Result<(Vec<u32
             packed.push(word);
         }
     }
-    if halves.len() % 2 == 1 {
-        halves.push(0);
-    }
-    let scales = halves
-        .chunks_exact(2)
-        .map(|p| p[0] as u32 | (p[1] as u32) << 16)
-        .collect();
-    Ok((packed, scales))
+    Ok((packed, crate::ops::linear::pack_scale_halves(&halves)))
 }

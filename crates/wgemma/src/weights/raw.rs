@@ -405,20 +405,14 @@ pub fn experts_by_expert(
         ExpertFormat::Q4 { group } => {
             let groups = k / group.max(1);
             let mut packed = Vec::with_capacity(experts * n * k / 8);
-            let mut halves: Vec<u16> = Vec::with_capacity(experts * n * groups + 1);
+            let mut halves: Vec<u16> = Vec::with_capacity(experts * n * groups);
             for e in 0..experts {
                 let q = crate::ops::linear::quantize_q4(&read(e)?, n, k, group)?;
                 packed.extend_from_slice(&q.packed);
                 halves
                     .extend_from_slice(&bytemuck::cast_slice::<u32, u16>(&q.scales)[..n * groups]);
             }
-            if halves.len() % 2 == 1 {
-                halves.push(0);
-            }
-            let scales = halves
-                .chunks_exact(2)
-                .map(|p| p[0] as u32 | (p[1] as u32) << 16)
-                .collect();
+            let scales = crate::ops::linear::pack_scale_halves(&halves);
             let q = crate::ops::linear::Q4Host::from_parts(experts * n, k, group, packed, scales)?;
             ExpertHost::from_q4(q, experts)
         }

@@ -39,7 +39,8 @@ pub use cases::{
     bench_cases, prefill_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData,
 };
 pub use quant::{
-    dequantize_q4, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words, CHUNK_ROW_MULTIPLE,
+    dequantize_q4, pack_scale_halves, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words,
+    CHUNK_ROW_MULTIPLE,
 };
 #[cfg(any(test, feature = "harness"))]
 pub use reference::tolerance;

@@ -199,11 +199,16 @@ pub fn quantize_q4(w: &[f32], n: usize, k: usize, group: usize) -> Result<Q4Host
                 .collect::<Result<Vec<()>>>()
         })?;
     }
-    let scales = scale_bits
+    Q4Host::from_parts(n, k, group, packed, pack_scale_halves(&scale_bits))
+}
+
+/// The Q4 format's scale words: f16 bit patterns two per u32, the first in the low half, an
+/// odd last one padded with zero.
+pub fn pack_scale_halves(halves: &[u16]) -> Vec<u32> {
+    halves
         .chunks(2)
         .map(|p| p[0] as u32 | (p.get(1).copied().unwrap_or(0) as u32) << 16)
-        .collect();
-    Q4Host::from_parts(n, k, group, packed, scales)
+        .collect()
 }
 
 /// Quantises the rows held by `packed` (`[rows, k/8]`) and `scale_bits` (`[rows, k/group]`),
