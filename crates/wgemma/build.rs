@@ -13,10 +13,6 @@ mod shader_meta;
 #[allow(dead_code)]
 mod matvec_variants;
 
-// The persistent decode tail's shaders are generated from the matvec variants' sources.
-#[path = "src/ops/persistent_tail/tail_source.rs"]
-mod tail_source;
-
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -72,43 +68,6 @@ fn main() {
         })
         .unwrap_or_else(|e| panic!("shader {} of {rel}: {e}", variant.name));
         shaders.push((variant.name.to_string(), rel, source));
-    }
-    let tail_dir = ops_dir.join("persistent_tail");
-    let read_tail = |name: &str| {
-        std::fs::read_to_string(tail_dir.join(name))
-            .unwrap_or_else(|e| panic!("persistent tail `{name}`: {e}"))
-    };
-    let (driver, entry) = (
-        read_tail("q4_tail_phase.wgsli"),
-        read_tail("q4_tail_entry.wgsli"),
-    );
-    // The tail needs coherent storage, which browsers do not offer: a wasm build leaves its
-    // ~60 KB shaders out of the registry (the op refuses before it looks one up).
-    let wasm = std::env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "wasm32");
-    let tail_shaders = if wasm {
-        &[][..]
-    } else {
-        &tail_source::TAIL_SHADERS[..]
-    };
-    for &(name, subgroup) in tail_shaders {
-        let rel = "src/ops/persistent_tail/tail_source.rs".to_string();
-        let phases: Vec<String> = tail_source::TAIL_PHASES
-            .iter()
-            .map(|&(_, norm)| {
-                let variant = matvec_variants::matvec_variant(
-                    matvec_variants::MatvecFamily::Decode,
-                    norm,
-                    subgroup,
-                );
-                shader_meta::expand_includes(&variant.entry_source(), &mut |inc| {
-                    std::fs::read_to_string(linear_dir.join(inc))
-                        .map_err(|e| shader_meta::MetaError(format!("include `{inc}`: {e}")))
-                })
-                .unwrap_or_else(|e| panic!("shader {name} of {rel}: {e}"))
-            })
-            .collect();
-        let source = tail_source::tail_source(&phases, &driver, &entry);
-        shaders.push((name.to_string(), rel, source));
     }
     let mut names = std::collections::BTreeMap::new();
     for (name, rel, source) in &shaders {

@@ -108,11 +108,6 @@ pub struct BenchArgs {
     /// tile, one tile per split): the before of that change, in one device call.
     #[arg(long)]
     no_latency_attention: bool,
-    /// Run each decode layer's last four matvecs (gate_up + GeGLU, down, per-layer gate,
-    /// per-layer projection) as one persistent dispatch of N workgroups that waits between
-    /// them inside the kernel (an experiment; needs coherent storage, E2B-style layers).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65535))]
-    persistent_tail: Option<u32>,
     /// Also measure, in this run, decode with the K/V append kernel (`unfused_*`), with the
     /// append folded (`fold_only_*`), and with the append and the KV-shared layers' q_norm
     /// and RoPE folded (`fold_q_*`): those fusions' before/after on
@@ -169,7 +164,6 @@ impl BenchArgs {
             fold_kv_append: !self.no_fold_kv_append,
             fold_q_norm_rope: !self.no_fold_q_norm_rope,
             latency_attention: !self.no_latency_attention,
-            persistent_tail: self.persistent_tail,
         }
     }
 

@@ -44,10 +44,6 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             cases.extend(op_checks::prefill_cases(&caps, &mut rng));
             // Prefill attention at E2B shapes (the tensor-core route where the device has it).
             cases.extend(op_checks::prefill_check_cases());
-            // The persistent decode tail at E2B shapes (where the device offers it).
-            if op_checks::persistent_tail_supported(&ctx).is_ok() {
-                cases.extend(op_checks::persistent_tail_check_cases());
-            }
             cases
         }
         Mode::Bench => op_checks::bench_cases(),

@@ -146,9 +146,6 @@ fn plan_flags_change_the_plan_and_trace_prints_dispatches() {
         unfused > default,
         "{unfused} vs {default} dispatches per token"
     );
-    // The persistent tail: one dispatch instead of four at the end of every layer.
-    let (tail, _) = dispatches(&["--persistent-tail", "8"]);
-    assert!(tail < default, "{tail} vs {default} dispatches per token");
     assert!(!quiet.contains("dispatch "), "{quiet}");
     assert!(
         traced.lines().any(|l| l.starts_with("dispatch ")),

@@ -529,46 +529,6 @@ fn norm_prologues_equal_norm_kernels() {
     }
 }
 
-/// The persistent decode tail (issue 26's layer-persistent experiment: each layer's
-/// gate_up + GeGLU, down, per-layer gate and per-layer projection as four phases of one
-/// dispatch) gives the logits of the four kernels bit for bit, one-row forwards through a
-/// whole prompt, at a grid of one workgroup and at one larger than any phase, with three
-/// dispatches less per layer.
-#[test]
-fn persistent_tail_equals_the_four_kernels() {
-    let fx = Fixture::open("e2b_like");
-    let (prompt, _) = &fx.prompts()[1];
-    let layers = parse_config(&fx.config).unwrap().layers.len();
-    let run = |tail: Option<u32>| {
-        let mut state = fx.state(ModelOptions {
-            prefill_chunk: 1,
-            ..options(WeightFormat::Q4 { group: 32 })
-        });
-        state.set_plan_options(PlanOptions {
-            persistent_tail: tail,
-            ..PlanOptions::default()
-        });
-        let out =
-            pollster::block_on(state.forward(test_context(), prompt, Want::AllLogits)).unwrap();
-        let dispatches = state
-            .built_plan(1, wgemma::model::forward::LogitRows::All)
-            .map(|p| p.dispatch_count())
-            .unwrap();
-        (out, dispatches)
-    };
-    let (kernels, kernel_dispatches) = run(None);
-    for workgroups in [1, 200] {
-        let (tail, tail_dispatches) = run(Some(workgroups));
-        assert_eq!(tail.logits, kernels.logits, "grid {workgroups}: logits");
-        assert_eq!(tail.next, kernels.next, "grid {workgroups}");
-        assert_eq!(
-            kernel_dispatches - tail_dispatches,
-            3 * layers,
-            "grid {workgroups}: one dispatch instead of four per layer"
-        );
-    }
-}
-
 /// The K/V append folded into norm_rope writes the same cache as the kv_append kernel: the
 /// logits of a prompt are bit-identical both ways, in sequence slot 1 of 2, for one-row and
 /// three-row forwards (sliding rings, full caches and K = V caches), with one dispatch less

@@ -23,17 +23,6 @@ pub struct Kernel {
     /// decides wgpu's barriers (see [`Pass`]). Holding the tensors keeps their buffers'
     /// addresses unique while the kernel lives.
     storage: Arc<Vec<(Tensor, bool)>>,
-    /// The constants and bindings it was built with, for a kernel that runs this one's work
-    /// as a phase of its own dispatch (ops/persistent_tail).
-    parts: Arc<KernelParts>,
-}
-
-/// What a [`Kernel`] was built from besides its shader: pipeline constants and bindings in
-/// binding order.
-#[derive(Debug)]
-pub struct KernelParts {
-    pub constants: Vec<(&'static str, u64)>,
-    pub bindings: Vec<Binding>,
 }
 
 impl Kernel {
@@ -51,19 +40,11 @@ impl Kernel {
             bind_group: self.bind_group.clone(),
             grid,
             storage: self.storage.clone(),
-            parts: self.parts.clone(),
         }
-    }
-
-    /// The constants and bindings it was built with.
-    pub fn parts(&self) -> &KernelParts {
-        &self.parts
     }
 }
 
-/// One binding of a kernel: a tensor (storage) or a uniform buffer.
-#[derive(Debug, Clone)]
-pub enum Binding {
+enum Binding {
     Tensor(Tensor),
     Uniform(wgpu::Buffer),
 }
@@ -117,12 +98,6 @@ impl<'a> KernelBuilder<'a> {
     /// A storage binding (read-only or read-write is decided by the shader).
     pub fn tensor(mut self, tensor: &Tensor) -> Self {
         self.bindings.push(Binding::Tensor(tensor.clone()));
-        self
-    }
-
-    /// Another kernel's binding, bound again as the next binding of this one.
-    pub fn binding(mut self, binding: &Binding) -> Self {
-        self.bindings.push(binding.clone());
         self
     }
 
@@ -194,16 +169,12 @@ impl<'a> KernelBuilder<'a> {
             bind_group,
             grid,
             storage,
-            parts: Arc::new(KernelParts {
-                constants: self.constants,
-                bindings: self.bindings,
-            }),
         })
     }
 }
 
 /// The binding numbers of group 0 that `source` declares `var<storage, read_write>`.
-pub(crate) fn read_write_bindings(source: &str) -> Vec<u32> {
+fn read_write_bindings(source: &str) -> Vec<u32> {
     source
         .lines()
         .filter(|line| line.contains("var<storage, read_write>") && line.contains("@group(0)"))

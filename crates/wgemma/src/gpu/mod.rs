@@ -18,10 +18,9 @@ pub use context::{
     offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
 };
 pub use dispatch::{workgroups_for, Grid};
-pub(crate) use kernel::read_write_bindings;
 pub use kernel::{
-    read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, run_kernels, Binding,
-    Kernel, KernelBuilder, KernelParts, Pass, Step,
+    read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, run_kernels, Kernel,
+    KernelBuilder, Pass, Step,
 };
 pub use profile::{DispatchTime, MAX_PROFILE_MARKS};
 pub use readback::Readback;

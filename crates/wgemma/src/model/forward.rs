@@ -8,18 +8,16 @@
 
 use super::blocks::{self, BlockCx};
 use super::config::{KvSource, ModelSpec};
-use super::geglu_stage::GegluStage;
 use super::plan_options::PlanOptions;
 use super::plan_parts::{zeros, Activations, MoeActivations, Op, PleActivations};
 pub use super::plan_parts::{Head, LogitRows, Shared};
 use super::residual::{prologue_weight, Residual};
 use super::weights::{LinearWeight, Weights};
 use crate::error::{Error, Result};
-use crate::gpu::{DType, GpuContext, Kernel, Pass, Tensor};
+use crate::gpu::{DType, GpuContext, Pass, Tensor};
 use crate::ops::attention::{positions_len, KvCache};
 use crate::ops::embedding::embedding;
 use crate::ops::linear::Epilogue;
-use crate::ops::persistent_tail::q4_persistent_tail;
 use crate::ops::rmsnorm::{rmsnorm_with, RmsNormOptions};
 
 /// What a [`ForwardPlan`] is built for.
@@ -119,16 +117,10 @@ impl ForwardPlan {
             // add, the per-layer input block's where the layer has one.
             let mlp_scale = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
             let moe = w.moe.as_ref();
-            let tail_start = ops.len();
             blocks::mlp::plan(&cx, l, &w.mlp, moe, mlp_scale, &mut residual, &mut ops)?;
             if let Some(pw) = &w.ple {
                 let scale = w.layer_scalar;
                 blocks::per_layer_input::plan(&cx, l, pw, scale, &mut residual, &mut ops)?;
-            }
-            if let Some(workgroups) = options.persistent_tail {
-                if m == 1 && residual.uses_prologues() {
-                    fold_persistent_tail(ctx, &mut ops, tail_start, workgroups);
-                }
             }
         }
         let norm_prologues = residual.uses_prologues();
@@ -302,32 +294,5 @@ impl ForwardPlan {
     /// Dispatches recorded per forward (for benchmarks).
     pub fn dispatch_count(&self) -> usize {
         self.ops.len()
-    }
-}
-
-/// Replaces a decode layer's last four ops (gate_up + GeGLU, down, per-layer gate, per-layer
-/// projection, each one matvec kernel) from `start` on by the persistent tail
-/// (`PlanOptions::persistent_tail`). Where the layer has other ops there (MoE, no per-layer
-/// input, split weights) or the device cannot build the tail, the four ops stay: the tail is
-/// an experiment, and the plan is correct either way.
-fn fold_persistent_tail(ctx: &GpuContext, ops: &mut Vec<Op>, start: usize, workgroups: u32) {
-    fn one(kernels: &[Kernel]) -> Option<&Kernel> {
-        match kernels {
-            [k] => Some(k),
-            _ => None,
-        }
-    }
-    let phases = match &ops[start..] {
-        [Op::Geglu(GegluStage::Fused(a)), Op::Linear(b), Op::Geglu(GegluStage::Fused(c)), Op::Linear(d)] => {
-            one(a.kernels())
-                .zip(one(b.kernels()))
-                .zip(one(c.kernels()).zip(one(d.kernels())))
-                .map(|((a, b), (c, d))| [a, b, c, d])
-        }
-        _ => None,
-    };
-    if let Some(tail) = phases.and_then(|p| q4_persistent_tail(ctx, p, workgroups).ok()) {
-        ops.truncate(start);
-        ops.push(Op::Kernel(tail));
     }
 }

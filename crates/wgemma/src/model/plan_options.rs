@@ -29,12 +29,6 @@ pub struct PlanOptions {
     /// split) where the device has them; off: the classic decode kernels
     /// (`bench --no-latency-attention`, the before).
     pub latency_attention: bool,
-    /// One-row plans with norm prologues run each decode layer's last four matvecs
-    /// (gate_up + GeGLU, down, per-layer gate, per-layer projection) as ONE persistent
-    /// dispatch of this many workgroups (`ops/persistent_tail`; issue 26's layer-persistent
-    /// experiment), where the device and the layer allow it. None: four dispatches
-    /// (`bench --persistent-tail N` asks for it).
-    pub persistent_tail: Option<u32>,
 }
 
 impl Default for PlanOptions {
@@ -44,7 +38,6 @@ impl Default for PlanOptions {
             fold_kv_append: true,
             fold_q_norm_rope: true,
             latency_attention: true,
-            persistent_tail: None,
         }
     }
 }

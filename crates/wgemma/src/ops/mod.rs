@@ -11,7 +11,6 @@ pub mod linear;
 pub mod min_fill;
 pub mod moe;
 pub mod opset;
-pub mod persistent_tail;
 pub mod quantize;
 pub mod read_bandwidth;
 pub mod rmsnorm;
@@ -46,7 +45,6 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(rope::random_cases(rng));
     cases.extend(moe::random_cases(rng));
     cases.extend(attention::decode_random_cases(rng));
-    cases.extend(persistent_tail::cases::random_cases(rng));
     cases
 }
 
@@ -72,6 +70,5 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(rope::bench_cases());
     cases.extend(moe::bench_cases());
     cases.extend(attention::decode_bench_cases());
-    cases.extend(persistent_tail::cases::bench_cases());
     cases
 }

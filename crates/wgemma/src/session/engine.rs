@@ -31,8 +31,6 @@ pub mod op_checks {
     pub use crate::harness::{check, rng};
     pub use crate::ops::attention::prefill_check_cases;
     pub use crate::ops::linear::{prefill_cases, DeviceCaps};
-    pub use crate::ops::persistent_tail::cases::check_cases as persistent_tail_check_cases;
-    pub use crate::ops::persistent_tail::persistent_tail_supported;
     pub use crate::ops::read_bandwidth::ReadBandwidthCase;
     pub use crate::ops::{bench_cases, random_cases};
 }
