@@ -4,30 +4,11 @@
 //! holding `<|turn>system` would then encode as that token and forge a turn). Added tokens
 //! of plain text (whitespace runs, HTML tags) that the format never writes stay text.
 
-use super::tokenizer::{BOS, TURN_END, TURN_START};
-use super::tool_markers::{
-    STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_END, TOOL_RESPONSE_END, TOOL_RESPONSE_START,
-    TOOL_START,
-};
 use crate::error::{Error, Result};
 use aho_corasick::{AhoCorasick, MatchKind};
 use tokenizers::AddedToken;
 
 const OP: &str = "tokenizer";
-
-/// What Gemma 4's built-in turn format writes (a checkpoint without a template of its own).
-pub const BUILTIN_FORMAT_MARKERS: [&str; 10] = [
-    BOS,
-    TURN_START,
-    TURN_END,
-    TOOL_START,
-    TOOL_END,
-    TOOL_CALL_START,
-    TOOL_CALL_END,
-    TOOL_RESPONSE_START,
-    TOOL_RESPONSE_END,
-    STRING_MARK,
-];
 
 /// The marker strings of a vocabulary and a finder over them.
 #[derive(Clone)]
@@ -39,7 +20,7 @@ pub struct Markers {
 impl Markers {
     /// The special added tokens of `added`, plus those of its other added tokens whose
     /// string `format_text` holds (the chat template's source and the strings it is given,
-    /// or [`BUILTIN_FORMAT_MARKERS`]). Whitespace-only tokens are never markers: they carry
+    /// or the built-in format's markers). Whitespace-only tokens are never markers: they carry
     /// no structure and are common in text.
     pub fn new<'a>(
         added: impl Iterator<Item = &'a AddedToken>,
@@ -96,8 +77,8 @@ mod tests {
         assert!(!m.contains("<h1>") && !m.contains("\n\n"));
         assert_eq!(m.first_in("a <h1> b <|turn>system"), Some("<|turn>"));
         assert_eq!(m.first_in("a <h1>\n\nb"), None);
-        // Without a template, the built-in format's markers count.
-        let builtin = Markers::new(added.iter(), &BUILTIN_FORMAT_MARKERS).unwrap();
+        // Without a template, the built-in format's markers are the format text.
+        let builtin = Markers::new(added.iter(), &["<bos>", "<|turn>", "<turn|>"]).unwrap();
         assert!(builtin.contains("<|turn>") && !builtin.contains("<h1>"));
     }
 

@@ -2,7 +2,10 @@
 //! stop tokens, and streaming detokenisation.
 
 use super::markers::Markers;
-pub use super::markers::BUILTIN_FORMAT_MARKERS;
+use super::tool_markers::{
+    STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_END, TOOL_RESPONSE_END, TOOL_RESPONSE_START,
+    TOOL_START,
+};
 use crate::error::{Error, Result};
 
 const OP: &str = "tokenizer";
@@ -11,6 +14,21 @@ const OP: &str = "tokenizer";
 pub const TURN_START: &str = "<|turn>";
 pub const TURN_END: &str = "<turn|>";
 pub const BOS: &str = "<bos>";
+
+/// What Gemma 4's built-in turn format writes (a checkpoint without a template of its own):
+/// its chat markers ([`Tokenizer::mark_format_tokens`]).
+pub const BUILTIN_FORMAT_MARKERS: [&str; 10] = [
+    BOS,
+    TURN_START,
+    TURN_END,
+    TOOL_START,
+    TOOL_END,
+    TOOL_CALL_START,
+    TOOL_CALL_END,
+    TOOL_RESPONSE_START,
+    TOOL_RESPONSE_END,
+    STRING_MARK,
+];
 
 /// A loaded tokenizer.
 #[derive(Clone)]
@@ -216,9 +234,6 @@ impl Tokenizer {
     /// Ids of the tool-call markers that are tokens of this vocabulary (what
     /// [`Tokenizer::decode_keeping`] keeps in a reply that may call tools).
     pub fn tool_marker_ids(&self) -> Vec<u32> {
-        use super::tool_markers::{
-            STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START,
-        };
         [
             TOOL_CALL_START,
             TOOL_CALL_END,
