@@ -26,6 +26,8 @@ pub fn finish_reason(r: FinishReason) -> &'static str {
         FinishReason::Stop => "stop",
         // A cancelled request has no client left to read it.
         FinishReason::Length | FinishReason::Cancelled => "length",
+        // The worker answers a failed stream with its error instead of a finish.
+        FinishReason::Failed => "error",
     }
 }
 
