@@ -2,8 +2,10 @@
 //! ([`request`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`]) and
 //! structured output's grammars ([`structured`]).
 
+pub mod body;
 pub mod fields;
 pub mod request;
 pub mod response;
+pub mod sampling;
 pub mod structured;
 pub mod tools;

@@ -16,7 +16,8 @@ use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
 use wgemma::formats::synthetic::SyntheticShape;
-use wgemma::session::engine::{Assistant, Model};
+use wgemma::model::assistant::Assistant;
+use wgemma::model::target::Model;
 use wgemma::session::{
     AssistantFrom, DraftReplacement, GenerateRequest, LoadHooks, Session, Stream,
 };

@@ -8,13 +8,18 @@ use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::generate::plain::GenerateOptions;
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{
+    generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan, ReplacedDrafts,
+    SpeculativeOptions, SpeculativeOutput,
+};
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
-use wgemma::session::engine::{
-    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, KvState,
-    LogitRows, Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions,
-    SpeculativeOutput,
-};
+use wgemma::model::assistant::Assistant;
+use wgemma::model::forward::LogitRows;
+use wgemma::model::state::KvState;
+use wgemma::model::target::Model;
 use wgemma::session::{AssistantFrom, LoadHooks};
 
 /// The synthetic shape `model` has (a synthetic model or a `synth-checkpoint` directory),
