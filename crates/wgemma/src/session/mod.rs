@@ -14,7 +14,6 @@
 mod batch;
 mod batch_spec;
 mod drafting;
-pub mod engine;
 mod load;
 mod loader;
 mod places;
