@@ -10,12 +10,13 @@
 //! was asked whatever the weights; the drafter's full cost is paid. Every speculative run's
 //! tokens are checked against the plain run's (`matches_plain`).
 
-use crate::bench_spec::{assistant_shape, load_assistant, FixedRateDrafts};
+use crate::bench_spec::load_assistant;
 use crate::bench_table::{print_table, timed, TestRow};
-use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
 use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::session::bench::timing::{compare, Samples};
+use wgemma::session::bench::{assistant_shape, FixedRateDrafts};
 use wgemma::session::engine::{Assistant, Model};
 use wgemma::session::{
     AssistantFrom, DraftReplacement, GenerateRequest, LoadHooks, Session, Stream,

@@ -33,7 +33,6 @@ mod serve_tools;
 mod serve_worker;
 mod signals;
 mod synth;
-mod timing;
 
 use clap::{Parser, Subcommand};
 
