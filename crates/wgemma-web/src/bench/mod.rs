@@ -5,9 +5,11 @@
 //! published assistant's shape drafting; the result is the native `--json` report's
 //! fields (those a page can measure) plus the decode test's greedy tokens.
 
+mod options;
+
 use crate::web::{bytes, js_error, open_context, parse_options, to_js, wgemma_error};
 use js_sys::{Function, Promise};
-use serde::Deserialize;
+use options::{BenchOptions, Plan};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use wgemma::formats::synthetic::SyntheticShape;
@@ -18,159 +20,8 @@ use wgemma::session::bench::{
     assistant_shape, bench_tokens, decode_run, forward_ms, gemm_family, oracle_rounds, prefill_run,
     DecodeRun,
 };
-use wgemma::session::engine::{Assistant, KvState, ModelOptions, WeightFormat, MAX_DRAFT_TOKENS};
+use wgemma::session::engine::{Assistant, KvState};
 use wgemma::session::{load_assistant, load_target, AssistantFrom, LoadHooks, LoadSource};
-
-#[wasm_bindgen(typescript_custom_section)]
-const TS_BENCH: &str = r#"
-/** What runBench measures (the native `wgemma bench` flags, camelCase). */
-export interface BenchOptions {
-  /** A synthetic model of real shapes: tiny, e2b or e4b (random weights); else pass a model artifact. */
-  synthetic?: string;
-  /** Seed of the synthetic weights and of the prompt's token ids (default 0). */
-  seed?: number;
-  /** Weights of a synthetic model: q4 (default), q4g64, q4g128, f16, f32. */
-  dtype?: string;
-  /** Prompt tokens of ppN (default 512; 64 for tiny). */
-  nPrompt?: number;
-  /** Generated tokens of tgN and the speculative rows (default 128; 32 for tiny). */
-  nGen?: number;
-  /** Tokens in the KV cache when the decode tests start (default 0). */
-  nDepth?: number;
-  /** Timed runs per test after the warm-up (default 5; 3 for tiny). */
-  repetitions?: number;
-  /** Rows per prefill forward (default 256). */
-  prefillChunk?: number;
-  /** Drafts per round of the speculative rows (default 2; 0: none). */
-  draftTokens?: number;
-  /** Acceptance rates of the oracle and drafter rows (default [1.0]). */
-  acceptance?: number[];
-}
-"#;
-
-/// The CLI's default rows per prefill forward.
-const DEFAULT_PREFILL_CHUNK: usize = 256;
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-struct BenchOptions {
-    synthetic: Option<String>,
-    seed: u64,
-    dtype: Option<String>,
-    n_prompt: Option<usize>,
-    n_gen: Option<usize>,
-    n_depth: usize,
-    repetitions: Option<usize>,
-    prefill_chunk: Option<usize>,
-    draft_tokens: Option<usize>,
-    acceptance: Option<Vec<f64>>,
-}
-
-/// The options with every default filled in and checked.
-struct Plan {
-    /// The synthetic shape as given (the report's `model`).
-    synthetic: Option<String>,
-    shape: Option<SyntheticShape>,
-    seed: u64,
-    dtype: String,
-    format: WeightFormat,
-    prompt_len: usize,
-    gen: usize,
-    depth: usize,
-    repetitions: usize,
-    prefill_chunk: usize,
-    k: usize,
-    acceptance: Vec<f64>,
-}
-
-impl BenchOptions {
-    fn plan(self) -> Result<Plan, String> {
-        let shape = self
-            .synthetic
-            .as_deref()
-            .map(SyntheticShape::parse)
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        let tiny = matches!(shape, Some(SyntheticShape::Tiny));
-        let dtype = self.dtype.unwrap_or_else(|| "q4".to_string());
-        let plan = Plan {
-            synthetic: self.synthetic,
-            shape,
-            seed: self.seed,
-            format: WeightFormat::parse(&dtype).map_err(|e| e.to_string())?,
-            dtype,
-            prompt_len: self.n_prompt.unwrap_or(if tiny { 64 } else { 512 }),
-            gen: self.n_gen.unwrap_or(if tiny { 32 } else { 128 }),
-            depth: self.n_depth,
-            repetitions: self.repetitions.unwrap_or(if tiny { 3 } else { 5 }),
-            prefill_chunk: self.prefill_chunk.unwrap_or(DEFAULT_PREFILL_CHUNK),
-            k: self.draft_tokens.unwrap_or(2),
-            acceptance: self.acceptance.unwrap_or_else(|| vec![1.0]),
-        };
-        let checks = [
-            (
-                plan.prompt_len == 0,
-                "nPrompt: expected at least 1 token, found 0".into(),
-            ),
-            (
-                plan.gen < 2,
-                format!("nGen: expected at least 2 tokens, found {}", plan.gen),
-            ),
-            (
-                plan.repetitions == 0,
-                "repetitions: expected at least 1 timed run, found 0".into(),
-            ),
-            (
-                plan.prefill_chunk == 0,
-                "prefillChunk: expected at least 1 row, found 0".into(),
-            ),
-            (
-                plan.k > MAX_DRAFT_TOKENS,
-                format!(
-                    "draftTokens: expected 0..={MAX_DRAFT_TOKENS}, found {}",
-                    plan.k
-                ),
-            ),
-        ];
-        if let Some((_, message)) = checks.into_iter().find(|(bad, _)| *bad) {
-            return Err(message);
-        }
-        if let Some(p) = plan.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
-            return Err(format!(
-                "acceptance: expected rates within 0..=1, found {p}"
-            ));
-        }
-        Ok(plan)
-    }
-}
-
-impl Plan {
-    /// The KV cache, prefill chunk and verify rows the tests need (as the native bench).
-    fn model_options(&self) -> Result<ModelOptions, String> {
-        let plan = self;
-        let context_len = plan.depth.max(1);
-        let max_context = context_len
-            .checked_add(plan.gen)
-            .and_then(|n| n.checked_add(MAX_DRAFT_TOKENS + 1))
-            .map(|n| n.max(plan.prompt_len))
-            .and_then(|n| n.checked_add(16))
-            .ok_or_else(|| {
-                format!(
-                    "nPrompt {}, nDepth {} and nGen {}: expected a total that fits a KV cache",
-                    plan.prompt_len, plan.depth, plan.gen
-                )
-            })?;
-        Ok(ModelOptions {
-            format: plan.format,
-            max_context,
-            prefill_chunk: plan
-                .prefill_chunk
-                .clamp(1, plan.prompt_len.max(context_len)),
-            max_verify_rows: plan.k + 1,
-            sequences: 1,
-        })
-    }
-}
 
 /// Runs `wgemma bench`'s tests on a synthetic model (`options.synthetic`) or on the model
 /// artifact `model` (bytes, a Blob/File or a Response); `onProgress` gets a line per step.
@@ -214,7 +65,7 @@ pub fn run_bench(
     })
 }
 
-/// The loaded target and the assistant its drafter rows use (if its shape has one).
+/// Opens WebGPU, loads the model and runs every test: the report.
 async fn bench(
     plan: &Plan,
     artifact: Option<&[u8]>,
@@ -224,29 +75,8 @@ async fn bench(
     // In a browser a validation error only reaches the console while the readbacks return
     // stale bytes: any error fails the bench.
     let gpu_errors = GpuErrors::collect(&ctx);
-    let options = plan
-        .model_options()
-        .map_err(|m| js_error("WgemmaError", &m))?;
-    let prefill_chunk = options.prefill_chunk;
     progress(&format!("bench: loading on {}", ctx.describe()));
-    let (source, model_name) = match (plan.shape, artifact) {
-        (Some(shape), _) => (
-            LoadSource::Synthetic {
-                shape,
-                seed: plan.seed,
-            },
-            plan.synthetic.clone().unwrap_or_default(),
-        ),
-        (None, Some(file)) => (LoadSource::Artifact(file), "artifact".to_string()),
-        (None, None) => unreachable!("run_bench checked for a source"),
-    };
-    let hooks = LoadHooks {
-        format: plan.shape.map(|_| plan.format),
-        options,
-        ..LoadHooks::default()
-    };
-    let loaded = load_target(&ctx, source, hooks).map_err(wgemma_error)?;
-    let (mut state, load_ms) = (loaded.state, loaded.load_ms);
+    let (mut state, load_ms, model_name) = load(&ctx, plan, artifact)?;
     progress(&format!("bench: loaded in {load_ms:.0} ms"));
     let plain = plain_tests(&ctx, &mut state, plan, progress).await?;
     let next = plain.run.greedy[0];
@@ -276,7 +106,7 @@ async fn bench(
         "depth": plan.depth,
         "prefill_tokens_per_s": plain.pp.mean(),
         "prefill_ms": plan.prompt_len as f64 / plain.pp.mean() * 1e3,
-        "prefill_chunk": prefill_chunk,
+        "prefill_chunk": state.model().options.prefill_chunk,
         "gemm_ceiling": format!("{:?}", ctx.gemm),
         "gemm": gemm_family(&ctx),
         "coop_16x16_f16": ctx.has_coop_16x16_f16(),
@@ -302,6 +132,35 @@ async fn bench(
     report["tests"] = rows.into();
     gpu_errors.check().map_err(wgemma_error)?;
     Ok(report)
+}
+
+/// The target the tests run on, its load time and the report's `model`.
+fn load(
+    ctx: &GpuContext,
+    plan: &Plan,
+    artifact: Option<&[u8]>,
+) -> Result<(KvState, f64, String), JsValue> {
+    let options = plan
+        .model_options()
+        .map_err(|m| js_error("WgemmaError", &m))?;
+    let (source, model_name) = match (plan.shape, artifact) {
+        (Some(shape), _) => (
+            LoadSource::Synthetic {
+                shape,
+                seed: plan.seed,
+            },
+            plan.synthetic.clone().unwrap_or_default(),
+        ),
+        (None, Some(file)) => (LoadSource::Artifact(file), "artifact".to_string()),
+        (None, None) => unreachable!("run_bench checked for a source"),
+    };
+    let hooks = LoadHooks {
+        format: plan.shape.map(|_| plan.format),
+        options,
+        ..LoadHooks::default()
+    };
+    let loaded = load_target(ctx, source, hooks).map_err(wgemma_error)?;
+    Ok((loaded.state, loaded.load_ms, model_name))
 }
 
 /// `ppN` and `tgN @ dD`, and what the speculative rows start from.
@@ -421,6 +280,26 @@ impl SpecOutcome {
     }
 }
 
+impl PlainTests {
+    /// The decode tests' context (what their forward read before the first token).
+    fn context(&self, plan: &Plan) -> &[u32] {
+        &self.tokens[..plan.depth.max(1)]
+    }
+
+    /// A speculative row: its runs, compared with the decode test's.
+    fn spec_row(&self, plan: &Plan, test: String, samples: Samples) -> TestRow {
+        TestRow {
+            test,
+            n_prompt: plan.depth,
+            n_gen: self.run.greedy.len() - 1,
+            vs_tg: Some(compare(&self.tg, &samples)),
+            tokens_per_s: samples,
+        }
+    }
+}
+
+/// The oracle rows at each acceptance rate, then (for the E2B / E4B shapes) the rows with
+/// the published assistant's shape drafting.
 async fn speculative(
     ctx: &GpuContext,
     state: &mut KvState,
@@ -436,23 +315,45 @@ async fn speculative(
     if plan.k == 0 {
         return Ok(out);
     }
-    let (k, decode_tps) = (plan.k, plain.tg.mean());
-    let context = &plain.tokens[..plan.depth.max(1)];
-    let greedy = &plain.run.greedy;
-    let row = |test: String, samples: Samples| TestRow {
-        test,
-        n_prompt: plan.depth,
-        n_gen: greedy.len() - 1,
-        vs_tg: Some(compare(&plain.tg, &samples)),
-        tokens_per_s: samples,
+    oracle_rows(ctx, state, (plan, plain), progress, &mut out).await?;
+    let shape = plan.shape.or_else(|| assistant_shape(state.model()));
+    let Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) = shape else {
+        return Ok(out);
     };
+    let from = AssistantFrom::Random {
+        shape,
+        seed: plan.seed.wrapping_add(1),
+    };
+    let mut assistant: Assistant =
+        load_assistant(ctx, state, from, LoadHooks::default()).map_err(wgemma_error)?;
+    drafter_rows(
+        ctx,
+        state,
+        &mut assistant,
+        (plan, plain),
+        progress,
+        &mut out,
+    )
+    .await?;
+    Ok(out)
+}
+
+async fn oracle_rows(
+    ctx: &GpuContext,
+    state: &mut KvState,
+    (plan, plain): (&Plan, &PlainTests),
+    progress: &dyn Fn(&str),
+    out: &mut SpecOutcome,
+) -> Result<(), JsValue> {
+    let (k, decode_tps) = (plan.k, plain.tg.mean());
+    let tokens = (plain.context(plan), &plain.run.greedy[..]);
     for &p in &plan.acceptance {
         let test = format!("{} spec k={k} p={p:.2} oracle", plain.tg_name);
         progress(&started(&test, plan.repetitions));
         let mut runs = TimedRuns::new(plan.repetitions);
         let mut last = None;
         while runs.wanted() {
-            let o = oracle_rounds(ctx, state, (context, greedy), (k, p), false)
+            let o = oracle_rounds(ctx, state, tokens, (k, p), false)
                 .await
                 .map_err(wgemma_error)?;
             runs.record(o.tokens_per_s);
@@ -465,36 +366,36 @@ async fn speculative(
         json["speedup"] = (samples.mean() / decode_tps).into();
         json["tokens_per_s_runs"] = samples.json();
         out.oracle.push(json);
-        out.rows.push(row(test, samples));
+        out.rows.push(plain.spec_row(plan, test, samples));
     }
-    let shape = plan.shape.or_else(|| assistant_shape(state.model()));
-    let Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) = shape else {
-        return Ok(out);
-    };
-    let from = AssistantFrom::Random {
-        shape,
-        seed: plan.seed.wrapping_add(1),
-    };
-    let mut assistant: Assistant =
-        load_assistant(ctx, state, from, LoadHooks::default()).map_err(wgemma_error)?;
+    Ok(())
+}
+
+/// A warm-up set and `repetitions` timed sets of the drafter's runs at every acceptance
+/// rate (as the native bench takes them).
+async fn drafter_rows(
+    ctx: &GpuContext,
+    state: &mut KvState,
+    assistant: &mut Assistant,
+    (plan, plain): (&Plan, &PlainTests),
+    progress: &dyn Fn(&str),
+    out: &mut SpecOutcome,
+) -> Result<(), JsValue> {
+    let (k, decode_tps) = (plan.k, plain.tg.mean());
     let test = format!("{} spec k={k} drafter", plain.tg_name);
-    progress(&format!(
-        "bench: {test}: warm-up and {} timed runs ...",
-        plan.repetitions
-    ));
+    progress(&started(&test, plan.repetitions));
     let mut reps: Vec<Vec<RunsAtRate>> = Vec::with_capacity(plan.repetitions);
     for rep in 0..=plan.repetitions {
         let runs = DraftedRuns {
-            prompt: context,
-            greedy,
+            prompt: plain.context(plan),
+            greedy: &plain.run.greedy,
             k,
             acceptance: &plan.acceptance,
             adaptive: false,
         };
-        let at_rates = drafted_runs(ctx, state, &mut assistant, runs)
+        let at_rates = drafted_runs(ctx, state, assistant, runs)
             .await
             .map_err(wgemma_error)?;
-        // The first set warms the assistant's pipelines up.
         if rep > 0 {
             reps.push(at_rates);
         }
@@ -513,79 +414,8 @@ async fn speculative(
         json["verify_only"]["tokens_per_s_runs"] = verify_only.json();
         let test = format!("{} spec k={k} p={p:.2} drafter", plain.tg_name);
         progress(&finished(&test, &fixed));
-        out.rows.push(row(test, fixed));
+        out.rows.push(plain.spec_row(plan, test, fixed));
         out.drafted.push(json);
     }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plan(json: &str) -> Result<Plan, String> {
-        serde_json::from_str::<BenchOptions>(json)
-            .map_err(|e| e.to_string())?
-            .plan()
-    }
-
-    #[test]
-    fn defaults_are_the_native_bench_ones() {
-        let p = plan(r#"{"synthetic": "e2b"}"#).unwrap();
-        assert_eq!(
-            (p.prompt_len, p.gen, p.depth, p.repetitions),
-            (512, 128, 0, 5)
-        );
-        assert_eq!(
-            (p.k, p.prefill_chunk, p.acceptance.clone()),
-            (2, 256, vec![1.0])
-        );
-        let p = plan(r#"{"synthetic": "tiny", "nDepth": 3}"#).unwrap();
-        assert_eq!(
-            (p.prompt_len, p.gen, p.depth, p.repetitions),
-            (64, 32, 3, 3)
-        );
-        let options = p.model_options().unwrap();
-        // The decode context, the generated tokens, a verify round and a margin.
-        assert_eq!(options.max_context, 64 + 16);
-        assert_eq!((options.max_verify_rows, options.prefill_chunk), (3, 64));
-    }
-
-    #[test]
-    fn bad_options_say_what_was_expected() {
-        let cases = [
-            (r#"{"synthetic": "e3b"}"#, "tiny, e2b, e4b or 31b"),
-            (
-                r#"{"synthetic": "tiny", "nGen": 1}"#,
-                "nGen: expected at least 2 tokens, found 1",
-            ),
-            (
-                r#"{"synthetic": "tiny", "nPrompt": 0}"#,
-                "nPrompt: expected at least 1 token",
-            ),
-            (
-                r#"{"synthetic": "tiny", "repetitions": 0}"#,
-                "repetitions: expected at least 1",
-            ),
-            (
-                r#"{"synthetic": "tiny", "draftTokens": 9}"#,
-                "draftTokens: expected 0..=8, found 9",
-            ),
-            (
-                r#"{"synthetic": "tiny", "acceptance": [1.5]}"#,
-                "within 0..=1, found 1.5",
-            ),
-            (r#"{"synthetic": "tiny", "dtype": "q3"}"#, "q3"),
-            (
-                r#"{"synthetic": "tiny", "nPromt": 5}"#,
-                "unknown field `nPromt`",
-            ),
-        ];
-        for (json, want) in cases {
-            let e = plan(json)
-                .err()
-                .unwrap_or_else(|| panic!("{json}: accepted"));
-            assert!(e.contains(want), "{json}: {e}");
-        }
-    }
+    Ok(())
 }
