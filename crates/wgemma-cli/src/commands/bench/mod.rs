@@ -943,6 +943,7 @@ impl Outcome {
             "features": format!("{:?}", ctx.features),
             "repetitions": sizes.repetitions,
             "tests": self.rows.iter().map(TestRow::json).collect::<Vec<_>>(),
+            "greedy_tokens": plain.greedy,
             "load_ms": self.load_ms,
             "peak_rss_mb": crate::progress::peak_rss_mb(),
             "prompt_len": sizes.prompt_len,
