@@ -60,7 +60,15 @@ const CLI_FLAGS = {
 
 /** A native report: from --native-X FILE, or by running `--cli` with `cliArgs`; null without either. */
 function nativeReport(file, cliArgs) {
-  if (file) return JSON.parse(readFileSync(file, 'utf8').trim().split('\n').pop());
+  if (file) {
+    // A native step that failed leaves no report: the Dawn run goes on without the comparison.
+    try {
+      return JSON.parse(readFileSync(file, 'utf8').trim().split('\n').pop());
+    } catch (e) {
+      check(false, `native report ${file} readable`, e.message);
+      return null;
+    }
+  }
   if (!args.cli) return null;
   log(`native: ${args.cli} ${cliArgs.join(' ')}`);
   const out = execFileSync(args.cli, cliArgs, { encoding: 'utf8', env: { XDG_RUNTIME_DIR: '/tmp', ...process.env },
