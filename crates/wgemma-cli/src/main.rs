@@ -7,7 +7,6 @@ mod files;
 mod load;
 mod progress;
 mod signals;
-mod timing;
 
 use clap::{Parser, Subcommand};
 use commands::{

@@ -11,7 +11,6 @@
 use crate::args::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
 use crate::load::{load_assistant, load_model, LoadRequest};
 use crate::progress::host_memory_bytes;
-use crate::timing::{compare, Samples};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
@@ -30,6 +29,7 @@ use wgemma::model::forward::LogitRows;
 use wgemma::model::state::KvState;
 use wgemma::model::target::ModelOptions;
 use wgemma::model::weights::WeightFormat;
+use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::{load_target, AssistantFrom, LoadHooks, LoadSource, Step};
 use wgemma::text::tokenizer::Tokenizer;
 
@@ -550,7 +550,7 @@ struct Summary {
     stable: bool,
     /// Stable, and every speculative run gave its plain run's tokens.
     identical: bool,
-    comparison: crate::timing::Comparison,
+    comparison: wgemma::session::bench::timing::Comparison,
     /// The run whose plain speed is the median's: its stats and outputs are shown.
     shown: usize,
 }
