@@ -5,6 +5,7 @@ mod args;
 mod commands;
 mod files;
 mod load;
+mod output;
 mod progress;
 mod signals;
 mod timing;
