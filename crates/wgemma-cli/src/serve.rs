@@ -45,7 +45,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
 use wgemma::session::engine::{MAX_DRAFT_TOKENS, MAX_SEQUENCES};
 use wgemma::session::{PromptEncoder, Session, TextTools};
 
@@ -333,7 +333,7 @@ struct WorkerLoad {
 impl WorkerLoad {
     /// The session, and what the HTTP side needs once it is ready.
     fn ready(&self) -> Result<(Session, Ready)> {
-        let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+        let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
         let adapter = ctx.describe();
         let loaded = load_model(&ctx, &self.model_path, self.request)?;
         let session = loaded.into_session(
