@@ -15,6 +15,6 @@ pub fn set_activations(choice: ActivationChoice) {
 pub fn context_options() -> ContextOptions {
     ContextOptions {
         activations: ACTIVATIONS.get().copied().unwrap_or_default(),
-        ..crate::gpu_args::context_options()
+        ..ContextOptions::default()
     }
 }
