@@ -97,7 +97,12 @@ fn perplexity(logits: &[Vec<f32>], tokens: &[u32]) -> f64 {
         .zip(&tokens[1..])
         .map(|(row, &next)| {
             let max = row.iter().fold(f32::MIN, |m, &v| m.max(v)) as f64;
-            let log_sum = row.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
+            let log_sum = row
+                .iter()
+                .map(|&v| (v as f64 - max).exp())
+                .sum::<f64>()
+                .ln()
+                + max;
             log_sum - row[next as usize] as f64
         })
         .sum();
@@ -129,7 +134,10 @@ fn int8_logits_stay_close_to_hf_at_every_position() {
             .zip(want)
             .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
         worst = worst.max(diff / scale);
-        assert!(diff <= 2e-2 * scale, "position {t}: {diff} > 2e-2 x {scale}");
+        assert!(
+            diff <= 2e-2 * scale,
+            "position {t}: {diff} > 2e-2 x {scale}"
+        );
         assert_eq!(argmax(got), argmax(want), "position {t}: argmax");
     }
     eprintln!("int8 activations: logits max |diff| / scale vs HF = {worst:.2e}");
@@ -153,7 +161,10 @@ fn int8_perplexity_and_greedy_agreement_against_f32() {
     for choice in [ActivationChoice::F32, ActivationChoice::Int8] {
         let ctx = context(choice);
         let (mut target, _) = load_pair(ctx);
-        ppl.push(perplexity(&decode_logits(ctx, &mut target, &held_out), &held_out));
+        ppl.push(perplexity(
+            &decode_logits(ctx, &mut target, &held_out),
+            &held_out,
+        ));
         let options = GenerateOptions {
             max_new_tokens: 100,
             sampling: SamplingParams::default(),

@@ -159,7 +159,14 @@ impl MatvecVariant {
                 "#include \"q4_matvec_norm_prologue.wgsli\"\n"
             });
         }
-        s.push_str(&format!("#include \"{finish}_{}.wgsli\"\n\n", reduction.0));
+        s.push_str(&format!("#include \"{finish}_{}.wgsli\"\n", reduction.0));
+        if int8 {
+            s.push_str(&format!(
+                "#include \"q4_matvec_q8_quantize_{}.wgsli\"\n",
+                reduction.0
+            ));
+        }
+        s.push('\n');
         s.push_str(
             "@compute @workgroup_size(WG)\n\
              fn main(\n\

@@ -3,13 +3,14 @@
 //! at M = 1, 2, 3, 4 and 8 for `wgemma ops check`.
 
 use super::{
-    boxed, random_group, random_k, random_odd_n, random_tuning, CaseEpilogue, Q4LinearCase,
-    WeightData, E2B_SHAPES,
+    boxed, copies_for, random_group, random_k, random_odd_n, random_tuning, CaseEpilogue,
+    Q4LinearCase, WeightData, E2B_SHAPES,
 };
 use crate::harness::{Check, OpCase, Rng};
 use crate::ops::linear::quant::Q4Host;
 use crate::ops::linear::reference::tolerance as f32_tolerance;
 use crate::ops::linear::LinearRoute::Q4Q8Matvec;
+use crate::ops::linear::MatvecTuning;
 use rand::Rng as _;
 
 /// The int8 route against [`super::super::q4q8_linear_ref`]: the f32 bound of
@@ -89,6 +90,32 @@ pub fn int8_check_cases() -> Vec<Box<dyn OpCase>> {
             c.weights = WeightData::RandomPacked;
             c.copies = 1;
             cases.push(boxed(c));
+        }
+    }
+    cases
+}
+
+/// Other geometries of the int8 family on the widest shapes (the LM head, gate_up of the
+/// double-wide MLP, its gate or up alone) at M = 1, 3 and 8: rows per quad 1, 2 or 4 and 16
+/// or 32 lanes, no K split (`ops bench`: the route's table is decided from these).
+pub(super) fn int8_bench_cases() -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
+    for (k, n) in [(1536, 262144), (1536, 24576), (1536, 12288)] {
+        for m in [1, 3, 8] {
+            for rows in [1, 2, 4] {
+                for lanes in [16, 32] {
+                    let mut c = Q4LinearCase::new(m, n, k, 32, Q4Q8Matvec);
+                    c.weights = WeightData::RandomPacked;
+                    c.copies = copies_for(n, k, 32);
+                    c.tuning = Some(MatvecTuning {
+                        rows,
+                        lanes,
+                        ksplit: 1,
+                        unroll: false,
+                    });
+                    cases.push(boxed(c));
+                }
+            }
         }
     }
     cases

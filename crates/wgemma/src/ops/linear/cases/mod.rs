@@ -609,6 +609,7 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
             }
         }
     }
+    cases.extend(int8::int8_bench_cases());
     cases.push(e2b_case(1, 1536, 6144, Q4Gemv, true));
     cases.push(e2b_case(1, 1536, 262144, Q4Gemv, true));
     cases.push(e2b_case(128, 1536, 6144, Q4Gemm, false));
