@@ -1,42 +1,19 @@
 //! `wgemma`: the command-line front end. Thin: parsing, printing, and blocking on the
 //! library's async calls at this edge.
 
-mod artifact_file;
-mod bench;
-mod bench_diag;
-mod bench_parallel;
-mod bench_spec;
-mod bench_table;
-mod chat;
-mod convert;
-mod demo;
-mod generate;
-mod gguf_file;
+mod args;
+mod commands;
+mod files;
 mod gpu_args;
-mod info;
-mod inspect;
-mod inspect_gguf;
 mod load;
-mod load_cmd;
-mod model_dir;
-mod ops;
 mod progress;
-mod serve;
-mod serve_answer;
-mod serve_api;
-mod serve_endpoints;
-mod serve_fields;
-mod serve_guard;
-mod serve_metrics;
-mod serve_response;
-mod serve_structured;
-mod serve_tools;
-mod serve_worker;
 mod signals;
-mod synth;
 mod timing;
 
 use clap::{Parser, Subcommand};
+use commands::{
+    bench, chat, convert, demo, generate, info, inspect, load as load_cmd, ops, serve, synth,
+};
 
 #[derive(Parser)]
 #[command(
@@ -49,9 +26,9 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Precision of the Q4 matvecs' activations: `int8` quantises each block of 32 and
-    /// runs integer dot products (the same rows whatever the batch, ~0.3% error per
-    /// product), `f32` keeps them exact, `auto` is int8 where the GPU has native packed
-    /// integer dot products (Vulkan 1.3, Chrome), else f32.
+    /// runs integer dot products (every batch size computes a row the same way; ~0.3%
+    /// error per product), `f32` keeps them exact, `auto` is int8 on a GPU with native
+    /// packed integer dot products (Vulkan 1.3, Chrome), else f32.
     #[arg(
         long,
         global = true,

@@ -650,6 +650,7 @@ impl Q4Call<'_> {
             .tuning
             .unwrap_or_else(|| choose_tuning(AdapterProfile::BASE, rows, k, self.epilogue));
         if self.route == LinearRoute::Q4Q8Matvec && self.options.tuning.is_none() {
+            tuning = int8::tuning(tuning, rows, k);
             // A K split widens the slot stride past what one staged chunk may hold.
             while tuning.ksplit > 1 && self.int8_chunk(tuning).is_none() {
                 tuning.ksplit /= 2;
