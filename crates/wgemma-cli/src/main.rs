@@ -8,7 +8,6 @@ mod gpu_args;
 mod load;
 mod progress;
 mod signals;
-mod timing;
 
 use clap::{Parser, Subcommand};
 use commands::{

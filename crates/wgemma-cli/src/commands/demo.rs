@@ -11,7 +11,6 @@
 use crate::args::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
 use crate::load::{load_assistant, load_model, LoadRequest};
 use crate::progress::host_memory_bytes;
-use crate::timing::{compare, Samples};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
@@ -19,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
+use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::engine::{
     generate, generate_speculative, Assistant, DraftSchedule, GenerateOptions, GenerateStats,
     KvState, LogitRows, ModelOptions, SamplingParams, SpeculativeOptions, SpeculativeOutput,
@@ -543,7 +543,7 @@ struct Summary {
     stable: bool,
     /// Stable, and every speculative run gave its plain run's tokens.
     identical: bool,
-    comparison: crate::timing::Comparison,
+    comparison: wgemma::session::bench::timing::Comparison,
     /// The run whose plain speed is the median's: its stats and outputs are shown.
     shown: usize,
 }
