@@ -17,7 +17,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wgemma::formats::synthetic::SyntheticShape;
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
 use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::engine::{
     generate, generate_speculative, Assistant, DraftSchedule, GenerateOptions, GenerateStats,
@@ -263,7 +263,7 @@ struct Timed {
 
 pub fn run(args: DemoArgs) -> Result<()> {
     check_args(&args)?;
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     let text_out = !args.json;
     if text_out {
         println!("wgemma demo on {}", ctx.describe());
