@@ -4,12 +4,12 @@ for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; export VK_DRIVER_FILES=/usr
 # root: what Dawn offers, native `wgemma bench` (the E2B shape, tg @ d512), the same with
 # --webgpu-limits, native `wgemma demo`, then the wasm package on Dawn: the demo on the
 # shipped pair and the same bench, its greedy tokens checked against the native ones.
-#   bash tools/browser/dawn/device.sh WGEMMA_BINARY
+#   bash tools/browser/dawn/device.sh [WGEMMA_BINARY]   (default: the staged .dawn/wgemma.xz)
 # Writes $OUT/summary.md (tables), $OUT/results.json (every report), $OUT/log.txt. Each
 # step's failure is logged and the others still run. REPS (3) timed runs per test, SHAPE
 # (e2b), DAWN_DIAG=1 adds a Dawn bench with robustness and workgroup zeroing off.
 set -u
-wgemma="$(readlink -f "${1:?usage: device.sh WGEMMA_BINARY}")"
+wgemma="$(readlink -f "${1:-.dawn/wgemma.xz}")"
 out="${OUT:-/tmp/dawn-out}"
 mkdir -p "$out"
 work=/tmp/dawn
@@ -51,6 +51,12 @@ with tarfile.open(".dawn/pkg.tar.xz") as t:
 print("unpacked:", open(".dawn/STAGED").read())
 PY
 chmod +x "$work/node"
+if [ "${wgemma%.xz}" != "$wgemma" ]; then
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$wgemma" "$work/wgemma" >> "$log" 2>&1
+    chmod +x "$work/wgemma"
+    wgemma="$work/wgemma"
+fi
 node=("$work/node")
 if ! "$work/node" -e 0 2>> "$log"; then
     note "node does not start with this machine's libraries: using the staged libstdc++"
