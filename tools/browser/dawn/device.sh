@@ -68,12 +68,12 @@ options="{\"nPrompt\":512,\"nGen\":128,\"nDepth\":512,\"repetitions\":$reps}"
 
 step adapter 60 "$work/adapter.txt" "${node[@]}" "${run[@]}" --adapter-only --json "$work/dawn-adapter.json"
 cat "$work/adapter.txt" >> "$log"
-step native-bench 100 "$work/native.json" "$wgemma" "${bench[@]}"
-step native-webgpu-limits 100 "$work/native-webgpu-limits.json" "$wgemma" "${bench[@]}" --webgpu-limits
+step native-bench 90 "$work/native.json" "$wgemma" "${bench[@]}"
+step native-webgpu-limits 90 "$work/native-webgpu-limits.json" "$wgemma" "${bench[@]}" --webgpu-limits
 step native-demo 60 "$work/native-demo.json" "$wgemma" demo --json -r "$reps"
 step dawn-demo 90 "$work/dawn-demo.txt" "${node[@]}" "${run[@]}" --demo models/kjv-pair.wgemma \
     --demo-runs "$reps" --native-demo "$work/native-demo.json" --json "$work/dawn-demo.json"
-step dawn-bench 180 "$work/dawn-bench.txt" "${node[@]}" "${run[@]}" --bench-synthetic "$shape" \
+step dawn-bench 240 "$work/dawn-bench.txt" "${node[@]}" "${run[@]}" --bench-synthetic "$shape" \
     --bench-options "$options" --native-bench "$work/native.json" --json "$work/dawn-bench.json"
 if [ "${DAWN_DIAG:-0}" = 1 ]; then
     step dawn-bench-no-robustness 180 "$work/dawn-diag.txt" "${node[@]}" "${run[@]}" \
