@@ -23,7 +23,7 @@ use wgemma::generate::speculative::{
     generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput, SpeculativeStats,
     MAX_DRAFT_TOKENS,
 };
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
 use wgemma::model::assistant::Assistant;
 use wgemma::model::forward::LogitRows;
 use wgemma::model::state::KvState;
@@ -270,7 +270,7 @@ struct Timed {
 
 pub fn run(args: DemoArgs) -> Result<()> {
     check_args(&args)?;
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     let text_out = !args.json;
     if text_out {
         println!("wgemma demo on {}", ctx.describe());

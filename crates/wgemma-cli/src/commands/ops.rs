@@ -1,7 +1,7 @@
 //! `wgemma ops check|bench`: the op harness from the command line.
 
 use clap::{Args, ValueEnum};
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
 use wgemma::harness::{self, rng};
 use wgemma::ops;
 
@@ -34,7 +34,7 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         anyhow::bail!("--runs: expected at least 1 repetition per timing, found 0");
     }
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     eprintln!("adapter: {}", ctx.describe());
     let cases: Vec<_> = match args.mode {
         Mode::Check => {
@@ -45,6 +45,7 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             cases.extend(ops::linear::prefill_cases(&caps, &mut rng));
             // Prefill attention at E2B shapes (the tensor-core route where the device has it).
             cases.extend(ops::attention::prefill_check_cases());
+            cases.extend(ops::linear::int8_check_cases());
             cases
         }
         Mode::Bench => ops::bench_cases(),

@@ -9,3 +9,4 @@ mod chat;
 mod common;
 mod demo;
 mod flags;
+mod hostile_files;

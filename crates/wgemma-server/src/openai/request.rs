@@ -2,7 +2,7 @@
 //! error names the field, what was expected and what was found, as OpenAI-style JSON with a
 //! 4xx status). The answers' JSON is [`crate::openai::response`]'s.
 
-use crate::error::{kind_of, ApiError};
+use crate::error::{check_keys, kind_of, ApiError};
 use crate::openai::body::parse_body;
 use crate::openai::response::Endpoint;
 use crate::openai::sampling::{common, Sampling};
@@ -35,6 +35,7 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
             .enumerate()
             .map(|(j, part)| {
                 let at = format!("{param}[{j}]");
+                check_keys(part, &["type", "text"], &at)?;
                 match (part.get("type").and_then(Value::as_str), part.get("text")) {
                     (Some("text"), Some(Value::String(t))) => Ok(t.clone()),
                     (Some("text"), other) => Err(ApiError::field(

@@ -221,7 +221,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut ctx = GpuContext::new_blocking(ContextOptions {
         gemm: args.gemm.ceiling(),
         webgpu_limits: args.webgpu_limits,
-        ..Default::default()
+        ..crate::gpu_args::context_options()
     })?;
     ctx.set_trace_barriers(args.trace_barriers);
     let (loaded, context_len, prefill_chunk) = load_for_bench(&args, &sizes, &ctx, format)?;
@@ -662,6 +662,7 @@ impl Outcome {
             "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
             "dtype": args.dtype,
             "webgpu_limits": args.webgpu_limits,
+            "activations": ctx.activations().name(),
             "features": format!("{:?}", ctx.features),
             "repetitions": sizes.repetitions,
             "tests": self.rows.iter().map(TestRow::json).collect::<Vec<_>>(),
@@ -726,13 +727,14 @@ impl Outcome {
     fn print(&self, args: &BenchArgs, sizes: &Sizes, ctx: &GpuContext) {
         let (dispatches, _, barriers) = self.plain.counts;
         println!(
-            "wgemma bench on {}{}: {} timed runs per test after a warm-up",
+            "wgemma bench on {}{}, {} activations: {} timed runs per test after a warm-up",
             ctx.describe(),
             if args.webgpu_limits {
                 ", limited to what desktop Chrome grants a page"
             } else {
                 ""
             },
+            ctx.activations().name(),
             sizes.repetitions,
         );
         println!();
