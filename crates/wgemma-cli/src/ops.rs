@@ -44,6 +44,8 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             cases.extend(op_checks::prefill_cases(&caps, &mut rng));
             // Prefill attention at E2B shapes (the tensor-core route where the device has it).
             cases.extend(op_checks::prefill_check_cases());
+            // Every ggml format at E2B shapes, M = 1, 3, 8 and a prefill, the chunked lm_head.
+            cases.extend(op_checks::ggml_check_cases());
             cases
         }
         Mode::Bench => op_checks::bench_cases(),

@@ -25,9 +25,12 @@ use super::model::{assistant_gguf_name, gguf_name};
 use super::quant::GgmlType;
 use super::reader::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
+use crate::ops::ggml_linear::is_native;
+use crate::weights::conversion::{summarise, Conversion};
 use crate::weights::raw::{RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
 use crate::weights::upload::StreamOptions;
+use std::cell::RefCell;
 use std::ops::Range;
 
 const OP: &str = "gguf";
@@ -40,6 +43,7 @@ pub struct GgufWeights<'f, 'a> {
     pub file: &'f GgufFile<'a>,
     release: Option<&'f ReleaseFn<'f>>,
     stream: StreamOptions,
+    conversions: RefCell<Vec<Conversion>>,
 }
 
 impl<'f, 'a> GgufWeights<'f, 'a> {
@@ -48,7 +52,18 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
             file,
             release: None,
             stream: StreamOptions::default(),
+            conversions: RefCell::new(Vec::new()),
         }
+    }
+
+    /// What the loads from this file converted so far (one line: [`summarise`]).
+    pub fn conversions(&self) -> Vec<Conversion> {
+        self.conversions.borrow().clone()
+    }
+
+    /// The one line saying what the loads from this file converted, if anything.
+    pub fn conversion_line(&self) -> Option<String> {
+        summarise(&self.conversions.borrow())
     }
 
     /// Calls `release(file byte range)` for each block of rows uploaded.
@@ -126,18 +141,51 @@ fn stored<'t>(t: &'t TensorInfo<'_>, expected_shape: &[usize]) -> RawTensor<'t> 
     RawTensor::bytes(dtype, expected_shape, t.data, format!("`{}`", t.name))
 }
 
-/// How a matrix stored as `ty` reaches each GPU layout (see the module docs), in words for
-/// `wgemma inspect FILE.gguf`.
+/// How a matrix stored as `ty` loads, in words for `wgemma inspect FILE.gguf`: with no
+/// `--dtype` (the file's own types), and with `--dtype q4` / `f16` / `f32`.
 pub fn load_route(ty: GgmlType) -> &'static str {
     match ty {
-        GgmlType::Q4_0 => "q4 (group 32): blocks as stored; f16/f32: dequantised exactly",
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-            "as a checkpoint's float weights (q4: quantised on load)"
+        GgmlType::Q4_0 => {
+            "as stored: Q4 group 32 (the same blocks, repacked); f16/f32: dequantised"
         }
-        GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K => {
-            "dequantised exactly, then q4: requantised (absmax / 7, group 32); f16: rounded"
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            "as a checkpoint's float weights: quantised to Q4 group 32 unless --dtype f16/f32"
+        }
+        GgmlType::Q8_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K => {
+            "linear layers run as stored; --dtype q4 requantises, f16/f32 dequantise"
         }
         GgmlType::I32 | GgmlType::I64 => "integers (the assistant's token ordering)",
+    }
+}
+
+/// What the tensor `name` (GGUF name, `dims` as ggml orders them) runs as when the file is
+/// loaded with no `--dtype`, in words for `wgemma inspect FILE.gguf`.
+pub fn runs_as(name: &str, ty: GgmlType, dims: &[usize]) -> String {
+    let as_stored = match ty {
+        t if is_native(t) => format!("{t:?} as stored"),
+        GgmlType::Q4_0 => "Q4 group 32 (the same blocks)".to_string(),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            "Q4 group 32 (quantised on load)".to_string()
+        }
+        other => format!("{other:?}"),
+    };
+    if dims.iter().filter(|&&d| d > 1).count() < 2 || !ty.is_float() {
+        return match ty {
+            GgmlType::I32 | GgmlType::I64 => "integers".to_string(),
+            _ => "f32".to_string(),
+        };
+    }
+    match name {
+        "token_embd.weight" => format!("embedding table and lm_head, {as_stored}"),
+        "per_layer_token_embd.weight" => format!("embedding table, {as_stored}"),
+        n if n.contains("_exps") => "experts, Q4 group 32".to_string(),
+        _ => as_stored,
     }
 }
 
@@ -152,6 +200,10 @@ impl WeightSource for GgufWeights<'_, '_> {
 
     fn stream_options(&self) -> StreamOptions {
         self.stream
+    }
+
+    fn converted(&self, conversion: Conversion) {
+        self.conversions.borrow_mut().push(conversion);
     }
 }
 
