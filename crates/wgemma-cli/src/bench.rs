@@ -35,9 +35,10 @@ pub struct BenchArgs {
     /// instead.
     #[arg(short = 'm', long, value_name = "DIR|FILE")]
     model: Option<PathBuf>,
-    /// Weight format: q4, q4g64, q4g128, f16, f32 (an artifact keeps its own).
-    #[arg(long, alias = "quant", default_value = "q4")]
-    dtype: String,
+    /// Weight format: q4, q4g64, q4g128, f16, f32 [default: q4; a GGUF file runs its own
+    /// types, an artifact keeps its own].
+    #[arg(long, alias = "quant")]
+    dtype: Option<String>,
     /// Prompt tokens of the prefill test `ppN` [default: 512; 64 for tiny].
     #[arg(short = 'p', long = "n-prompt", alias = "prompt-len", value_name = "N")]
     prompt_len: Option<usize>,
@@ -459,7 +460,7 @@ fn parallel(
             acceptance: &args.acceptance,
             seed: args.seed,
             model_name,
-            dtype: args.dtype.clone(),
+            dtype: dtype_label(&args),
             json: args.json,
         },
     )
@@ -571,7 +572,7 @@ fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
             args.draft_tokens
         );
     }
-    let format = WeightFormat::parse(&args.dtype)?;
+    let format = WeightFormat::parse(args.dtype.as_deref().unwrap_or("q4"))?;
     if args.prefill_chunk == 0 {
         bail!("--prefill-chunk: expected at least 1 row, found 0");
     }
@@ -645,7 +646,7 @@ fn load_for_bench(
             dir,
             ModelArgs {
                 model: dir.clone(),
-                dtype: Some(args.dtype.clone()),
+                dtype: args.dtype.clone(),
                 context: options.max_context,
                 prefill_chunk: Some(options.prefill_chunk),
                 no_verify: false,
@@ -943,7 +944,7 @@ impl Outcome {
         let mut report = serde_json::json!({
             "adapter": ctx.describe(),
             "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
-            "dtype": args.dtype,
+            "dtype": dtype_label(args),
             "webgpu_limits": args.webgpu_limits,
             "features": format!("{:?}", ctx.features),
             "repetitions": sizes.repetitions,
@@ -1020,7 +1021,7 @@ impl Outcome {
         println!();
         print_table(
             &self.model_name,
-            &args.dtype,
+            &dtype_label(args),
             &self.rows,
             &self.plain.tg_name,
         );
@@ -1061,5 +1062,15 @@ impl Outcome {
                 println!("\nprofiled pipelined rounds: {r}");
             }
         }
+    }
+}
+
+/// The weight format as the bench reports it: `--dtype` as given, else `q4` (a GGUF
+/// file: `stored`, its own types).
+fn dtype_label(args: &BenchArgs) -> String {
+    match (&args.dtype, &args.model) {
+        (Some(d), _) => d.clone(),
+        (None, Some(m)) if crate::gguf_file::is_gguf(m) => "stored".to_string(),
+        (None, _) => "q4".to_string(),
     }
 }

@@ -3,23 +3,21 @@
 //! [`crate::weights::raw`] convert them, a block of rows at a time; ggml's block formats are
 //! [`crate::weights::ggml`] (re-exported here as `quant`).
 //!
-//! Conversions, by stored type and the layout the load asks for:
+//! With [`StreamOptions::native_ggml`] (the session loader sets it when no `--dtype` is
+//! given) the ggml types [`crate::ops::ggml_linear`] runs (Q8_0, Q4_1, Q5_0, Q5_1, Q4_K,
+//! Q5_K, Q6_K) are uploaded as stored and run at their own precision; every other load
+//! converts, by stored type and the layout the load asks for:
 //! - Q4_0 -> Q4 group 32: the same format (32 weights, one f16 scale, `(q - 8) * d`), so
 //!   the blocks are rewritten into wgemma's packing with no value changed (error 0).
 //! - F32 / F16 / BF16 -> any layout: the stored rows go through the same path as a
 //!   Hugging Face checkpoint's (the GPU quantiser on a hardware adapter).
-//! - Q8_0, Q4_K, Q6_K (and Q4_0 into another group or a dense layout) -> dequantised to
-//!   f32 exactly as ggml does, then prepared like f32 weights: for Q4 that is a second
-//!   quantisation onto wgemma's symmetric group-32 grid (absmax / 7), whose error adds to
-//!   the file's own; f16 / f32 keep the dequantised values (f16 rounds Q8_0 / K-quant values
-//!   to 11 bits). Q4_K is `d * sc * q - dmin * m` per 32 weights: the per-sub-block min has
-//!   no place in the symmetric Q4 kernels (an exact map would need an offset per group), and
-//!   Q6_K's 6 bits do not fit 4. Measured on the Q4_K_M fixture (`tests/gguf.rs`,
-//!   `k_quants_requantised_to_q4_stay_within_a_4_bit_error`), weights' RMS error relative to
-//!   their RMS, worst tensor: Q4_K's own 0.072 against the unquantised weights, requantising
-//!   its values to Q4 0.099 on top; Q6_K's own 0.018, requantised 0.098, i.e. what a Q4 load
-//!   of unquantised weights costs. At f32 the file's logits equal HF's on its dequantised
-//!   values (1e-3 of the logit scale, `q4_k_m_gguf_matches_hf_on_its_dequantised_weights`).
+//! - the other ggml types (and Q4_0 into another group or a dense layout) -> dequantised to
+//!   f32 exactly as ggml does, then prepared like f32 weights: for Q4 a second quantisation
+//!   onto wgemma's symmetric group-32 grid (absmax / 7), whose error adds to the file's own
+//!   (measured in docs/models.md).
+//!
+//! Each conversion a load makes is recorded ([`GgufWeights::conversion_line`]) for the one
+//! line the loader prints.
 
 use super::model::{assistant_gguf_name, gguf_name};
 use super::quant::GgmlType;
