@@ -3,7 +3,8 @@
 # (tools/server_test/test_server.py). Installs the client from PyPI into a venv
 # (WGEMMA_SERVER_VENV, default target/server-test-venv) the first time, and Chromium with
 # playwright-core (tools/browser) for the chat page's test. The server is
-# stopped by the script, also on failure; the whole run is bounded by a timeout.
+# stopped by the script, also on failure; the whole run is bounded by a timeout. Then the
+# agent-framework suite (tools/agents_test/test.sh).
 #   WGEMMA_CLI=target/debug/wgemma tools/server_test/test.sh [test_server.py args...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,4 +23,9 @@ if ! "$venv/bin/python" -c "import openai" 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check -r tools/server_test/requirements.txt
 fi
-exec timeout 900 "$venv/bin/python" tools/server_test/test_server.py --wgemma "$cli" "$@"
+timeout 900 "$venv/bin/python" tools/server_test/test_server.py --wgemma "$cli" "$@"
+# The agent-framework suite (tools/agents_test) follows, on servers of its own; a run that
+# picks server checks (`--only ...`) is that run alone.
+if [ $# -eq 0 ]; then
+    WGEMMA_CLI="$cli" tools/agents_test/test.sh
+fi

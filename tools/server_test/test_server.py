@@ -111,9 +111,9 @@ class Server:
     It binds before it loads: the first stdout line names the address, /health answers 503
     "loading" until the model is ready, then the banner line follows."""
 
-    def __init__(self, wgemma, model, extra, port=0, wait=True):
+    def __init__(self, wgemma, model, extra, port=0, wait=True, context=256, name="tiny"):
         cmd = [wgemma, "serve", "--model", str(model), "--port", str(port), "--api-key", KEY,
-               "--context", "256", "--model-name", "tiny"] + extra
+               "--context", str(context), "--model-name", name] + extra
         self.model = model
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stderr = []
@@ -885,10 +885,10 @@ def run_tests(server, spec_server, kjv_server, args):
         s, tpl = kjv_server.raw("POST", "/apply-template", {"messages": ask, "tools": [weather], "tool_choice": "none"})
         assert s == 200 and "<|tool>" not in tpl["prompt"], tpl
         # What cannot be done is a 400 naming the field.
-        pattern = {"type": "function", "function": {"name": "f", "parameters": {
-            "type": "object", "properties": {"a": {"type": "string", "pattern": "^x+$"}}}}}
+        unique = {"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}
         for body, param in [
-            ({"tools": [pattern], "tool_choice": "required"}, "tools"),
+            ({"tools": [unique], "tool_choice": "required"}, "tools"),
             ({"tools": [weather], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
             ({"tools": [weather], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
             ({"messages": history[:2] + [{"role": "tool", "tool_call_id": "other", "content": "x"}]},

@@ -75,15 +75,7 @@ impl SamplingParams {
                 self.top_p,
             ));
         }
-        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            return Err(Error::invalid(
-                "sampling",
-                "repeat_penalty",
-                "a finite value > 0 (1.0 = none)",
-                self.repeat_penalty,
-            ));
-        }
-        Ok(())
+        check_repetition_penalty("repeat_penalty", self.repeat_penalty)
     }
 }
 
@@ -97,6 +89,27 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// The repetition penalties a request may ask for: a logit is divided (or multiplied) by
+/// the penalty, so one near 0 sends logits to infinity (1e-40 made every row NaN and
+/// picked `<pad>`), and one past 10 is no longer a preference but a ban.
+pub const REPETITION_PENALTY_RANGE: std::ops::RangeInclusive<f32> = 0.01..=10.0;
+
+fn check_repetition_penalty(name: &str, penalty: f32) -> Result<()> {
+    if REPETITION_PENALTY_RANGE.contains(&penalty) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "sampling",
+        name,
+        format!(
+            "a value in [{}, {}] (1 = none)",
+            REPETITION_PENALTY_RANGE.start(),
+            REPETITION_PENALTY_RANGE.end()
+        ),
+        penalty,
+    ))
 }
 
 /// The uniform in [0, 1) that draws output position `position` under `seed`: ChaCha8 on
@@ -153,15 +166,17 @@ impl LogitAdjust {
                 return Err(Error::invalid("sampling", name, "a value in [-2, 2]", v));
             }
         }
-        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return Err(Error::invalid(
-                "sampling",
-                "repetition_penalty",
-                "a finite value > 0",
-                self.repetition_penalty,
-            ));
-        }
-        for &(id, bias) in &self.logit_bias {
+        check_repetition_penalty("repetition_penalty", self.repetition_penalty)?;
+        for (i, &(id, bias)) in self.logit_bias.iter().enumerate() {
+            // Two entries of one id would add up past the range.
+            if self.logit_bias[..i].iter().any(|&(other, _)| other == id) {
+                return Err(Error::invalid(
+                    "sampling",
+                    "logit_bias",
+                    "one bias per token id",
+                    format!("two for id {id}"),
+                ));
+            }
             if id as usize >= vocab {
                 return Err(Error::invalid(
                     "sampling",
@@ -526,8 +541,22 @@ mod tests {
                 repetition_penalty: 0.0,
                 ..LogitAdjust::default()
             },
+            // Hostile input round 4: 1e-40 sent every logit to infinity.
+            LogitAdjust {
+                repetition_penalty: 1e-40,
+                ..LogitAdjust::default()
+            },
+            LogitAdjust {
+                repetition_penalty: 11.0,
+                ..LogitAdjust::default()
+            },
             LogitAdjust {
                 logit_bias: vec![(0, 101.0)],
+                ..LogitAdjust::default()
+            },
+            // Two biases of one id add up past the range.
+            LogitAdjust {
+                logit_bias: vec![(5, 100.0), (5, 100.0)],
                 ..LogitAdjust::default()
             },
         ] {

@@ -4,6 +4,7 @@ mod allocate;
 mod browser;
 mod context;
 mod dispatch;
+mod errors;
 mod kernel;
 mod profile;
 mod readback;
@@ -18,6 +19,7 @@ pub use context::{
     offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
 };
 pub use dispatch::{workgroups_for, Grid};
+pub use errors::GpuErrors;
 pub use kernel::{
     read_tensor_bytes, read_tensor_f32, read_tensor_i32, read_tensor_u32, run_kernels, Kernel,
     KernelBuilder, Pass, Step,

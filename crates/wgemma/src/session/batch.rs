@@ -22,7 +22,8 @@ use crate::model::target::{Sequence, Want};
 use crate::text::tokenizer::{TextStream, Tokenizer};
 
 /// Which tokens may come next (structured output: a grammar's token mask). It sees every
-/// token the stream takes, stop tokens included.
+/// token the stream takes, stop tokens included. An error of `mask` or `accept` (or a
+/// mask that allows no token) ends only its own stream, with [`FinishReason::Failed`].
 pub trait TokenConstraint: Send {
     /// Sets the logits of the tokens not allowed next to -inf (one row, the vocabulary's
     /// length).
@@ -72,6 +73,8 @@ pub struct Stream {
     prompt_tokens: usize,
     max_new_tokens: usize,
     finish: Option<FinishReason>,
+    /// Why its constraint ended it ([`FinishReason::Failed`]).
+    failure: Option<Error>,
     /// Its draft state when it decodes speculatively.
     pub(super) drafting: Option<Drafting>,
 }
@@ -84,6 +87,11 @@ impl Stream {
 
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    /// Why its token constraint ended it, when it did ([`FinishReason::Failed`]).
+    pub fn failure(&self) -> Option<&Error> {
+        self.failure.as_ref()
     }
 
     pub fn prompt_tokens(&self) -> usize {
@@ -166,7 +174,9 @@ impl Stream {
     pub(super) fn choose(&mut self, row: &mut [f32]) -> Result<(u32, Option<TokenLogprobs>)> {
         self.history.apply(&self.adjust, row);
         if let Some(c) = self.constraint.as_mut() {
-            c.mask(row)?;
+            if let Err(e) = c.mask(row).and_then(|()| check_any_allowed(row)) {
+                return self.end_failed(e).map(|stop| (stop, None));
+            }
         }
         let id = self.sampler.sample(row, self.tokens.len() as u64);
         let lp = self.logprobs.map(|top| {
@@ -187,15 +197,19 @@ impl Stream {
         self.tokens.push(id);
         self.history.push(id);
         let mut finished = false;
-        if let Some(c) = self.constraint.as_mut() {
-            c.accept(id)?;
-            finished = c.is_finished();
+        if let Some(c) = self.constraint.as_mut().filter(|_| self.failure.is_none()) {
+            match c.accept(id) {
+                Ok(()) => finished = c.is_finished(),
+                Err(e) => self.failure = Some(constraint_failure(e, index)),
+            }
         }
         let text = match tokenizer {
             Some(t) => self.text.push(t, id)?.map(|piece| self.stops.push(&piece)),
             None => None,
         };
-        if self.stop_ids.contains(&id) || self.stops.stopped() || finished {
+        if self.failure.is_some() {
+            self.finish = Some(FinishReason::Failed);
+        } else if self.stop_ids.contains(&id) || self.stops.stopped() || finished {
             self.finish = Some(FinishReason::Stop);
         } else if self.tokens.len() >= self.max_new_tokens {
             self.finish = Some(FinishReason::Length);
@@ -207,6 +221,38 @@ impl Stream {
             logprobs,
         })
     }
+}
+
+impl Stream {
+    /// Records why its constraint cannot go on and gives the token that ends it (its first
+    /// stop id): the failure stays this stream's, its neighbours in the batch go on. A
+    /// model without stop ids has no such token: then the error ends the step.
+    fn end_failed(&mut self, e: Error) -> Result<u32> {
+        let Some(&stop) = self.stop_ids.first() else {
+            return Err(e);
+        };
+        self.failure = Some(constraint_failure(e, self.tokens.len()));
+        Ok(stop)
+    }
+}
+
+/// A constraint's error, said to come from the output position it stopped at.
+fn constraint_failure(e: Error, position: usize) -> Error {
+    e.within(format!("the token constraint at output token {position}"))
+}
+
+/// Fails when a masked row allows no token at all (every logit -inf or NaN): sampling from
+/// it would pick an arbitrary token the constraint forbids.
+fn check_any_allowed(row: &[f32]) -> Result<()> {
+    if row.iter().any(|l| *l > f32::NEG_INFINITY) {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        OP,
+        "constraint's mask",
+        "at least one token allowed next",
+        "none (the grammar cannot continue)",
+    ))
 }
 
 impl Session {
@@ -325,6 +371,7 @@ impl Session {
             prompt_tokens: prompt.len(),
             max_new_tokens: request.max_new_tokens,
             finish: None,
+            failure: None,
             drafting,
         };
         let (first, logprobs) = if host {

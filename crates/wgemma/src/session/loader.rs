@@ -25,7 +25,7 @@ use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec, SizeLimits};
 use crate::ops::opset::OpSet;
 use crate::text::chat::ChatTemplate;
-use crate::text::tokenizer::Tokenizer;
+use crate::text::tokenizer::{Tokenizer, BUILTIN_FORMAT_MARKERS};
 use crate::weights::source::WeightSource;
 use crate::weights::upload::StreamOptions;
 use std::sync::Arc;
@@ -198,12 +198,23 @@ fn text_setup(
     tokenizer: Option<Tokenizer>,
     eos_ids: Vec<u32>,
     chat_template: Option<ChatTemplate>,
-) -> TextSetup {
-    TextSetup {
-        tokenizer: tokenizer.map(Arc::new),
+) -> Result<TextSetup> {
+    // Every added token the chat format writes is a marker in message content, whatever
+    // its special flag says.
+    let tokenizer = tokenizer
+        .map(|mut t| {
+            match &chat_template {
+                Some(template) => t.mark_format_tokens(&template.format_text()),
+                None => t.mark_format_tokens(&BUILTIN_FORMAT_MARKERS),
+            }
+            .map(|()| Arc::new(t))
+        })
+        .transpose()?;
+    Ok(TextSetup {
+        tokenizer,
         eos_ids,
         chat_template: chat_template.map(Arc::new),
-    }
+    })
 }
 
 fn checkpoint(
@@ -244,7 +255,7 @@ fn checkpoint(
     if !unread.is_empty() {
         (hooks.progress)(LoadEvent::IgnoredTensors(describe_unread(&unread)));
     }
-    let text = text_setup(tokenizer, eos_ids, chat_template);
+    let text = text_setup(tokenizer, eos_ids, chat_template).map_err(names.at(Step::Tokenizer))?;
     Ok((state, text, summary))
 }
 
@@ -292,7 +303,7 @@ fn gguf(
     if let Some(line) = weights.conversion_line() {
         (hooks.progress)(LoadEvent::Converted(line));
     }
-    let text = text_setup(tokenizer, eos_ids, chat_template);
+    let text = text_setup(tokenizer, eos_ids, chat_template).map_err(names.at(Step::Tokenizer))?;
     Ok((state, text, summary))
 }
 
@@ -352,7 +363,7 @@ fn artifact(
     };
     let summary = summary("Gemma 4 artifact", art.target_spec(), with_assistant);
     // Artifacts store no chat template: the built-in Gemma 4 format applies.
-    let text = text_setup(tokenizer, eos_ids, None);
+    let text = text_setup(tokenizer, eos_ids, None).map_err(names.at(Step::Tokenizer))?;
     Ok(finish(
         state,
         text,

@@ -198,6 +198,9 @@ pub enum FinishReason {
     Length,
     /// The callback returned false (an abort or a disconnected client).
     Cancelled,
+    /// The stream's token constraint could not go on (a grammar that allows no next token,
+    /// or refuses one it allowed): `Stream::failure` says why. Only that stream ends.
+    Failed,
 }
 
 /// Timings and counts of one generation (speculative fields only when it drafted).

@@ -146,6 +146,7 @@ fn check_messages(messages: &[ChatMessage]) -> Result<()> {
 #[derive(Clone)]
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
     /// The template reads `tools` (a template that does not would drop them).
@@ -184,10 +185,18 @@ impl ChatTemplate {
             .is_ok_and(|t| t.undeclared_variables(false).contains("tools"));
         Ok(ChatTemplate {
             env,
+            source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             reads_tools,
         })
+    }
+
+    /// What the template may write besides message content: its source and the BOS / EOS
+    /// strings it is given (the added tokens in them are chat markers,
+    /// [`Tokenizer::mark_format_tokens`]).
+    pub fn format_text(&self) -> [&str; 3] {
+        [&self.source, &self.bos_token, &self.eos_token]
     }
 
     /// True when the template declares tools to the model (it reads `tools`).
@@ -437,7 +446,7 @@ pub fn encode_conversation_with_tools(
     let special_in = |place: String, value: &serde_json::Value| -> Result<()> {
         let mut found = Vec::new();
         strings_of(value, &mut found);
-        match found.iter().find_map(|s| tok.first_special_token(s)) {
+        match found.iter().find_map(|s| tok.first_marker(s)) {
             Some(special) => Err(Error::invalid(
                 OP,
                 place,
@@ -463,7 +472,7 @@ pub fn encode_conversation_with_tools(
         }
     }
     for (i, m) in messages.iter().enumerate() {
-        if let Some(special) = tok.first_special_token(&m.role) {
+        if let Some(special) = tok.first_marker(&m.role) {
             return Err(Error::invalid(
                 OP,
                 format!("messages[{i}].role"),
@@ -473,7 +482,7 @@ pub fn encode_conversation_with_tools(
         }
     }
     let text = render(messages)?;
-    if !messages.iter().any(|m| tok.has_special_token(&m.content)) {
+    if !messages.iter().any(|m| tok.has_marker(&m.content)) {
         return tok.encode(&text);
     }
     let marked: Vec<ChatMessage> = messages
@@ -506,7 +515,7 @@ pub fn encode_conversation_with_tools(
     let (i, special) = messages
         .iter()
         .enumerate()
-        .find_map(|(i, m)| tok.first_special_token(&m.content).map(|s| (i, s)))
+        .find_map(|(i, m)| tok.first_marker(&m.content).map(|s| (i, s)))
         .expect("a content with a special token");
     Err(Error::invalid(
         OP,

@@ -1,8 +1,9 @@
-//! Text around the model: the [`tokenizer`], [`chat`] templates, [`stop`] strings, and
+//! Text around the model: the [`tokenizer`] and its chat [`markers`], [`chat`] templates, [`stop`] strings, and
 //! [`tools`] (Gemma 4's tool declarations, calls and responses; [`tool_markers`], the
 //! markers of their syntax; [`tool_grammar`], the grammar of a forced call).
 
 pub mod chat;
+pub mod markers;
 pub mod stop;
 pub mod tokenizer;
 pub mod tool_grammar;

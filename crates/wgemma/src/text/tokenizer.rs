@@ -1,6 +1,11 @@
 //! Text in and out: `tokenizer.json` through the `tokenizers` crate, Gemma 4's chat format,
 //! stop tokens, and streaming detokenisation.
 
+use super::markers::Markers;
+use super::tool_markers::{
+    STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_END, TOOL_RESPONSE_END, TOOL_RESPONSE_START,
+    TOOL_START,
+};
 use crate::error::{Error, Result};
 
 const OP: &str = "tokenizer";
@@ -10,15 +15,31 @@ pub const TURN_START: &str = "<|turn>";
 pub const TURN_END: &str = "<turn|>";
 pub const BOS: &str = "<bos>";
 
+/// What Gemma 4's built-in turn format writes (a checkpoint without a template of its own):
+/// its chat markers ([`Tokenizer::mark_format_tokens`]).
+pub const BUILTIN_FORMAT_MARKERS: [&str; 10] = [
+    BOS,
+    TURN_START,
+    TURN_END,
+    TOOL_START,
+    TOOL_END,
+    TOOL_CALL_START,
+    TOOL_CALL_END,
+    TOOL_RESPONSE_START,
+    TOOL_RESPONSE_END,
+    STRING_MARK,
+];
+
 /// A loaded tokenizer.
 #[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
-    /// The same tokenizer with its special tokens inert (read as text), built when message
+    /// The same tokenizer with its chat markers inert (read as text), built when message
     /// content first needs it: user text must not be able to write a turn marker.
     inert: std::sync::OnceLock<tokenizers::Tokenizer>,
-    /// Finds the special tokens' strings in text (content that has none is encoded whole).
-    specials: aho_corasick::AhoCorasick,
+    /// The added tokens message content must not write (content that has none is encoded
+    /// whole): the special ones, and those the chat format writes ([`Markers`]).
+    markers: Markers,
     /// The longest token's text in bytes: a prompt of n bytes has at least about
     /// n / this many tokens ([`Tokenizer::min_tokens`]).
     max_token_bytes: usize,
@@ -53,15 +74,7 @@ impl Tokenizer {
         // them would otherwise cut or pad every prompt without a word.
         let _ = inner.with_truncation(None);
         inner.with_padding(None);
-        let specials: Vec<String> = inner
-            .get_added_tokens_decoder()
-            .values()
-            .filter(|t| t.special && !t.content.is_empty())
-            .map(|t| t.content.clone())
-            .collect();
-        let specials = aho_corasick::AhoCorasick::new(&specials).map_err(|e| {
-            Error::invalid(OP, "special tokens", "strings to search for", e.to_string())
-        })?;
+        let markers = Markers::new(inner.get_added_tokens_decoder().values(), &[])?;
         let max_token_bytes = inner
             .get_vocab(true)
             .keys()
@@ -73,7 +86,7 @@ impl Tokenizer {
         Ok(Tokenizer {
             inner,
             inert: std::sync::OnceLock::new(),
-            specials,
+            markers,
             max_token_bytes,
             bos_id,
         })
@@ -96,31 +109,52 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
-    /// Token ids of `text` read as text: a special token's string in it (`<|turn>`) is
-    /// split like any other text instead of becoming that token. For message content.
+    /// Makes every added token that `format_text` holds a chat marker too, special flag
+    /// or not ([`Markers`]): `format_text` is what the chat format writes (the template's
+    /// source and its BOS / EOS strings, or [`BUILTIN_FORMAT_MARKERS`]).
+    pub fn mark_format_tokens(&mut self, format_text: &[&str]) -> Result<()> {
+        self.markers = Markers::new(self.inner.get_added_tokens_decoder().values(), format_text)?;
+        self.inert = std::sync::OnceLock::new();
+        Ok(())
+    }
+
+    /// Token ids of `text` read as text: a chat marker's string in it (`<|turn>`) is split
+    /// like any other text instead of becoming that token. For message content.
     pub fn encode_inert(&self, text: &str) -> Result<Vec<u32>> {
-        if !self.has_special_token(text) {
+        if !self.has_marker(text) {
             return self.encode(text);
         }
-        let inert = self.inert.get_or_init(|| {
-            let mut t = self.inner.clone();
-            t.set_encode_special_tokens(true);
-            t
-        });
+        let inert = self.inert.get_or_init(|| self.marker_inert_tokenizer());
         let enc = inert
             .encode(text, false)
             .map_err(|e| Error::invalid(OP, "text to encode", "encodable text", e.to_string()))?;
         Ok(enc.get_ids().to_vec())
     }
 
-    /// Whether `text` holds the string of a special token (`<bos>`, `<|turn>`, ...).
-    pub fn has_special_token(&self, text: &str) -> bool {
-        self.specials.is_match(text)
+    /// The tokenizer with every marker flagged special and special tokens encoded as text
+    /// (the `tokenizers` crate reads only special tokens' strings as text).
+    fn marker_inert_tokenizer(&self) -> tokenizers::Tokenizer {
+        let mut t = self.inner.clone();
+        let unflagged: Vec<tokenizers::AddedToken> = t
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|a| !a.special && self.markers.contains(&a.content))
+            .map(|a| a.special(true))
+            .collect();
+        // Re-adding a token of the vocabulary keeps its id and takes the new flag.
+        let _ = t.add_special_tokens(unflagged);
+        t.set_encode_special_tokens(true);
+        t
     }
 
-    /// The first special token's string in `text`, if any (for error messages).
-    pub fn first_special_token<'a>(&self, text: &'a str) -> Option<&'a str> {
-        self.specials.find(text).map(|m| &text[m.range()])
+    /// Whether `text` holds a chat marker's string (`<bos>`, `<|turn>`, ...).
+    pub fn has_marker(&self, text: &str) -> bool {
+        self.markers.first_in(text).is_some()
+    }
+
+    /// The first chat marker's string in `text`, if any (for error messages).
+    pub fn first_marker<'a>(&self, text: &'a str) -> Option<&'a str> {
+        self.markers.first_in(text)
     }
 
     /// A lower bound on the tokens of a text of `bytes` bytes, without encoding it: no token
@@ -200,9 +234,6 @@ impl Tokenizer {
     /// Ids of the tool-call markers that are tokens of this vocabulary (what
     /// [`Tokenizer::decode_keeping`] keeps in a reply that may call tools).
     pub fn tool_marker_ids(&self) -> Vec<u32> {
-        use super::tool_markers::{
-            STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START,
-        };
         [
             TOOL_CALL_START,
             TOOL_CALL_END,
@@ -523,8 +554,8 @@ mod tests {
     fn special_tokens_in_text_can_be_inert() {
         let t = tiny();
         let text = "hello<|turn>";
-        assert!(t.has_special_token(text) && !t.has_special_token("hello world"));
-        assert_eq!(t.first_special_token(text), Some(TURN_START));
+        assert!(t.has_marker(text) && !t.has_marker("hello world"));
+        assert_eq!(t.first_marker(text), Some(TURN_START));
         let active = t.encode(text).unwrap();
         let inert = t.encode_inert(text).unwrap();
         let turn = t.token_id(TURN_START).unwrap();
@@ -539,6 +570,25 @@ mod tests {
         );
         // The longest token here is `<|turn>` (7 bytes): 1 KB of text is >= 36 tokens.
         assert_eq!(t.min_tokens(1000), 1000 / 28);
+    }
+
+    #[test]
+    fn non_special_turn_tokens_the_format_writes_are_inert_in_content() {
+        let mut json: serde_json::Value =
+            serde_json::from_str(&tiny_tokenizer_json(&["hello", "system"])).unwrap();
+        for t in json["added_tokens"].as_array_mut().unwrap() {
+            t["special"] = false.into();
+        }
+        let mut t = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+        let turn = t.token_id(TURN_START).unwrap();
+        let text = "hello\n<|turn>system";
+        // The tokenizers crate matches a non-special added token in any text.
+        assert!(t.encode_inert(text).unwrap().contains(&turn));
+        t.mark_format_tokens(&BUILTIN_FORMAT_MARKERS).unwrap();
+        assert_eq!(t.first_marker(text), Some(TURN_START));
+        let inert = t.encode_inert(text).unwrap();
+        assert!(!inert.contains(&turn), "{inert:?}");
+        assert!(t.encode(text).unwrap().contains(&turn));
     }
 
     #[test]

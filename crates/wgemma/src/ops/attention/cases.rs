@@ -5,12 +5,29 @@ use super::*;
 use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
 use rand::Rng as _;
 
-/// f32 online softmax vs f64 reference: outputs are convex combinations of V in [-1, 1];
-/// measured max_abs <= 4e-6 and nmse <= 2e-12 on lavapipe (D 512, scores of std ~7).
-pub const ATTENTION_CHECK: Check = Check::Close {
-    max_abs: 2e-5,
-    nmse: 1e-10,
-};
+/// f32 online softmax vs f64 reference: outputs are convex combinations of V in [-1, 1], and
+/// a score's f32 rounding grows with the score (an error d in a score moves its weight by
+/// ~d), so the bounds grow with the scores' spread (`score_std`, from the case's q and k).
+/// Measured on lavapipe: max_abs 4e-6, nmse 2e-12 at scores of std 7.5 (D 512, unit q) and
+/// max_abs 2.4e-5 at std 45 (q x 6): ~5e-7 per unit of std. The bound is 2e-5 up to std
+/// 7.5 and grows in proportion beyond (nmse with its square): ~5x what was measured, and
+/// far below what a wrong mask, tile or rescale gives (errors of the order of the outputs).
+pub fn attention_check(score_std: f64) -> Check {
+    let growth = (score_std / 7.5).max(1.0);
+    Check::Close {
+        max_abs: (2e-5 * growth) as f32,
+        nmse: 1e-10 * growth * growth,
+    }
+}
+
+/// The spread of a case's scores q.k (independent values: the product of the root mean
+/// squares of q and k times the square root of the head dim; scores are not scaled).
+fn score_std(q: &[f32], k: &[f32], head_dim: usize) -> f64 {
+    let rms = |x: &[f32]| {
+        (x.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / x.len().max(1) as f64).sqrt()
+    };
+    rms(q) * rms(k) * (head_dim as f64).sqrt()
+}
 
 /// The tiled route on the tensor cores (`attention_tiled_coop.wgsl`): Q, K, V and P rounded
 /// to f16 (2^-11 relative each), so scores move by ~|s| 2^-11 and outputs by ~1e-3 at unit
@@ -320,7 +337,7 @@ impl OpCase for AttentionCase {
                 check: if tensor_cores {
                     ATTENTION_COOP_CHECK
                 } else {
-                    ATTENTION_CHECK
+                    attention_check(score_std(&q_ref, &k_ref, d))
                 },
             }],
             bytes_moved: per_copy * self.copies.max(1) as u64,

@@ -1,0 +1,1072 @@
+//! `wgemma bench`: prefill and decode speed of a model of real shapes (synthetic weights,
+//! the same code path as a loaded model) or of a checkpoint, as llama-bench measures them:
+//! each test (`pp512`, `tg128`, the speculative rows) warmed up and then timed several
+//! times, printed as mean ± standard deviation in a table (or JSON), with the device's read
+//! bandwidth measured in the same run for the decode roofline.
+
+mod diag;
+mod parallel;
+mod spec;
+mod table;
+
+use crate::args::{check_exists, ModelArgs};
+use crate::load::{load_assistant_into, load_model, load_synthetic, Loaded};
+use crate::timing::{compare, Samples};
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+use diag::{
+    compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
+};
+use std::path::PathBuf;
+use std::time::Instant;
+use table::{gemm_family, print_table, samples_at, timed, TestRow};
+use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
+use wgemma::session::engine::{
+    op_checks::{self, ReadBandwidthCase},
+    Assistant, KvState, ModelOptions, PlanOptions, Want, WeightFormat, DEFAULT_NORM_PROLOGUE_ROWS,
+    MAX_DRAFT_TOKENS, MAX_SEQUENCES,
+};
+use wgemma::session::LoadedTarget;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A synthetic model of real shapes: e2b, e4b, 31b (or tiny: a smoke test, with small
+    /// defaults).
+    #[arg(long, conflicts_with = "model")]
+    synthetic: Option<String>,
+    /// A Hugging Face checkpoint directory, a model artifact or a llama.cpp GGUF file
+    /// instead.
+    #[arg(short = 'm', long, value_name = "DIR|FILE")]
+    model: Option<PathBuf>,
+    /// Weight format: q4, q4g64, q4g128, f16, f32 [default: q4; a GGUF file runs its own
+    /// types, an artifact keeps its own].
+    #[arg(long, alias = "quant")]
+    dtype: Option<String>,
+    /// Prompt tokens of the prefill test `ppN` [default: 512; 64 for tiny].
+    #[arg(short = 'p', long = "n-prompt", alias = "prompt-len", value_name = "N")]
+    prompt_len: Option<usize>,
+    /// Generated tokens of the decode test `tgN` and the speculative rows [default: 128;
+    /// 32 for tiny].
+    #[arg(short = 'n', long = "n-gen", alias = "gen", value_name = "N")]
+    gen: Option<usize>,
+    /// Tokens already in the KV cache when the decode tests start (`tgN @ dD`).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        alias = "depth",
+        default_value_t = 0,
+        value_name = "D"
+    )]
+    depth: usize,
+    /// Timed runs of each test after its warm-up (the test repeated for at least 1.5 s, so
+    /// an idle GPU's clocks are up); the table shows mean ± standard deviation [default: 5;
+    /// 3 for tiny].
+    #[arg(short = 'r', long, value_name = "N")]
+    repetitions: Option<usize>,
+    /// Rows per prefill forward.
+    #[arg(long, default_value_t = crate::args::DEFAULT_PREFILL_CHUNK)]
+    prefill_chunk: usize,
+    /// Seed of the synthetic weights and of the prompt's token ids.
+    #[arg(short = 's', long, default_value_t = 0)]
+    seed: u64,
+    /// Acceptance rates of the oracle speculative runs (1.0 = the target's own greedy
+    /// tokens; lower = each draft replaced by a rejected token with probability 1 - p).
+    #[arg(long, value_delimiter = ',', default_value = "1.0")]
+    acceptance: Vec<f64>,
+    /// Drafts per round of the speculative rows (0 = none). With the E2B / E4B shapes the
+    /// real drafter runs too (the published assistant's shape, random weights); its JSON
+    /// reports, beside each acceptance rate, `drafted` (pipelined rounds, drafter
+    /// included), `verify_only` (the same rounds without the drafter), `round_ms`,
+    /// `verify_round_ms`, `drafter_ms_per_round` (their difference) and `verify_ratio`
+    /// (over a plain step).
+    #[arg(long, default_value_t = crate::args::DEFAULT_DRAFT_TOKENS)]
+    draft_tokens: usize,
+    /// Also run the adaptive schedule with the real drafter at each acceptance rate (k in
+    /// 0..=8 from the measured acceptance and costs; plain steps when drafting does not pay).
+    #[arg(long)]
+    adaptive_draft: bool,
+    /// Also time every dispatch of a few decode steps and one verify forward (GPU
+    /// timestamps) and report where the time goes, by shader.
+    #[arg(long)]
+    profile: bool,
+    /// Forwards of at most N rows run their RMSNorms as the prologue of the matvec that
+    /// consumes them; larger ones (and N = 0: all) as kernels of their own.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_NORM_PROLOGUE_ROWS)]
+    norm_prologue_rows: usize,
+    /// Also measure, in this run, decode and a verify forward with every norm a kernel
+    /// (`norm_kernels_*` fields) and a verify forward with norm prologues
+    /// (`norm_prologue_verify_forward_ms`): the fusion's before/after on one load.
+    #[arg(long)]
+    compare_norm_kernels: bool,
+    /// Append new K/V rows with the kv_append kernel instead of inside norm_rope (the
+    /// fold's before, for a before/after in one device call).
+    #[arg(long)]
+    no_fold_kv_append: bool,
+    /// On KV-shared layers, apply q_norm + RoPE with a norm_rope dispatch before attention
+    /// instead of inside the decode attention kernel (the fold's before, for a before/after
+    /// in one device call).
+    #[arg(long)]
+    no_fold_q_norm_rope: bool,
+    /// Run decode attention on the classic kernels (tiles of 128-256 keys, 6 barriers a
+    /// tile) instead of the latency-shaped ones (every load of a tile first, 2 barriers a
+    /// tile, one tile per split): the before of that change, in one device call.
+    #[arg(long)]
+    no_latency_attention: bool,
+    /// Also measure, in this run, decode with the K/V append kernel (`unfused_*`), with the
+    /// append folded (`fold_only_*`), and with the append and the KV-shared layers' q_norm
+    /// and RoPE folded (`fold_q_*`): those fusions' before/after on
+    /// one load (each variant run twice, in order and in reverse order; the mean and both
+    /// runs are reported).
+    #[arg(long)]
+    compare_fusions: bool,
+    /// Print every dispatch of every forward and the bindings that cost it a barrier, to
+    /// stderr (a diagnostic for barrier counts; long output: use with a short --gen).
+    #[arg(long)]
+    trace_barriers: bool,
+    /// The fastest GEMM family prefill may use: coop (tensor cores where offered), f16
+    /// (f16-tile vector GEMM), f32.
+    #[arg(long, value_enum, default_value_t = GemmArg::Coop)]
+    gemm: GemmArg,
+    /// Only what desktop Chrome grants a page: its WebGPU features (no cooperative
+    /// matrices, no coherent storage, so none of the routes that need them) and its tiered
+    /// limits, so this GPU measures the figure a browser user can expect.
+    #[arg(long)]
+    webgpu_limits: bool,
+    /// N streams decoding together, each with its own prompt and KV slot: aggregate
+    /// tokens/s of N batched plain streams (one forward of N rows per step), then of N
+    /// speculative streams (each drafting --draft-tokens per round with the assistant, every
+    /// stream's verify rows in one forward per step) at each --acceptance rate, their
+    /// tokens checked against the plain streams' (JSON: `batched_tokens_per_s`,
+    /// `speculative[]` with `acceptance_rate` and `matches_plain`). Needs an assistant:
+    /// --synthetic tiny, e2b or e4b (random weights), or a --model artifact holding one.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = [
+            "adaptive_draft", "profile", "compare_norm_kernels", "compare_fusions", "depth",
+        ]
+    )]
+    parallel: Option<usize>,
+    /// One JSON object: every test's runs (`tests`: `avg_ts`, `stddev_ts`, `samples_ts`, as
+    /// llama-bench writes them) and the detailed fields (roofline, dispatches, profiles).
+    #[arg(long)]
+    json: bool,
+}
+
+/// The sizes a run uses: the flags, or the defaults of its model.
+struct Sizes {
+    prompt_len: usize,
+    gen: usize,
+    repetitions: usize,
+}
+
+impl BenchArgs {
+    /// The plan options the flags ask for (the library's defaults where none is given).
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            norm_prologue_rows: self.norm_prologue_rows,
+            fold_kv_append: !self.no_fold_kv_append,
+            fold_q_norm_rope: !self.no_fold_q_norm_rope,
+            latency_attention: !self.no_latency_attention,
+        }
+    }
+
+    fn sizes(&self) -> Result<Sizes> {
+        let tiny = self.synthetic.as_deref() == Some("tiny");
+        let sizes = Sizes {
+            prompt_len: self.prompt_len.unwrap_or(if tiny { 64 } else { 512 }),
+            gen: self.gen.unwrap_or(if tiny { 32 } else { 128 }),
+            repetitions: self.repetitions.unwrap_or(if tiny { 3 } else { 5 }),
+        };
+        if sizes.prompt_len == 0 {
+            bail!("--n-prompt: expected at least 1 token, found 0");
+        }
+        if sizes.gen < 2 {
+            bail!("--n-gen: expected at least 2 tokens, found {}", sizes.gen);
+        }
+        if sizes.repetitions == 0 {
+            bail!("--repetitions: expected at least 1 timed run, found 0");
+        }
+        Ok(sizes)
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GemmArg {
+    Coop,
+    F16,
+    F32,
+}
+
+impl GemmArg {
+    fn ceiling(self) -> GemmCeiling {
+        match self {
+            GemmArg::Coop => GemmCeiling::CooperativeMatrix,
+            GemmArg::F16 => GemmCeiling::F16,
+            GemmArg::F32 => GemmCeiling::F32,
+        }
+    }
+}
+
+/// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
+/// from the plain run, each kept with probability `acceptance` and otherwise replaced by
+/// a token the target will reject (acceptance 1.0 = every draft accepted), so the cost of
+/// a verify round is measured independently of draft quality. The assistant's draft steps
+/// are not included.
+struct OracleRun {
+    target_acceptance: f64,
+    tokens_per_s: f64,
+    rounds: usize,
+    accepted: usize,
+    drafted: usize,
+    ms_per_round: f64,
+    host_ms_per_round: f64,
+    /// Inside `KvState::forward` (record, submit, wait, read back).
+    forward_ms_per_round: f64,
+    /// The verify forwards' dispatch times, when profiling.
+    profile: Option<serde_json::Value>,
+}
+
+impl OracleRun {
+    fn json(&self, plain_tps: f64) -> serde_json::Value {
+        serde_json::json!({
+            "target_acceptance": self.target_acceptance,
+            "tokens_per_s": self.tokens_per_s,
+            "speedup": self.tokens_per_s / plain_tps,
+            "rounds": self.rounds,
+            "acceptance_rate": self.accepted as f64 / self.drafted.max(1) as f64,
+            "tokens_per_round": (self.accepted + self.rounds) as f64 / self.rounds.max(1) as f64,
+            "ms_per_round": self.ms_per_round,
+            "host_ms_per_round": self.host_ms_per_round,
+            "forward_ms_per_round": self.forward_ms_per_round,
+            "profile": self.profile,
+        })
+    }
+}
+
+fn oracle_rounds(
+    ctx: &GpuContext,
+    state: &mut KvState,
+    prompt: &[u32],
+    greedy: &[u32],
+    k: usize,
+    acceptance: f64,
+    profiling: bool,
+) -> Result<OracleRun> {
+    let mut oracle = spec::FixedRateDrafts::new(acceptance, state.model().spec.config.vocab_size);
+    state.reset();
+    let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
+    let host0 = state.host_encode_seconds();
+    let t0 = Instant::now();
+    let mut committed = vec![first];
+    let (mut rounds, mut accepted, mut drafted) = (0, 0, 0);
+    let mut forward_s = 0.0;
+    let mut times = Vec::new();
+    pollster::block_on(ctx.read_profile())?;
+    while committed.len() < greedy.len() {
+        let seed = *committed.last().expect("at least the first token");
+        let at = committed.len();
+        let drafts = oracle.drafts(&greedy[at..(at + k).min(greedy.len())]);
+        let mut input = vec![seed];
+        input.extend(&drafts);
+        let base = state.len();
+        let tf = Instant::now();
+        let next = pollster::block_on(state.forward(ctx, &input, Want::AllNext))?.next;
+        forward_s += tf.elapsed().as_secs_f64();
+        if profiling {
+            times.extend(pollster::block_on(ctx.read_profile())?);
+        }
+        let ok = drafts.iter().zip(&next).take_while(|(d, n)| d == n).count();
+        committed.extend(&drafts[..ok]);
+        committed.push(next[ok]);
+        state.rollback(base + 1 + ok)?;
+        rounds += 1;
+        accepted += ok;
+        drafted += drafts.len();
+    }
+    if committed[..greedy.len()] != *greedy {
+        bail!("speculative rounds diverged from the plain greedy tokens");
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let generated = committed.len() - 1;
+    Ok(OracleRun {
+        target_acceptance: acceptance,
+        tokens_per_s: generated as f64 / elapsed,
+        rounds,
+        accepted,
+        drafted,
+        ms_per_round: elapsed * 1e3 / rounds.max(1) as f64,
+        host_ms_per_round: (state.host_encode_seconds() - host0) * 1e3 / rounds.max(1) as f64,
+        forward_ms_per_round: forward_s * 1e3 / rounds.max(1) as f64,
+        profile: profiling.then(|| summarize_profile(&times, k + 1, rounds)),
+    })
+}
+
+/// The speculative rows: rounds after `context` that must reproduce `greedy` (the decode
+/// test's tokens), timed as the decode test was.
+struct SpecRows<'a> {
+    context: &'a [u32],
+    greedy: &'a [u32],
+    k: usize,
+    acceptance: &'a [f64],
+    /// Also the adaptive schedule (with the drafter).
+    adaptive: bool,
+    repetitions: usize,
+    /// The plain decode test, which the rows are compared with.
+    tg: &'a Samples,
+    tg_name: &'a str,
+    depth: usize,
+}
+
+impl SpecRows<'_> {
+    fn row(&self, test: String, samples: Samples) -> TestRow {
+        TestRow {
+            test,
+            n_prompt: self.depth,
+            n_gen: self.greedy.len() - 1,
+            vs_tg: Some(compare(self.tg, &samples)),
+            tokens_per_s: samples,
+        }
+    }
+
+    /// Oracle drafts at each acceptance rate: a row each, and each rate's JSON (the last
+    /// run's details, the runs' mean).
+    fn oracle(
+        &self,
+        ctx: &GpuContext,
+        state: &mut KvState,
+    ) -> Result<(Vec<TestRow>, Vec<serde_json::Value>)> {
+        let (k, decode_tps) = (self.k, self.tg.mean());
+        let (mut rows, mut out) = (Vec::new(), Vec::new());
+        for &p in self.acceptance {
+            let test = format!("{} spec k={k} p={p:.2} oracle", self.tg_name);
+            let mut last = None;
+            let samples = timed(&test, self.repetitions, || {
+                let o = oracle_rounds(ctx, state, self.context, self.greedy, k, p, false)?;
+                let tps = o.tokens_per_s;
+                last = Some(o);
+                Ok(tps)
+            })?;
+            let mut json = last.expect("timed runs").json(decode_tps);
+            json["tokens_per_s"] = samples.mean().into();
+            json["speedup"] = (samples.mean() / decode_tps).into();
+            json["tokens_per_s_runs"] = samples.json();
+            out.push(json);
+            rows.push(self.row(test, samples));
+        }
+        Ok((rows, out))
+    }
+
+    /// The real drafter's rounds at each acceptance rate (fixed k, and adaptive when asked):
+    /// a warm-up and `repetitions` timed sets; rows, and each rate's JSON.
+    fn drafter(
+        &self,
+        ctx: &GpuContext,
+        state: &mut KvState,
+        assistant: &mut Assistant,
+    ) -> Result<(Vec<TestRow>, Vec<serde_json::Value>)> {
+        let (k, decode_tps, repetitions) = (self.k, self.tg.mean(), self.repetitions);
+        let test = format!("{} spec k={k} drafter", self.tg_name);
+        eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
+        let mut runs_at = |state: &mut KvState| {
+            spec::drafted_runs(
+                ctx,
+                state,
+                assistant,
+                spec::DraftedRuns {
+                    prompt: self.context,
+                    greedy: self.greedy,
+                    k,
+                    acceptance: self.acceptance,
+                    adaptive: self.adaptive,
+                },
+            )
+        };
+        runs_at(state)?;
+        let mut reps = Vec::with_capacity(repetitions);
+        for _ in 0..repetitions {
+            reps.push(runs_at(state)?);
+        }
+        let (mut rows, mut out) = (Vec::new(), Vec::new());
+        for (i, &p) in self.acceptance.iter().enumerate() {
+            let fixed = samples_at(&reps, i, |r| Some(r.drafted.tokens_per_s));
+            let verify_only = samples_at(&reps, i, |r| Some(r.verify_only.tokens_per_s));
+            let adaptive = samples_at(&reps, i, |r| r.adaptive.as_ref().map(|a| a.tokens_per_s));
+            let (Some(fixed), Some(verify_only)) = (fixed, verify_only) else {
+                bail!("the drafter's runs at acceptance {p}: expected {repetitions} timed runs, found none");
+            };
+            let mut json = reps[repetitions - 1][i].json(decode_tps);
+            json["drafted"]["tokens_per_s"] = fixed.mean().into();
+            json["drafted"]["speedup"] = (fixed.mean() / decode_tps).into();
+            json["drafted"]["tokens_per_s_runs"] = fixed.json();
+            json["verify_only"]["tokens_per_s"] = verify_only.mean().into();
+            json["verify_only"]["tokens_per_s_runs"] = verify_only.json();
+            rows.push(self.row(
+                format!("{} spec k={k} p={p:.2} drafter", self.tg_name),
+                fixed,
+            ));
+            if let Some(a) = adaptive {
+                json["adaptive"]["tokens_per_s"] = a.mean().into();
+                json["adaptive"]["speedup"] = (a.mean() / decode_tps).into();
+                json["adaptive"]["tokens_per_s_runs"] = a.json();
+                rows.push(self.row(
+                    format!("{} spec adaptive p={p:.2} drafter", self.tg_name),
+                    a,
+                ));
+            }
+            out.push(json);
+        }
+        eprintln!("bench: {test}: done");
+        Ok((rows, out))
+    }
+}
+
+/// `--parallel N`: the loaded target in a session with its assistant, then
+/// [`parallel::run`].
+fn parallel(
+    args: BenchArgs,
+    sizes: Sizes,
+    loaded: Loaded,
+    ctx: GpuContext,
+    streams: usize,
+    model_name: String,
+) -> Result<()> {
+    let mut loaded = loaded;
+    loaded.target.state.set_plan_options(args.plan_options());
+    let path = args
+        .model
+        .clone()
+        .unwrap_or_else(|| model_name.clone().into());
+    let mut session = loaded.into_session(ctx, &path, None, true)?;
+    match &args.model {
+        None => {
+            if let Some(a) = parallel::synthetic_assistant(&session, args.seed)? {
+                session.install_assistant(a);
+            }
+        }
+        Some(path) => load_assistant_into(&mut session, path, true).with_context(|| {
+            format!(
+                "--parallel with --model {}: expected a model artifact holding its assistant",
+                path.display()
+            )
+        })?,
+    }
+    parallel::run(
+        &mut session,
+        &parallel::ParallelBench {
+            streams,
+            prompt_len: sizes.prompt_len,
+            gen: sizes.gen,
+            repetitions: sizes.repetitions,
+            draft_tokens: args.draft_tokens,
+            acceptance: &args.acceptance,
+            seed: args.seed,
+            model_name,
+            dtype: dtype_label(&args),
+            json: args.json,
+        },
+    )
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let sizes = args.sizes()?;
+    let format = check_args(&args)?;
+    let mut ctx = GpuContext::new_blocking(ContextOptions {
+        gemm: args.gemm.ceiling(),
+        webgpu_limits: args.webgpu_limits,
+        ..Default::default()
+    })?;
+    ctx.set_trace_barriers(args.trace_barriers);
+    let (loaded, context_len, prefill_chunk) = load_for_bench(&args, &sizes, &ctx, format)?;
+    let model_name = match (&args.synthetic, &args.model) {
+        (Some(shape), _) => format!("{shape} (synthetic)"),
+        (None, Some(path)) => path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
+        (None, None) => unreachable!("a model was loaded"),
+    };
+    if let Some(streams) = args.parallel {
+        return parallel(args, sizes, loaded, ctx, streams, model_name);
+    }
+    let LoadedTarget {
+        mut state, load_ms, ..
+    } = loaded.target;
+    state.set_plan_options(args.plan_options());
+    let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut state, context_len)?;
+    let next = plain.greedy[0];
+    // One forward at a time at the same position: a plain step without pipelining, and a
+    // verify forward of k + 1 rows.
+    let unpipelined_step_ms = forward_ms(&ctx, &mut state, next, 1)?;
+    let verify_forward_ms = if args.draft_tokens > 0 {
+        Some(forward_ms(&ctx, &mut state, next, args.draft_tokens + 1)?)
+    } else {
+        None
+    };
+    let (mut spec, mut assistant) = speculative(&args, &sizes, &ctx, &mut state, &plain)?;
+    let mut rows = std::mem::take(&mut plain.rows);
+    rows.append(&mut spec.rows);
+    let profile = if args.profile {
+        ctx.enable_profiling()?;
+        Some(Profile::measure(
+            &args,
+            &ctx,
+            &mut state,
+            &plain,
+            assistant.as_mut(),
+        )?)
+    } else {
+        None
+    };
+    let context = plain.context(context_len);
+    let fusions = if args.compare_fusions {
+        Some(compare_fusions(&ctx, &mut state, context, sizes.gen)?)
+    } else {
+        None
+    };
+    let comparison = if args.compare_norm_kernels {
+        Some(compare_norm_kernels(
+            &ctx,
+            &mut state,
+            context,
+            sizes.gen,
+            args.draft_tokens,
+        )?)
+    } else {
+        None
+    };
+    // A small buffer on a software device (tiny is a smoke test there): the figure is
+    // the cache's, and it is labelled as what it is below.
+    let tiny = args.synthetic.as_deref() == Some("tiny");
+    let (words, runs) = if tiny { (4 << 20, 10) } else { (64 << 20, 50) };
+    let bandwidth = op_checks::perf(&ctx, &ReadBandwidthCase { words }, runs)?;
+    let outcome = Outcome {
+        model_name,
+        load_ms,
+        prefill_chunk,
+        unpipelined_step_ms,
+        verify_forward_ms,
+        diagnostics: fusions.into_iter().chain(comparison).collect(),
+        device_read_gb_per_s: bandwidth.gb_per_s,
+        weight_bytes: state.model().weight_bytes(),
+        bytes_per_token: state.model().decode_weight_bytes(),
+        rows,
+        plain,
+        spec,
+        profile,
+    };
+    if args.json {
+        println!("{}", outcome.json(&args, &sizes, &ctx));
+    } else {
+        outcome.print(&args, &sizes, &ctx);
+    }
+    Ok(())
+}
+
+/// Refuses what no run could measure, before the GPU opens; the weight format asked for.
+fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
+    if let Some(p) = args.acceptance.iter().find(|p| !(0.0..=1.0).contains(*p)) {
+        bail!("--acceptance: expected rates within 0..=1, found {p}");
+    }
+    if args.draft_tokens > MAX_DRAFT_TOKENS {
+        bail!(
+            "--draft-tokens: expected 0..={MAX_DRAFT_TOKENS}, found {}",
+            args.draft_tokens
+        );
+    }
+    let format = WeightFormat::parse(args.dtype.as_deref().unwrap_or("q4"))?;
+    if args.prefill_chunk == 0 {
+        bail!("--prefill-chunk: expected at least 1 row, found 0");
+    }
+    // The KvState's own sequence keeps slot 0; each stream takes one more.
+    let max_parallel = MAX_SEQUENCES - 1;
+    match args.parallel {
+        Some(n) if !(1..=max_parallel).contains(&n) => {
+            bail!("--parallel: expected 1..={max_parallel} streams, found {n}")
+        }
+        Some(_) if args.draft_tokens == 0 => {
+            bail!("--parallel: expected --draft-tokens 1..={MAX_DRAFT_TOKENS}, found 0")
+        }
+        _ => {}
+    }
+    if let Some(path) = &args.model {
+        check_exists("--model", path)?;
+    }
+    Ok(format)
+}
+
+/// Loads the model with a KV cache for the tests; also the decode tests' context length
+/// and the prefill chunk the model took.
+fn load_for_bench(
+    args: &BenchArgs,
+    sizes: &Sizes,
+    ctx: &GpuContext,
+    format: WeightFormat,
+) -> Result<(Loaded, usize, usize)> {
+    let (prompt_len, gen) = (sizes.prompt_len, sizes.gen);
+    // The decode tests start after `depth` tokens, at least the one whose forward gives
+    // the first generated token.
+    // (--parallel: the streams decode after their prompts.)
+    let context_len = if args.parallel.is_some() {
+        prompt_len
+    } else {
+        args.depth.max(1)
+    };
+    // The KV cache holds the prompt (or the decode depth), the generated tokens and a verify
+    // round's rows; the load checks that context against the device and the host before
+    // allocating it.
+    let max_context = context_len
+        .checked_add(gen)
+        .and_then(|n| n.checked_add(MAX_DRAFT_TOKENS + 1))
+        .map(|n| n.max(prompt_len))
+        .and_then(|n| n.checked_add(16))
+        .with_context(|| {
+            format!(
+                "--prompt-len {prompt_len}, --depth {} and --gen {gen}: expected a total that \
+                 fits a KV cache, found one past 2^64",
+                args.depth
+            )
+        })?;
+    let options = ModelOptions {
+        format,
+        max_context,
+        prefill_chunk: args.prefill_chunk.clamp(1, prompt_len.max(context_len)),
+        max_verify_rows: if args.adaptive_draft {
+            MAX_DRAFT_TOKENS + 1
+        } else {
+            args.draft_tokens + 1
+        },
+        sequences: args.parallel.map_or(1, |n| n + 1),
+    };
+    let prefill_chunk = options.prefill_chunk;
+    let loaded = match (&args.synthetic, &args.model) {
+        (Some(shape), None) => {
+            load_synthetic(ctx, SyntheticShape::parse(shape)?, args.seed, options)?
+        }
+        (None, Some(dir)) => load_model(
+            ctx,
+            dir,
+            ModelArgs {
+                model: dir.clone(),
+                dtype: args.dtype.clone(),
+                context: options.max_context,
+                prefill_chunk: Some(options.prefill_chunk),
+                no_verify: false,
+                allow_extra_tensors: false,
+            }
+            .request()?,
+        )?,
+        _ => bail!("expected --synthetic SHAPE or --model DIR|FILE, found neither"),
+    };
+    Ok((loaded, context_len, prefill_chunk))
+}
+
+/// The plain tests (`ppN`, `tgN`) and what the later tests start from.
+struct PlainRun {
+    /// Seeded tokens: the prompt is the first `prompt_len`, the decode context the first
+    /// `context_len`.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    pp: Samples,
+    tg: Samples,
+    tg_name: String,
+    /// The last decode run's greedy tokens (the first from the context's forward).
+    greedy: Vec<u32>,
+    /// The last decode run's counters: (dispatches, submits, barriers), host encode time.
+    counts: (u64, u64, u64),
+    host_s: f64,
+    /// GPU memory held by tensors after the prefill test.
+    memory_bytes: u64,
+    /// The `ppN` and `tgN` rows (taken into the outcome's table).
+    rows: Vec<TestRow>,
+}
+
+impl PlainRun {
+    fn measure(
+        args: &BenchArgs,
+        sizes: &Sizes,
+        ctx: &GpuContext,
+        state: &mut KvState,
+        context_len: usize,
+    ) -> Result<PlainRun> {
+        let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
+        let vocab = state.model().spec.config.vocab_size as u64;
+        let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
+            .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
+            .collect();
+        let prompt = &tokens[..prompt_len];
+        let context = &tokens[..context_len];
+
+        let pp_name = format!("pp{prompt_len}");
+        let pp = timed(&pp_name, repetitions, || {
+            state.reset();
+            let t = Instant::now();
+            pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?;
+            Ok(prompt_len as f64 / t.elapsed().as_secs_f64())
+        })?;
+        let memory_bytes = ctx
+            .counters()
+            .tensor_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+
+        let tg_name = if args.depth > 0 {
+            format!("tg{gen} @ d{}", args.depth)
+        } else {
+            format!("tg{gen}")
+        };
+        let mut greedy = Vec::new();
+        let (mut counts, mut host_s) = ((0, 0, 0), 0.0);
+        let tg = timed(&tg_name, repetitions, || {
+            state.reset();
+            let next = pollster::block_on(state.forward(ctx, context, Want::NextToken))?.next[0];
+            let (d0, s0, _) = ctx.counters().snapshot();
+            let b0 = ctx.counters().barriers();
+            let host0 = state.host_encode_seconds();
+            let t = Instant::now();
+            let rest = pollster::block_on(state.decode_greedy(ctx, next, gen, &mut |_| true))?;
+            let seconds = t.elapsed().as_secs_f64();
+            let (d1, s1, _) = ctx.counters().snapshot();
+            counts = (d1 - d0, s1 - s0, ctx.counters().barriers() - b0);
+            host_s = state.host_encode_seconds() - host0;
+            greedy = std::iter::once(next).chain(rest).collect();
+            Ok(gen as f64 / seconds)
+        })?;
+        let rows = vec![
+            TestRow {
+                test: pp_name,
+                n_prompt: prompt_len,
+                n_gen: 0,
+                tokens_per_s: pp.clone(),
+                vs_tg: None,
+            },
+            TestRow {
+                test: tg_name.clone(),
+                n_prompt: args.depth,
+                n_gen: gen,
+                tokens_per_s: tg.clone(),
+                vs_tg: None,
+            },
+        ];
+        Ok(PlainRun {
+            tokens,
+            prompt_len,
+            pp,
+            tg,
+            tg_name,
+            greedy,
+            counts,
+            host_s,
+            memory_bytes,
+            rows,
+        })
+    }
+
+    fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len]
+    }
+
+    fn context(&self, context_len: usize) -> &[u32] {
+        &self.tokens[..context_len]
+    }
+
+    /// The decode context: what the tg test's forward read before its first token.
+    fn decode_context(&self, depth: usize) -> &[u32] {
+        self.context(depth.max(1))
+    }
+}
+
+/// Milliseconds of one forward of `rows` copies of `token` at the model's position, each
+/// submitted, waited for and rolled back (no pipelining).
+fn forward_ms(ctx: &GpuContext, state: &mut KvState, token: u32, rows: usize) -> Result<f64> {
+    let tokens = vec![token; rows];
+    let want = if rows == 1 {
+        Want::NextToken
+    } else {
+        Want::AllNext
+    };
+    let base = state.len();
+    pollster::block_on(state.forward(ctx, &tokens, want))?;
+    state.rollback(base)?;
+    let t = Instant::now();
+    for _ in 0..32 {
+        pollster::block_on(state.forward(ctx, &tokens, want))?;
+        state.rollback(base)?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
+}
+
+/// The speculative rows: oracle drafts at each acceptance, then the same rounds with the
+/// real drafter (its cost paid), fixed and adaptive.
+struct SpecOutcome {
+    rows: Vec<TestRow>,
+    oracle: Vec<serde_json::Value>,
+    drafted: Vec<serde_json::Value>,
+}
+
+fn speculative(
+    args: &BenchArgs,
+    sizes: &Sizes,
+    ctx: &GpuContext,
+    state: &mut KvState,
+    plain: &PlainRun,
+) -> Result<(SpecOutcome, Option<Assistant>)> {
+    let k = args.draft_tokens;
+    let spec = SpecRows {
+        context: plain.decode_context(args.depth),
+        greedy: &plain.greedy,
+        k,
+        acceptance: &args.acceptance,
+        adaptive: args.adaptive_draft,
+        repetitions: sizes.repetitions,
+        tg: &plain.tg,
+        tg_name: &plain.tg_name,
+        depth: args.depth,
+    };
+    let mut out = SpecOutcome {
+        rows: Vec::new(),
+        oracle: Vec::new(),
+        drafted: Vec::new(),
+    };
+    if k > 0 {
+        (out.rows, out.oracle) = spec.oracle(ctx, state)?;
+    }
+    let shape = match &args.synthetic {
+        Some(name) => Some(SyntheticShape::parse(name)?),
+        None => spec::assistant_shape(state.model()),
+    };
+    let mut assistant = match shape {
+        Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => {
+            Some(spec::load_assistant(ctx, state, shape, args.seed)?)
+        }
+        _ => None,
+    };
+    if let Some(assistant) = assistant.as_mut() {
+        let (drafter_rows, json) = spec.drafter(ctx, state, assistant)?;
+        out.rows.extend(drafter_rows);
+        out.drafted = json;
+    }
+    Ok((out, assistant))
+}
+
+/// `--profile`: GPU timestamps per dispatch of the prompt's forwards, decode and verify
+/// forwards, oracle rounds and the pipelined rounds with the drafter.
+struct Profile {
+    prefill: Option<serde_json::Value>,
+    decode: serde_json::Value,
+    verify: Option<serde_json::Value>,
+    oracle_rounds: Option<serde_json::Value>,
+    rounds: Option<serde_json::Value>,
+}
+
+impl Profile {
+    fn measure(
+        args: &BenchArgs,
+        ctx: &GpuContext,
+        state: &mut KvState,
+        plain: &PlainRun,
+        assistant: Option<&mut Assistant>,
+    ) -> Result<Profile> {
+        let k = args.draft_tokens;
+        let prompt = plain.prompt();
+        let context = plain.decode_context(args.depth);
+        state.reset();
+        let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
+        // The prompt's forwards, where their dispatches fit the profiler's timestamps.
+        let prefill = pollster::block_on(ctx.read_profile())
+            .ok()
+            .map(|t| summarize_profile(&t, prompt.len(), 1));
+        let decode = profile_forwards(ctx, state, first, 1, 16)?;
+        let verify = if k > 0 {
+            Some(profile_forwards(ctx, state, first, k + 1, 8)?)
+        } else {
+            None
+        };
+        // The pipelined rounds with the drafter, by phase and shader.
+        let decode_us = decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0);
+        let rounds = assistant.map(|assistant| {
+            spec::profile_rounds(ctx, state, assistant, context, &plain.greedy, k, decode_us)
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
+        });
+        let oracle_rounds = if k > 0 {
+            let o = oracle_rounds(ctx, state, context, &plain.greedy, k, 1.0, true)?;
+            Some(o.json(plain.tg.mean()))
+        } else {
+            None
+        };
+        Ok(Profile {
+            prefill,
+            decode,
+            verify,
+            oracle_rounds,
+            rounds,
+        })
+    }
+}
+
+/// Everything one `wgemma bench` run measured, for the table or the JSON report.
+struct Outcome {
+    model_name: String,
+    load_ms: f64,
+    prefill_chunk: usize,
+    /// Every test's row: the plain tests', then the speculative ones'.
+    rows: Vec<TestRow>,
+    plain: PlainRun,
+    unpipelined_step_ms: f64,
+    verify_forward_ms: Option<f64>,
+    spec: SpecOutcome,
+    profile: Option<Profile>,
+    /// `--compare-fusions` and `--compare-norm-kernels` objects, merged into the report.
+    diagnostics: Vec<serde_json::Value>,
+    device_read_gb_per_s: f64,
+    weight_bytes: u64,
+    bytes_per_token: u64,
+}
+
+impl Outcome {
+    fn per_token(&self, n: u64, sizes: &Sizes) -> f64 {
+        n as f64 / sizes.gen as f64
+    }
+
+    fn roofline_tps(&self) -> f64 {
+        self.device_read_gb_per_s * 1e9 / self.bytes_per_token as f64
+    }
+
+    fn json(&self, args: &BenchArgs, sizes: &Sizes, ctx: &GpuContext) -> serde_json::Value {
+        let (plain, k) = (&self.plain, args.draft_tokens);
+        let (dispatches, submits, barriers) = plain.counts;
+        let decode_tps = plain.tg.mean();
+        let mut report = serde_json::json!({
+            "adapter": ctx.describe(),
+            "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
+            "dtype": dtype_label(args),
+            "webgpu_limits": args.webgpu_limits,
+            "features": format!("{:?}", ctx.features),
+            "repetitions": sizes.repetitions,
+            "tests": self.rows.iter().map(TestRow::json).collect::<Vec<_>>(),
+            "greedy_tokens": plain.greedy,
+            "load_ms": self.load_ms,
+            "peak_rss_mb": crate::progress::peak_rss_mb(),
+            "prompt_len": sizes.prompt_len,
+            "gen": sizes.gen,
+            "depth": args.depth,
+            "prefill_tokens_per_s": plain.pp.mean(),
+            "prefill_ms": sizes.prompt_len as f64 / plain.pp.mean() * 1e3,
+            "prefill_chunk": self.prefill_chunk,
+            "gemm_ceiling": format!("{:?}", ctx.gemm),
+            "gemm": gemm_family(ctx),
+            "coop_16x16_f16": ctx.has_coop_16x16_f16(),
+            "decode_tokens_per_s": decode_tps,
+            "host_ms_per_decode_step": plain.host_s / sizes.gen as f64 * 1e3,
+            "dispatches_per_token": self.per_token(dispatches, sizes),
+            "barriers_per_token": self.per_token(barriers, sizes),
+            "submits_per_token": self.per_token(submits, sizes),
+            "unpipelined_decode_ms_per_step": self.unpipelined_step_ms,
+            "verify_forward_ms": self.verify_forward_ms,
+            "weight_bytes": self.weight_bytes,
+            "weight_bytes_read_per_token": self.bytes_per_token,
+            "gpu_tensor_bytes": plain.memory_bytes,
+            "device_read_gb_per_s": self.device_read_gb_per_s,
+            "roofline_tokens_per_s": self.roofline_tps(),
+            "roofline_fraction": decode_tps / self.roofline_tps(),
+        });
+        let oracle = &self.spec.oracle;
+        if let Some(o) = oracle.iter().find(|o| o["target_acceptance"] == 1.0) {
+            report["oracle_draft_tokens"] = k.into();
+            report["oracle_tokens_per_s"] = o["tokens_per_s"].clone();
+            report["oracle_speedup"] = o["speedup"].clone();
+            report["oracle_rounds"] = o["rounds"].clone();
+            report["oracle_acceptance_rate"] = o["acceptance_rate"].clone();
+        }
+        for c in &self.diagnostics {
+            for (key, v) in c.as_object().expect("object") {
+                report[key] = v.clone();
+            }
+        }
+        if !oracle.is_empty() {
+            report["speculative"] = oracle.clone().into();
+            for (i, runs) in self.spec.drafted.iter().enumerate() {
+                let entry = &mut report["speculative"][i];
+                for (key, v) in runs.as_object().expect("object") {
+                    entry[key] = v.clone();
+                }
+            }
+        }
+        if let Some(p) = &self.profile {
+            report["profile_prefill"] = p.prefill.clone().unwrap_or_default();
+            report["profile_decode"] = p.decode.clone();
+            report["profile_verify"] = p.verify.clone().unwrap_or_default();
+            report["profile_oracle_rounds"] = p.oracle_rounds.clone().unwrap_or_default();
+            report["profile_rounds"] = p.rounds.clone().unwrap_or_default();
+        }
+        report
+    }
+
+    fn print(&self, args: &BenchArgs, sizes: &Sizes, ctx: &GpuContext) {
+        let (dispatches, _, barriers) = self.plain.counts;
+        println!(
+            "wgemma bench on {}{}: {} timed runs per test after a warm-up",
+            ctx.describe(),
+            if args.webgpu_limits {
+                ", limited to what desktop Chrome grants a page"
+            } else {
+                ""
+            },
+            sizes.repetitions,
+        );
+        println!();
+        print_table(
+            &self.model_name,
+            &dtype_label(args),
+            &self.rows,
+            &self.plain.tg_name,
+        );
+        println!();
+        println!(
+            "load {:.0} ms | prefill chunk {}, {} | {:.1} dispatches, {:.1} barriers \
+             per decode token",
+            self.load_ms,
+            self.prefill_chunk,
+            gemm_family(ctx),
+            self.per_token(dispatches, sizes),
+            self.per_token(barriers, sizes),
+        );
+        let tiny = args.synthetic.as_deref() == Some("tiny");
+        println!(
+            "device read {:.1} GB/s{}: decode roofline {:.0} t/s, {:.0}% reached",
+            self.device_read_gb_per_s,
+            if tiny {
+                " (a small buffer: tiny is a smoke test)"
+            } else {
+                ""
+            },
+            self.roofline_tps(),
+            100.0 * self.plain.tg.mean() / self.roofline_tps()
+        );
+        if let Some(p) = &self.profile {
+            if let Some(prefill) = &p.prefill {
+                print_profile("prefill", prefill);
+            }
+            print_profile("decode", &p.decode);
+            if let Some(v) = &p.verify {
+                print_profile("verify", v);
+            }
+            if let Some(r) = &p.oracle_rounds {
+                println!("\nprofiled oracle rounds: {r}");
+            }
+            if let Some(r) = &p.rounds {
+                println!("\nprofiled pipelined rounds: {r}");
+            }
+        }
+    }
+}
+
+/// The weight format as the bench reports it: `--dtype` as given, else `q4` (a GGUF
+/// file: `stored`, its own types).
+fn dtype_label(args: &BenchArgs) -> String {
+    match (&args.dtype, &args.model) {
+        (Some(d), _) => d.clone(),
+        (None, Some(m)) if crate::gguf_file::is_gguf(m) => "stored".to_string(),
+        (None, _) => "q4".to_string(),
+    }
+}

@@ -1,0 +1,206 @@
+//! `wgemma chat`: an interactive, multi-turn conversation in the model's chat template,
+//! each reply streamed as it is generated. Lines come from standard input (a terminal or a
+//! pipe); `/exit` (or end of input) ends it, `/clear` starts over.
+
+use super::generate::{load_session, warn_without_chat_template};
+use crate::args::{check_budget, no_penalty_when_drafting, DraftArgs, ModelArgs, SamplingArgs};
+use anyhow::{bail, Result};
+use clap::Args;
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
+
+#[derive(Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A system prompt at the start of the conversation.
+    #[arg(long)]
+    system: Option<String>,
+    /// Tokens per reply at most.
+    #[arg(
+        short = 'n',
+        long,
+        visible_alias = "n-predict",
+        default_value_t = 512,
+        value_name = "N"
+    )]
+    max_new_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[command(flatten)]
+    draft: DraftArgs,
+    /// Print each reply's stats (tokens, speed) on standard error.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// What a line typed at the prompt asks for.
+#[derive(Debug, PartialEq)]
+enum Line<'a> {
+    Exit,
+    Clear,
+    Empty,
+    Unknown(&'a str),
+    Say(&'a str),
+}
+
+fn parse_line(line: &str) -> Line<'_> {
+    let t = line.trim();
+    match t {
+        "/exit" | "/quit" | "/bye" => Line::Exit,
+        "/clear" => Line::Clear,
+        "" => Line::Empty,
+        _ if t.starts_with('/') && !t.contains(char::is_whitespace) => Line::Unknown(t),
+        _ => Line::Say(t),
+    }
+}
+
+pub fn run(args: ChatArgs) -> Result<()> {
+    args.model.request()?;
+    args.draft.check()?;
+    let mut sampling = args.sampling.resolve(true)?;
+    if args.draft.assistant.is_some() {
+        no_penalty_when_drafting(&mut sampling, &args.sampling);
+    }
+    // A message is at least one token.
+    check_budget(1, args.max_new_tokens, args.model.context)?;
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("loading {} ...", args.model.model.display());
+    }
+    let (mut session, load_ms) = load_session(&args.model, &args.draft)?;
+    if session.tokenizer().is_none() {
+        bail!(
+            "{}: expected a model with a tokenizer to chat with, found none",
+            args.model.model.display()
+        );
+    }
+    warn_without_chat_template(&session)?;
+    if interactive {
+        eprintln!(
+            "loaded in {:.1} s. Type a message and press Enter; /clear starts over, /exit (or \
+             Ctrl-D) quits.",
+            load_ms / 1e3
+        );
+    }
+    let start: Vec<ChatMessage> = args
+        .system
+        .iter()
+        .map(|s| ChatMessage::new("system", s))
+        .collect();
+    let mut messages = start.clone();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut turn = 0u64;
+    loop {
+        if interactive {
+            print!("> ");
+            std::io::stdout().flush()?;
+        }
+        let Some(line) = lines.next().transpose()? else {
+            break;
+        };
+        match parse_line(&line) {
+            Line::Exit => break,
+            Line::Clear => {
+                messages.clone_from(&start);
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            Line::Empty => continue,
+            Line::Unknown(cmd) => {
+                eprintln!("unknown command {cmd}: /clear starts over, /exit quits");
+                continue;
+            }
+            Line::Say(text) => messages.push(ChatMessage::new("user", text)),
+        }
+        if let Err(e) = fit_history(&session, &mut messages, start.len(), &args) {
+            eprintln!("error: {e:#}");
+            messages.pop();
+            continue;
+        }
+        let p = sampling.params;
+        let request = GenerateRequest {
+            messages: Some(messages.clone()),
+            max_new_tokens: args.max_new_tokens,
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            // Each turn its own draws, the whole conversation repeatable from one seed.
+            seed: p.seed.wrapping_add(turn),
+            repeat_penalty: p.repeat_penalty,
+            speculative: args.draft.assistant.is_some(),
+            draft_tokens: args.draft.draft_tokens,
+            adaptive_draft: !args.draft.fixed_draft,
+            ..GenerateRequest::default()
+        };
+        let mut on_token = |t: &TokenEvent| {
+            if let Some(piece) = &t.text {
+                print!("{piece}");
+                let _ = std::io::stdout().flush();
+            }
+            true
+        };
+        let out = pollster::block_on(session.generate(&request, &mut on_token))?;
+        println!("{}", out.unstreamed_text);
+        let reply = out.text.unwrap_or_default();
+        messages.push(ChatMessage::new("assistant", reply.trim()));
+        if args.stats {
+            eprintln!("[{}]", out.loop_stats.summary());
+        }
+        turn += 1;
+    }
+    Ok(())
+}
+
+/// Drops the oldest turns (never the system prompt) until the conversation and a full
+/// reply fit the KV cache.
+fn fit_history(
+    session: &Session,
+    messages: &mut Vec<ChatMessage>,
+    keep: usize,
+    args: &ChatArgs,
+) -> Result<()> {
+    loop {
+        let request = GenerateRequest {
+            messages: Some(messages.clone()),
+            ..GenerateRequest::default()
+        };
+        let len = session.prompt_ids(&request)?.len();
+        if len + args.max_new_tokens <= args.model.context {
+            return Ok(());
+        }
+        // The last message is the user's new one: keep at least that.
+        if messages.len() <= keep + 1 {
+            bail!(
+                "the message: expected at most {} tokens (--context {} less --max-new-tokens \
+                 {}), found {len}",
+                args.model.context.saturating_sub(args.max_new_tokens),
+                args.model.context,
+                args.max_new_tokens
+            );
+        }
+        messages.remove(keep);
+        eprintln!("(the conversation outgrew --context: its oldest message is dropped)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_and_commands() {
+        assert_eq!(parse_line("/exit\n"), Line::Exit);
+        assert_eq!(parse_line("  /quit "), Line::Exit);
+        assert_eq!(parse_line("/clear"), Line::Clear);
+        assert_eq!(parse_line("   "), Line::Empty);
+        assert_eq!(parse_line("/help"), Line::Unknown("/help"));
+        // A message may start with a slash.
+        assert_eq!(
+            parse_line("/etc/hosts is a file"),
+            Line::Say("/etc/hosts is a file")
+        );
+        assert_eq!(parse_line(" hello \n"), Line::Say("hello"));
+    }
+}

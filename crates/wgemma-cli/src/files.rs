@@ -1,0 +1,359 @@
+//! The model files the CLI opens and hands the library as bytes (the library never touches
+//! the filesystem): a Hugging Face checkpoint directory (config.json, the safetensors
+//! shard(s), memory-mapped, with or without model.safetensors.index.json, tokenizer.json
+//! and generation_config.json when present), a model artifact and a llama.cpp GGUF file.
+//! Pages the loader is done with are dropped from a map as it goes, so a load holds
+//! neither a second copy of the weights nor the whole file's pages at once.
+
+use anyhow::{bail, Context, Result};
+use std::ops::Range;
+use std::path::Path;
+use wgemma::formats::artifact::Artifact;
+
+/// The files of one checkpoint directory, mapped.
+pub struct ModelDir {
+    pub config_json: String,
+    pub shards: Vec<(String, memmap2::Mmap)>,
+    pub tokenizer_json: Option<Vec<u8>>,
+    pub generation_config: Option<serde_json::Value>,
+    /// chat_template.jinja.
+    pub chat_template: Option<String>,
+    /// tokenizer_config.json (its chat_template and special tokens).
+    pub tokenizer_config: Option<String>,
+}
+
+/// What is at `path` (symlinks followed), in words: "a directory", "a FIFO", "nothing",
+/// "a symlink loop", ...
+pub fn describe_path(path: &Path) -> String {
+    match std::fs::metadata(path) {
+        Ok(m) => describe_type(m.file_type()).to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if path.symlink_metadata().is_ok() {
+                "a dangling symlink".into()
+            } else {
+                "nothing".into()
+            }
+        }
+        // ELOOP: a symlink that points (eventually) at itself.
+        Err(e) if e.raw_os_error() == Some(40) => "a symlink loop".into(),
+        Err(e) => format!("an unreadable path ({e})"),
+    }
+}
+
+fn describe_type(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return "a device node";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_file() {
+        "a regular file"
+    } else {
+        "neither a file nor a directory"
+    }
+}
+
+/// Errors unless `path` is a regular file (symlinks followed): opening a FIFO blocks
+/// forever and mapping a directory fails with "No such device", so check first.
+pub fn check_regular_file(path: &Path, what: &str) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(()),
+        _ => bail!(
+            "{what} {}: expected a regular file, found {}",
+            path.display(),
+            describe_path(path)
+        ),
+    }
+}
+
+impl ModelDir {
+    pub fn open(path: &Path) -> Result<ModelDir> {
+        if !path.is_dir() {
+            bail!(
+                "--model {}: expected a Hugging Face checkpoint directory (config.json + *.safetensors), found {}",
+                path.display(),
+                describe_path(path)
+            );
+        }
+        let config_path = path.join("config.json");
+        check_regular_file(&config_path, "config")?;
+        let config_json = std::fs::read_to_string(&config_path)
+            .with_context(|| format!("reading {}", config_path.display()))?;
+        let shard_names = shard_names(path)?;
+        let roots = allowed_roots(path)?;
+        let mut shards = Vec::with_capacity(shard_names.len());
+        for name in shard_names {
+            let file_path = path.join(&name);
+            check_regular_file(&file_path, "shard")?;
+            check_confined(&file_path, &roots)?;
+            let file = std::fs::File::open(&file_path)
+                .with_context(|| format!("opening shard {}", file_path.display()))?;
+            // SAFETY: the map is read-only and lives as long as the ModelDir; a file changed
+            // underneath a running process is outside what we can defend against.
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .with_context(|| format!("mapping {}", file_path.display()))?;
+            shards.push((name, map));
+        }
+        let tokenizer_json = read_optional(&path.join("tokenizer.json"))?;
+        let generation_config =
+            match read_optional(&path.join("generation_config.json"))? {
+                Some(bytes) => Some(serde_json::from_slice(&bytes).with_context(|| {
+                    format!("parsing {}/generation_config.json", path.display())
+                })?),
+                None => None,
+            };
+        let text = |name: &str| -> Result<Option<String>> {
+            read_optional(&path.join(name))?
+                .map(|bytes| {
+                    String::from_utf8(bytes)
+                        .with_context(|| format!("{}/{name}: expected UTF-8 text", path.display()))
+                })
+                .transpose()
+        };
+        Ok(ModelDir {
+            config_json,
+            shards,
+            tokenizer_json,
+            generation_config,
+            chat_template: text("chat_template.jinja")?,
+            tokenizer_config: text("tokenizer_config.json")?,
+        })
+    }
+
+    /// `(file name, bytes)` of every shard, for `Checkpoint::from_shards`.
+    pub fn shard_bytes(&self) -> Vec<(String, &[u8])> {
+        self.shards
+            .iter()
+            .map(|(n, m)| (n.clone(), &m[..]))
+            .collect()
+    }
+
+    /// Drops the pages of `range` of shard `shard` from this process (a load is done with
+    /// them; they stay in the page cache).
+    pub fn release(&self, shard: usize, range: Range<usize>) {
+        if let Some((_, map)) = self.shards.get(shard) {
+            release_pages(map, range);
+        }
+    }
+}
+
+/// A shard name from the index must be a plain relative path inside the directory: an
+/// absolute path or `..` would make a downloaded checkpoint open (and `convert` record)
+/// any file of the host.
+fn check_shard_name(name: &str, index_path: &Path) -> Result<()> {
+    use std::path::Component;
+    let plain = !name.is_empty()
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        bail!(
+            "{}: expected shard file names inside the checkpoint directory, found {name:?}",
+            index_path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Where a checkpoint's files may resolve to (symlinks followed): the directory itself,
+/// and for a Hugging Face hub cache snapshot (`<repo>/snapshots/<rev>/`, whose files are
+/// symlinks into `<repo>/blobs/`) that repository's blobs.
+fn allowed_roots(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let root = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let mut roots = vec![root.clone()];
+    if let Some(snapshots) = root.parent() {
+        if snapshots.file_name().is_some_and(|n| n == "snapshots") {
+            if let Some(blobs) = snapshots.parent().map(|r| r.join("blobs")) {
+                if let Ok(blobs) = blobs.canonicalize() {
+                    roots.push(blobs);
+                }
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// Refuses a file that resolves (through symlinks) outside `roots`.
+fn check_confined(path: &Path, roots: &[std::path::PathBuf]) -> Result<()> {
+    let real = path
+        .canonicalize()
+        .with_context(|| format!("resolving {}", path.display()))?;
+    if roots.iter().any(|r| real.starts_with(r)) {
+        return Ok(());
+    }
+    bail!(
+        "shard {}: expected a file inside the checkpoint directory {} (symlinks followed), \
+         found one resolving to {}",
+        path.display(),
+        roots[0].display(),
+        real.display()
+    )
+}
+
+fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
+    if path.symlink_metadata().is_ok() {
+        check_regular_file(path, "optional file")?;
+    }
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Shard file names: from model.safetensors.index.json's weight_map when present, else
+/// every *.safetensors file in the directory.
+fn shard_names(dir: &Path) -> Result<Vec<String>> {
+    let index_path = dir.join("model.safetensors.index.json");
+    if index_path.exists() {
+        check_regular_file(&index_path, "shard index")?;
+        let index: serde_json::Value = serde_json::from_slice(&std::fs::read(&index_path)?)
+            .with_context(|| format!("parsing {}", index_path.display()))?;
+        let map = index
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .with_context(|| {
+                format!("{}: expected a \"weight_map\" object", index_path.display())
+            })?;
+        let mut names: Vec<String> = map
+            .values()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect();
+        names.sort();
+        names.dedup();
+        for n in &names {
+            check_shard_name(n, &index_path)?;
+            if !dir.join(n).is_file() {
+                bail!(
+                    "{} names shard {n}, which is missing from {}",
+                    index_path.display(),
+                    dir.display()
+                );
+            }
+        }
+        return Ok(names);
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        bail!(
+            "{}: expected at least one *.safetensors file, found none",
+            dir.display()
+        );
+    }
+    Ok(names)
+}
+
+/// An opened artifact file.
+pub struct ArtifactFile {
+    map: memmap2::Mmap,
+}
+
+impl ArtifactFile {
+    pub fn open(path: &Path) -> Result<ArtifactFile> {
+        check_regular_file(path, "artifact")?;
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening artifact {}", path.display()))?;
+        // SAFETY: the map is read-only and lives as long as the ArtifactFile; a file changed
+        // underneath a running process is outside what we can defend against (the
+        // checksums catch a file changed before it was mapped).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(ArtifactFile { map })
+    }
+
+    /// The parsed artifact, its contract checked (framing, version, tensors).
+    pub fn parse(&self, path: &Path) -> Result<Artifact<'_>> {
+        Artifact::parse(&self.map).with_context(|| format!("artifact {}", path.display()))
+    }
+
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Drops the pages of `range` from this process's memory (they stay in the page cache
+    /// and fault back in if read again).
+    pub fn release(&self, range: Range<usize>) {
+        release_pages(&self.map, range);
+    }
+}
+
+/// Drops the pages of `range` of a read-only file map from this process's memory (they
+/// stay in the page cache and fault back in if read again).
+pub fn release_pages(map: &memmap2::Mmap, range: Range<usize>) {
+    let range = range.start.min(map.len())..range.end.min(map.len());
+    if range.is_empty() {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards this
+    // process's page-table entries: a later read faults the same file bytes back in.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
+    };
+}
+
+/// Whether `path` is an artifact file (else it must be a checkpoint directory; anything
+/// else, a FIFO or a symlink loop, is refused by name when the directory is opened).
+pub fn is_artifact(path: &Path) -> bool {
+    path.is_file()
+}
+
+/// Whether `path` is a regular file that starts with GGUF's magic.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+        && wgemma::formats::gguf::is_gguf(&magic)
+}
+
+/// A GGUF file, memory-mapped.
+pub struct GgufMap {
+    map: memmap2::Mmap,
+}
+
+impl GgufMap {
+    pub fn open(path: &Path) -> Result<GgufMap> {
+        check_regular_file(path, "--model")?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: read-only map held for the load; a file changed underneath a running
+        // process is outside what we can defend against.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(GgufMap { map })
+    }
+
+    pub fn parse(&self, path: &Path) -> Result<wgemma::formats::gguf::GgufFile<'_>> {
+        wgemma::formats::gguf::GgufFile::parse(&self.map)
+            .with_context(|| format!("{}", path.display()))
+    }
+
+    pub fn release(&self, range: Range<usize>) {
+        release_pages(&self.map, range);
+    }
+
+    /// The mapped bytes.
+    pub fn mmap(&self) -> &memmap2::Mmap {
+        &self.map
+    }
+}
