@@ -1066,7 +1066,7 @@ impl Outcome {
 fn dtype_label(args: &BenchArgs) -> String {
     match (&args.dtype, &args.model) {
         (Some(d), _) => d.clone(),
-        (None, Some(m)) if crate::gguf_file::is_gguf(m) => "stored".to_string(),
+        (None, Some(m)) if crate::files::is_gguf(m) => "stored".to_string(),
         (None, _) => "q4".to_string(),
     }
 }
