@@ -1,5 +1,6 @@
 //! The wgpu runtime: context, tensors, dispatch planning, kernels/steps and readback.
 
+mod activations;
 mod allocate;
 mod browser;
 mod context;
@@ -12,6 +13,7 @@ pub mod registry;
 pub(crate) mod shader_meta;
 mod tensor;
 
+pub use activations::{native_integer_dot, ActivationChoice, Activations};
 pub use browser::{browser_limits, BROWSER_FEATURES};
 #[cfg(not(target_arch = "wasm32"))]
 pub use context::test_context;

@@ -31,7 +31,7 @@ pub mod op_checks {
     pub use crate::harness::{check, rng};
     pub use crate::ops::attention::prefill_check_cases;
     pub use crate::ops::ggml_linear::check_cases as ggml_check_cases;
-    pub use crate::ops::linear::{prefill_cases, DeviceCaps};
+    pub use crate::ops::linear::{int8_check_cases, prefill_cases, DeviceCaps};
     pub use crate::ops::read_bandwidth::ReadBandwidthCase;
     pub use crate::ops::{bench_cases, random_cases};
 }
