@@ -6,6 +6,7 @@ mod commands;
 mod files;
 mod gpu_args;
 mod load;
+mod output;
 mod progress;
 mod signals;
 

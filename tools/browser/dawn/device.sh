@@ -4,12 +4,12 @@ for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig; export VK_DRIVER_FILES=/usr
 # root: what Dawn offers, native `wgemma bench` (the E2B shape, tg @ d512), the same with
 # --webgpu-limits, native `wgemma demo`, then the wasm package on Dawn: the demo on the
 # shipped pair and the same bench, its greedy tokens checked against the native ones.
-#   bash tools/browser/dawn/device.sh WGEMMA_BINARY
+#   bash tools/browser/dawn/device.sh [WGEMMA_BINARY]   (default: the staged .dawn/wgemma.xz)
 # Writes $OUT/summary.md (tables), $OUT/results.json (every report), $OUT/log.txt. Each
 # step's failure is logged and the others still run. REPS (3) timed runs per test, SHAPE
 # (e2b), DAWN_DIAG=1 adds a Dawn bench with robustness and workgroup zeroing off.
 set -u
-wgemma="$(readlink -f "${1:?usage: device.sh WGEMMA_BINARY}")"
+wgemma="$(readlink -f "${1:-.dawn/wgemma.xz}")"
 out="${OUT:-/tmp/dawn-out}"
 mkdir -p "$out"
 work=/tmp/dawn
@@ -51,6 +51,12 @@ with tarfile.open(".dawn/pkg.tar.xz") as t:
 print("unpacked:", open(".dawn/STAGED").read())
 PY
 chmod +x "$work/node"
+if [ "${wgemma%.xz}" != "$wgemma" ]; then
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$wgemma" "$work/wgemma" >> "$log" 2>&1
+    chmod +x "$work/wgemma"
+    wgemma="$work/wgemma"
+fi
 node=("$work/node")
 if ! "$work/node" -e 0 2>> "$log"; then
     note "node does not start with this machine's libraries: using the staged libstdc++"
@@ -62,12 +68,12 @@ options="{\"nPrompt\":512,\"nGen\":128,\"nDepth\":512,\"repetitions\":$reps}"
 
 step adapter 60 "$work/adapter.txt" "${node[@]}" "${run[@]}" --adapter-only --json "$work/dawn-adapter.json"
 cat "$work/adapter.txt" >> "$log"
-step native-bench 100 "$work/native.json" "$wgemma" "${bench[@]}"
-step native-webgpu-limits 100 "$work/native-webgpu-limits.json" "$wgemma" "${bench[@]}" --webgpu-limits
+step native-bench 90 "$work/native.json" "$wgemma" "${bench[@]}"
+step native-webgpu-limits 90 "$work/native-webgpu-limits.json" "$wgemma" "${bench[@]}" --webgpu-limits
 step native-demo 60 "$work/native-demo.json" "$wgemma" demo --json -r "$reps"
 step dawn-demo 90 "$work/dawn-demo.txt" "${node[@]}" "${run[@]}" --demo models/kjv-pair.wgemma \
     --demo-runs "$reps" --native-demo "$work/native-demo.json" --json "$work/dawn-demo.json"
-step dawn-bench 180 "$work/dawn-bench.txt" "${node[@]}" "${run[@]}" --bench-synthetic "$shape" \
+step dawn-bench 240 "$work/dawn-bench.txt" "${node[@]}" "${run[@]}" --bench-synthetic "$shape" \
     --bench-options "$options" --native-bench "$work/native.json" --json "$work/dawn-bench.json"
 if [ "${DAWN_DIAG:-0}" = 1 ]; then
     step dawn-bench-no-robustness 180 "$work/dawn-diag.txt" "${node[@]}" "${run[@]}" \

@@ -6,8 +6,10 @@
 #   libstdc++.so.6.xz  its C++ runtime, used there only if the machine's own is too old
 #   webgpu/          the npm package's index.js and package.json, dawn.node.xz (linux-x64)
 #   pkg.tar.xz       web/pkg: the wasm module and JS glue the demo page's worker runs
+#   wgemma.xz        with an argument: that wgemma binary, stripped (50 MB -> 5 MB)
 # The runner itself (tools/browser/dawn/*.mjs) and the shipped pair travel with the tree.
-# There: `bash tools/browser/dawn/device.sh WGEMMA_BINARY` (see docs/browser.md).
+#   tools/browser/dawn/stage.sh [WGEMMA_BINARY]
+# There: `bash tools/browser/dawn/device.sh [WGEMMA_BINARY]` (see docs/browser.md).
 set -euo pipefail
 source "$(dirname "$0")/../toolchain.sh"
 cd "$repo_root"
@@ -27,6 +29,11 @@ xz -6 -T0 -c tools/browser/node_modules/webgpu/dist/linux-x64/dawn.node > "$out/
 wait
 cp tools/browser/node_modules/webgpu/index.js tools/browser/node_modules/webgpu/package.json "$out/webgpu/"
 tar -C web -cJf "$out/pkg.tar.xz" pkg
+if [ $# -ge 1 ]; then
+    [ -x "$1" ] || { echo "dawn stage: $1: expected an executable wgemma binary, found none" >&2; exit 1; }
+    strip -o "$out/wgemma" "$1"
+    xz -6 -T0 "$out/wgemma"
+fi
 {
     echo "commit $(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
     echo "node $(node --version), webgpu $(node -p 'require("./tools/browser/node_modules/webgpu/package.json").version')"

@@ -1,9 +1,10 @@
 //! OpenAI's protocol, free of the transport: request bodies checked field by field
 //! ([`request`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`]) and
-//! structured output's grammars ([`structured`]).
+//! structured output's grammars ([`structured`]) and the checks on its schemas ([`schema`]).
 
 pub mod fields;
 pub mod request;
 pub mod response;
+pub mod schema;
 pub mod structured;
 pub mod tools;

@@ -4,7 +4,7 @@
 //! what it reads from disk and runs on) instead of every layer.
 
 pub use crate::generate::plain::{generate, GenerateOptions, GenerateStats};
-pub use crate::generate::sampling::{LogitAdjust, SamplingParams};
+pub use crate::generate::sampling::{LogitAdjust, SamplingParams, REPETITION_PENALTY_RANGE};
 pub use crate::generate::speculative::{
     generate_speculative, generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan,
     ReplacedDrafts, SpeculativeOptions, SpeculativeOutput, SpeculativeStats, MAX_DRAFT_TOKENS,
