@@ -9,7 +9,10 @@ use anyhow::Result;
 use std::path::Path;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::{Assistant, KvState, Model, ModelOptions, WeightFormat};
+use wgemma::model::assistant::Assistant;
+use wgemma::model::state::KvState;
+use wgemma::model::target::{Model, ModelOptions};
+use wgemma::model::weights::WeightFormat;
 use wgemma::session::{
     load_assistant as load_assistant_from, load_target, AssistantFrom, CheckpointSource, Label,
     LoadHooks, LoadSource, LoadedTarget, PlaceFn, Session, Step,
@@ -181,6 +184,10 @@ impl ModelFile {
             ModelFile::Dir(_) => format!(
                 "{bytes:.2} GB of weights on the GPU ({format:?}, quantised on the {})",
                 if q.on_gpu(ctx) { "GPU" } else { "CPU" }
+            ),
+            ModelFile::Gguf(_) if req.dtype.is_none() => format!(
+                "{bytes:.2} GB of weights on the GPU (the file's types as stored; \
+                 float matrices {format:?})"
             ),
             ModelFile::Gguf(_) => format!("{bytes:.2} GB of weights on the GPU ({format:?})"),
             ModelFile::Artifact(_) => format!(

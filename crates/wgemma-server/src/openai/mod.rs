@@ -2,9 +2,11 @@
 //! ([`request`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`]) and
 //! structured output's grammars ([`structured`]) and the checks on its schemas ([`schema`]).
 
+pub mod body;
 pub mod fields;
 pub mod request;
 pub mod response;
+pub mod sampling;
 pub mod schema;
 pub mod structured;
 pub mod tools;

@@ -9,8 +9,9 @@
 
 use crate::error::{check_keys, clip, kind_of, ApiError};
 use serde_json::{json, Map, Value};
-use wgemma::session::engine::{parse_reply, tool_call_grammar, ReplyPiece, ToolCallParser};
 use wgemma::session::{ChatMessage, ToolCall, ToolDeclaration, ToolResponse};
+use wgemma::text::tool_grammar::tool_call_grammar;
+use wgemma::text::tools::{parse_reply, ReplyPiece, ToolCallParser};
 
 /// What `tool_choice` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
