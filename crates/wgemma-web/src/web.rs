@@ -587,12 +587,29 @@ impl Session {
     }
 }
 
+/// Whether `navigator.gpu.wgslLanguageFeatures` has `feature` (false where it or its `has`
+/// is missing).
+fn wgsl_has(feature: &str) -> bool {
+    let get = |o: &JsValue, k: &str| js_sys::Reflect::get(o, &JsValue::from_str(k)).ok();
+    let features = get(&js_sys::global(), "navigator")
+        .and_then(|n| get(&n, "gpu"))
+        .and_then(|g| get(&g, "wgslLanguageFeatures"));
+    let Some(features) = features.filter(|f| f.is_object()) else {
+        return false;
+    };
+    get(&features, "has")
+        .and_then(|h| h.dyn_into::<js_sys::Function>().ok())
+        .and_then(|has| has.call1(&features, &JsValue::from_str(feature)).ok())
+        .is_some_and(|v| v.is_truthy())
+}
+
 /// Opens WebGPU: an `Error` named `WebGpuUnavailable` when the host has no `navigator.gpu`
 /// or offers no adapter.
 pub(crate) async fn open_context() -> Result<GpuContext, JsValue> {
     check_navigator_gpu()?;
     let options = ContextOptions {
         backends: Some(wgpu::Backends::BROWSER_WEBGPU),
+        browser_integer_dot: wgsl_has("packed_4x8_integer_dot_product"),
         ..ContextOptions::default()
     };
     match GpuContext::new(options).await {

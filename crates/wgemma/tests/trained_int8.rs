@@ -151,27 +151,27 @@ fn int8_logits_stay_close_to_hf_at_every_position() {
     eprintln!("int8 activations: logits max |diff| / scale vs HF = {worst:.2e}");
 }
 
-/// Perplexity of the held-out chapter (prompt 1, 150 tokens, in verify-sized forwards of
-/// 8 rows) and greedy agreement of 100-token continuations from 2 prompts: int8 activations
-/// against f32 on the same Q4 weights. The perplexity moves by less than 1%; the
-/// continuations agree on at least 90% of their tokens (one that leaves the other's path at
-/// a near-tie stays apart).
+/// On the held-out chapter (prompt 1, 150 tokens, verify-sized forwards of 8 rows), int8
+/// activations against f32 on the same Q4 weights: the perplexity moves by less than 1% and
+/// the next-token argmax agrees at >= 95% of positions. Free-running greedy continuations
+/// (2 x 100 tokens) are printed, not asserted: once a near-tie goes the other way the two
+/// texts follow different paths, so their agreement measures where the first such tie falls.
 #[test]
-fn int8_perplexity_and_greedy_agreement_against_f32() {
+fn int8_perplexity_and_argmax_agreement_against_f32() {
     let held_out = ids(&expected()["prompts"][1]["prompt"]);
     let prompts: Vec<Vec<u32>> = vec![
         ids(&expected()["prompts"][0]["prompt"]),
         held_out[..60].to_vec(),
     ];
     let mut ppl = Vec::new();
+    let mut rows = Vec::new();
     let mut continuations = Vec::new();
     for choice in [ActivationChoice::F32, ActivationChoice::Int8] {
         let ctx = context(choice);
         let (mut target, _) = load_pair(ctx);
-        ppl.push(perplexity(
-            &decode_logits(ctx, &mut target, &held_out, 8),
-            &held_out,
-        ));
+        let logits = decode_logits(ctx, &mut target, &held_out, 8);
+        ppl.push(perplexity(&logits, &held_out));
+        rows.push(logits);
         let options = GenerateOptions {
             max_new_tokens: 100,
             sampling: SamplingParams::default(),
@@ -189,21 +189,28 @@ fn int8_perplexity_and_greedy_agreement_against_f32() {
                 .collect::<Vec<_>>(),
         );
     }
-    let (same, total) = continuations[0]
+    let same_argmax = rows[0]
+        .iter()
+        .zip(&rows[1])
+        .filter(|(a, b)| argmax(a) == argmax(b))
+        .count();
+    let argmax_agreement = same_argmax as f64 / rows[0].len() as f64;
+    let first_split: Vec<usize> = continuations[0]
         .iter()
         .zip(&continuations[1])
-        .flat_map(|(a, b)| a.iter().zip(b))
-        .fold((0, 0), |(s, n), (a, b)| (s + usize::from(a == b), n + 1));
-    let agreement = same as f64 / total as f64;
+        .map(|(a, b)| a.iter().zip(b).take_while(|(x, y)| x == y).count())
+        .collect();
     eprintln!(
-        "held-out perplexity: f32 {:.4}, int8 {:.4} ({:+.3}%); greedy agreement {same}/{total} ({:.1}%)",
+        "held-out perplexity: f32 {:.4}, int8 {:.4} ({:+.3}%); next-token argmax equal at \
+         {same_argmax}/{} positions; free-running greedy continuations identical for the \
+         first {first_split:?} of 100 tokens",
         ppl[0],
         ppl[1],
         (ppl[1] / ppl[0] - 1.0) * 100.0,
-        agreement * 100.0
+        rows[0].len(),
     );
     assert!((ppl[1] / ppl[0] - 1.0).abs() < 0.01, "{ppl:?}");
-    assert!(agreement >= 0.9, "{agreement}");
+    assert!(argmax_agreement >= 0.95, "{argmax_agreement}");
 }
 
 /// With int8 activations plain greedy still equals HF's greedy on both prompts (their

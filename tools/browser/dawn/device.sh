@@ -70,7 +70,7 @@ step adapter 60 "$work/adapter.txt" "${node[@]}" "${run[@]}" --adapter-only --js
 cat "$work/adapter.txt" >> "$log"
 step native-bench 90 "$work/native.json" "$wgemma" "${bench[@]}"
 step native-webgpu-limits 90 "$work/native-webgpu-limits.json" "$wgemma" "${bench[@]}" --webgpu-limits
-step native-demo 60 "$work/native-demo.json" "$wgemma" demo --json -r "$reps"
+step native-demo 60 "$work/native-demo.json" "$wgemma" demo --model models/kjv-pair.wgemma --json -r "$reps"
 step dawn-demo 90 "$work/dawn-demo.txt" "${node[@]}" "${run[@]}" --demo models/kjv-pair.wgemma \
     --demo-runs "$reps" --native-demo "$work/native-demo.json" --json "$work/dawn-demo.json"
 step dawn-bench 240 "$work/dawn-bench.txt" "${node[@]}" "${run[@]}" --bench-synthetic "$shape" \

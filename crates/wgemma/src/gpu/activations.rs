@@ -73,14 +73,13 @@ impl Activations {
 
 /// Whether `adapter` runs WGSL's `dot4I8Packed` as a native instruction: on Vulkan when the
 /// device has `shaderIntegerDotProduct` (core in 1.3; wgpu then emits SPIR-V `OpSDot`), in
-/// a browser when it ships the `packed_4x8_integer_dot_product` language feature. Elsewhere
-/// (Metal, DX12, GL) naga writes a polyfill of shifts and multiplies.
-pub fn native_integer_dot(instance: &wgpu::Instance, adapter: &wgpu::Adapter) -> bool {
+/// a browser when its WGSL has the `packed_4x8_integer_dot_product` language feature
+/// (`browser`, read by the web front end). Elsewhere (Metal, DX12, GL) naga writes a
+/// polyfill of shifts and multiplies.
+pub fn native_integer_dot(adapter: &wgpu::Adapter, browser: bool) -> bool {
     match adapter.get_info().backend {
         wgpu::Backend::Vulkan => vulkan_integer_dot(adapter),
-        wgpu::Backend::BrowserWebGpu => instance
-            .wgsl_language_features()
-            .contains(wgpu::WgslLanguageFeatures::Packed4x8IntegerDotProduct),
+        wgpu::Backend::BrowserWebGpu => browser,
         _ => false,
     }
 }

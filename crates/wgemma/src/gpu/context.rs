@@ -65,6 +65,10 @@ pub struct ContextOptions {
     pub webgpu_limits: bool,
     /// The precision of the Q4 matvecs' activations (default: int8 where native).
     pub activations: ActivationChoice,
+    /// In a browser: whether its WGSL has `packed_4x8_integer_dot_product` (the web front
+    /// end reads `navigator.gpu.wgslLanguageFeatures`; wgpu's own query fails under Node's
+    /// dawn.node). Unused natively.
+    pub browser_integer_dot: bool,
 }
 
 /// A device, its queue and what wgemma learned about it.
@@ -153,7 +157,7 @@ impl GpuContext {
         let instance = wgpu::Instance::new(desc);
         let adapter = Self::pick_adapter(&instance, backends).await?;
         let info = adapter.get_info();
-        let integer_dot = native_integer_dot(&instance, &adapter);
+        let integer_dot = native_integer_dot(&adapter, options.browser_integer_dot);
         let cpu = info.device_type == wgpu::DeviceType::Cpu;
         let activations = Activations::resolve(options.activations, integer_dot, cpu, &info.name)?;
         let mut features = if options.portable {
