@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub(crate) use super::tool_markers::is_bare_key;
 use super::tool_markers::{
     STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_END, TOOL_RESPONSE_END, TOOL_RESPONSE_START,
     TOOL_START,
@@ -149,13 +150,6 @@ pub struct ToolResponse {
     pub name: String,
     /// An object is written as the response's fields; anything else as `{value: ...}`.
     pub response: Value,
-}
-
-/// Names that the call syntax carries unquoted.
-pub(crate) fn is_bare_key(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 fn check_name(name: &str, what: &str) -> Result<()> {
@@ -324,6 +318,15 @@ impl ToolCallParser {
                 return pieces;
             }
         }
+    }
+
+    /// The call open so far (its `<tool_call|>` not come yet), once its name is whole: its
+    /// name and its arguments as JSON text so far ([`super::tool_json`]).
+    pub fn open_call(&self) -> Option<super::tool_json::PartialCall> {
+        if !self.in_call {
+            return None;
+        }
+        super::tool_json::partial_call(&self.held[TOOL_CALL_START.len()..])
     }
 
     /// What is left when the reply ends: held text, or an unterminated call, as text.
@@ -720,5 +723,26 @@ mod tests {
             parse_reply("<|tool_call>call:f{a:}<tool_call|>ok<|tool_call>call:g{}<tool_call|>");
         assert_eq!(content, "<|tool_call>call:f{a:}<tool_call|>ok");
         assert_eq!(calls, vec![call("g", json!({}))]);
+    }
+
+    #[test]
+    fn an_open_call_gives_its_arguments_so_far() {
+        let mut parser = ToolCallParser::new();
+        parser.feed("Hi <|tool_call>call:f{a:1.50,b:<|\"|>x");
+        let open = parser.open_call().unwrap();
+        assert_eq!(
+            (open.name.as_str(), open.arguments.as_str()),
+            ("f", r#"{"a":1.5,"b":"x"#)
+        );
+        let pieces = parser.feed("y<|\"|>}<tool_call|>");
+        let [ReplyPiece::Call(c)] = &pieces[..] else {
+            panic!("{pieces:?}")
+        };
+        // The whole call's arguments continue what the open call gave.
+        assert_eq!(
+            Value::Object(c.arguments.clone()).to_string(),
+            r#"{"a":1.5,"b":"xy"}"#
+        );
+        assert_eq!(parser.open_call(), None);
     }
 }
