@@ -3,10 +3,8 @@
 //! mapped here, loaded by the library's front door ([`wgemma::session::load_target`]),
 //! with its progress shown and its errors named by path. The same for `--assistant PATH`.
 
-use crate::artifact_file::{host_memory_bytes, is_artifact, peak_rss_mb, ArtifactFile};
-use crate::gguf_file::{is_gguf, GgufMap};
-use crate::model_dir::ModelDir;
-use crate::progress::{gb, LoadDisplay};
+use crate::files::{is_artifact, is_gguf, ArtifactFile, GgufMap, ModelDir};
+use crate::progress::{gb, host_memory_bytes, peak_rss_mb, LoadDisplay};
 use anyhow::Result;
 use std::path::Path;
 use wgemma::formats::synthetic::SyntheticShape;

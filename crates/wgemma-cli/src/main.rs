@@ -1,41 +1,18 @@
 //! `wgemma`: the command-line front end. Thin: parsing, printing, and blocking on the
 //! library's async calls at this edge.
 
-mod artifact_file;
-mod bench;
-mod bench_diag;
-mod bench_parallel;
-mod bench_spec;
-mod bench_table;
-mod chat;
-mod convert;
-mod demo;
-mod generate;
-mod gguf_file;
-mod info;
-mod inspect;
-mod inspect_gguf;
+mod args;
+mod commands;
+mod files;
 mod load;
-mod load_cmd;
-mod model_dir;
-mod ops;
 mod progress;
-mod serve;
-mod serve_answer;
-mod serve_api;
-mod serve_endpoints;
-mod serve_fields;
-mod serve_guard;
-mod serve_metrics;
-mod serve_response;
-mod serve_structured;
-mod serve_tools;
-mod serve_worker;
 mod signals;
-mod synth;
 mod timing;
 
 use clap::{Parser, Subcommand};
+use commands::{
+    bench, chat, convert, demo, generate, info, inspect, load as load_cmd, ops, serve, synth,
+};
 
 #[derive(Parser)]
 #[command(

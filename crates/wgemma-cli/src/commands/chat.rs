@@ -2,10 +2,8 @@
 //! each reply streamed as it is generated. Lines come from standard input (a terminal or a
 //! pipe); `/exit` (or end of input) ends it, `/clear` starts over.
 
-use crate::generate::{
-    check_budget, load_session, no_penalty_when_drafting, warn_without_chat_template, DraftArgs,
-    ModelArgs, SamplingArgs,
-};
+use super::generate::{load_session, warn_without_chat_template};
+use crate::args::{check_budget, no_penalty_when_drafting, DraftArgs, ModelArgs, SamplingArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::{BufRead as _, IsTerminal as _, Write as _};

@@ -10,8 +10,8 @@
 //! was asked whatever the weights; the drafter's full cost is paid. Every speculative run's
 //! tokens are checked against the plain run's (`matches_plain`).
 
-use crate::bench_spec::{assistant_shape, load_assistant, FixedRateDrafts};
-use crate::bench_table::{print_table, timed, TestRow};
+use super::spec::{assistant_shape, load_assistant, FixedRateDrafts};
+use super::table::{print_table, timed, TestRow};
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;

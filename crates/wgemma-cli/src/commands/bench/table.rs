@@ -43,9 +43,9 @@ pub fn gemm_family(ctx: &GpuContext) -> &'static str {
 
 /// The tokens/s `pick` reads from each repetition's runs at acceptance rate `i`.
 pub fn samples_at(
-    reps: &[Vec<crate::bench_spec::RunsAtRate>],
+    reps: &[Vec<super::spec::RunsAtRate>],
     i: usize,
-    pick: impl Fn(&crate::bench_spec::RunsAtRate) -> Option<f64>,
+    pick: impl Fn(&super::spec::RunsAtRate) -> Option<f64>,
 ) -> Option<Samples> {
     let values: Vec<f64> = reps.iter().filter_map(|r| pick(&r[i])).collect();
     (!values.is_empty()).then_some(Samples { values })

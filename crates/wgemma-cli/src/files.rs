@@ -1,10 +1,14 @@
-//! Opening a Hugging Face checkpoint directory: config.json, the safetensors shard(s)
-//! (memory-mapped; with or without model.safetensors.index.json), tokenizer.json and
-//! generation_config.json when present. The library never touches the filesystem; this
-//! module hands it bytes.
+//! The model files the CLI opens and hands the library as bytes (the library never touches
+//! the filesystem): a Hugging Face checkpoint directory (config.json, the safetensors
+//! shard(s), memory-mapped, with or without model.safetensors.index.json, tokenizer.json
+//! and generation_config.json when present), a model artifact and a llama.cpp GGUF file.
+//! Pages the loader is done with are dropped from a map as it goes, so a load holds
+//! neither a second copy of the weights nor the whole file's pages at once.
 
 use anyhow::{bail, Context, Result};
+use std::ops::Range;
 use std::path::Path;
+use wgemma::formats::artifact::Artifact;
 
 /// The files of one checkpoint directory, mapped.
 pub struct ModelDir {
@@ -136,9 +140,9 @@ impl ModelDir {
 
     /// Drops the pages of `range` of shard `shard` from this process (a load is done with
     /// them; they stay in the page cache).
-    pub fn release(&self, shard: usize, range: std::ops::Range<usize>) {
+    pub fn release(&self, shard: usize, range: Range<usize>) {
         if let Some((_, map)) = self.shards.get(shard) {
-            crate::artifact_file::release_pages(map, range);
+            release_pages(map, range);
         }
     }
 }
@@ -254,4 +258,102 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
         );
     }
     Ok(names)
+}
+
+/// An opened artifact file.
+pub struct ArtifactFile {
+    map: memmap2::Mmap,
+}
+
+impl ArtifactFile {
+    pub fn open(path: &Path) -> Result<ArtifactFile> {
+        check_regular_file(path, "artifact")?;
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening artifact {}", path.display()))?;
+        // SAFETY: the map is read-only and lives as long as the ArtifactFile; a file changed
+        // underneath a running process is outside what we can defend against (the
+        // checksums catch a file changed before it was mapped).
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(ArtifactFile { map })
+    }
+
+    /// The parsed artifact, its contract checked (framing, version, tensors).
+    pub fn parse(&self, path: &Path) -> Result<Artifact<'_>> {
+        Artifact::parse(&self.map).with_context(|| format!("artifact {}", path.display()))
+    }
+
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Drops the pages of `range` from this process's memory (they stay in the page cache
+    /// and fault back in if read again).
+    pub fn release(&self, range: Range<usize>) {
+        release_pages(&self.map, range);
+    }
+}
+
+/// Drops the pages of `range` of a read-only file map from this process's memory (they
+/// stay in the page cache and fault back in if read again).
+pub fn release_pages(map: &memmap2::Mmap, range: Range<usize>) {
+    let range = range.start.min(map.len())..range.end.min(map.len());
+    if range.is_empty() {
+        return;
+    }
+    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards this
+    // process's page-table entries: a later read faults the same file bytes back in.
+    let _ = unsafe {
+        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
+    };
+}
+
+/// Whether `path` is an artifact file (else it must be a checkpoint directory; anything
+/// else, a FIFO or a symlink loop, is refused by name when the directory is opened).
+pub fn is_artifact(path: &Path) -> bool {
+    path.is_file()
+}
+
+/// Whether `path` is a regular file that starts with GGUF's magic.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+        && wgemma::formats::gguf::is_gguf(&magic)
+}
+
+/// A GGUF file, memory-mapped.
+pub struct GgufMap {
+    map: memmap2::Mmap,
+}
+
+impl GgufMap {
+    pub fn open(path: &Path) -> Result<GgufMap> {
+        check_regular_file(path, "--model")?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: read-only map held for the load; a file changed underneath a running
+        // process is outside what we can defend against.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("mapping {}", path.display()))?;
+        Ok(GgufMap { map })
+    }
+
+    pub fn parse(&self, path: &Path) -> Result<wgemma::formats::gguf::GgufFile<'_>> {
+        wgemma::formats::gguf::GgufFile::parse(&self.map)
+            .with_context(|| format!("{}", path.display()))
+    }
+
+    pub fn release(&self, range: Range<usize>) {
+        release_pages(&self.map, range);
+    }
+
+    /// The mapped bytes.
+    pub fn mmap(&self) -> &memmap2::Mmap {
+        &self.map
+    }
 }

@@ -2,7 +2,8 @@
 //! request schemas (and the extensions it implements) is either used or refused with a 400
 //! that names it; a field it does not know is refused too. Nothing is accepted and ignored.
 
-use crate::serve_api::{kind_of, ApiError, Endpoint};
+use crate::error::{kind_of, ApiError};
+use crate::openai::response::Endpoint;
 use serde_json::Value;
 
 /// How the server treats a request field of OpenAI's chat or completions schema.
@@ -234,60 +235,4 @@ pub(crate) fn check_fields(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::serve_api::{parse_chat, parse_completion};
-
-    #[test]
-    fn every_field_is_used_or_refused_by_name() {
-        for (endpoint, own, base) in [
-            (
-                Endpoint::Chat,
-                CHAT_FIELDS,
-                r#""messages": [{"role": "user", "content": "x"}]"#,
-            ),
-            (Endpoint::Completion, COMPLETION_FIELDS, r#""prompt": "x""#),
-        ] {
-            let parse = |extra: &str| {
-                let body = format!(r#"{{"model": "m", {base}{extra}}}"#);
-                match endpoint {
-                    Endpoint::Chat => parse_chat(body.as_bytes(), "m"),
-                    Endpoint::Completion => parse_completion(body.as_bytes(), "m"),
-                }
-            };
-            for (name, u) in SHARED_FIELDS.iter().chain(own) {
-                // Null is the field's default: taken for all but the required ones.
-                let required = matches!(*name, "model" | "messages" | "prompt");
-                let null = parse(&format!(r#", "{name}": null"#));
-                assert_eq!(null.is_ok(), !required, "{name}: null");
-                if let Refused { .. } = u {
-                    let e = parse(&format!(r#", "{name}": {{"x": 1}}"#)).unwrap_err();
-                    assert_eq!(e.param.as_deref(), Some(*name), "{}", e.message);
-                    assert!(e.message.contains("not supported"), "{}", e.message);
-                }
-            }
-            let e = parse(r#", "cache_prompt": true"#).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some("cache_prompt"));
-            assert!(e.message.contains("unknown field"), "{}", e.message);
-            for allowed in [
-                r#", "n": 1"#,
-                r#", "store": false"#,
-                r#", "service_tier": "auto""#,
-                r#", "best_of": 1"#,
-                r#", "echo": false"#,
-                r#", "response_format": {"type": "text"}"#,
-                r#", "response_format": {"type": "json_object"}"#,
-                r#", "tools": []"#,
-            ] {
-                let known = SHARED_FIELDS
-                    .iter()
-                    .chain(own)
-                    .any(|(n, _)| allowed.contains(&format!("\"{n}\"")));
-                assert_eq!(parse(allowed).is_ok(), known, "{allowed}");
-            }
-        }
-    }
 }

@@ -4,13 +4,15 @@
 //! request's one log line (id, prompt and completion tokens, time to first token, tokens/s,
 //! finish reason), written when the answer is complete.
 
-use crate::serve::{unix_now, App, Logged, REQUEST_ID};
-use crate::serve_api::{self, ApiError, Endpoint, Parsed, Sampling, TokenLogprob};
-use crate::serve_guard;
-use crate::serve_response::AnswerHeader;
-use crate::serve_structured::GrammarConstraint;
-use crate::serve_tools::{self, ToolStream};
-use crate::serve_worker::{Event, Job};
+use crate::app::{unix_now, App, Logged, REQUEST_ID};
+use crate::error::ApiError;
+use crate::handlers::prompt;
+use crate::openai::request::{Parsed, Sampling};
+use crate::openai::response::AnswerHeader;
+use crate::openai::response::{self, Endpoint, TokenLogprob};
+use crate::openai::structured::GrammarConstraint;
+use crate::openai::tools::{self, ToolStream};
+use crate::worker::{Event, Job};
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -85,7 +87,7 @@ pub async fn answer(
     // refusal first), never on the model thread.
     let parsed = match parsed {
         Ok(parsed) => match app.ready() {
-            Ok(ready) => serve_guard::encode_prompt(&ready.encoder, parsed).await,
+            Ok(ready) => prompt::encode_prompt(&ready.encoder, parsed).await,
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
@@ -178,8 +180,8 @@ async fn generate(
                     decode,
                     ..
                 }) => {
-                    let usage = serve_api::usage(prompt_tokens, completion_tokens);
-                    let mut finish = serve_api::finish_reason(finish);
+                    let usage = response::usage(prompt_tokens, completion_tokens);
+                    let mut finish = response::finish_reason(finish);
                     let header = AnswerHeader {
                         id: &log.id,
                         created,
@@ -193,8 +195,8 @@ async fn generate(
                         endpoint.logprobs(want_logprobs.then_some(&logprobs[..]), 0),
                     );
                     if reads_calls {
-                        let (message, calls) = serve_tools::answer_message(&text);
-                        finish = serve_tools::finish_with_calls(finish, calls);
+                        let (message, calls) = tools::answer_message(&text);
+                        finish = tools::finish_with_calls(finish, calls);
                         body["choices"][0]["message"] = message;
                         body["choices"][0]["finish_reason"] = finish.into();
                     }
@@ -366,7 +368,7 @@ impl SseState {
     /// Queues a chunk of `tool_calls` deltas, if there are any.
     fn push_calls(&mut self, calls: Vec<serde_json::Value>) {
         if !calls.is_empty() {
-            let v = serve_tools::tool_calls_chunk(&self.log.id, self.created, &self.model, calls);
+            let v = tools::tool_calls_chunk(&self.log.id, self.created, &self.model, calls);
             self.pending
                 .push_back(SseEvent::default().data(v.to_string()));
         }
@@ -404,14 +406,14 @@ impl SseState {
                     decode,
                     ..
                 }) => {
-                    let mut finish = serve_api::finish_reason(finish);
+                    let mut finish = response::finish_reason(finish);
                     let (tail, calls) = match &mut self.tools {
                         Some(tools) => {
                             let (mut text, mut calls) = tools.feed(&tail);
                             let (rest, more) = tools.finish();
                             text.push_str(&rest);
                             calls.extend(more);
-                            finish = serve_tools::finish_with_calls(finish, tools.calls);
+                            finish = tools::finish_with_calls(finish, tools.calls);
                             (text, calls)
                         }
                         None => (tail, Vec::new()),
@@ -424,7 +426,7 @@ impl SseState {
                     let last = self.chunk(None, false, Some(finish), Vec::new());
                     self.pending.push_back(last);
                     if self.include_usage {
-                        let usage = serve_api::usage(self.log.prompt_tokens, completion_tokens);
+                        let usage = response::usage(self.log.prompt_tokens, completion_tokens);
                         let v = self.endpoint.usage_chunk(self.header(), usage);
                         self.pending
                             .push_back(SseEvent::default().data(v.to_string()));

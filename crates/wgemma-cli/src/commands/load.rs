@@ -2,9 +2,9 @@
 //! what the load cost: wall time, and the process's peak resident memory (Linux VmHWM;
 //! with a software GPU such as lavapipe the GPU buffers are host memory and count too).
 
-use crate::artifact_file::peak_rss_mb;
-use crate::generate::ModelArgs;
+use crate::args::ModelArgs;
 use crate::load::{load_assistant, load_model_with};
+use crate::progress::peak_rss_mb;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -53,7 +53,7 @@ pub fn run(args: LoadArgs) -> Result<()> {
         "verified": !args.model.no_verify,
         "quantised_on": if args.model.model.is_dir() {
             (if quantiser.on_gpu(&ctx) { "gpu" } else { "cpu" }).to_string()
-        } else if crate::gguf_file::is_gguf(&args.model.model) {
+        } else if crate::files::is_gguf(&args.model.model) {
             // Per tensor in a GGUF: Q4_0 into Q4 group 32 as stored, float rows like a
             // checkpoint's, other block types dequantised and quantised on the CPU.
             format!(

@@ -8,9 +8,9 @@
 //! identical (exit status 1 if not). `--synthetic` runs the random-weight synthetic pair
 //! instead (token ids, no tokenizer).
 
-use crate::artifact_file::host_memory_bytes;
-use crate::generate::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
+use crate::args::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
 use crate::load::{load_assistant, load_model, LoadRequest};
+use crate::progress::host_memory_bytes;
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context, Result};
 use clap::Args;

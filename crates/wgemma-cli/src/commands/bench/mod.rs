@@ -4,18 +4,22 @@
 //! times, printed as mean ± standard deviation in a table (or JSON), with the device's read
 //! bandwidth measured in the same run for the decode roofline.
 
-use crate::bench_diag::{
-    compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
-};
-use crate::bench_parallel;
-use crate::bench_table::{gemm_family, print_table, samples_at, timed, TestRow};
-use crate::generate::{check_exists, ModelArgs};
+mod diag;
+mod parallel;
+mod spec;
+mod table;
+
+use crate::args::{check_exists, ModelArgs};
 use crate::load::{load_assistant_into, load_model, load_synthetic, Loaded};
 use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
+use diag::{
+    compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
+};
 use std::path::PathBuf;
 use std::time::Instant;
+use table::{gemm_family, print_table, samples_at, timed, TestRow};
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
 use wgemma::session::engine::{
@@ -60,7 +64,7 @@ pub struct BenchArgs {
     #[arg(short = 'r', long, value_name = "N")]
     repetitions: Option<usize>,
     /// Rows per prefill forward.
-    #[arg(long, default_value_t = crate::generate::DEFAULT_PREFILL_CHUNK)]
+    #[arg(long, default_value_t = crate::args::DEFAULT_PREFILL_CHUNK)]
     prefill_chunk: usize,
     /// Seed of the synthetic weights and of the prompt's token ids.
     #[arg(short = 's', long, default_value_t = 0)]
@@ -75,7 +79,7 @@ pub struct BenchArgs {
     /// included), `verify_only` (the same rounds without the drafter), `round_ms`,
     /// `verify_round_ms`, `drafter_ms_per_round` (their difference) and `verify_ratio`
     /// (over a plain step).
-    #[arg(long, default_value_t = crate::generate::DEFAULT_DRAFT_TOKENS)]
+    #[arg(long, default_value_t = crate::args::DEFAULT_DRAFT_TOKENS)]
     draft_tokens: usize,
     /// Also run the adaptive schedule with the real drafter at each acceptance rate (k in
     /// 0..=8 from the measured acceptance and costs; plain steps when drafting does not pay).
@@ -249,8 +253,7 @@ fn oracle_rounds(
     acceptance: f64,
     profiling: bool,
 ) -> Result<OracleRun> {
-    let mut oracle =
-        crate::bench_spec::FixedRateDrafts::new(acceptance, state.model().spec.config.vocab_size);
+    let mut oracle = spec::FixedRateDrafts::new(acceptance, state.model().spec.config.vocab_size);
     state.reset();
     let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
     let host0 = state.host_encode_seconds();
@@ -366,11 +369,11 @@ impl SpecRows<'_> {
         let test = format!("{} spec k={k} drafter", self.tg_name);
         eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
         let mut runs_at = |state: &mut KvState| {
-            crate::bench_spec::drafted_runs(
+            spec::drafted_runs(
                 ctx,
                 state,
                 assistant,
-                crate::bench_spec::DraftedRuns {
+                spec::DraftedRuns {
                     prompt: self.context,
                     greedy: self.greedy,
                     k,
@@ -419,7 +422,7 @@ impl SpecRows<'_> {
 }
 
 /// `--parallel N`: the loaded target in a session with its assistant, then
-/// [`bench_parallel::run`].
+/// [`parallel::run`].
 fn parallel(
     args: BenchArgs,
     sizes: Sizes,
@@ -437,7 +440,7 @@ fn parallel(
     let mut session = loaded.into_session(ctx, &path, None, true)?;
     match &args.model {
         None => {
-            if let Some(a) = bench_parallel::synthetic_assistant(&session, args.seed)? {
+            if let Some(a) = parallel::synthetic_assistant(&session, args.seed)? {
                 session.install_assistant(a);
             }
         }
@@ -448,9 +451,9 @@ fn parallel(
             )
         })?,
     }
-    bench_parallel::run(
+    parallel::run(
         &mut session,
-        &bench_parallel::ParallelBench {
+        &parallel::ParallelBench {
             streams,
             prompt_len: sizes.prompt_len,
             gen: sizes.gen,
@@ -829,12 +832,12 @@ fn speculative(
     }
     let shape = match &args.synthetic {
         Some(name) => Some(SyntheticShape::parse(name)?),
-        None => crate::bench_spec::assistant_shape(state.model()),
+        None => spec::assistant_shape(state.model()),
     };
     let mut assistant = match shape {
-        Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => Some(
-            crate::bench_spec::load_assistant(ctx, state, shape, args.seed)?,
-        ),
+        Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => {
+            Some(spec::load_assistant(ctx, state, shape, args.seed)?)
+        }
         _ => None,
     };
     if let Some(assistant) = assistant.as_mut() {
@@ -881,16 +884,8 @@ impl Profile {
         // The pipelined rounds with the drafter, by phase and shader.
         let decode_us = decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0);
         let rounds = assistant.map(|assistant| {
-            crate::bench_spec::profile_rounds(
-                ctx,
-                state,
-                assistant,
-                context,
-                &plain.greedy,
-                k,
-                decode_us,
-            )
-            .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
+            spec::profile_rounds(ctx, state, assistant, context, &plain.greedy, k, decode_us)
+                .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         });
         let oracle_rounds = if k > 0 {
             let o = oracle_rounds(ctx, state, context, &plain.greedy, k, 1.0, true)?;
@@ -949,7 +944,7 @@ impl Outcome {
             "repetitions": sizes.repetitions,
             "tests": self.rows.iter().map(TestRow::json).collect::<Vec<_>>(),
             "load_ms": self.load_ms,
-            "peak_rss_mb": crate::artifact_file::peak_rss_mb(),
+            "peak_rss_mb": crate::progress::peak_rss_mb(),
             "prompt_len": sizes.prompt_len,
             "gen": sizes.gen,
             "depth": args.depth,

@@ -15,10 +15,12 @@
 //! Each body is checked as the completions' are: unknown fields and wrong types are 400s
 //! that name the field.
 
-use crate::serve::App;
-use crate::serve_api::{self, kind_of, ApiError, SYSTEM_FINGERPRINT};
-use crate::serve_guard::check_message_count;
-use crate::serve_tools::ToolRequest;
+use crate::app::App;
+use crate::error::{kind_of, ApiError};
+use crate::handlers::prompt::check_message_count;
+use crate::openai::request;
+use crate::openai::response::SYSTEM_FINGERPRINT;
+use crate::openai::tools::ToolRequest;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -31,7 +33,7 @@ use wgemma::session::engine::Tokenizer;
 
 /// The body as `T`, refusing unknown fields by name.
 fn body_of<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
-    let map = serve_api::parse_body(body)?;
+    let map = request::parse_body(body)?;
     serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
         let path = e.path().to_string();
         let param = path.split(['.', '[']).next().unwrap_or("").to_string();
@@ -136,7 +138,7 @@ pub async fn apply_template(
     let checked = (|| {
         app.authorize(&headers)?;
         let ready = app.ready()?;
-        let map = serve_api::parse_body(&body)?;
+        let map = request::parse_body(&body)?;
         if let Some((key, value)) = map.iter().find(|(k, _)| {
             !matches!(
                 k.as_str(),
@@ -152,7 +154,7 @@ pub async fn apply_template(
                 ),
             ));
         }
-        let messages = serve_api::parse_messages(&map)?;
+        let messages = request::parse_messages(&map)?;
         check_message_count(messages.len(), ready.info.context)?;
         let tools = ToolRequest::parse(&map)?;
         let declared = tools.as_ref().map_or(&[][..], ToolRequest::declared);

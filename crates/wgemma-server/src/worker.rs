@@ -12,9 +12,10 @@
 //! one or more tokens per step, each equal to its plain run's (penalties, bias, min-p,
 //! log-probabilities and grammars apply to every verified row as they would plainly).
 
-use crate::serve_api::{ApiError, Parsed, Prompt};
-use crate::serve_metrics::{Metrics, SlotState};
-use crate::serve_structured::GrammarConstraint;
+use crate::error::ApiError;
+use crate::metrics::{Metrics, SlotState};
+use crate::openai::request::{Parsed, Prompt};
+use crate::openai::structured::GrammarConstraint;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! Lark grammar of the call syntax with each function's argument schema
 //! ([`wgemma::text::tool_grammar`]), run as structured output is.
 
-use crate::serve_api::{kind_of, ApiError};
+use crate::error::{kind_of, ApiError};
 use serde_json::{json, Map, Value};
 use wgemma::session::engine::{parse_reply, tool_call_grammar, ReplyPiece, ToolCallParser};
 use wgemma::session::{ChatMessage, ToolCall, ToolDeclaration, ToolResponse};
@@ -404,7 +404,7 @@ pub fn answer_message(text: &str) -> (Value, usize) {
 pub fn tool_calls_chunk(id: &str, created: u64, model: &str, calls: Vec<Value>) -> Value {
     json!({
         "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-        "system_fingerprint": crate::serve_response::SYSTEM_FINGERPRINT,
+        "system_fingerprint": crate::openai::response::SYSTEM_FINGERPRINT,
         "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": null, "finish_reason": null}],
     })
 }

@@ -11,65 +11,26 @@
 //! - POST routes with JSON bodies (the completions, `/tokenize`, `/detokenize`,
 //!   `/apply-template`) take `Content-Type: application/json` only (415 otherwise): the
 //!   content types a page may send without a preflight (`text/plain`, forms) are refused.
-//! - The body is read with a size bound per route (JSON 413) and a deadline (408); headers
-//!   with a deadline; at most `--max-connections` connections at once (503 beyond).
-//! - Shutdown closes idle connections at once and waits only for requests in flight.
-//! - Prompts are tokenised on a blocking thread, not the model's, after a check from their
-//!   byte length alone that they can fit the context at all.
+//! - The body is read with a size bound per route (JSON 413, [`crate::http::limits`]) and
+//!   a deadline (408). Headers' deadline and the connection cap are the accept loop's
+//!   ([`crate::http::accept`]).
 //!
 //! Refused generation requests, and ones whose client went away before an answer, are
 //! counted in `wgemma_requests_total` like every other answer.
 
-use crate::serve_api::{ApiError, Endpoint, Parsed, Prompt};
-use crate::serve_metrics::Metrics;
-use anyhow::{bail, Context as _, Result};
-use axum::body::{Body, Bytes, HttpBody as _};
+use crate::error::ApiError;
+use crate::http::limits::{GuardOptions, GENERATION_BODY_BYTES, OTHER_BODY_BYTES};
+use crate::metrics::Metrics;
+use crate::openai::response::Endpoint;
+use anyhow::{bail, Result};
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
-use clap::Args;
-use futures_util::StreamExt as _;
-use hyper::body::Incoming;
-use hyper::service::Service as _;
-use hyper_util::service::TowerToHyperService;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use wgemma::session::{GenerateRequest, PromptEncoder};
-
-/// Bodies of the JSON routes: a context's worth of text with JSON escaping, many
-/// times over (a 128K-token prompt is about 0.5 MB of text).
-pub const GENERATION_BODY_BYTES: usize = 4 << 20;
-/// Bodies of every other route (they take none).
-const OTHER_BODY_BYTES: usize = 16 << 10;
-/// How long shutdown waits for requests in flight before closing their connections.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
-
-#[derive(Args, Clone, Debug)]
-pub struct GuardArgs {
-    /// Host names (the `Host` header) the server answers besides localhost, *.localhost
-    /// and IP literals of the bound address: a page that rebinds its own name to this
-    /// machine is refused (403). `*` allows any.
-    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    pub allowed_hosts: Vec<String>,
-    /// Web origins (`https://app.example`) whose pages may call the API (CORS); a request
-    /// carrying any other `Origin` is refused (403). Default none. `*` allows any.
-    #[arg(long, value_delimiter = ',', value_name = "ORIGIN,...")]
-    pub cors_origins: Vec<String>,
-    /// Connections held at once; beyond it a new connection gets 503 and is closed.
-    #[arg(long, default_value_t = 256)]
-    pub max_connections: usize,
-    /// Seconds a client has to send a request's headers (and between requests on a
-    /// kept-alive connection).
-    #[arg(long, default_value_t = 10)]
-    pub header_timeout: u64,
-    /// Seconds a client has to send a request's body.
-    #[arg(long, default_value_t = 30)]
-    pub body_timeout: u64,
-}
 
 /// The checks of every request, built once at start.
 pub struct Guard {
@@ -87,7 +48,7 @@ impl Guard {
     /// Checks the flags (and the API key: one that can never match a header is refused
     /// here rather than at every request).
     pub fn new(
-        args: &GuardArgs,
+        args: &GuardOptions,
         bound: IpAddr,
         api_key: Option<&str>,
         metrics: Arc<Metrics>,
@@ -479,258 +440,18 @@ fn with_cors(mut response: Response, origin: Option<HeaderValue>) -> Response {
     response
 }
 
-/// The prompt of `parsed` as token ids, tokenised on a blocking thread (the model thread
-/// never spends time on text), with the length checked against the context: first from
-/// the byte length alone (a prompt that cannot fit is refused without tokenising it), then
-/// exactly. Ids given as ids are left to the model thread's checks (they cost nothing).
-pub async fn encode_prompt(
-    encoder: &PromptEncoder,
-    mut parsed: Parsed,
-) -> Result<Parsed, ApiError> {
-    let param = match parsed.prompt {
-        Prompt::Messages(_) => "messages",
-        Prompt::Text(_) => "prompt",
-        Prompt::Ids(_) => return Ok(parsed),
-    };
-    let context = encoder.context();
-    let mut request = GenerateRequest::default();
-    let bytes = match std::mem::replace(&mut parsed.prompt, Prompt::Ids(Vec::new())) {
-        Prompt::Messages(m) => {
-            check_message_count(m.len(), context)?;
-            let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
-            request.messages = Some(m);
-            // A model reads the declared tools as text in its prompt.
-            if let Some(tools) = &parsed.sampling.tools {
-                request.tools = tools.declared().to_vec();
-            }
-            if !request.tools.is_empty() && !encoder.takes_tools() {
-                return Err(ApiError::invalid(
-                    "tools",
-                    "tools: expected a model whose chat template declares tools (reads \
-                     `tools`), found a template that would drop them",
-                ));
-            }
-            n
-        }
-        Prompt::Text(t) => {
-            let n = t.len();
-            request.prompt = Some(t);
-            n
-        }
-        Prompt::Ids(_) => unreachable!("returned above"),
-    };
-    if let Some(tok) = encoder.tokenizer() {
-        let at_least = tok.min_tokens(bytes);
-        if at_least >= context {
-            return Err(ApiError::field(
-                param,
-                format!("fewer than {context} tokens (the context)"),
-                format!("{bytes} bytes, at least {at_least} tokens"),
-            ));
-        }
-    }
-    let encoder = encoder.clone();
-    let ids = tokio::task::spawn_blocking(move || encoder.prompt_ids(&request))
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenising the prompt: {e}")))?
-        .map_err(|e| ApiError::invalid(param, format!("{param}: {e}")))?;
-    let room = context.saturating_sub(ids.len());
-    if room == 0 {
-        return Err(ApiError::field(
-            param,
-            format!("fewer than {context} tokens (the context)"),
-            format!("{} tokens", ids.len()),
-        ));
-    }
-    if let Some(m) = parsed.sampling.max_tokens.filter(|&m| m > room) {
-        return Err(ApiError::field(
-            "max_tokens",
-            format!(
-                "at most {room} (the context of {context} positions less the prompt's {} tokens)",
-                ids.len()
-            ),
-            m,
-        ));
-    }
-    parsed.prompt = Prompt::Ids(ids);
-    Ok(parsed)
-}
-
-/// Refuses a conversation of at least `context` messages before its template renders:
-/// every message takes at least one position of the context (a turn's markers alone take
-/// three in Gemma's format), and a template's work grows with the count, so a body of many
-/// empty messages would cost rendering time for a prompt that cannot fit.
-pub fn check_message_count(messages: usize, context: usize) -> Result<(), ApiError> {
-    if messages >= context {
-        return Err(ApiError::field(
-            "messages",
-            format!("fewer than {context} messages (each takes a position of the context)"),
-            format!("{messages} messages"),
-        ));
-    }
-    Ok(())
-}
-
-/// Limits of the connection layer.
-pub struct ConnectionLimits {
-    pub max_connections: usize,
-    pub header_timeout: Duration,
-}
-
-impl From<&GuardArgs> for ConnectionLimits {
-    fn from(args: &GuardArgs) -> Self {
-        ConnectionLimits {
-            max_connections: args.max_connections,
-            header_timeout: Duration::from_secs(args.header_timeout),
-        }
-    }
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves: HTTP/1.1 with a header-read
-/// deadline, at most `max_connections` at once. At shutdown the listener closes, idle
-/// connections close at once, and requests in flight get [`SHUTDOWN_GRACE`] to finish.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    limits: ConnectionLimits,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> Result<()> {
-    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
-    let mut connections = tokio::task::JoinSet::new();
-    tokio::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                // Out of file descriptors and the like: the next accept may work.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        while connections.try_join_next().is_some() {}
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            refuse_busy(&stream, limits.max_connections);
-            continue;
-        };
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let service = {
-            let (router, in_flight) = (router.clone(), in_flight.clone());
-            hyper::service::service_fn(move |req: axum::http::Request<Incoming>| {
-                let held = InFlight::enter(&in_flight);
-                let call = TowerToHyperService::new(router.clone()).call(req);
-                async move { call.await.map(|response| held.until_sent(response)) }
-            })
-        };
-        let mut closing = closing_rx.clone();
-        let header_timeout = limits.header_timeout;
-        connections.spawn(async move {
-            let _permit = permit;
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = closing.changed() => {
-                    // No new request on this connection; one in flight finishes. A
-                    // connection with none (idle, or half a request's headers) is dropped
-                    // rather than waited for.
-                    conn.as_mut().graceful_shutdown();
-                    loop {
-                        tokio::select! {
-                            _ = conn.as_mut() => break,
-                            () = tokio::time::sleep(Duration::from_millis(50)) => {
-                                if in_flight.load(Ordering::SeqCst) == 0 {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        });
-    }
-    drop(listener);
-    let _ = closing_tx.send(true);
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        eprintln!(
-            "wgemma serve: closing {} connection(s) still busy after {} s",
-            connections.len(),
-            SHUTDOWN_GRACE.as_secs()
-        );
-        connections.shutdown().await;
-    }
-    Ok(())
-}
-
-/// Counts a connection's requests from the service call until their response body is
-/// sent (a streamed body: until the stream ends or is dropped), for shutdown to tell a
-/// busy connection from an idle one.
-struct InFlight(Arc<AtomicUsize>);
-
-impl InFlight {
-    fn enter(count: &Arc<AtomicUsize>) -> InFlight {
-        count.fetch_add(1, Ordering::SeqCst);
-        InFlight(count.clone())
-    }
-
-    fn until_sent(self, response: Response) -> Response {
-        if response.body().size_hint().exact().is_some() {
-            // A body already in memory: it is written as soon as the response is.
-            return response;
-        }
-        let (parts, body) = response.into_parts();
-        let stream = body.into_data_stream().map(move |chunk| {
-            let _held = &self;
-            chunk
-        });
-        Response::from_parts(parts, Body::from_stream(stream))
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A connection over the cap: one 503 written if the socket takes it now, then closed
-/// (nothing is read from it and nothing waits on it).
-fn refuse_busy(stream: &tokio::net::TcpStream, cap: usize) {
-    let body = ApiError::overloaded(format!(
-        "the server is busy: {cap} connections are open (--max-connections); retry later"
-    ))
-    .to_json()
-    .to_string();
-    let response = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.try_write(response.as_bytes());
-}
-
 /// Runs the guard's checks on one request without a server (the fuzz target and tests):
 /// the refusal's status, or None when it would reach the handler.
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn refusal_status(guard: &Guard, req: &Request) -> Option<StatusCode> {
     guard.refusal(req).map(|e| e.status)
 }
 
 /// A guard with the defaults (loopback, no origins), for tests and the fuzz target.
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg(any(test, feature = "fuzzing"))]
 pub fn default_guard(api_key: Option<&str>) -> Result<Guard> {
-    let args = GuardArgs {
+    use anyhow::Context as _;
+    let args = GuardOptions {
         allowed_hosts: Vec::new(),
         cors_origins: Vec::new(),
         max_connections: 256,
@@ -747,27 +468,8 @@ pub fn default_guard(api_key: Option<&str>) -> Result<Guard> {
 }
 
 #[cfg(test)]
-#[path = "../../../fuzz/http_targets.rs"]
-mod http_targets;
-
-#[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every committed `fuzz/corpus/http_request/` input through the fuzz target's body
-    /// (CI has no fuzzing build; the corpus stays a regression suite).
-    #[test]
-    fn http_request_fuzz_corpus() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/http_request");
-        let mut n = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-            super::http_targets::http_request(&bytes);
-            n += 1;
-        }
-        assert!(n >= 5, "{n} inputs in {}", dir.display());
-    }
 
     /// A request with `headers`, and `Host: localhost` unless they name a host.
     fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> Request {
@@ -882,7 +584,7 @@ mod tests {
 
     #[test]
     fn allowed_hosts_origins_and_keys_are_checked_at_start() {
-        let args = GuardArgs {
+        let args = GuardOptions {
             allowed_hosts: vec!["api.example".into()],
             cors_origins: vec!["https://app.example".into()],
             max_connections: 4,
@@ -912,7 +614,7 @@ mod tests {
             );
         }
         assert!(check_api_key("sk-Abc_123.~").is_ok());
-        let bad = GuardArgs {
+        let bad = GuardOptions {
             cors_origins: vec!["app.example".into()],
             ..args
         };

@@ -2,8 +2,7 @@
 //! directory or a gemma4-assistant GGUF) into one artifact file,
 //! written to a temporary file beside the output and renamed over it only once complete.
 
-use crate::gguf_file::{is_gguf, GgufMap};
-use crate::model_dir::ModelDir;
+use crate::files::{is_gguf, GgufMap, ModelDir};
 use crate::progress::bytes_bar;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -223,7 +222,7 @@ fn file_id(path: &Path) -> Option<std::path::PathBuf> {
 /// and a new `*.safetensors` inside a checkpoint directory would become one of its shards.
 fn check_out(out: &Path, inputs: &[&Path]) -> Result<()> {
     if out.symlink_metadata().is_ok() {
-        let kind = crate::model_dir::describe_path(out);
+        let kind = crate::files::describe_path(out);
         if kind != "a regular file" {
             bail!(
                 "--out {}: expected a new or regular file to write the artifact to, found {kind}",

@@ -1,117 +1,20 @@
 //! The OpenAI HTTP API's side of `wgemma serve`: request bodies checked field by field (an
 //! error names the field, what was expected and what was found, as OpenAI-style JSON with a
-//! 4xx status). The answers' JSON is [`crate::serve_response`]'s.
+//! 4xx status). The answers' JSON is [`crate::openai::response`]'s.
 
-use crate::serve_fields::check_fields;
-pub use crate::serve_response::{finish_reason, usage, Endpoint, TokenLogprob, SYSTEM_FINGERPRINT};
-use crate::serve_structured::ResponseFormat;
-use crate::serve_tools::{attach_tool_response, parse_message_calls, ToolRequest};
+use crate::error::{kind_of, ApiError};
+use crate::openai::fields::check_fields;
+use crate::openai::response::Endpoint;
+use crate::openai::structured::ResponseFormat;
+use crate::openai::tools::{attach_tool_response, parse_message_calls, ToolRequest};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use wgemma::session::engine::{LogitAdjust, TOOL_RESPONSE_START};
 use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).
 pub const MAX_STOP_STRINGS: usize = 4;
-
-/// An error answer: status, OpenAI's `error` object.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub message: String,
-    pub kind: &'static str,
-    pub param: Option<String>,
-    pub code: Option<&'static str>,
-}
-
-impl ApiError {
-    /// 400: a field (`param`) is wrong.
-    pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::BAD_REQUEST,
-            message: message.into(),
-            kind: "invalid_request_error",
-            param: (!param.is_empty()).then(|| param.to_string()),
-            code: None,
-        }
-    }
-
-    /// `{field}: expected {expected}, found {found}`.
-    pub fn field(
-        param: &str,
-        expected: impl std::fmt::Display,
-        found: impl std::fmt::Display,
-    ) -> ApiError {
-        ApiError::invalid(
-            param,
-            format!("{param}: expected {expected}, found {found}"),
-        )
-    }
-
-    pub fn with_status(mut self, status: StatusCode, code: &'static str) -> ApiError {
-        self.status = status;
-        self.code = Some(code);
-        self
-    }
-
-    pub fn unauthorized(message: impl Into<String>) -> ApiError {
-        ApiError::invalid("", message).with_status(StatusCode::UNAUTHORIZED, "invalid_api_key")
-    }
-
-    pub fn overloaded(message: impl Into<String>) -> ApiError {
-        ApiError {
-            kind: "server_error",
-            ..ApiError::invalid("", message)
-                .with_status(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
-        }
-    }
-
-    /// 503 while the model loads.
-    pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError {
-            kind: "server_error",
-            ..ApiError::invalid("", message).with_status(StatusCode::SERVICE_UNAVAILABLE, "loading")
-        }
-    }
-
-    pub fn internal(message: impl Into<String>) -> ApiError {
-        ApiError {
-            kind: "server_error",
-            ..ApiError::invalid("", message)
-                .with_status(StatusCode::INTERNAL_SERVER_ERROR, "internal_error")
-        }
-    }
-
-    pub fn to_json(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, axum::Json(self.to_json())).into_response()
-    }
-}
-
-/// A JSON value's kind, in words, for error messages.
-pub fn kind_of(v: &Value) -> String {
-    match v {
-        Value::Null => "null".into(),
-        Value::Bool(b) => format!("the boolean {b}"),
-        Value::Number(n) => format!("the number {n}"),
-        Value::String(s) if s.chars().count() > 40 => "a string".into(),
-        Value::String(s) => format!("the string {s:?}"),
-        Value::Array(_) => "an array".into(),
-        Value::Object(_) => "an object".into(),
-    }
-}
 
 /// The body as a JSON object, or a 400 naming what is wrong with it.
 pub fn parse_body(body: &[u8]) -> Result<serde_json::Map<String, Value>, ApiError> {
@@ -711,6 +614,8 @@ pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::openai::fields::FieldUse::Refused;
+    use crate::openai::fields::{CHAT_FIELDS, COMPLETION_FIELDS, SHARED_FIELDS};
 
     fn chat_err(body: &str) -> ApiError {
         parse_chat(body.as_bytes(), "m").unwrap_err()
@@ -929,5 +834,55 @@ mod tests {
         )
         .unwrap();
         assert!(huge.sampling.max_tokens.unwrap() > 1 << 40);
+    }
+
+    #[test]
+    fn every_field_is_used_or_refused_by_name() {
+        for (endpoint, own, base) in [
+            (
+                Endpoint::Chat,
+                CHAT_FIELDS,
+                r#""messages": [{"role": "user", "content": "x"}]"#,
+            ),
+            (Endpoint::Completion, COMPLETION_FIELDS, r#""prompt": "x""#),
+        ] {
+            let parse = |extra: &str| {
+                let body = format!(r#"{{"model": "m", {base}{extra}}}"#);
+                match endpoint {
+                    Endpoint::Chat => parse_chat(body.as_bytes(), "m"),
+                    Endpoint::Completion => parse_completion(body.as_bytes(), "m"),
+                }
+            };
+            for (name, u) in SHARED_FIELDS.iter().chain(own) {
+                // Null is the field's default: taken for all but the required ones.
+                let required = matches!(*name, "model" | "messages" | "prompt");
+                let null = parse(&format!(r#", "{name}": null"#));
+                assert_eq!(null.is_ok(), !required, "{name}: null");
+                if let Refused { .. } = u {
+                    let e = parse(&format!(r#", "{name}": {{"x": 1}}"#)).unwrap_err();
+                    assert_eq!(e.param.as_deref(), Some(*name), "{}", e.message);
+                    assert!(e.message.contains("not supported"), "{}", e.message);
+                }
+            }
+            let e = parse(r#", "cache_prompt": true"#).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("cache_prompt"));
+            assert!(e.message.contains("unknown field"), "{}", e.message);
+            for allowed in [
+                r#", "n": 1"#,
+                r#", "store": false"#,
+                r#", "service_tier": "auto""#,
+                r#", "best_of": 1"#,
+                r#", "echo": false"#,
+                r#", "response_format": {"type": "text"}"#,
+                r#", "response_format": {"type": "json_object"}"#,
+                r#", "tools": []"#,
+            ] {
+                let known = SHARED_FIELDS
+                    .iter()
+                    .chain(own)
+                    .any(|(n, _)| allowed.contains(&format!("\"{n}\"")));
+                assert_eq!(parse(allowed).is_ok(), known, "{allowed}");
+            }
+        }
     }
 }

@@ -5,12 +5,12 @@
 //! valid answer to -inf, so every completed answer parses and validates. A schema is
 //! compiled once (the first request that names it) and each request then runs on a copy.
 //! A forced tool call runs the same way on a Lark grammar of the model's call syntax
-//! (`crate::serve_tools`).
+//! (`crate::openai::tools`).
 //!
 //! JSON is written compactly (`, ` and `: ` between items, no other whitespace): a free
 //! whitespace rule lets a small model pad the answer with newlines until the budget ends.
 
-use crate::serve_api::{kind_of, ApiError};
+use crate::error::{kind_of, ApiError};
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};

@@ -1,8 +1,10 @@
 //! `wgemma inspect FILE`: an artifact's manifest, sizes, census and tensor table, its
 //! contract checked and (unless `--no-verify`) every checksum verified; a GGUF file goes to
-//! [`crate::inspect_gguf`].
+//! [`gguf`].
 
-use crate::artifact_file::ArtifactFile;
+mod gguf;
+
+use crate::files::ArtifactFile;
 use crate::progress::bytes_bar;
 use anyhow::Result;
 use clap::Args;
@@ -38,9 +40,9 @@ fn model_line(config: &serde_json::Value) -> String {
 }
 
 pub fn run(args: InspectArgs) -> Result<()> {
-    crate::generate::check_exists_as("inspect", &args.file, "an artifact or a GGUF file")?;
-    if crate::gguf_file::is_gguf(&args.file) {
-        return crate::inspect_gguf::run(&args.file, args.json);
+    crate::args::check_exists_as("inspect", &args.file, "an artifact or a GGUF file")?;
+    if crate::files::is_gguf(&args.file) {
+        return gguf::run(&args.file, args.json);
     }
     let file = ArtifactFile::open(&args.file)?;
     let artifact = file.parse(&args.file)?;

@@ -2,7 +2,7 @@
 //! config its metadata describes, tokenizer and chat template, and its tensors by type with
 //! how each type loads onto wgemma's GPU layouts.
 
-use crate::gguf_file::GgufMap;
+use crate::files::GgufMap;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
