@@ -34,8 +34,8 @@ pub fn http_request(data: &[u8]) {
         let _ = admission::refusal_status(guard, &request);
     });
     let body = &data[head_len..];
-    let _ = request::parse_chat(body, "tiny");
-    let _ = request::parse_completion(body, "tiny");
+    let _ = request::parse_chat(body, &["tiny"]);
+    let _ = request::parse_completion(body, &["tiny"]);
 }
 
 #[cfg(test)]

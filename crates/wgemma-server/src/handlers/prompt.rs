@@ -25,6 +25,7 @@ pub async fn encode_prompt(
             check_message_count(m.len(), context)?;
             let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
             request.messages = Some(m);
+            request.template_kwargs = parsed.sampling.template_kwargs.clone();
             // A model reads the declared tools as text in its prompt.
             if let Some(tools) = &parsed.sampling.tools {
                 request.tools = tools.declared().to_vec();

@@ -296,7 +296,7 @@ fn generation_endpoint(req: &Request) -> Option<Endpoint> {
         return None;
     }
     match req.uri().path() {
-        "/v1/chat/completions" => Some(Endpoint::Chat),
+        "/v1/chat/completions" | "/v1/responses" => Some(Endpoint::Chat),
         "/v1/completions" => Some(Endpoint::Completion),
         _ => None,
     }
@@ -310,6 +310,7 @@ fn takes_json(req: &Request) -> bool {
             req.uri().path(),
             "/v1/chat/completions"
                 | "/v1/completions"
+                | "/v1/responses"
                 | "/tokenize"
                 | "/detokenize"
                 | "/apply-template"

@@ -1,9 +1,13 @@
 //! OpenAI's protocol, free of the transport: request bodies checked field by field
-//! ([`request`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`]) and
-//! structured output's grammars ([`structured`]).
+//! ([`request`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`], streamed: [`tool_stream`]) and
+//! structured output's grammars ([`structured`]), and the Responses API as chat completions
+//! ([`responses_request`] in, [`responses`] out).
 
 pub mod fields;
 pub mod request;
 pub mod response;
+pub mod responses;
+pub mod responses_request;
 pub mod structured;
+pub mod tool_stream;
 pub mod tools;

@@ -76,6 +76,12 @@ struct CommonFields {
     user: Option<String>,
     safety_identifier: Option<String>,
     response_format: Option<Value>,
+    /// llama.cpp's: whether to reuse a cached prompt prefix (a hint; this server keeps no
+    /// prompt cache, so either value serves the same answer).
+    #[allow(dead_code)]
+    cache_prompt: Option<bool>,
+    /// vLLM's and llama.cpp's: more variables for the chat template.
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,6 +118,8 @@ pub struct Sampling {
     pub response_format: Option<ResponseFormat>,
     /// Tools the model may call (chat).
     pub tools: Option<ToolRequest>,
+    /// More variables for the chat template (`chat_template_kwargs`).
+    pub template_kwargs: serde_json::Map<String, Value>,
 }
 
 impl Sampling {
@@ -139,12 +147,12 @@ pub struct Parsed {
 
 fn common(
     body: &serde_json::Map<String, Value>,
-    model: &str,
+    models: &[impl AsRef<str>],
     endpoint: Endpoint,
 ) -> Result<Sampling, ApiError> {
     check_fields(body, endpoint)?;
     let f: CommonFields = typed(body)?;
-    check_model(f.model.as_ref(), model)?;
+    check_model(f.model.as_ref(), models)?;
     let max_tokens = max_tokens_of(f.max_tokens, f.max_completion_tokens)?;
     let temperature = f.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
@@ -180,12 +188,6 @@ fn common(
     let response_format = ResponseFormat::parse(f.response_format.as_ref())?;
     let mut stop = stop;
     if let Some(t) = &tools {
-        if t.forces_call() && response_format.is_some() {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "tool_choice: expected \"auto\" or \"none\" with a response_format, found a                  forced call (a reply cannot follow both grammars)",
-            ));
-        }
         if !t.declared().is_empty() {
             // Gemma 4 opens a tool response after its calls: the reply ends there, and the
             // client runs the calls.
@@ -219,22 +221,25 @@ fn common(
         user: f.user.or(f.safety_identifier),
         response_format,
         tools,
+        template_kwargs: f.chat_template_kwargs.unwrap_or_default(),
     })
 }
 
-/// The request's `model` must name the model this server runs.
-fn check_model(given: Option<&Value>, model: &str) -> Result<(), ApiError> {
+/// The request's `model`, if given, must be one of the names this server runs its model
+/// under (its name and `--alias`es); without one, the one model answers (as llama-server).
+fn check_model(given: Option<&Value>, models: &[impl AsRef<str>]) -> Result<(), ApiError> {
     match given {
-        Some(Value::String(m)) if m == model => {}
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if models.iter().any(|n| n.as_ref() == m) => {}
         Some(Value::String(m)) => {
+            let names: Vec<&str> = models.iter().map(AsRef::as_ref).collect();
             return Err(ApiError::invalid(
                 "model",
-                format!("model: expected {model:?} (the model this server runs; GET /v1/models), found {m:?}"),
+                format!("model: expected one of {names:?} (the model this server runs; GET /v1/models), found {m:?}"),
             )
-            .with_status(StatusCode::NOT_FOUND, "model_not_found"))
+            .with_status(StatusCode::NOT_FOUND, "model_not_found"));
         }
         Some(other) => return Err(ApiError::field("model", "a string", kind_of(other))),
-        None => return Err(ApiError::field("model", format!("a model id ({model:?})"), "none")),
     }
     Ok(())
 }
@@ -452,9 +457,9 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
 }
 
 /// `POST /v1/chat/completions`.
-pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
+pub fn parse_chat(body: &[u8], models: &[impl AsRef<str>]) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model, Endpoint::Chat)?;
+    let sampling = common(&body, models, Endpoint::Chat)?;
     Ok(Parsed {
         prompt: Prompt::Messages(parse_messages(&body)?),
         sampling,
@@ -519,7 +524,7 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
             _ => &[],
         };
         if let Some((key, _)) = fields.iter().find(|(k, v)| {
-            !matches!(k.as_str(), "role" | "content")
+            !matches!(k.as_str(), "role" | "content" | "name")
                 && !extra.contains(&k.as_str())
                 && !v.is_null()
         }) {
@@ -527,7 +532,7 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
                 &format!("messages[{i}].{key}"),
                 format!(
                     "messages[{i}].{key}: not supported by this server (a message here is a \
-                     role and a content, with tool_calls on an assistant message and \
+                     role, a content and a name, with tool_calls on an assistant message and \
                      tool_call_id on a tool message)"
                 ),
             ));
@@ -547,15 +552,26 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
         }
         let mut message = ChatMessage::new(role, &content);
         message.tool_calls = calls;
+        message.name = match m.get("name") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(n)) => Some(n.clone()),
+            Some(other) => {
+                return Err(ApiError::field(
+                    &format!("messages[{i}].name"),
+                    "a string",
+                    kind_of(other),
+                ))
+            }
+        };
         out.push(message);
     }
     Ok(out)
 }
 
 /// `POST /v1/completions`: `prompt` is a string, token ids, or an array of one of either.
-pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
+pub fn parse_completion(body: &[u8], models: &[impl AsRef<str>]) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model, Endpoint::Completion)?;
+    let sampling = common(&body, models, Endpoint::Completion)?;
     let ids = |items: &[Value]| -> Option<Vec<u32>> {
         items
             .iter()
@@ -618,7 +634,7 @@ mod tests {
     use crate::openai::fields::{CHAT_FIELDS, COMPLETION_FIELDS, SHARED_FIELDS};
 
     fn chat_err(body: &str) -> ApiError {
-        parse_chat(body.as_bytes(), "m").unwrap_err()
+        parse_chat(body.as_bytes(), &["m"]).unwrap_err()
     }
 
     #[test]
@@ -626,7 +642,7 @@ mod tests {
         for (body, param, needle) in [
             ("{", None, "expected JSON"),
             ("[1]", None, "a JSON object"),
-            (r#"{"messages": []}"#, Some("model"), "found none"),
+            (r#"{"messages": []}"#, Some("messages"), "an empty array"),
             (
                 r#"{"model": 3, "messages": []}"#,
                 Some("model"),
@@ -709,6 +725,11 @@ mod tests {
             (StatusCode::NOT_FOUND, Some("model_not_found"))
         );
         assert!(e.message.contains("\"other\""), "{}", e.message);
+        // Without `model` the one model answers; an alias names it too.
+        let body = br#"{"messages": [{"role": "user", "content": "x"}]}"#;
+        assert!(parse_chat(body, &["m"]).is_ok());
+        let aliased = br#"{"model": "alias", "messages": [{"role": "user", "content": "x"}]}"#;
+        assert!(parse_chat(aliased, &["m", "alias"]).is_ok());
     }
 
     #[test]
@@ -719,7 +740,7 @@ mod tests {
                     r#"{{"model": "m", "messages": [{{"role": "user", "content": "x"}}]{extra}}}"#
                 )
                 .as_bytes(),
-                "m",
+                &["m"],
             )
         };
         let p = chat(
@@ -773,13 +794,24 @@ mod tests {
         assert_eq!(big.sampling.seed, 11370070643807128939);
         let e = chat(r#", "seed": 1.5"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("seed"), "{}", e.message);
-        let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
+        let c =
+            parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, &["m"]).unwrap();
         assert_eq!(c.sampling.logprobs, Some(0));
-        let e =
-            parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 6}"#, "m").unwrap_err();
+        let e = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 6}"#, &["m"])
+            .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("logprobs"));
-        let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": "n"}]"#);
-        assert!(e.is_err());
+        let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": 5}]"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].name"));
+        let p = chat(
+            r#", "messages": [{"role": "user", "content": "x", "name": "n"}],
+            "chat_template_kwargs": {"enable_thinking": false}, "cache_prompt": true"#,
+        )
+        .unwrap();
+        let Prompt::Messages(m) = &p.prompt else {
+            panic!()
+        };
+        assert_eq!(m[0].name.as_deref(), Some("n"));
+        assert_eq!(p.sampling.template_kwargs["enable_thinking"], false);
     }
 
     #[test]
@@ -789,7 +821,7 @@ mod tests {
                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
                 "max_tokens": 5, "temperature": 0, "seed": -1, "stop": "x", "stream": true,
                 "stream_options": {"include_usage": true}, "user": "ignored"}"#,
-            "m",
+            &["m"],
         )
         .unwrap();
         let Prompt::Messages(m) = &p.prompt else {
@@ -817,7 +849,7 @@ mod tests {
         ] {
             let p = parse_completion(
                 format!(r#"{{"model": "m", "prompt": {prompt}}}"#).as_bytes(),
-                "m",
+                &["m"],
             )
             .unwrap();
             match (p.prompt, ids) {
@@ -826,11 +858,11 @@ mod tests {
                 (other, _) => panic!("{prompt}: {other:?}"),
             }
         }
-        let e = parse_completion(br#"{"model": "m", "prompt": ["a", "b"]}"#, "m").unwrap_err();
+        let e = parse_completion(br#"{"model": "m", "prompt": ["a", "b"]}"#, &["m"]).unwrap_err();
         assert!(e.message.contains("batches"), "{}", e.message);
         let huge = parse_completion(
             br#"{"model": "m", "prompt": "a", "max_tokens": 18446744073709551615}"#,
-            "m",
+            &["m"],
         )
         .unwrap();
         assert!(huge.sampling.max_tokens.unwrap() > 1 << 40);
@@ -849,13 +881,13 @@ mod tests {
             let parse = |extra: &str| {
                 let body = format!(r#"{{"model": "m", {base}{extra}}}"#);
                 match endpoint {
-                    Endpoint::Chat => parse_chat(body.as_bytes(), "m"),
-                    Endpoint::Completion => parse_completion(body.as_bytes(), "m"),
+                    Endpoint::Chat => parse_chat(body.as_bytes(), &["m"]),
+                    Endpoint::Completion => parse_completion(body.as_bytes(), &["m"]),
                 }
             };
             for (name, u) in SHARED_FIELDS.iter().chain(own) {
                 // Null is the field's default: taken for all but the required ones.
-                let required = matches!(*name, "model" | "messages" | "prompt");
+                let required = matches!(*name, "messages" | "prompt");
                 let null = parse(&format!(r#", "{name}": null"#));
                 assert_eq!(null.is_ok(), !required, "{name}: null");
                 if let Refused { .. } = u {
@@ -864,8 +896,8 @@ mod tests {
                     assert!(e.message.contains("not supported"), "{}", e.message);
                 }
             }
-            let e = parse(r#", "cache_prompt": true"#).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some("cache_prompt"));
+            let e = parse(r#", "mirostat": 1"#).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("mirostat"));
             assert!(e.message.contains("unknown field"), "{}", e.message);
             for allowed in [
                 r#", "n": 1"#,

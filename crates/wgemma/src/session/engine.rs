@@ -17,9 +17,10 @@ pub use crate::model::weights::WeightFormat;
 pub use crate::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
 pub use crate::ops::attention::MAX_SEQUENCES;
 pub use crate::text::tokenizer::{parse_prompt_ids, Tokenizer};
-pub use crate::text::tool_grammar::tool_call_grammar;
+pub use crate::text::tool_grammar::{tool_call_grammar, tool_calls_or_answer_grammar};
+pub use crate::text::tool_json::{partial_call, PartialCall};
 pub use crate::text::tool_markers::TOOL_RESPONSE_START;
-pub use crate::text::tools::{parse_reply, ReplyPiece, ToolCallParser};
+pub use crate::text::tools::{parse_cut_reply, parse_reply, ReplyPiece, ToolCallParser};
 
 /// The op cases and the harness that checks them against their CPU references and times
 /// them (`wgemma ops`, the bench's read-bandwidth case); with the `harness` feature only.

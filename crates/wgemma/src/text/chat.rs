@@ -760,7 +760,7 @@ mod tests {
             )
             .unwrap();
         // A kwarg never replaces the conversation's own variables.
-        assert_eq!(got, "aaron:hi;-:yo;falsetrue");
+        assert_eq!(got, "aaron:hi;-:yo;FalseTrue");
     }
 
     #[test]

@@ -329,6 +329,19 @@ impl ToolCallParser {
         super::tool_json::partial_call(&self.held[TOOL_CALL_START.len()..])
     }
 
+    /// What is left when a reply is cut short (by its token budget) in the middle: the held
+    /// text, and the call left open, as far as it was written (None when none is open, or
+    /// when its name is not whole yet). A call's markup never comes back as text here.
+    pub fn finish_cut(&mut self) -> (Vec<ReplyPiece>, Option<super::tool_json::PartialCall>) {
+        if !self.in_call {
+            return (self.finish(), None);
+        }
+        let open = self.open_call();
+        self.in_call = false;
+        self.held.clear();
+        (Vec::new(), open)
+    }
+
     /// What is left when the reply ends: held text, or an unterminated call, as text.
     pub fn finish(&mut self) -> Vec<ReplyPiece> {
         self.in_call = false;
@@ -346,6 +359,24 @@ pub fn parse_reply(text: &str) -> (String, Vec<ToolCall>) {
     let mut parser = ToolCallParser::new();
     let mut pieces = parser.feed(text);
     pieces.extend(parser.finish());
+    joined(pieces)
+}
+
+/// A reply cut short by its token budget, as [`parse_reply`], and the call it left open as
+/// far as it was written ([`ToolCallParser::finish_cut`]: never its markup as text).
+pub fn parse_cut_reply(
+    text: &str,
+) -> (String, Vec<ToolCall>, Option<super::tool_json::PartialCall>) {
+    let mut parser = ToolCallParser::new();
+    let mut pieces = parser.feed(text);
+    let (rest, open) = parser.finish_cut();
+    pieces.extend(rest);
+    let (content, calls) = joined(pieces);
+    (content, calls, open)
+}
+
+/// The text pieces joined, and the calls in order.
+fn joined(pieces: Vec<ReplyPiece>) -> (String, Vec<ToolCall>) {
     let mut content = String::new();
     let mut calls = Vec::new();
     for piece in pieces {
@@ -744,5 +775,19 @@ mod tests {
             r#"{"a":1.5,"b":"xy"}"#
         );
         assert_eq!(parser.open_call(), None);
+        // Cut short, the open call comes back as far as it was written, never as text.
+        parser.feed("ok <|tool_call>call:g{n:1");
+        assert_eq!(
+            parser.finish_cut(),
+            (
+                Vec::new(),
+                Some(super::super::tool_json::PartialCall {
+                    name: "g".into(),
+                    arguments: r#"{"n":"#.into()
+                })
+            )
+        );
+        parser.feed("<|tool_call>cal");
+        assert_eq!(parser.finish_cut(), (Vec::new(), None));
     }
 }

@@ -126,7 +126,9 @@ fn strings_numbers_arrays_and_maps() {
         "p": {"type": "number", "minimum": 0, "maximum": 1},
         "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "minItems": 2, "maxItems": 2},
         "counts": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
-        "few": {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2}}});
+        "few": {"type": "array", "items": {"type": "boolean"}, "minItems": 1, "maxItems": 2},
+        "one": {"type": "array", "items": {"type": "integer"}, "maxItems": 1},
+        "two": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}}});
     check(
         schema,
         &[
@@ -137,6 +139,8 @@ fn strings_numbers_arrays_and_maps() {
             "{p:1,pair:[3,'x'],counts:{a:1,'two words':2}}",
             "{few:[true]}",
             "{few:[true,false]}",
+            "{one:[],two:[1,2]}",
+            "{one:[7]}",
         ],
         &[
             "{code:'ABCD'}",
@@ -151,6 +155,9 @@ fn strings_numbers_arrays_and_maps() {
             "{counts:{a:-1}}",
             "{few:[]}",
             "{few:[true,true,true]}",
+            "{one:[1,2]}",
+            "{two:[1]}",
+            "{two:[1,2,3]}",
         ],
     );
     // An integer without bounds has at most 18 digits.

@@ -297,15 +297,18 @@ impl Grammar {
             Some(items) => self.value(items, &format!("{path}.items"), depth + 1)?,
             None => self.any(),
         };
-        let rest = format!(r#"("," {item})"#);
+        // The items after the first: at least `lo`, at most `hi` (llguidance takes no
+        // repetition of at most 0).
+        let more = |lo: usize, hi: Option<usize>| match hi {
+            Some(0) => String::new(),
+            Some(hi) if hi == lo => format!(r#"("," {item}){{{lo}}}"#),
+            Some(hi) => format!(r#"("," {item}){{{lo},{hi}}}"#),
+            None => format!(r#"("," {item}){{{lo},}}"#),
+        };
         Ok(match (min, max) {
             (_, Some(0)) => r#""[" "]""#.into(),
-            (0, None) => format!(r#""[" ({item} ("," {item})*)? "]""#),
-            (0, Some(max)) => format!(r#""[" ({item} {}{{0,{}}})? "]""#, rest, max - 1),
-            (min, None) => format!(r#""[" {item} {}{{{},}} "]""#, rest, min - 1),
-            (min, Some(max)) => {
-                format!(r#""[" {item} {}{{{},{}}} "]""#, rest, min - 1, max - 1)
-            }
+            (0, max) => format!(r#""[" ({item} {})? "]""#, more(0, max.map(|m| m - 1))),
+            (min, max) => format!(r#""[" {item} {} "]""#, more(min - 1, max.map(|m| m - 1))),
         })
     }
 
