@@ -9,7 +9,7 @@ runs=${1:-1000000}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(artifact_reader checkpoint_config tokenizer_json prompt_ids chat_prompt gguf_reader chat_template http_request)
+    targets=(artifact_reader checkpoint_config tokenizer_json prompt_ids chat_prompt gguf_reader chat_template http_request json_schema request_body)
 fi
 # What cargo-fuzz passes: SanitizerCoverage for libFuzzer's feedback, `--cfg fuzzing`.
 export RUSTFLAGS="${RUSTFLAGS:-} -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \

@@ -39,8 +39,10 @@ ensure_chromium() {
     [ -x /usr/bin/chromium ] || apt_install chromium
 }
 
+# tools/browser's npm packages: playwright-core (drives Chromium) and webgpu (dawn.node).
 ensure_playwright() {
-    if [ ! -d "$repo_root/tools/browser/node_modules/playwright-core" ]; then
+    if [ ! -d "$repo_root/tools/browser/node_modules/playwright-core" ] \
+        || [ ! -d "$repo_root/tools/browser/node_modules/webgpu" ]; then
         (cd "$repo_root/tools/browser" && npm ci --silent --no-audit --no-fund >&2)
     fi
 }

@@ -4,7 +4,7 @@
 use crate::load::LoadRequest;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use std::io::{IsTerminal as _, Read as _};
+use std::io::{IsTerminal as _, Read};
 use std::path::{Path, PathBuf};
 use wgemma::session::engine::{
     parse_prompt_ids, ModelOptions, SamplingParams, WeightFormat, MAX_DRAFT_TOKENS,
@@ -239,22 +239,29 @@ impl PromptArgs {
     }
 }
 
+/// Bytes a prompt file (or standard input) may hold: far past any context (a 128K-token
+/// prompt is about 0.5 MB), and `-f /dev/zero` ends here instead of when memory runs out.
+pub const MAX_PROMPT_FILE_BYTES: u64 = 64 << 20;
+
 /// The prompt text in `path` (`-`: standard input), without one trailing newline.
 pub fn read_prompt_file(path: &Path) -> Result<String> {
-    let mut text = if path == Path::new("-") {
+    let what = format!("--file {}", path.display());
+    let bytes = if path == Path::new("-") {
         if std::io::stdin().is_terminal() {
             eprintln!("reading the prompt from standard input (end it with Ctrl-D)");
         }
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("--file -: reading the prompt from standard input")?;
-        s
+        read_capped(std::io::stdin().lock(), &what)?
     } else {
         check_exists_as("--file", path, "a text file holding the prompt")?;
-        std::fs::read_to_string(path)
-            .with_context(|| format!("--file {}: reading the prompt", path.display()))?
+        let file = std::fs::File::open(path).with_context(|| format!("{what}: opening"))?;
+        read_capped(file, &what)?
     };
+    let mut text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{what}: expected UTF-8 text, found invalid bytes at byte {}",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
     if text.ends_with('\n') {
         text.pop();
         if text.ends_with('\r') {
@@ -262,12 +269,22 @@ pub fn read_prompt_file(path: &Path) -> Result<String> {
         }
     }
     if text.is_empty() {
-        bail!(
-            "--file {}: expected prompt text, found an empty file",
-            path.display()
-        );
+        bail!("{what}: expected prompt text, found an empty file");
     }
     Ok(text)
+}
+
+/// At most [`MAX_PROMPT_FILE_BYTES`] of `reader`, refusing more.
+fn read_capped(reader: impl Read, what: &str) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_PROMPT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("{what}: reading the prompt"))?;
+    if bytes.len() as u64 > MAX_PROMPT_FILE_BYTES {
+        bail!("{what}: expected at most {MAX_PROMPT_FILE_BYTES} bytes of prompt text, found more");
+    }
+    Ok(bytes)
 }
 
 /// Speculative decoding flags, shared by `generate` and `chat`.

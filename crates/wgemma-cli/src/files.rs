@@ -9,11 +9,12 @@ use anyhow::{bail, Context, Result};
 use std::ops::Range;
 use std::path::Path;
 use wgemma::formats::artifact::Artifact;
+use wgemma::formats::mapped::MappedFile;
 
 /// The files of one checkpoint directory, mapped.
 pub struct ModelDir {
     pub config_json: String,
-    pub shards: Vec<(String, memmap2::Mmap)>,
+    pub shards: Vec<(String, MappedFile)>,
     pub tokenizer_json: Option<Vec<u8>>,
     pub generation_config: Option<serde_json::Value>,
     /// chat_template.jinja.
@@ -96,12 +97,9 @@ impl ModelDir {
             let file_path = path.join(&name);
             check_regular_file(&file_path, "shard")?;
             check_confined(&file_path, &roots)?;
-            let file = std::fs::File::open(&file_path)
+            // A shard cut while it is read is an error, not SIGBUS (`check_intact`).
+            let map = MappedFile::open(&file_path)
                 .with_context(|| format!("opening shard {}", file_path.display()))?;
-            // SAFETY: the map is read-only and lives as long as the ModelDir; a file changed
-            // underneath a running process is outside what we can defend against.
-            let map = unsafe { memmap2::Mmap::map(&file) }
-                .with_context(|| format!("mapping {}", file_path.display()))?;
             shards.push((name, map));
         }
         let tokenizer_json = read_optional(&path.join("tokenizer.json"))?;
@@ -134,7 +132,7 @@ impl ModelDir {
     pub fn shard_bytes(&self) -> Vec<(String, &[u8])> {
         self.shards
             .iter()
-            .map(|(n, m)| (n.clone(), &m[..]))
+            .map(|(n, m)| (n.clone(), m.bytes()))
             .collect()
     }
 
@@ -142,8 +140,16 @@ impl ModelDir {
     /// them; they stay in the page cache).
     pub fn release(&self, shard: usize, range: Range<usize>) {
         if let Some((_, map)) = self.shards.get(shard) {
-            release_pages(map, range);
+            map.release(range);
         }
+    }
+
+    /// Fails when a shard was cut while it was read (what was read may be zeros).
+    pub fn check_intact(&self) -> Result<()> {
+        for (_, map) in &self.shards {
+            map.check_intact()?;
+        }
+        Ok(())
     }
 }
 
@@ -262,51 +268,39 @@ fn shard_names(dir: &Path) -> Result<Vec<String>> {
 
 /// An opened artifact file.
 pub struct ArtifactFile {
-    map: memmap2::Mmap,
+    map: MappedFile,
 }
 
 impl ArtifactFile {
     pub fn open(path: &Path) -> Result<ArtifactFile> {
         check_regular_file(path, "artifact")?;
-        let file = std::fs::File::open(path)
+        // The checksums catch a file changed before it was mapped; one cut while it is
+        // read is an error, not SIGBUS (`check_intact`).
+        let map = MappedFile::open(path)
             .with_context(|| format!("opening artifact {}", path.display()))?;
-        // SAFETY: the map is read-only and lives as long as the ArtifactFile; a file changed
-        // underneath a running process is outside what we can defend against (the
-        // checksums catch a file changed before it was mapped).
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .with_context(|| format!("mapping {}", path.display()))?;
         Ok(ArtifactFile { map })
     }
 
     /// The parsed artifact, its contract checked (framing, version, tensors).
     pub fn parse(&self, path: &Path) -> Result<Artifact<'_>> {
-        Artifact::parse(&self.map).with_context(|| format!("artifact {}", path.display()))
+        Artifact::parse(self.map.bytes()).with_context(|| format!("artifact {}", path.display()))
     }
 
     /// The mapped bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.map
+        self.map.bytes()
     }
 
     /// Drops the pages of `range` from this process's memory (they stay in the page cache
     /// and fault back in if read again).
     pub fn release(&self, range: Range<usize>) {
-        release_pages(&self.map, range);
+        self.map.release(range);
     }
-}
 
-/// Drops the pages of `range` of a read-only file map from this process's memory (they
-/// stay in the page cache and fault back in if read again).
-pub fn release_pages(map: &memmap2::Mmap, range: Range<usize>) {
-    let range = range.start.min(map.len())..range.end.min(map.len());
-    if range.is_empty() {
-        return;
+    /// Fails when the file was cut while it was read.
+    pub fn check_intact(&self) -> Result<()> {
+        Ok(self.map.check_intact()?)
     }
-    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards this
-    // process's page-table entries: a later read faults the same file bytes back in.
-    let _ = unsafe {
-        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
-    };
 }
 
 /// Whether `path` is an artifact file (else it must be a checkpoint directory; anything
@@ -328,32 +322,33 @@ pub fn is_gguf(path: &Path) -> bool {
 
 /// A GGUF file, memory-mapped.
 pub struct GgufMap {
-    map: memmap2::Mmap,
+    map: MappedFile,
 }
 
 impl GgufMap {
     pub fn open(path: &Path) -> Result<GgufMap> {
         check_regular_file(path, "--model")?;
-        let file =
-            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: read-only map held for the load; a file changed underneath a running
-        // process is outside what we can defend against.
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .with_context(|| format!("mapping {}", path.display()))?;
+        // A file cut while it is read is an error, not SIGBUS (`check_intact`).
+        let map = MappedFile::open(path).with_context(|| format!("opening {}", path.display()))?;
         Ok(GgufMap { map })
     }
 
     pub fn parse(&self, path: &Path) -> Result<wgemma::formats::gguf::GgufFile<'_>> {
-        wgemma::formats::gguf::GgufFile::parse(&self.map)
+        wgemma::formats::gguf::GgufFile::parse(self.map.bytes())
             .with_context(|| format!("{}", path.display()))
     }
 
     pub fn release(&self, range: Range<usize>) {
-        release_pages(&self.map, range);
+        self.map.release(range);
     }
 
     /// The mapped bytes.
-    pub fn mmap(&self) -> &memmap2::Mmap {
-        &self.map
+    pub fn bytes(&self) -> &[u8] {
+        self.map.bytes()
+    }
+
+    /// Fails when the file was cut while it was read.
+    pub fn check_intact(&self) -> Result<()> {
+        Ok(self.map.check_intact()?)
     }
 }

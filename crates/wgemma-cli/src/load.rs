@@ -84,7 +84,7 @@ impl ModelFile {
                 chat_template: dir.chat_template.as_deref(),
                 tokenizer_config: dir.tokenizer_config.as_deref(),
             }),
-            ModelFile::Gguf(map) => LoadSource::Gguf(map.mmap()),
+            ModelFile::Gguf(map) => LoadSource::Gguf(map.bytes()),
             ModelFile::Artifact(file) => LoadSource::Artifact(file.bytes()),
         }
     }
@@ -95,12 +95,21 @@ impl ModelFile {
                 config_json: &dir.config_json,
                 shards: dir.shard_bytes(),
             },
-            ModelFile::Gguf(map) => AssistantFrom::Gguf(map.mmap()),
+            ModelFile::Gguf(map) => AssistantFrom::Gguf(map.bytes()),
             ModelFile::Artifact(file) => AssistantFrom::Artifact(file.bytes()),
         }
     }
 
     /// Drops pages the loader is done with from this process.
+    /// Fails when a file was cut while the load read it.
+    fn check_intact(&self) -> Result<()> {
+        match self {
+            ModelFile::Dir(dir) => dir.check_intact(),
+            ModelFile::Gguf(map) => map.check_intact(),
+            ModelFile::Artifact(file) => file.check_intact(),
+        }
+    }
+
     fn release(&self, shard: usize, range: std::ops::Range<usize>) {
         match self {
             ModelFile::Dir(dir) => dir.release(shard, range),
@@ -226,7 +235,10 @@ pub fn load_model_with(
         }),
         ..hooks(&req, &display, path)
     };
-    let target = load_target(ctx, file.target(), hooks)?;
+    let target = load_target(ctx, file.target(), hooks);
+    // A file cut during the load is the error to report (its reads gave zeros).
+    file.check_intact()?;
+    let target = target?;
     display.finish(|| file.finished(ctx, target.state.model(), &req, quantiser));
     Ok(Loaded {
         target,
@@ -244,14 +256,18 @@ pub fn load_assistant(
 ) -> Result<Assistant> {
     let file = ModelFile::open(path)?;
     let hooks = assistant_hooks(&file, path, verify);
-    Ok(load_assistant_from(ctx, target, file.assistant(), hooks)?)
+    let assistant = load_assistant_from(ctx, target, file.assistant(), hooks);
+    file.check_intact()?;
+    Ok(assistant?)
 }
 
 /// [`load_assistant`] for `session`'s target, installed there.
 pub fn load_assistant_into(session: &mut Session, path: &Path, verify: bool) -> Result<()> {
     let file = ModelFile::open(path)?;
     let hooks = assistant_hooks(&file, path, verify);
-    Ok(session.load_assistant_from(file.assistant(), hooks)?)
+    let loaded = session.load_assistant_from(file.assistant(), hooks);
+    file.check_intact()?;
+    Ok(loaded?)
 }
 
 fn assistant_hooks<'a>(file: &'a ModelFile, path: &Path, verify: bool) -> LoadHooks<'a> {

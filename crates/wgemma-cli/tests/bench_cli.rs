@@ -120,6 +120,11 @@ fn json_carries_every_run_and_the_browser_profile() {
         "{features}"
     );
     assert_eq!(v["coop_16x16_f16"], false);
+    // The decode test's greedy tokens (its context's first, then 4), which the browser
+    // package's bench is checked against.
+    let greedy = v["greedy_tokens"].as_array().unwrap();
+    assert_eq!(greedy.len(), 5, "{v}");
+    assert!(greedy.iter().all(|t| t.as_u64().unwrap() < 4096), "{v}");
 }
 
 /// The plan flags reach the model's `PlanOptions`: with the K/V append as its own kernel

@@ -101,6 +101,34 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Refuses a key of the object `value` outside `allowed` (a nested field the server would
+/// otherwise read past), naming it as `at.key`.
+pub fn check_keys(value: &Value, allowed: &[&str], at: &str) -> Result<(), ApiError> {
+    let unknown = value
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !allowed.contains(&k.as_str())));
+    match unknown {
+        Some(key) => Err(ApiError::invalid(
+            &format!("{at}.{}", clip(key, 64)),
+            format!(
+                "{at}.{}: unknown field (expected one of {})",
+                clip(key, 64),
+                allowed.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `text` cut to `chars` characters (with `...` when cut), for an error message or a log
+/// line: a client's field can be megabytes.
+pub fn clip(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
 /// A JSON value's kind, in words, for error messages.
 pub fn kind_of(v: &Value) -> String {
     match v {

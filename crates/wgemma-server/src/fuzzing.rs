@@ -1,12 +1,93 @@
-//! The body of the `http_request` fuzz target: the server's request path on raw bytes.
-//! Shared by `fuzz/fuzz_targets/http_request.rs` (libFuzzer, through the `fuzzing` feature)
-//! and by this crate's unit tests (`http::admission`), which replay every committed
-//! `fuzz/corpus/http_request/` input.
+//! The bodies of the server's fuzz targets: `http_request` (the request path on raw bytes),
+//! `json_schema` (a `response_format` schema checked, compiled by llguidance and decoded a
+//! few constrained steps) and `request_body` (a chat-completion body whose
+//! `response_format` or forced tool call is compiled and decoded the same way). Shared by
+//! `fuzz/fuzz_targets/` (libFuzzer, through the `fuzzing` feature) and by this crate's unit
+//! tests, which replay every committed `fuzz/corpus/<target>/` input.
 //! It must return on ANY input: a panic, a hang or an allocation the input does not
 //! justify is a bug.
 
 use crate::http::admission;
 use crate::openai::request;
+use crate::openai::structured::{
+    byte_tokenizer, GrammarConstraint, Grammars, ResponseFormat, BYTE_EOS as EOS,
+};
+use serde_json::{json, Value};
+use wgemma::session::TokenConstraint;
+
+/// Constrained steps each grammar is walked (enough to pass a schema's opening).
+const STEPS: usize = 24;
+/// Logit rows of [`byte_tokenizer`]'s model: 256 bytes, `<eos>` and three unused ids.
+const VOCAB: usize = 260;
+
+/// `f` with this thread's grammar compiler over [`byte_tokenizer`].
+fn with_grammars(f: impl FnOnce(&Grammars)) {
+    thread_local! {
+        static GRAMMARS: Grammars =
+            Grammars::new(&byte_tokenizer(), VOCAB, &[EOS]).expect("the byte grammars");
+    }
+    GRAMMARS.with(f);
+}
+
+/// Up to [`STEPS`] tokens of constrained decoding: each step's mask, then an allowed token
+/// picked by the input's bytes. A mask that allows nothing, or a refused token, must be an
+/// error, never a panic.
+fn decode_a_few(mut c: GrammarConstraint, data: &[u8]) {
+    for step in 0..STEPS {
+        let mut logits = vec![0.0f32; VOCAB];
+        if c.mask(&mut logits).is_err() {
+            return;
+        }
+        let allowed: Vec<u32> = (0..VOCAB as u32)
+            .filter(|&t| logits[t as usize].is_finite())
+            .collect();
+        if allowed.is_empty() {
+            return;
+        }
+        let pick = data.get(step).copied().unwrap_or(0) as usize;
+        if c.accept(allowed[pick % allowed.len()]).is_err() || c.is_finished() {
+            return;
+        }
+    }
+}
+
+/// The input as a JSON schema, as `response_format.json_schema.schema` carries it.
+pub fn json_schema(data: &[u8]) {
+    let Ok(schema) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let format = json!({"type": "json_schema", "json_schema": {"name": "fuzz", "schema": schema}});
+    let Ok(Some(format)) = ResponseFormat::parse(Some(&format)) else {
+        return;
+    };
+    with_grammars(|g| {
+        if let Ok(c) = g.constraint(&format) {
+            decode_a_few(c, data);
+        }
+    });
+}
+
+/// The input as a chat-completion body, parsed as the handler parses it; its
+/// `response_format` and its forced tool call (`tools` with `tool_choice`) compiled and
+/// decoded a few steps.
+pub fn request_body(data: &[u8]) {
+    let Ok(parsed) = request::parse_chat(data, "tiny") else {
+        return;
+    };
+    let s = &parsed.sampling;
+    with_grammars(|g| {
+        if let Some(format) = &s.response_format {
+            if let Ok(c) = g.constraint(format) {
+                decode_a_few(c, data);
+            }
+        }
+        if let Some(Ok(Some(lark))) = s.tools.as_ref().map(|t| t.grammar()) {
+            if let Ok(c) = g.tool_constraint(&lark) {
+                decode_a_few(c, data);
+            }
+        }
+    });
+}
 
 /// One raw HTTP/1.1 request: its head parsed by hyper's parser (httparse), the guard's
 /// checks run on it (host, origin, key, content type, declared size), then the body parsed
@@ -40,18 +121,33 @@ pub fn http_request(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    /// Every committed `fuzz/corpus/http_request/` input through the fuzz target's body
-    /// (CI has no fuzzing build; the corpus stays a regression suite).
-    #[test]
-    fn http_request_fuzz_corpus() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/http_request");
+    /// Every committed `fuzz/corpus/<target>/` input through the target's body (CI has no
+    /// fuzzing build; the corpora stay a regression suite).
+    fn replay(target: &str, body: fn(&[u8]), at_least: usize) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz/corpus")
+            .join(target);
         let mut n = 0;
         for entry in std::fs::read_dir(&dir).unwrap() {
             let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-            super::http_request(&bytes);
+            body(&bytes);
             n += 1;
         }
-        assert!(n >= 5, "{n} inputs in {}", dir.display());
+        assert!(n >= at_least, "{n} inputs in {}", dir.display());
+    }
+
+    #[test]
+    fn http_request_fuzz_corpus() {
+        replay("http_request", super::http_request, 5);
+    }
+
+    #[test]
+    fn json_schema_fuzz_corpus() {
+        replay("json_schema", super::json_schema, 10);
+    }
+
+    #[test]
+    fn request_body_fuzz_corpus() {
+        replay("request_body", super::request_body, 5);
     }
 }

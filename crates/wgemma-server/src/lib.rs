@@ -107,6 +107,16 @@ pub fn run(args: ServeOptions, loader: Loader) -> Result<()> {
     }
     let model_name = args.model_name.clone();
 
+    // Every flag is checked before the port is announced: a script that waits for the
+    // "listening" line must not see one from a server about to exit.
+    let metrics = Arc::new(Metrics::default());
+    let guard = Arc::new(admission::Guard::new(
+        &args.guard,
+        args.host,
+        args.api_key.as_deref(),
+        metrics.clone(),
+    )?);
+
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -121,13 +131,6 @@ pub fn run(args: ServeOptions, loader: Loader) -> Result<()> {
     let _ = std::io::stdout().flush();
 
     // The model thread loads the model itself (the session never crosses threads).
-    let metrics = Arc::new(Metrics::default());
-    let guard = Arc::new(admission::Guard::new(
-        &args.guard,
-        args.host,
-        args.api_key.as_deref(),
-        metrics.clone(),
-    )?);
     let (jobs, job_rx) = worker::queue(args.queue);
     let ready = Arc::new(OnceLock::new());
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<()>>();

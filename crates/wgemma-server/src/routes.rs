@@ -123,6 +123,7 @@ async fn json_errors_and_log(request: Request, next: Next) -> Response {
             .get(REQUEST_ID)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        let path = crate::error::clip(&path, crate::handlers::answer::MAX_LOG_FIELD_CHARS);
         eprintln!(
             "wgemma serve: {id} {method} {path} {} {:.1} ms",
             status.as_u16(),

@@ -204,20 +204,57 @@ struct Active {
     events: UnboundedSender<Event>,
     /// The request asked for log-probabilities (every token is sent, text or not).
     logprobs: bool,
+    /// The request's field its grammar comes from (what a grammar failure names).
+    constraint_param: Option<&'static str>,
+    /// Tokens (with log-probabilities) whose text is held back as a possible stop string.
+    held: Vec<Event>,
     ttft: Duration,
     first_token: Instant,
     last_token: Instant,
 }
 
 impl Active {
-    fn send_token(&self, event: TokenEvent) {
+    fn send_token(&mut self, event: TokenEvent) {
+        // The token that ends a failed stream is no answer's token.
+        if self.stream.failure().is_some() {
+            return;
+        }
         let text = event.text.unwrap_or_default();
-        if !text.is_empty() || self.logprobs {
-            let _ = self.events.send(Event::Token {
-                text,
-                id: event.id,
-                logprobs: event.logprobs,
-            });
+        if !self.logprobs {
+            if !text.is_empty() {
+                let _ = self.events.send(Event::Token {
+                    text,
+                    id: event.id,
+                    logprobs: None,
+                });
+            }
+            return;
+        }
+        let token = Event::Token {
+            text,
+            id: event.id,
+            logprobs: event.logprobs,
+        };
+        // A token with no text yet may be the start of a stop string: its log-probability
+        // waits until text follows it (then it is the answer's) or a stop string ends the
+        // stream (then it is not).
+        if matches!(&token, Event::Token { text, .. } if text.is_empty()) {
+            self.held.push(token);
+            return;
+        }
+        for held in self.held.drain(..) {
+            let _ = self.events.send(held);
+        }
+        let _ = self.events.send(token);
+    }
+
+    /// At the end: the held tokens are the answer's unless a stop string cut them off.
+    fn release_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        if !self.stream.stopped_by_string() {
+            for token in held {
+                let _ = self.events.send(token);
+            }
         }
     }
 
@@ -237,6 +274,20 @@ impl Active {
             return false;
         };
         metrics.free_slot(self.stream.slot());
+        if let Some(failure) = self.stream.failure() {
+            // Its own grammar could not go on: this request's error alone (its
+            // neighbours in the batch decode on), naming the field the grammar came from.
+            let param = self.constraint_param.unwrap_or("response_format");
+            let _ = self.events.send(Event::Failed(ApiError::invalid(
+                param,
+                format!(
+                    "{param}: the answer's grammar could not go on after {} tokens ({failure})",
+                    self.stream.tokens().len().saturating_sub(1)
+                ),
+            )));
+            return true;
+        }
+        self.release_held();
         let tail = self.stream.finish_text();
         let _ = self.events.send(Event::Done {
             finish,
@@ -274,6 +325,7 @@ fn admit(
         return None;
     }
     let s = &job.parsed.sampling;
+    let constraint_param = job.constraint.as_ref().map(GrammarConstraint::param);
     let extras = StreamExtras {
         adjust: s.adjust.clone(),
         min_p: s.min_p,
@@ -309,6 +361,8 @@ fn admit(
         stream,
         events,
         logprobs: s.logprobs.is_some(),
+        constraint_param,
+        held: Vec::new(),
         ttft,
         first_token: now,
         last_token: now,

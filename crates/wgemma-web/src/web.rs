@@ -15,6 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wgemma::gpu::{ContextOptions, GpuContext};
 use wgemma::session::{
     ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, GenerateRequest, LoadOptions,
     ModelInfo, Session as Engine, TokenEvent,
@@ -182,7 +183,7 @@ pub fn start() {
 }
 
 /// An `Error` whose `name` is `name`.
-fn js_error(name: &str, message: &str) -> JsValue {
+pub(crate) fn js_error(name: &str, message: &str) -> JsValue {
     let e = js_sys::Error::new(message);
     e.set_name(name);
     e.into()
@@ -195,7 +196,7 @@ fn busy_error() -> JsValue {
     )
 }
 
-fn wgemma_error(e: impl std::fmt::Display) -> JsValue {
+pub(crate) fn wgemma_error(e: impl std::fmt::Display) -> JsValue {
     js_error("WgemmaError", &e.to_string())
 }
 
@@ -209,7 +210,10 @@ fn js_message(v: &JsValue) -> String {
 
 /// A plain JS options object into a Rust struct (unknown fields are an error: a typo
 /// should not be silently ignored). `undefined`/`null` give the defaults.
-fn parse_options<T: DeserializeOwned + Default>(value: &JsValue, what: &str) -> Result<T, JsValue> {
+pub(crate) fn parse_options<T: DeserializeOwned + Default>(
+    value: &JsValue,
+    what: &str,
+) -> Result<T, JsValue> {
     if value.is_undefined() || value.is_null() {
         return Ok(T::default());
     }
@@ -219,7 +223,7 @@ fn parse_options<T: DeserializeOwned + Default>(value: &JsValue, what: &str) -> 
         .map_err(|e| js_error("WgemmaError", &format!("{what}: {e}")))
 }
 
-fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> {
+pub(crate) fn to_js<T: serde::Serialize>(value: &T) -> Result<JsValue, JsValue> {
     let json = serde_json::to_string(value).map_err(wgemma_error)?;
     js_sys::JSON::parse(&json)
 }
@@ -271,18 +275,7 @@ impl Session {
     /// Opens WebGPU. Rejects with an `Error` named `WebGpuUnavailable` when the browser has
     /// no `navigator.gpu` or offers no adapter.
     pub async fn create() -> Result<Session, JsValue> {
-        check_navigator_gpu()?;
-        let engine =
-            match Engine::new(Some(wgpu::Backends::BROWSER_WEBGPU)).await {
-                Ok(engine) => engine,
-                Err(wgemma::Error::NoAdapter { .. }) => return Err(js_error(
-                    "WebGpuUnavailable",
-                    "WebGPU is unavailable: navigator.gpu exists but requestAdapter() offered no \
-                     adapter (WebGPU may be disabled or blocklisted for this GPU; headless \
-                     Chromium without a GPU needs --enable-unsafe-webgpu)",
-                )),
-                Err(e) => return Err(wgemma_error(e)),
-            };
+        let engine = Engine::with_context(open_context().await?);
         let device = engine.device_info();
         Ok(Session {
             shared: Rc::new(Shared {
@@ -594,6 +587,26 @@ impl Session {
     }
 }
 
+/// Opens WebGPU: an `Error` named `WebGpuUnavailable` when the host has no `navigator.gpu`
+/// or offers no adapter.
+pub(crate) async fn open_context() -> Result<GpuContext, JsValue> {
+    check_navigator_gpu()?;
+    let options = ContextOptions {
+        backends: Some(wgpu::Backends::BROWSER_WEBGPU),
+        ..ContextOptions::default()
+    };
+    match GpuContext::new(options).await {
+        Ok(ctx) => Ok(ctx),
+        Err(wgemma::Error::NoAdapter { .. }) => Err(js_error(
+            "WebGpuUnavailable",
+            "WebGPU is unavailable: navigator.gpu exists but requestAdapter() offered no \
+             adapter (WebGPU may be disabled or blocklisted for this GPU; headless \
+             Chromium without a GPU needs --enable-unsafe-webgpu)",
+        )),
+        Err(e) => Err(wgemma_error(e)),
+    }
+}
+
 /// Rejects early with a specific message when the page has no WebGPU at all.
 fn check_navigator_gpu() -> Result<(), JsValue> {
     let global = js_sys::global();
@@ -675,7 +688,7 @@ async fn text(value: &JsValue, what: &str, urls: bool) -> Result<String, JsValue
 
 /// The bytes of a [`FileSource`]: a URL (when `urls`), a string, a Uint8Array, an
 /// ArrayBuffer, or anything with `arrayBuffer()` (Blob, File, Response).
-async fn bytes(value: &JsValue, what: &str, urls: bool) -> Result<Vec<u8>, JsValue> {
+pub(crate) async fn bytes(value: &JsValue, what: &str, urls: bool) -> Result<Vec<u8>, JsValue> {
     if urls {
         let url = value.as_string().ok_or_else(|| {
             js_error(

@@ -6,7 +6,7 @@ use super::generate::{load_session, warn_without_chat_template};
 use crate::args::{check_budget, no_penalty_when_drafting, DraftArgs, ModelArgs, SamplingArgs};
 use anyhow::{bail, Result};
 use clap::Args;
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{BufRead, IsTerminal as _, Read as _, Write as _};
 use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
 
 #[derive(Args)]
@@ -90,15 +90,21 @@ pub fn run(args: ChatArgs) -> Result<()> {
         .collect();
     let mut messages = start.clone();
     let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut input = stdin.lock();
     let mut turn = 0u64;
     loop {
         if interactive {
             print!("> ");
             std::io::stdout().flush()?;
         }
-        let Some(line) = lines.next().transpose()? else {
-            break;
+        let line = match next_line(&mut input)? {
+            None => break,
+            Some(Ok(line)) => line,
+            // One bad line is that line's error; the conversation goes on.
+            Some(Err(why)) => {
+                eprintln!("error: {why}");
+                continue;
+            }
         };
         match parse_line(&line) {
             Line::Exit => break,
@@ -185,6 +191,48 @@ fn fit_history(
     }
 }
 
+/// Bytes one chat line may hold (a line of /dev/zero ends here).
+const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// The next line of `input` without its line end: None at the end of input, an error
+/// message for a line that is not UTF-8 or passes [`MAX_LINE_BYTES`] (its bytes are
+/// skipped to the next line end).
+fn next_line(input: &mut impl BufRead) -> std::io::Result<Option<Result<String, String>>> {
+    let mut bytes = Vec::new();
+    let n = input
+        .by_ref()
+        .take(MAX_LINE_BYTES as u64 + 1)
+        .read_until(b'\n', &mut bytes)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if bytes.len() > MAX_LINE_BYTES && !bytes.ends_with(b"\n") {
+        // The rest of the long line, read in bounded pieces and dropped.
+        loop {
+            let mut rest = Vec::new();
+            let m = input.by_ref().take(1 << 16).read_until(b'\n', &mut rest)?;
+            if m == 0 || rest.ends_with(b"\n") {
+                break;
+            }
+        }
+        return Ok(Some(Err(format!(
+            "expected a line of at most {MAX_LINE_BYTES} bytes, found a longer one (skipped)"
+        ))));
+    }
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    Ok(Some(String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "expected a line of UTF-8 text, found invalid bytes at byte {} (skipped)",
+            e.utf8_error().valid_up_to()
+        )
+    })))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +250,23 @@ mod tests {
             Line::Say("/etc/hosts is a file")
         );
         assert_eq!(parse_line(" hello \n"), Line::Say("hello"));
+    }
+
+    #[test]
+    fn a_bad_line_is_that_lines_error_and_the_next_one_reads() {
+        // Hostile input round 4: one non-UTF-8 line ended the chat session.
+        let mut long = vec![b'a'; MAX_LINE_BYTES + 10];
+        long.push(b'\n');
+        let mut input: Vec<u8> = b"hi\r\n\xff\xfe oops\n".to_vec();
+        input.extend(long);
+        input.extend(b"last");
+        let mut r = std::io::Cursor::new(input);
+        assert_eq!(next_line(&mut r).unwrap(), Some(Ok("hi".into())));
+        let bad = next_line(&mut r).unwrap().unwrap().unwrap_err();
+        assert!(bad.contains("UTF-8") && bad.contains("byte 0"), "{bad}");
+        let long = next_line(&mut r).unwrap().unwrap().unwrap_err();
+        assert!(long.contains("at most"), "{long}");
+        assert_eq!(next_line(&mut r).unwrap(), Some(Ok("last".into())));
+        assert_eq!(next_line(&mut r).unwrap(), None);
     }
 }

@@ -1,8 +1,11 @@
 //! `wgemma convert`: a checkpoint directory or a llama.cpp GGUF file (and its assistant, a
 //! directory or a gemma4-assistant GGUF) into one artifact file,
-//! written to a temporary file beside the output and renamed over it only once complete.
+//! written under a fresh temporary name beside the output and renamed to it only once
+//! complete ([`crate::output`]), never over an existing file without `--force` and never
+//! into a checkpoint's own directory.
 
 use crate::files::{is_gguf, GgufMap, ModelDir};
+use crate::output::NewFile;
 use crate::progress::bytes_bar;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -21,9 +24,12 @@ pub struct ConvertArgs {
     /// the same artifact.
     #[arg(long, value_name = "DIR|FILE.gguf")]
     assistant: Option<PathBuf>,
-    /// The artifact file to write.
+    /// The artifact file to write (a new path, outside the checkpoints read).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
+    /// Replace --out if it exists.
+    #[arg(long)]
+    force: bool,
     /// Weight format: q4, f16 or f32.
     #[arg(long, default_value = "q4", value_parser = ["q4", "f16", "f32"])]
     quant: String,
@@ -39,20 +45,6 @@ fn parse_group(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Drops a read-only file map's pages from this process (they stay in the page cache):
-/// converting reads every source byte once, and without this the whole checkpoint would
-/// count as resident by the end.
-fn release(map: &memmap2::Mmap, range: std::ops::Range<usize>) {
-    if range.is_empty() {
-        return;
-    }
-    // SAFETY: MADV_DONTNEED on a read-only shared file mapping only discards page-table
-    // entries; a later read faults the same file bytes back in.
-    let _ = unsafe {
-        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
-    };
-}
-
 /// Bytes of output between drops of the source pages while converting.
 const RELEASE_EVERY: u64 = 128 << 20;
 
@@ -60,15 +52,20 @@ const RELEASE_EVERY: u64 = 128 << 20;
 const HASH_PIECE: usize = 64 << 20;
 
 /// SHA-256 of one mapped file, a piece at a time, each piece's pages dropped after it.
-fn hash_file(model: &str, name: &str, map: &memmap2::Mmap) -> SourceFile {
+fn hash_file(
+    model: &str,
+    name: &str,
+    map: &[u8],
+    release: impl Fn(std::ops::Range<usize>),
+) -> SourceFile {
     let pieces = (0..map.len()).step_by(HASH_PIECE).map(|start| {
         let range = start..(start + HASH_PIECE).min(map.len());
         // The previous piece is hashed by now.
-        release(map, start.saturating_sub(HASH_PIECE)..start);
+        release(start.saturating_sub(HASH_PIECE)..start);
         &map[range]
     });
     let file = SourceFile::hash_pieces(model, name, pieces);
-    release(map, 0..map.len());
+    release(0..map.len());
     file
 }
 
@@ -82,7 +79,9 @@ fn hash_sources(model: &str, dir: &ModelDir, extra: &[(&str, &[u8])]) -> Vec<Sou
         let handles: Vec<_> = dir
             .shards
             .iter()
-            .map(|(name, map)| s.spawn(move || hash_file(model, name, map)))
+            .map(|(name, map)| {
+                s.spawn(move || hash_file(model, name, map.bytes(), |r| map.release(r)))
+            })
             .collect();
         out.extend(
             handles
@@ -115,14 +114,22 @@ impl Opened {
     }
 
     /// Drops every mapped page of the input from this process.
+    /// Fails when an input file was cut while it was read.
+    fn check_intact(&self) -> Result<()> {
+        match self {
+            Opened::Dir(dir) => dir.check_intact(),
+            Opened::Gguf { map, .. } => map.check_intact(),
+        }
+    }
+
     fn release_all(&self) {
         match self {
             Opened::Dir(dir) => {
                 for (_, map) in &dir.shards {
-                    release(map, 0..map.len());
+                    map.release(0..map.bytes().len());
                 }
             }
-            Opened::Gguf { map, .. } => release(map.mmap(), 0..map.mmap().len()),
+            Opened::Gguf { map, .. } => map.release(0..map.bytes().len()),
         }
     }
 }
@@ -178,7 +185,7 @@ impl<'a> Parsed<'a> {
                 };
                 Ok(Parsed {
                     checkpoint: None,
-                    sources: vec![hash_file(model, name, map.mmap())],
+                    sources: vec![hash_file(model, name, map.bytes(), |r| map.release(r))],
                     gguf: Some(file),
                     config_json,
                     tokenizer_json,
@@ -267,14 +274,12 @@ fn check_out(out: &Path, inputs: &[&Path]) -> Result<()> {
                 }
             }
         }
-        let is_shard_name = out
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-        if is_shard_name && out_dir.is_some() && out_dir == canonical_dir {
+        if out_dir.is_some() && out_dir == canonical_dir {
             bail!(
-                "--out {}: expected a path outside the checkpoint directory {} or a name not \
-                 ending in .safetensors, found a *.safetensors path inside it (it would be read \
-                 as one of the checkpoint's shards)",
+                "--out {}: expected a path outside the checkpoint directory {}, found one inside \
+                 it (a file written there is read as the checkpoint's own: a *.safetensors as \
+                 one of its shards, model.safetensors.index.json, tokenizer.json or \
+                 generation_config.json in place of its own)",
                 out.display(),
                 dir.display()
             );
@@ -310,22 +315,14 @@ pub fn run(args: ConvertArgs) -> Result<()> {
     let tin = tparsed.input();
     let ain = aparsed.as_ref().map(Parsed::input);
 
-    // Written beside the output (same filesystem, so the rename is atomic), removed on any
-    // failure: an interrupted convert leaves no file that looks like an artifact.
-    let name = args
-        .out
-        .file_name()
-        .with_context(|| format!("--out {}: expected a file name", args.out.display()))?
-        .to_string_lossy()
-        .into_owned();
-    let tmp = args
-        .out
-        .with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    // Written under a fresh exclusive name beside the output (same filesystem, so the
+    // rename is atomic), removed on any failure: an interrupted convert leaves no file
+    // that looks like an artifact, and nothing planted at a guessable name is followed.
+    let output = NewFile::create(&args.out, args.force, "--out")?;
     // Ctrl-C (or SIGTERM) while writing removes the temporary file before exiting.
-    let interrupt_guard = crate::signals::RemoveOnInterrupt::new(&tmp);
+    let interrupt_guard = crate::signals::RemoveOnInterrupt::new(output.temp_path());
     let result = (|| -> Result<u64> {
-        let file =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let file = output.writer()?;
         let bar = bytes_bar(0, "converting");
         let mut released_at = 0u64;
         let sink = convert(
@@ -348,13 +345,11 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             },
         )?;
         bar.finish_and_clear();
-        let file = sink.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
-            .with_context(|| format!("syncing {}", tmp.display()))?;
-        let bytes = file.metadata()?.len();
-        std::fs::rename(&tmp, &args.out)
-            .with_context(|| format!("renaming {} to {}", tmp.display(), args.out.display()))?;
-        Ok(bytes)
+        sink.into_inner().map_err(|e| e.into_error())?;
+        for o in [Some(&target), assistant.as_ref()].into_iter().flatten() {
+            o.check_intact()?;
+        }
+        output.commit()
     })();
     drop(interrupt_guard);
     match result {
@@ -372,9 +367,7 @@ pub fn run(args: ConvertArgs) -> Result<()> {
             );
             Ok(())
         }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
+        // The temporary file went with `output`.
+        Err(e) => Err(e),
     }
 }

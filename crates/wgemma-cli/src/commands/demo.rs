@@ -11,14 +11,14 @@
 use crate::args::{DEFAULT_DRAFT_TOKENS, DEFAULT_PREFILL_CHUNK};
 use crate::load::{load_assistant, load_model, LoadRequest};
 use crate::progress::host_memory_bytes;
-use crate::timing::{compare, Samples};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wgemma::formats::synthetic::SyntheticShape;
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
+use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::engine::{
     generate, generate_speculative, Assistant, DraftSchedule, GenerateOptions, GenerateStats,
     KvState, LogitRows, ModelOptions, SamplingParams, SpeculativeOptions, SpeculativeOutput,
@@ -263,7 +263,7 @@ struct Timed {
 
 pub fn run(args: DemoArgs) -> Result<()> {
     check_args(&args)?;
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     let text_out = !args.json;
     if text_out {
         println!("wgemma demo on {}", ctx.describe());
@@ -543,7 +543,7 @@ struct Summary {
     stable: bool,
     /// Stable, and every speculative run gave its plain run's tokens.
     identical: bool,
-    comparison: crate::timing::Comparison,
+    comparison: wgemma::session::bench::timing::Comparison,
     /// The run whose plain speed is the median's: its stats and outputs are shown.
     shown: usize,
 }

@@ -10,7 +10,7 @@ use crate::progress::peak_rss_mb;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::Write as _;
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
 use wgemma::session::engine::Want;
 use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
 
@@ -33,7 +33,7 @@ pub fn run_logits(args: LogitsArgs) -> Result<()> {
     let ids = parse_ids(&args.prompt_ids)?;
     let request = args.model.request()?;
     check_budget(ids.len(), 0, args.model.context)?;
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     let mut loaded = load_model(&ctx, &args.model.model, request)?;
     let want = if args.all_positions {
         Want::AllLogits
@@ -108,7 +108,7 @@ pub fn load_session(model: &ModelArgs, draft: &DraftArgs) -> Result<(Session, f6
     if let Some(path) = &draft.assistant {
         check_exists("--assistant", path)?;
     }
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     let loaded = load_model(&ctx, &model.model, load_request)?;
     let load_ms = loaded.target.load_ms;
     let session = loaded.into_session(

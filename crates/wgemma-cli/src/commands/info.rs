@@ -19,7 +19,7 @@ pub struct InfoArgs {
 pub fn run(args: InfoArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new_blocking(ContextOptions {
         webgpu_limits: args.webgpu_limits,
-        ..ContextOptions::default()
+        ..crate::gpu_args::context_options()
     })?;
     let l = &ctx.limits;
     let limits = json!({
@@ -67,6 +67,8 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
             },
             "limits": limits,
             "features": features,
+            "integer_dot_product": ctx.has_integer_dot(),
+            "activations": ctx.activations().name(),
             "shaders": shaders,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -79,6 +81,15 @@ pub fn run(args: InfoArgs) -> anyhow::Result<()> {
             "(none)".into()
         } else {
             features.join(", ")
+        }
+    );
+    println!(
+        "matvecs   {} activations ({} packed integer dot products)",
+        ctx.activations().name(),
+        if ctx.has_integer_dot() {
+            "native"
+        } else {
+            "no native"
         }
     );
     println!("limits");

@@ -1,7 +1,7 @@
 //! `wgemma ops check|bench`: the op harness from the command line.
 
 use clap::{Args, ValueEnum};
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wgemma::gpu::GpuContext;
 use wgemma::session::engine::op_checks::{self, rng};
 
 #[derive(Args)]
@@ -33,7 +33,7 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
     if args.runs == 0 {
         anyhow::bail!("--runs: expected at least 1 repetition per timing, found 0");
     }
-    let ctx = GpuContext::new_blocking(ContextOptions::default())?;
+    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     eprintln!("adapter: {}", ctx.describe());
     let cases: Vec<_> = match args.mode {
         Mode::Check => {
@@ -44,6 +44,7 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             cases.extend(op_checks::prefill_cases(&caps, &mut rng));
             // Prefill attention at E2B shapes (the tensor-core route where the device has it).
             cases.extend(op_checks::prefill_check_cases());
+            cases.extend(op_checks::int8_check_cases());
             cases
         }
         Mode::Bench => op_checks::bench_cases(),

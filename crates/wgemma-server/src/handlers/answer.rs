@@ -5,7 +5,7 @@
 //! finish reason), written when the answer is complete.
 
 use crate::app::{unix_now, App, Logged, REQUEST_ID};
-use crate::error::ApiError;
+use crate::error::{clip, ApiError};
 use crate::handlers::prompt;
 use crate::openai::request::{Parsed, Sampling};
 use crate::openai::response::AnswerHeader;
@@ -35,6 +35,10 @@ struct RequestLog {
     prompt_tokens: usize,
 }
 
+/// Characters of a client's field (`user`, `safety_identifier`) a log line keeps: one
+/// request's line stays a line, whatever the client sends.
+pub const MAX_LOG_FIELD_CHARS: usize = 128;
+
 impl RequestLog {
     fn done(&self, completion_tokens: usize, finish: &str, ttft: Duration, decode: Duration) {
         let tok_s = if completion_tokens > 1 && decode > Duration::ZERO {
@@ -60,15 +64,15 @@ impl RequestLog {
             self.id,
             self.endpoint.path(),
             e.status.as_u16(),
-            e.message,
+            clip(&e.message, MAX_LOG_FIELD_CHARS * 4),
             self.user_part(),
         );
     }
 
     fn user_part(&self) -> String {
-        self.user
-            .as_ref()
-            .map_or(String::new(), |u| format!(", user {u:?}"))
+        self.user.as_ref().map_or(String::new(), |u| {
+            format!(", user {:?}", clip(u, MAX_LOG_FIELD_CHARS))
+        })
     }
 }
 

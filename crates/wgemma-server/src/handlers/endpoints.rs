@@ -17,7 +17,7 @@
 
 use crate::app::App;
 use crate::error::{kind_of, ApiError};
-use crate::handlers::prompt::check_message_count;
+use crate::handlers::prompt::{check_message_count, check_text_bytes, tokenizer_turn};
 use crate::openai::request;
 use crate::openai::response::SYSTEM_FINGERPRINT;
 use crate::openai::tools::ToolRequest;
@@ -73,9 +73,17 @@ struct TokenizeBody {
 }
 
 pub async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let checked = (|| Ok::<_, ApiError>((tokenizer_of(&app, &headers)?, body_of(&body)?)))();
+    let checked = (|| {
+        let tok = tokenizer_of(&app, &headers)?;
+        let b: TokenizeBody = body_of(&body)?;
+        check_text_bytes("content", b.content.len(), app.ready()?.info.context)?;
+        Ok::<_, ApiError>((tok, b))
+    })();
     let answer = match checked {
-        Ok((tok, b)) => off_the_runtime(move || tokens_of(&tok, &b)).await,
+        Ok((tok, b)) => {
+            let _turn = tokenizer_turn().await;
+            off_the_runtime(move || tokens_of(&tok, &b)).await
+        }
         Err(e) => Err(e),
     };
     respond(answer)

@@ -1,9 +1,73 @@
 //! A request's prompt made token ids before it reaches the model thread: tokenised on a
 //! blocking thread, after a check from its byte length alone that it can fit the context.
+//!
+//! Tokenising costs memory in proportion to the text (the `tokenizers` crate holds about
+//! 200 bytes per input byte at its peak: a 4 MiB `/tokenize` body took 0.9 GB), so every
+//! text that reaches the tokenizer (messages with their tool calls and responses, the
+//! declared tools, a completion's prompt, `/tokenize`'s content) is first held to
+//! [`max_text_bytes`] of the context, and at most [`TOKENIZING_AT_ONCE`] requests tokenise
+//! at a time: a request's memory is bounded before any work is done.
 
 use crate::error::ApiError;
 use crate::openai::request::{Parsed, Prompt};
-use wgemma::session::{GenerateRequest, PromptEncoder};
+use std::sync::OnceLock;
+use tokio::sync::{Semaphore, SemaphorePermit};
+use wgemma::session::{GenerateRequest, PromptEncoder, RenderBudget};
+
+/// Bytes of text per position of the context a request may send to the tokenizer: text
+/// averages 3 to 5 bytes a token, so a prompt past this cannot fit the context.
+pub const TEXT_BYTES_PER_POSITION: usize = 16;
+/// The least text a request may send, whatever the context.
+pub const MIN_TEXT_BYTES: usize = 64 << 10;
+/// Requests tokenised at the same time (others wait their turn).
+pub const TOKENIZING_AT_ONCE: usize = 4;
+
+/// Bytes of text one request may hand the tokenizer, for a context of `context` positions.
+pub fn max_text_bytes(context: usize) -> usize {
+    context
+        .saturating_mul(TEXT_BYTES_PER_POSITION)
+        .max(MIN_TEXT_BYTES)
+}
+
+/// Refuses text past [`max_text_bytes`] before it is tokenised; `param` names the field.
+pub fn check_text_bytes(param: &str, bytes: usize, context: usize) -> Result<(), ApiError> {
+    let max = max_text_bytes(context);
+    if bytes > max {
+        return Err(ApiError::field(
+            param,
+            format!(
+                "at most {max} bytes of text ({TEXT_BYTES_PER_POSITION} per position of the \
+                 context of {context}; no prompt that long fits it)"
+            ),
+            format!("{bytes} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// A turn at the tokenizer: held while a request's text is tokenised.
+pub async fn tokenizer_turn() -> SemaphorePermit<'static> {
+    static TURNS: OnceLock<Semaphore> = OnceLock::new();
+    TURNS
+        .get_or_init(|| Semaphore::new(TOKENIZING_AT_ONCE))
+        .acquire()
+        .await
+        .expect("the tokenizer's semaphore is never closed")
+}
+
+/// The request's field a prompt error names: the library says where in the conversation
+/// it found the problem (`tools[0]`, `messages[2].tool_calls[0]`); else `param`.
+fn param_of(e: &wgemma::Error, param: &str) -> String {
+    match e {
+        wgemma::Error::In { inner, .. } => param_of(inner, param),
+        wgemma::Error::Invalid { what, .. }
+            if what.starts_with("tools[") || what.starts_with("messages[") =>
+        {
+            what.clone()
+        }
+        _ => param.to_string(),
+    }
+}
 
 /// The prompt of `parsed` as token ids, tokenised on a blocking thread (the model thread
 /// never spends time on text), with the length checked against the context: first from
@@ -23,13 +87,14 @@ pub async fn encode_prompt(
     let bytes = match std::mem::replace(&mut parsed.prompt, Prompt::Ids(Vec::new())) {
         Prompt::Messages(m) => {
             check_message_count(m.len(), context)?;
-            let n = m.iter().map(|m| m.role.len() + m.content.len()).sum();
-            request.messages = Some(m);
             request.template_kwargs = parsed.sampling.template_kwargs.clone();
             // A model reads the declared tools as text in its prompt.
             if let Some(tools) = &parsed.sampling.tools {
                 request.tools = tools.declared().to_vec();
             }
+            // Every text the template writes: contents, calls, responses, declarations.
+            let n = RenderBudget::for_conversation(&m, &request.tools).input_bytes;
+            request.messages = Some(m);
             if !request.tools.is_empty() && !encoder.takes_tools() {
                 return Err(ApiError::invalid(
                     "tools",
@@ -46,6 +111,7 @@ pub async fn encode_prompt(
         }
         Prompt::Ids(_) => unreachable!("returned above"),
     };
+    check_text_bytes(param, bytes, context)?;
     if let Some(tok) = encoder.tokenizer() {
         let at_least = tok.min_tokens(bytes);
         if at_least >= context {
@@ -57,10 +123,15 @@ pub async fn encode_prompt(
         }
     }
     let encoder = encoder.clone();
+    let turn = tokenizer_turn().await;
     let ids = tokio::task::spawn_blocking(move || encoder.prompt_ids(&request))
         .await
         .map_err(|e| ApiError::internal(format!("tokenising the prompt: {e}")))?
-        .map_err(|e| ApiError::invalid(param, format!("{param}: {e}")))?;
+        .map_err(|e| {
+            let at = param_of(&e, param);
+            ApiError::invalid(&at, format!("{at}: {e}"))
+        })?;
+    drop(turn);
     let room = context.saturating_sub(ids.len());
     if room == 0 {
         return Err(ApiError::field(

@@ -1,7 +1,9 @@
-//! The accept loop: HTTP/1.1 connections served with a header-read deadline, at most
+//! The accept loop: HTTP/1.1 connections served with a header-read deadline, a write
+//! deadline ([`crate::http::deadline`]), at most
 //! `--max-connections` at once, and a shutdown that waits only for requests in flight.
 
 use crate::error::ApiError;
+use crate::http::deadline::{WriteDeadline, WRITE_STALL};
 use crate::http::limits::ConnectionLimits;
 use anyhow::Result;
 use axum::body::{Body, HttpBody as _};
@@ -65,7 +67,10 @@ pub async fn serve(
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            // A response the client stops reading ends the connection (and frees its
+            // place under --max-connections).
+            let io = WriteDeadline::new(stream, WRITE_STALL);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}

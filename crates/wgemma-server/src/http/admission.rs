@@ -20,6 +20,7 @@
 
 use crate::error::ApiError;
 use crate::http::limits::{GuardOptions, GENERATION_BODY_BYTES, OTHER_BODY_BYTES};
+use crate::http::origins::{normal_origin, split_host, AllowedHost};
 use crate::metrics::Metrics;
 use crate::openai::response::Endpoint;
 use anyhow::{bail, Result};
@@ -34,7 +35,7 @@ use std::time::Duration;
 
 /// The checks of every request, built once at start.
 pub struct Guard {
-    allowed_hosts: Vec<String>,
+    allowed_hosts: Vec<AllowedHost>,
     any_host: bool,
     bound: IpAddr,
     cors_origins: Vec<String>,
@@ -74,24 +75,21 @@ impl Guard {
                 );
             }
         }
-        for host in &args.allowed_hosts {
-            if host.is_empty() || host.contains(['/', ' ']) {
-                bail!("--allowed-hosts: expected host names like api.example or *, found {host:?}");
+        let mut allowed_hosts = Vec::new();
+        for host in args.allowed_hosts.iter().filter(|h| *h != "*") {
+            match AllowedHost::parse(host) {
+                Some(h) => allowed_hosts.push(h),
+                None => bail!(
+                    "--allowed-hosts: expected host names like api.example (optionally with a \
+                     port, api.example:8443) or *, found {host:?}"
+                ),
             }
         }
         Ok(Guard {
-            allowed_hosts: args
-                .allowed_hosts
-                .iter()
-                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
-                .collect(),
+            allowed_hosts,
             any_host: args.allowed_hosts.iter().any(|h| h == "*"),
             bound,
-            cors_origins: args
-                .cors_origins
-                .iter()
-                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
-                .collect(),
+            cors_origins: args.cors_origins.iter().map(|o| normal_origin(o)).collect(),
             any_origin: args.cors_origins.iter().any(|o| o == "*"),
             api_key: api_key.map(String::from),
             body_timeout: Duration::from_secs(args.body_timeout),
@@ -104,7 +102,10 @@ impl Guard {
         if self.any_host {
             return true;
         }
-        let name = host_name(host).trim_end_matches('.').to_ascii_lowercase();
+        let name = split_host(host)
+            .0
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
         if name == "localhost" || name.ends_with(".localhost") {
             return true;
         }
@@ -117,14 +118,11 @@ impl Guard {
         {
             return ip.is_loopback() || self.bound.is_unspecified() || ip == self.bound;
         }
-        self.allowed_hosts.contains(&name)
+        self.allowed_hosts.iter().any(|h| h.matches(host))
     }
 
     fn origin_allowed(&self, origin: &str) -> bool {
-        self.any_origin
-            || self
-                .cors_origins
-                .contains(&origin.trim_end_matches('/').to_ascii_lowercase())
+        self.any_origin || self.cors_origins.contains(&normal_origin(origin))
     }
 
     /// The refusal of a request's headers, if any (host, origin, key, content type, size).
@@ -258,17 +256,6 @@ fn same_origin(origin: &str, host: &str) -> bool {
     origin
         .strip_prefix("http://")
         .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
-}
-
-/// `example.com:8080` -> `example.com`, `[::1]:80` -> `[::1]`.
-fn host_name(host: &str) -> &str {
-    if host.starts_with('[') {
-        return host.find(']').map_or(host, |end| &host[..=end]);
-    }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    }
 }
 
 fn forbidden(message: String) -> ApiError {

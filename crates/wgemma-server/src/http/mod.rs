@@ -1,6 +1,9 @@
 //! What stands between the network and the handlers: each request's admission (host,
-//! origin, key, content type, body size and deadline), the limits, and the accept loop.
+//! origin, key, content type, body size and deadline), the hosts and origins it allows, the
+//! limits, the write deadline, and the accept loop.
 
 pub mod accept;
 pub mod admission;
+pub mod deadline;
 pub mod limits;
+pub mod origins;

@@ -2,7 +2,7 @@
 //! error names the field, what was expected and what was found, as OpenAI-style JSON with a
 //! 4xx status). The answers' JSON is [`crate::openai::response`]'s.
 
-use crate::error::{kind_of, ApiError};
+use crate::error::{check_keys, clip, kind_of, ApiError};
 use crate::openai::fields::check_fields;
 use crate::openai::response::Endpoint;
 use crate::openai::structured::ResponseFormat;
@@ -10,7 +10,7 @@ use crate::openai::tools::{attach_tool_response, parse_message_calls, ToolReques
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::Value;
-use wgemma::session::engine::{LogitAdjust, TOOL_RESPONSE_START};
+use wgemma::session::engine::{LogitAdjust, REPETITION_PENALTY_RANGE, TOOL_RESPONSE_START};
 use wgemma::session::ChatMessage;
 
 /// Stop strings a request may give (OpenAI's limit).
@@ -285,12 +285,16 @@ fn logit_adjust_of(f: &CommonFields) -> Result<LogitAdjust, ApiError> {
             None => {}
         }
     }
+    let (low, high) = (
+        REPETITION_PENALTY_RANGE.start(),
+        REPETITION_PENALTY_RANGE.end(),
+    );
     match f.repetition_penalty {
-        Some(v) if !(v > 0.0 && v <= 10.0) => {
+        Some(v) if !REPETITION_PENALTY_RANGE.contains(&(v as f32)) => {
             return Err(ApiError::field(
                 "repetition_penalty",
-                "a number in (0, 10] (1 = off)",
-                v,
+                format!("a number in [{low}, {high}] (1 = off)"),
+                format!("{v:?}"),
             ))
         }
         Some(v) => adjust.repetition_penalty = v as f32,
@@ -298,10 +302,17 @@ fn logit_adjust_of(f: &CommonFields) -> Result<LogitAdjust, ApiError> {
     }
     for (key, value) in f.logit_bias.iter().flatten() {
         let param = format!("logit_bias.{key}");
-        let id: u32 = key.parse().map_err(|_| {
+        // One spelling per id: "5", "05" and "+5" would each add their bias to token 5.
+        let canonical =
+            key == "0" || (!key.starts_with('0') && key.bytes().all(|b| b.is_ascii_digit()));
+        let id: u32 = key.parse().ok().filter(|_| canonical).ok_or_else(|| {
             ApiError::invalid(
                 "logit_bias",
-                format!("logit_bias: expected token ids (integers) as keys, found {key:?}"),
+                format!(
+                    "logit_bias: expected token ids as keys, written as plain decimal integers \
+                     (no sign, no leading zero), found {:?}",
+                    clip(key, 32)
+                ),
             )
         })?;
         let bias = match value.as_f64() {
@@ -431,6 +442,7 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
             .enumerate()
             .map(|(j, part)| {
                 let at = format!("{param}[{j}]");
+                check_keys(part, &["type", "text"], &at)?;
                 match (part.get("type").and_then(Value::as_str), part.get("text")) {
                     (Some("text"), Some(Value::String(t))) => Ok(t.clone()),
                     (Some("text"), other) => Err(ApiError::field(

@@ -10,7 +10,8 @@
 //! JSON is written compactly (`, ` and `: ` between items, no other whitespace): a free
 //! whitespace rule lets a small model pad the answer with newlines until the budget ends.
 
-use crate::error::{kind_of, ApiError};
+use super::schema::check_schema;
+use crate::error::{clip, kind_of, ApiError};
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
@@ -84,8 +85,14 @@ impl ResponseFormat {
                         ),
                     ));
                 }
+                check_schema_fields(spec)?;
                 match spec.get("schema") {
                     Some(schema @ Value::Object(_)) => {
+                        check_schema(
+                            schema,
+                            "response_format",
+                            "response_format.json_schema.schema",
+                        )?;
                         Ok(Some(ResponseFormat::JsonSchema(schema.clone())))
                     }
                     // OpenAI's default: any JSON.
@@ -125,6 +132,37 @@ impl ResponseFormat {
         }
         schema
     }
+}
+
+/// `json_schema`'s `name` (OpenAI's: letters, digits, `_` and `-`, at most 64),
+/// `description` (a string) and `strict` (a boolean; the grammar is strict either way).
+fn check_schema_fields(spec: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
+    let at = |key: &str| format!("response_format.json_schema.{key}");
+    match spec.get("name") {
+        Some(Value::String(n))
+            if (1..=64).contains(&n.len())
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => {}
+        Some(Value::String(n)) => {
+            return Err(ApiError::field(
+                &at("name"),
+                "1 to 64 letters, digits, _ or -",
+                format!("{:?}", clip(n, 64)),
+            ))
+        }
+        Some(other) => return Err(ApiError::field(&at("name"), "a string", kind_of(other))),
+        None => {}
+    }
+    if let Some(d) = spec.get("description").filter(|d| !d.is_string()) {
+        return Err(ApiError::field(&at("description"), "a string", kind_of(d)));
+    }
+    if let Some(b) = spec
+        .get("strict")
+        .filter(|b| !b.is_boolean() && !b.is_null())
+    {
+        return Err(ApiError::field(&at("strict"), "true or false", kind_of(b)));
+    }
+    Ok(())
 }
 
 /// The grammar compiler of one model's vocabulary.
@@ -213,12 +251,28 @@ impl Grammars {
             None => {
                 let parser = self.factory.create_parser(grammar());
                 let matcher = Matcher::new(parser);
-                if let Some(e) = matcher.get_error() {
-                    return Err(ApiError::invalid(
+                let refused = |why: String| {
+                    ApiError::invalid(
                         param,
-                        format!("{param}: expected {what} this server can enforce, found one it cannot ({e})"),
-                    ));
+                        format!(
+                            "{param}: expected {what} this server can enforce, found one it \
+                             cannot ({})",
+                            brief(&why)
+                        ),
+                    )
+                };
+                if let Some(e) = matcher.get_error() {
+                    return Err(refused(e));
                 }
+                // A grammar with no first token can never give an answer.
+                let first = matcher
+                    .deep_clone()
+                    .compute_mask_or_eos()
+                    .map_err(|e| refused(e.to_string()))?;
+                if first.is_zero() {
+                    return Err(refused("no value can start an answer".into()));
+                }
+
                 let mut cache = self.cache.lock().expect("grammar cache poisoned");
                 if cache.len() >= CACHED_GRAMMARS {
                     cache.clear();
@@ -231,6 +285,11 @@ impl Grammars {
             matcher,
             stop_ids: self.stop_ids.clone(),
             ended: false,
+            param: if param == "tools" {
+                "tools"
+            } else {
+                "response_format"
+            },
         })
     }
 }
@@ -241,14 +300,33 @@ pub struct GrammarConstraint {
     stop_ids: Vec<u32>,
     /// A stop token was taken (only ever allowed once the answer is complete).
     ended: bool,
+    /// The request's field the grammar comes from (`response_format` or `tools`).
+    param: &'static str,
 }
+
+impl GrammarConstraint {
+    /// The request's field the grammar comes from, which a failure names.
+    pub fn param(&self) -> &'static str {
+        self.param
+    }
+}
+
+/// The grammar engine's message cut to its first line and [`MAX_REASON_CHARS`]: its
+/// errors can carry a dump of the parser's state and the text so far, which no client
+/// reads and no log line needs.
+fn brief(message: &str) -> String {
+    clip(message.lines().next().unwrap_or_default(), MAX_REASON_CHARS)
+}
+
+/// Characters of a grammar engine's message kept in an error.
+const MAX_REASON_CHARS: usize = 160;
 
 fn grammar_error(e: impl std::fmt::Display) -> wgemma::Error {
     wgemma::Error::invalid(
         "structured output",
         "the grammar's state",
         "a token the grammar allows",
-        e.to_string(),
+        brief(&e.to_string()),
     )
 }
 
@@ -277,42 +355,47 @@ impl TokenConstraint for GrammarConstraint {
     }
 }
 
+/// `<eos>` of [`byte_tokenizer`].
+#[cfg(any(test, feature = "fuzzing"))]
+pub const BYTE_EOS: u32 = 256;
+
+/// A byte-level BPE tokenizer of the 256 bytes (GPT-2's byte-to-char map, no merges) and
+/// `<eos>` at 256: every byte string is a token path, as in a real byte-level vocabulary.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn byte_tokenizer() -> Tokenizer {
+    let printable = |b: u32| matches!(b, 33..=126 | 161..=172 | 174..=255);
+    let mut next = 256;
+    let vocab: serde_json::Map<String, Value> = (0..256u32)
+        .map(|b| {
+            let c = if printable(b) {
+                char::from_u32(b).expect("a byte's char")
+            } else {
+                next += 1;
+                char::from_u32(next - 1).expect("a stand-in char")
+            };
+            (c.to_string(), json!(b))
+        })
+        .collect();
+    let json = json!({
+        "version": "1.0", "truncation": null, "padding": null, "normalizer": null,
+        "added_tokens": [{"id": BYTE_EOS, "content": "<eos>", "single_word": false, "lstrip": false,
+                          "rstrip": false, "normalized": false, "special": true}],
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+                          "use_regex": false},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+                    "use_regex": false},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                  "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                  "vocab": vocab, "merges": []},
+    });
+    Tokenizer::from_bytes(json.to_string().as_bytes()).expect("the byte tokenizer")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A byte-level BPE tokenizer of the 256 bytes (GPT-2's byte-to-char map, no merges)
-    /// and `<eos>` at 256.
-    fn byte_tokenizer() -> Tokenizer {
-        let printable = |b: u32| matches!(b, 33..=126 | 161..=172 | 174..=255);
-        let mut next = 256;
-        let vocab: serde_json::Map<String, Value> = (0..256u32)
-            .map(|b| {
-                let c = if printable(b) {
-                    char::from_u32(b).unwrap()
-                } else {
-                    next += 1;
-                    char::from_u32(next - 1).unwrap()
-                };
-                (c.to_string(), json!(b))
-            })
-            .collect();
-        let json = json!({
-            "version": "1.0", "truncation": null, "padding": null, "normalizer": null,
-            "added_tokens": [{"id": 256, "content": "<eos>", "single_word": false, "lstrip": false,
-                              "rstrip": false, "normalized": false, "special": true}],
-            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
-                              "use_regex": false},
-            "post_processor": null,
-            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
-                        "use_regex": false},
-            "model": {"type": "BPE", "dropout": null, "unk_token": null,
-                      "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                      "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-                      "vocab": vocab, "merges": []},
-        });
-        Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap()
-    }
 
     #[test]
     fn masks_keep_a_walk_inside_the_schema_until_it_may_stop() {

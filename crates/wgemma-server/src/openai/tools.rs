@@ -7,7 +7,7 @@
 //! Lark grammar of the call syntax with each function's argument schema
 //! ([`wgemma::text::tool_grammar`]), run as structured output is.
 
-use crate::error::{kind_of, ApiError};
+use crate::error::{check_keys, clip, kind_of, ApiError};
 use serde_json::{json, Map, Value};
 use wgemma::session::engine::{
     parse_cut_reply, parse_reply, tool_call_grammar, tool_calls_or_answer_grammar,
@@ -283,6 +283,26 @@ pub fn parse_message_calls(i: usize, value: &Value) -> Result<Vec<ToolCall>, Api
         .enumerate()
         .map(|(j, c)| {
             let at = format!("{param}[{j}]");
+            check_keys(c, &["id", "type", "function"], &at)?;
+            check_keys(
+                &c["function"],
+                &["name", "arguments"],
+                &format!("{at}.function"),
+            )?;
+            match c.get("type") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(t)) if t == "function" => {}
+                Some(other) => {
+                    return Err(ApiError::field(
+                        &format!("{at}.type"),
+                        "\"function\" (the only kind of call this server makes)",
+                        match other {
+                            Value::String(t) => format!("{:?}", clip(t, 64)),
+                            other => kind_of(other),
+                        },
+                    ))
+                }
+            }
             let id = c.get("id").and_then(Value::as_str);
             let name = c
                 .get("function")

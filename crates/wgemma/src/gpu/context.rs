@@ -1,6 +1,7 @@
 //! The GPU context: adapter choice, device with the adapter's own limits, optional features,
 //! a pipeline cache and counters of dispatches/submits for benchmarks.
 
+use super::activations::{native_integer_dot, ActivationChoice, Activations};
 use super::profile::{DispatchTime, Profiler};
 use super::tensor::Tensor;
 use crate::error::{Error, Result};
@@ -65,6 +66,8 @@ pub struct ContextOptions {
     /// cooperative matrices, no coherent storage) and its tiered limits, so a native GPU
     /// measures the figure a browser user can expect.
     pub webgpu_limits: bool,
+    /// The precision of the Q4 matvecs' activations (default: int8 where native).
+    pub activations: ActivationChoice,
 }
 
 /// A device, its queue and what wgemma learned about it.
@@ -80,6 +83,9 @@ pub struct GpuContext {
     /// Whether the device was created with the 16x16x16 f16 x f16 + f32 cooperative
     /// matrices (see [`offers_coop_16x16_f16`]).
     coop_16x16_f16: bool,
+    /// Whether `dot4I8Packed` is a native instruction here (see [`native_integer_dot`]).
+    integer_dot: bool,
+    activations: Activations,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// Scratch tensors shared by name (see [`GpuContext::shared_scratch`]).
     pub(super) scratch: Mutex<HashMap<&'static str, Tensor>>,
@@ -150,6 +156,9 @@ impl GpuContext {
         let instance = wgpu::Instance::new(desc);
         let adapter = Self::pick_adapter(&instance, backends).await?;
         let info = adapter.get_info();
+        let integer_dot = native_integer_dot(&instance, &adapter);
+        let cpu = info.device_type == wgpu::DeviceType::Cpu;
+        let activations = Activations::resolve(options.activations, integer_dot, cpu, &info.name)?;
         let mut features = if options.portable {
             wgpu::Features::empty()
         } else if options.webgpu_limits {
@@ -208,6 +217,8 @@ impl GpuContext {
         };
         Ok(GpuContext {
             coop_16x16_f16: features.contains(coop_features),
+            integer_dot,
+            activations,
             gemm: options.gemm,
             adapter,
             device,
@@ -269,6 +280,16 @@ impl GpuContext {
     /// at creation where the adapter offers them and the GEMM ceiling allows).
     pub fn has_coop_16x16_f16(&self) -> bool {
         self.coop_16x16_f16
+    }
+
+    /// Whether `dot4I8Packed` runs natively on this device.
+    pub fn has_integer_dot(&self) -> bool {
+        self.integer_dot
+    }
+
+    /// The precision the Q4 matvecs run their activations at.
+    pub fn activations(&self) -> Activations {
+        self.activations
     }
 
     pub fn counters(&self) -> &Counters {

@@ -89,6 +89,12 @@ impl Stream {
         &self.tokens
     }
 
+    /// Whether a stop string ended it (its text is cut before the string; the tokens
+    /// that spelled it are no part of the answer).
+    pub fn stopped_by_string(&self) -> bool {
+        self.stops.stopped()
+    }
+
     /// Why its token constraint ended it, when it did ([`FinishReason::Failed`]).
     pub fn failure(&self) -> Option<&Error> {
         self.failure.as_ref()

@@ -4,7 +4,7 @@
 //! what it reads from disk and runs on) instead of every layer.
 
 pub use crate::generate::plain::{generate, GenerateOptions, GenerateStats};
-pub use crate::generate::sampling::{LogitAdjust, SamplingParams};
+pub use crate::generate::sampling::{LogitAdjust, SamplingParams, REPETITION_PENALTY_RANGE};
 pub use crate::generate::speculative::{
     generate_speculative, generate_speculative_replacing_drafts, DraftSchedule, Phase, PhaseSpan,
     ReplacedDrafts, SpeculativeOptions, SpeculativeOutput, SpeculativeStats, MAX_DRAFT_TOKENS,
@@ -31,7 +31,7 @@ pub mod op_checks {
     pub use crate::harness::perf;
     pub use crate::harness::{check, rng};
     pub use crate::ops::attention::prefill_check_cases;
-    pub use crate::ops::linear::{prefill_cases, DeviceCaps};
+    pub use crate::ops::linear::{int8_check_cases, prefill_cases, DeviceCaps};
     pub use crate::ops::read_bandwidth::ReadBandwidthCase;
     pub use crate::ops::{bench_cases, random_cases};
 }

@@ -13,6 +13,7 @@
 
 mod batch;
 mod batch_spec;
+pub mod bench;
 mod drafting;
 pub mod engine;
 mod load;
@@ -41,12 +42,12 @@ use crate::generate::sampling::SamplingParams;
 use crate::generate::speculative::{
     generate_speculative, DraftRound, DraftSchedule, SpeculativeOptions,
 };
-use crate::gpu::{ContextOptions, GpuContext};
+use crate::gpu::{ContextOptions, GpuContext, GpuErrors};
 use crate::model::assistant::Assistant;
 use crate::model::state::KvState;
 use crate::model::target::Model;
 use crate::text::tokenizer::{TextStream, Tokenizer, TURN_END, TURN_START};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const OP: &str = "session";
 
@@ -97,11 +98,9 @@ pub struct Session {
     ctx: GpuContext,
     target: Option<Target>,
     assistant: Option<Assistant>,
-    /// Validation and out-of-memory errors the device reported. In the browser they arrive
-    /// asynchronously and only as console warnings otherwise, while the failed work is
-    /// silently skipped and readbacks return stale bytes: generation checks this after
-    /// every step.
-    gpu_errors: Arc<Mutex<Vec<String>>>,
+    /// Validation and out-of-memory errors the device reported: generation checks them
+    /// after every step.
+    gpu_errors: GpuErrors,
     /// Batched speculative steps' staging (round starts) and draft readback, kept between
     /// steps.
     draft_staging: Option<crate::gpu::Tensor>,
@@ -121,14 +120,7 @@ impl Session {
 
     /// A session on a context the caller opened.
     pub fn with_context(ctx: GpuContext) -> Session {
-        let gpu_errors = Arc::new(Mutex::new(Vec::new()));
-        let sink = gpu_errors.clone();
-        ctx.device
-            .on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-                sink.lock()
-                    .expect("GPU error list poisoned")
-                    .push(e.to_string());
-            }));
+        let gpu_errors = GpuErrors::collect(&ctx);
         Session {
             ctx,
             target: None,
@@ -145,14 +137,7 @@ impl Session {
 
     /// Fails with the device's first reported error, if any (and forgets them all).
     fn check_gpu_errors(&self) -> Result<()> {
-        let errors = std::mem::take(&mut *self.gpu_errors.lock().expect("GPU error list poisoned"));
-        match errors.first() {
-            None => Ok(()),
-            Some(first) => Err(Error::Gpu(format!(
-                "the device reported {} error(s); the output cannot be trusted. First: {first}",
-                errors.len()
-            ))),
-        }
+        self.gpu_errors.check()
     }
 
     pub fn device_info(&self) -> DeviceInfo {
@@ -401,7 +386,7 @@ async fn decode(
 /// caller's callback; it stops the loop on a GPU error, a detokenisation error, the
 /// callback's `false` or a completed stop string.
 struct TokenSink<'a> {
-    gpu_errors: Arc<Mutex<Vec<String>>>,
+    gpu_errors: GpuErrors,
     tokenizer: Option<&'a Tokenizer>,
     stream: TextStream,
     stops: StopStrings,
@@ -417,12 +402,7 @@ impl TokenSink<'_> {
     fn push(&mut self, id: u32) -> bool {
         // The token came from a readback; errors of the work before it have been
         // delivered by now.
-        if !self
-            .gpu_errors
-            .lock()
-            .expect("GPU error list poisoned")
-            .is_empty()
-        {
+        if self.gpu_errors.any() {
             return false;
         }
         let text = match self.tokenizer.map(|t| self.stream.push(t, id)).transpose() {

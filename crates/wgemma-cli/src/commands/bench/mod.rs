@@ -11,17 +11,18 @@ mod table;
 
 use crate::args::{check_exists, ModelArgs};
 use crate::load::{load_assistant_into, load_model, load_synthetic, Loaded};
-use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use diag::{
     compare_fusions, compare_norm_kernels, print_profile, profile_forwards, summarize_profile,
 };
 use std::path::PathBuf;
-use std::time::Instant;
-use table::{gemm_family, print_table, samples_at, timed, TestRow};
+use table::{print_table, samples_at, timed, TestRow};
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{ContextOptions, GemmCeiling, GpuContext};
+use wgemma::session::bench::drafted::DraftedRuns;
+use wgemma::session::bench::timing::{compare, Samples};
+use wgemma::session::bench::{self, gemm_family, OracleRun};
 use wgemma::session::engine::{
     op_checks::{self, ReadBandwidthCase},
     Assistant, KvState, ModelOptions, PlanOptions, Want, WeightFormat, DEFAULT_NORM_PROLOGUE_ROWS,
@@ -208,98 +209,16 @@ impl GemmArg {
     }
 }
 
-/// Speculative rounds with oracle drafts: the drafts are the target's own greedy tokens
-/// from the plain run, each kept with probability `acceptance` and otherwise replaced by
-/// a token the target will reject (acceptance 1.0 = every draft accepted), so the cost of
-/// a verify round is measured independently of draft quality. The assistant's draft steps
-/// are not included.
-struct OracleRun {
-    target_acceptance: f64,
-    tokens_per_s: f64,
-    rounds: usize,
-    accepted: usize,
-    drafted: usize,
-    ms_per_round: f64,
-    host_ms_per_round: f64,
-    /// Inside `KvState::forward` (record, submit, wait, read back).
-    forward_ms_per_round: f64,
-    /// The verify forwards' dispatch times, when profiling.
-    profile: Option<serde_json::Value>,
-}
-
-impl OracleRun {
-    fn json(&self, plain_tps: f64) -> serde_json::Value {
-        serde_json::json!({
-            "target_acceptance": self.target_acceptance,
-            "tokens_per_s": self.tokens_per_s,
-            "speedup": self.tokens_per_s / plain_tps,
-            "rounds": self.rounds,
-            "acceptance_rate": self.accepted as f64 / self.drafted.max(1) as f64,
-            "tokens_per_round": (self.accepted + self.rounds) as f64 / self.rounds.max(1) as f64,
-            "ms_per_round": self.ms_per_round,
-            "host_ms_per_round": self.host_ms_per_round,
-            "forward_ms_per_round": self.forward_ms_per_round,
-            "profile": self.profile,
-        })
-    }
-}
-
-fn oracle_rounds(
-    ctx: &GpuContext,
-    state: &mut KvState,
-    prompt: &[u32],
-    greedy: &[u32],
-    k: usize,
-    acceptance: f64,
-    profiling: bool,
-) -> Result<OracleRun> {
-    let mut oracle = spec::FixedRateDrafts::new(acceptance, state.model().spec.config.vocab_size);
-    state.reset();
-    let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
-    let host0 = state.host_encode_seconds();
-    let t0 = Instant::now();
-    let mut committed = vec![first];
-    let (mut rounds, mut accepted, mut drafted) = (0, 0, 0);
-    let mut forward_s = 0.0;
-    let mut times = Vec::new();
-    pollster::block_on(ctx.read_profile())?;
-    while committed.len() < greedy.len() {
-        let seed = *committed.last().expect("at least the first token");
-        let at = committed.len();
-        let drafts = oracle.drafts(&greedy[at..(at + k).min(greedy.len())]);
-        let mut input = vec![seed];
-        input.extend(&drafts);
-        let base = state.len();
-        let tf = Instant::now();
-        let next = pollster::block_on(state.forward(ctx, &input, Want::AllNext))?.next;
-        forward_s += tf.elapsed().as_secs_f64();
-        if profiling {
-            times.extend(pollster::block_on(ctx.read_profile())?);
-        }
-        let ok = drafts.iter().zip(&next).take_while(|(d, n)| d == n).count();
-        committed.extend(&drafts[..ok]);
-        committed.push(next[ok]);
-        state.rollback(base + 1 + ok)?;
-        rounds += 1;
-        accepted += ok;
-        drafted += drafts.len();
-    }
-    if committed[..greedy.len()] != *greedy {
-        bail!("speculative rounds diverged from the plain greedy tokens");
-    }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let generated = committed.len() - 1;
-    Ok(OracleRun {
-        target_acceptance: acceptance,
-        tokens_per_s: generated as f64 / elapsed,
-        rounds,
-        accepted,
-        drafted,
-        ms_per_round: elapsed * 1e3 / rounds.max(1) as f64,
-        host_ms_per_round: (state.host_encode_seconds() - host0) * 1e3 / rounds.max(1) as f64,
-        forward_ms_per_round: forward_s * 1e3 / rounds.max(1) as f64,
-        profile: profiling.then(|| summarize_profile(&times, k + 1, rounds)),
-    })
+/// An oracle run's JSON; `profile` summarises its verify forwards' dispatches when they
+/// were profiled.
+fn oracle_json(run: &OracleRun, plain_tps: f64, k: usize, profiling: bool) -> serde_json::Value {
+    let mut json = run.json(plain_tps);
+    json["profile"] = if profiling {
+        summarize_profile(&run.profile, k + 1, run.rounds)
+    } else {
+        serde_json::Value::Null
+    };
+    json
 }
 
 /// The speculative rows: rounds after `context` that must reproduce `greedy` (the decode
@@ -342,12 +261,14 @@ impl SpecRows<'_> {
             let test = format!("{} spec k={k} p={p:.2} oracle", self.tg_name);
             let mut last = None;
             let samples = timed(&test, self.repetitions, || {
-                let o = oracle_rounds(ctx, state, self.context, self.greedy, k, p, false)?;
+                let tokens = (self.context, self.greedy);
+                let o =
+                    pollster::block_on(bench::oracle_rounds(ctx, state, tokens, (k, p), false))?;
                 let tps = o.tokens_per_s;
                 last = Some(o);
                 Ok(tps)
             })?;
-            let mut json = last.expect("timed runs").json(decode_tps);
+            let mut json = oracle_json(&last.expect("timed runs"), decode_tps, k, false);
             json["tokens_per_s"] = samples.mean().into();
             json["speedup"] = (samples.mean() / decode_tps).into();
             json["tokens_per_s_runs"] = samples.json();
@@ -373,7 +294,7 @@ impl SpecRows<'_> {
                 ctx,
                 state,
                 assistant,
-                spec::DraftedRuns {
+                DraftedRuns {
                     prompt: self.context,
                     greedy: self.greedy,
                     k,
@@ -474,7 +395,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut ctx = GpuContext::new_blocking(ContextOptions {
         gemm: args.gemm.ceiling(),
         webgpu_limits: args.webgpu_limits,
-        ..Default::default()
+        ..crate::gpu_args::context_options()
     })?;
     ctx.set_trace_barriers(args.trace_barriers);
     let (loaded, context_len, prefill_chunk) = load_for_bench(&args, &sizes, &ctx, format)?;
@@ -690,19 +611,14 @@ impl PlainRun {
         context_len: usize,
     ) -> Result<PlainRun> {
         let (prompt_len, gen, repetitions) = (sizes.prompt_len, sizes.gen, sizes.repetitions);
-        let vocab = state.model().spec.config.vocab_size as u64;
-        let tokens: Vec<u32> = (0..prompt_len.max(context_len) as u64)
-            .map(|i| ((i.wrapping_mul(2654435761) ^ args.seed) % vocab) as u32)
-            .collect();
+        let vocab = state.model().spec.config.vocab_size;
+        let tokens = bench::bench_tokens(prompt_len.max(context_len), vocab, args.seed);
         let prompt = &tokens[..prompt_len];
         let context = &tokens[..context_len];
 
         let pp_name = format!("pp{prompt_len}");
         let pp = timed(&pp_name, repetitions, || {
-            state.reset();
-            let t = Instant::now();
-            pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?;
-            Ok(prompt_len as f64 / t.elapsed().as_secs_f64())
+            Ok(pollster::block_on(bench::prefill_run(ctx, state, prompt))?)
         })?;
         let memory_bytes = ctx
             .counters()
@@ -717,19 +633,11 @@ impl PlainRun {
         let mut greedy = Vec::new();
         let (mut counts, mut host_s) = ((0, 0, 0), 0.0);
         let tg = timed(&tg_name, repetitions, || {
-            state.reset();
-            let next = pollster::block_on(state.forward(ctx, context, Want::NextToken))?.next[0];
-            let (d0, s0, _) = ctx.counters().snapshot();
-            let b0 = ctx.counters().barriers();
-            let host0 = state.host_encode_seconds();
-            let t = Instant::now();
-            let rest = pollster::block_on(state.decode_greedy(ctx, next, gen, &mut |_| true))?;
-            let seconds = t.elapsed().as_secs_f64();
-            let (d1, s1, _) = ctx.counters().snapshot();
-            counts = (d1 - d0, s1 - s0, ctx.counters().barriers() - b0);
-            host_s = state.host_encode_seconds() - host0;
-            greedy = std::iter::once(next).chain(rest).collect();
-            Ok(gen as f64 / seconds)
+            let run = pollster::block_on(bench::decode_run(ctx, state, context, gen))?;
+            counts = (run.dispatches, run.submits, run.barriers);
+            host_s = run.host_s;
+            greedy = run.greedy;
+            Ok(run.tokens_per_s)
         })?;
         let rows = vec![
             TestRow {
@@ -775,24 +683,11 @@ impl PlainRun {
     }
 }
 
-/// Milliseconds of one forward of `rows` copies of `token` at the model's position, each
-/// submitted, waited for and rolled back (no pipelining).
+/// [`bench::forward_ms`]: one forward of `rows` rows at the model's position, unpipelined.
 fn forward_ms(ctx: &GpuContext, state: &mut KvState, token: u32, rows: usize) -> Result<f64> {
-    let tokens = vec![token; rows];
-    let want = if rows == 1 {
-        Want::NextToken
-    } else {
-        Want::AllNext
-    };
-    let base = state.len();
-    pollster::block_on(state.forward(ctx, &tokens, want))?;
-    state.rollback(base)?;
-    let t = Instant::now();
-    for _ in 0..32 {
-        pollster::block_on(state.forward(ctx, &tokens, want))?;
-        state.rollback(base)?;
-    }
-    Ok(t.elapsed().as_secs_f64() * 1e3 / 32.0)
+    Ok(pollster::block_on(bench::forward_ms(
+        ctx, state, token, rows,
+    ))?)
 }
 
 /// The speculative rows: oracle drafts at each acceptance, then the same rounds with the
@@ -832,7 +727,7 @@ fn speculative(
     }
     let shape = match &args.synthetic {
         Some(name) => Some(SyntheticShape::parse(name)?),
-        None => spec::assistant_shape(state.model()),
+        None => bench::assistant_shape(state.model()),
     };
     let mut assistant = match shape {
         Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => {
@@ -888,8 +783,9 @@ impl Profile {
                 .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         });
         let oracle_rounds = if k > 0 {
-            let o = oracle_rounds(ctx, state, context, &plain.greedy, k, 1.0, true)?;
-            Some(o.json(plain.tg.mean()))
+            let tokens = (context, &plain.greedy[..]);
+            let o = pollster::block_on(bench::oracle_rounds(ctx, state, tokens, (k, 1.0), true))?;
+            Some(oracle_json(&o, plain.tg.mean(), k, true))
         } else {
             None
         };
@@ -940,9 +836,11 @@ impl Outcome {
             "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
             "dtype": args.dtype,
             "webgpu_limits": args.webgpu_limits,
+            "activations": ctx.activations().name(),
             "features": format!("{:?}", ctx.features),
             "repetitions": sizes.repetitions,
             "tests": self.rows.iter().map(TestRow::json).collect::<Vec<_>>(),
+            "greedy_tokens": plain.greedy,
             "load_ms": self.load_ms,
             "peak_rss_mb": crate::progress::peak_rss_mb(),
             "prompt_len": sizes.prompt_len,
@@ -1003,13 +901,14 @@ impl Outcome {
     fn print(&self, args: &BenchArgs, sizes: &Sizes, ctx: &GpuContext) {
         let (dispatches, _, barriers) = self.plain.counts;
         println!(
-            "wgemma bench on {}{}: {} timed runs per test after a warm-up",
+            "wgemma bench on {}{}, {} activations: {} timed runs per test after a warm-up",
             ctx.describe(),
             if args.webgpu_limits {
                 ", limited to what desktop Chrome grants a page"
             } else {
                 ""
             },
+            ctx.activations().name(),
             sizes.repetitions,
         );
         println!();

@@ -10,12 +10,13 @@
 //! was asked whatever the weights; the drafter's full cost is paid. Every speculative run's
 //! tokens are checked against the plain run's (`matches_plain`).
 
-use super::spec::{assistant_shape, load_assistant, FixedRateDrafts};
+use super::spec::load_assistant;
 use super::table::{print_table, timed, TestRow};
-use crate::timing::{compare, Samples};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
 use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::session::bench::timing::{compare, Samples};
+use wgemma::session::bench::{assistant_shape, FixedRateDrafts};
 use wgemma::session::engine::{Assistant, Model};
 use wgemma::session::{
     AssistantFrom, DraftReplacement, GenerateRequest, LoadHooks, Session, Stream,

@@ -1,34 +1,20 @@
-//! `wgemma bench`'s speculative runs with the real drafter: the assistant at the published
-//! E2B / E4B assistant shape (random weights) drafts every round, so its cost is paid; its
-//! drafts are then replaced on the GPU by the target's own greedy tokens, each kept with
-//! probability `acceptance` (else replaced by a token the target rejects), so acceptance
-//! is the caller's choice and the output still the plain greedy one.
+//! `wgemma bench`'s speculative runs with the real drafter, over the library's
+//! ([`wgemma::session::bench::drafted`], which the browser package's bench runs too): the
+//! assistant at the published E2B / E4B assistant shape (random weights) drafts every
+//! round, so its cost is paid; its drafts are then replaced on the GPU by the target's own
+//! greedy tokens at the chosen acceptance. Here: blocking on them, and `--profile`'s
+//! rounds by phase and shader.
 
-use anyhow::{bail, Result};
-use rand::{Rng, SeedableRng};
+use anyhow::Result;
 use std::collections::BTreeMap;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
+use wgemma::session::bench::drafted::{self, DraftedRun, DraftedRuns, RunSpec, RunsAtRate};
 use wgemma::session::engine::{
-    generate_speculative_replacing_drafts, Assistant, DraftSchedule, GenerateOptions, KvState,
-    LogitRows, Model, Phase, PhaseSpan, ReplacedDrafts, SamplingParams, SpeculativeOptions,
-    SpeculativeOutput,
+    Assistant, DraftSchedule, KvState, Phase, PhaseSpan, SpeculativeOutput,
 };
 use wgemma::session::{AssistantFrom, LoadHooks};
-
-/// The synthetic shape `model` has (a synthetic model or a `synth-checkpoint` directory),
-/// among those with a published assistant.
-pub fn assistant_shape(model: &Model) -> Option<SyntheticShape> {
-    let c = &model.spec.config;
-    [SyntheticShape::E2b, SyntheticShape::E4b]
-        .into_iter()
-        .find(|s| {
-            let t = s.spec().config;
-            (t.hidden_size, t.num_hidden_layers, t.vocab_size)
-                == (c.hidden_size, c.num_hidden_layers, c.vocab_size)
-        })
-}
 
 /// The assistant of `shape` with random weights, bound to `state`'s caches, in its model's
 /// weight format.
@@ -50,99 +36,7 @@ pub fn load_assistant(
     )?)
 }
 
-/// Builds every verify plan a schedule may use (k + 1 rows, k = 0..=cap), so that no timed
-/// round builds one.
-pub fn build_verify_plans(ctx: &GpuContext, state: &mut KvState) -> Result<()> {
-    for m in 1..=state.model().options.max_verify_rows {
-        state.plan(ctx, m, LogitRows::All)?;
-    }
-    Ok(())
-}
-
-/// Drafts at a fixed acceptance rate: each of the target's own greedy tokens kept with
-/// probability `acceptance`, else replaced by a token the target rejects. One random
-/// stream (seed 7) for every run, so runs at one rate see the same pattern.
-pub struct FixedRateDrafts {
-    rng: rand_chacha::ChaCha8Rng,
-    acceptance: f64,
-    vocab: u32,
-}
-
-impl FixedRateDrafts {
-    pub fn new(acceptance: f64, vocab: usize) -> FixedRateDrafts {
-        FixedRateDrafts {
-            rng: rand_chacha::ChaCha8Rng::seed_from_u64(7),
-            acceptance,
-            vocab: vocab as u32,
-        }
-    }
-
-    /// Which of the next `k` drafts keep the target's token.
-    pub fn keep(&mut self, k: usize) -> Vec<bool> {
-        (0..k)
-            .map(|_| self.rng.random_bool(self.acceptance))
-            .collect()
-    }
-
-    /// The drafts standing for `greedy` (the target's tokens at those positions).
-    pub fn drafts(&mut self, greedy: &[u32]) -> Vec<u32> {
-        let keep = self.keep(greedy.len());
-        greedy
-            .iter()
-            .zip(keep)
-            .map(|(&t, kept)| if kept { t } else { (t + 1) % self.vocab })
-            .collect()
-    }
-}
-
-/// One speculative run with the assistant drafting (or, without the drafter, the same
-/// pipelined rounds with the drafts given).
-pub struct DraftedRun {
-    pub schedule: DraftSchedule,
-    pub drafter: bool,
-    pub tokens_per_s: f64,
-    pub rounds: usize,
-    pub plain_steps: usize,
-    pub drafted: usize,
-    pub accepted: usize,
-    /// Decode time over rounds, when every token came from a round (no plain steps).
-    pub ms_per_round: Option<f64>,
-    /// The host's wait for round results, per round.
-    pub host_wait_ms_per_round: f64,
-}
-
-impl DraftedRun {
-    pub fn json(&self, plain_tps: f64) -> serde_json::Value {
-        serde_json::json!({
-            "schedule": self.schedule,
-            "drafter": self.drafter,
-            "tokens_per_s": self.tokens_per_s,
-            "speedup": self.tokens_per_s / plain_tps,
-            "rounds": self.rounds,
-            "plain_steps": self.plain_steps,
-            "acceptance_rate": self.accepted as f64 / self.drafted.max(1) as f64,
-            "mean_draft_tokens": self.drafted as f64 / self.rounds.max(1) as f64,
-            "ms_per_round": self.ms_per_round,
-            "host_wait_ms_per_round": self.host_wait_ms_per_round,
-        })
-    }
-}
-
-/// What one speculative generation runs.
-#[derive(Clone, Copy)]
-pub struct RunSpec {
-    /// Drafts per round (the adaptive schedule's first round).
-    pub k: usize,
-    pub acceptance: f64,
-    pub schedule: DraftSchedule,
-    /// The assistant's steps run (false: the drafts are given, see [`ReplacedDrafts`]).
-    pub drafter: bool,
-}
-
-/// Generates `greedy` (the plain greedy continuation of `prompt`, first token included)
-/// speculatively as `run` says, its drafts replaced as the module docs say (the same
-/// random stream as the host-drafted oracle rounds, so a fixed schedule replays their
-/// acceptance pattern). Returns the run and the generation's output.
+/// [`drafted::speculative_run`], blocking.
 pub fn speculative_run(
     ctx: &GpuContext,
     state: &mut KvState,
@@ -151,140 +45,22 @@ pub fn speculative_run(
     greedy: &[u32],
     run: RunSpec,
 ) -> Result<(DraftedRun, SpeculativeOutput)> {
-    let mut oracle = FixedRateDrafts::new(run.acceptance, state.model().spec.config.vocab_size);
-    let mut keep = |k: usize| oracle.keep(k);
-    let options = GenerateOptions {
-        max_new_tokens: greedy.len(),
-        sampling: SamplingParams::default(),
-        stop_ids: Vec::new(),
-    };
-    let spec = SpeculativeOptions {
-        draft_tokens: run.k,
-        schedule: run.schedule,
-        trace: false,
-        capture_draft_logits: false,
-    };
-    let out = pollster::block_on(generate_speculative_replacing_drafts(
-        state,
-        assistant,
-        ctx,
-        prompt,
-        &options,
-        &spec,
-        ReplacedDrafts {
-            reference: greedy,
-            keep: &mut keep,
-            drafter: run.drafter,
-        },
-    ))?;
-    if out.tokens != greedy {
-        bail!("speculative rounds with the assistant diverged from the plain greedy tokens");
-    }
-    let s = &out.stats;
-    let tokens_per_s = s.base.decode_tokens_per_s;
-    let decode_s = (greedy.len() - 1) as f64 / tokens_per_s.max(1e-12);
-    let drafted = DraftedRun {
-        schedule: run.schedule,
-        drafter: run.drafter,
-        tokens_per_s,
-        rounds: s.rounds,
-        plain_steps: s.plain_steps,
-        drafted: s.drafted,
-        accepted: s.accepted,
-        ms_per_round: (s.plain_steps == 0 && s.rounds > 0)
-            .then(|| decode_s * 1e3 / s.rounds as f64),
-        host_wait_ms_per_round: s.host_wait_ms_per_round,
-    };
-    Ok((drafted, out))
+    let tokens = (prompt, greedy);
+    Ok(pollster::block_on(drafted::speculative_run(
+        ctx, state, assistant, tokens, run,
+    ))?)
 }
 
-/// What [`drafted_runs`] runs.
-pub struct DraftedRuns<'a> {
-    pub prompt: &'a [u32],
-    /// The plain greedy continuation (first token included).
-    pub greedy: &'a [u32],
-    /// Drafts per round (the adaptive schedule's first round).
-    pub k: usize,
-    pub acceptance: &'a [f64],
-    /// Also run the adaptive schedule.
-    pub adaptive: bool,
-}
-
-/// The runs at one acceptance rate: fixed k with the drafter, the same rounds without it
-/// (drafts given), and (with `adaptive`) the adaptive schedule with the drafter.
-pub struct RunsAtRate {
-    pub drafted: DraftedRun,
-    pub verify_only: DraftedRun,
-    pub adaptive: Option<DraftedRun>,
-}
-
-impl RunsAtRate {
-    /// The runs and what a round costs, all from this process: `round_ms` (drafted),
-    /// `verify_round_ms` (the same pipelined rounds without the drafter),
-    /// `drafter_ms_per_round` (their difference), `verify_ratio` (a round without the
-    /// drafter over a pipelined plain step, `plain_step_ms`).
-    pub fn json(&self, plain_tps: f64) -> serde_json::Value {
-        let plain_step_ms = 1e3 / plain_tps;
-        let round = self.drafted.ms_per_round;
-        let verify = self.verify_only.ms_per_round;
-        let mut out = serde_json::json!({
-            "drafted": self.drafted.json(plain_tps),
-            "verify_only": self.verify_only.json(plain_tps),
-            "plain_step_ms": plain_step_ms,
-            "round_ms": round,
-            "verify_round_ms": verify,
-            "drafter_ms_per_round": round.zip(verify).map(|(r, v)| r - v),
-            "verify_ratio": verify.map(|v| v / plain_step_ms),
-        });
-        if let Some(a) = &self.adaptive {
-            out["adaptive"] = a.json(plain_tps);
-        }
-        out
-    }
-}
-
-/// For each acceptance rate, [`RunsAtRate`] with `assistant` drafting.
+/// [`drafted::drafted_runs`], blocking.
 pub fn drafted_runs(
     ctx: &GpuContext,
     state: &mut KvState,
     assistant: &mut Assistant,
     runs: DraftedRuns<'_>,
 ) -> Result<Vec<RunsAtRate>> {
-    build_verify_plans(ctx, state)?;
-    let (prompt, greedy, k) = (runs.prompt, runs.greedy, runs.k);
-    let fixed = |acceptance: f64, drafter: bool| RunSpec {
-        k,
-        acceptance,
-        schedule: DraftSchedule::Fixed,
-        drafter,
-    };
-    // Warm-up: the assistant's pipelines and the rounds' buffers.
-    let warm = &greedy[..greedy.len().min(8)];
-    for drafter in [true, false] {
-        speculative_run(ctx, state, assistant, prompt, warm, fixed(1.0, drafter))?;
-    }
-    let mut out = Vec::new();
-    for &p in runs.acceptance {
-        let mut run = |spec: RunSpec| -> Result<DraftedRun> {
-            Ok(speculative_run(ctx, state, assistant, prompt, greedy, spec)?.0)
-        };
-        let drafted = run(fixed(p, true))?;
-        let verify_only = run(fixed(p, false))?;
-        let adaptive = if runs.adaptive {
-            Some(run(RunSpec {
-                schedule: DraftSchedule::Adaptive,
-                ..fixed(p, true)
-            })?)
-        } else {
-            None
-        };
-        out.push(RunsAtRate {
-            drafted,
-            verify_only,
-            adaptive,
-        });
-    }
-    Ok(out)
+    Ok(pollster::block_on(drafted::drafted_runs(
+        ctx, state, assistant, runs,
+    ))?)
 }
 
 /// `--profile`: every dispatch of a few pipelined rounds of k drafts with the drafter

@@ -1,6 +1,7 @@
 //! `wgemma inspect FILE.gguf`: a llama.cpp GGUF file as wgemma reads it: architecture, the
 //! config its metadata describes, tokenizer and chat template, and its tensors by type with
-//! how each type loads onto wgemma's GPU layouts.
+//! how each type loads onto wgemma's GPU layouts. The file's strings are printed with
+//! control characters escaped: its metadata is whatever its writer put there.
 
 use crate::files::GgufMap;
 use anyhow::{Context, Result};
@@ -9,6 +10,7 @@ use std::io::Write;
 use std::path::Path;
 use wgemma::formats::gguf::source::load_route;
 use wgemma::formats::gguf::{GgufFile, Value};
+use wgemma::formats::printable::printable;
 
 /// Per tensor type: (tensors, bytes).
 fn by_type(file: &GgufFile<'_>) -> BTreeMap<String, (usize, u64)> {
@@ -38,7 +40,7 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
     };
     let template = file.get("tokenizer.chat_template").and_then(Value::as_str);
     let types = by_type(&file);
-    let file_bytes = map.mmap().len();
+    let file_bytes = map.bytes().len();
     if json {
         let tensors: Vec<_> = file
             .tensors
@@ -72,7 +74,7 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
     let mut text = || -> std::io::Result<()> {
         let c = config.get("text_config").unwrap_or(&config);
         let get = |k: &str| c.get(k).map_or("?".to_string(), |v| v.to_string());
-        writeln!(out, "{}", path.display())?;
+        writeln!(out, "{}", printable(&path.display().to_string()))?;
         writeln!(
             out,
             "  format       GGUF v{}, {} bytes, {} tensors",
@@ -82,14 +84,16 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
         )?;
         writeln!(
             out,
-            "  model        {arch}{}: {} layers, hidden {}, vocab {}",
-            name.map(|n| format!(" ({n})")).unwrap_or_default(),
+            "  model        {}{}: {} layers, hidden {}, vocab {}",
+            printable(&arch),
+            name.map(|n| format!(" ({})", printable(n)))
+                .unwrap_or_default(),
             get("num_hidden_layers"),
             get("hidden_size"),
             get("vocab_size")
         )?;
         match tokenizer {
-            Some(m) => writeln!(out, "  tokenizer    {m}, {tokens} tokens"),
+            Some(m) => writeln!(out, "  tokenizer    {}, {tokens} tokens", printable(m)),
             None => writeln!(out, "  tokenizer    none"),
         }?;
         match template {
@@ -122,7 +126,7 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
                 format!("{:?}", t.ty),
                 format!("{:?}", t.dims),
                 t.data.len(),
-                t.name
+                printable(&t.name)
             )?;
         }
         out.flush()

@@ -11,6 +11,7 @@ use clap::Args;
 use std::io::Write;
 use std::path::PathBuf;
 use wgemma::formats::artifact::Artifact;
+use wgemma::formats::printable::printable;
 
 #[derive(Args)]
 pub struct InspectArgs {
@@ -88,11 +89,13 @@ fn print_text(
     let m = artifact.manifest();
     let table = artifact.tensor_table();
     let weights: u64 = table.iter().map(|t| t.bytes as u64).sum();
-    writeln!(out, "{}", args.file.display())?;
+    writeln!(out, "{}", printable(&args.file.display().to_string()))?;
     writeln!(
         out,
         "  format       {} version {} (written by {})",
-        m.format, m.version, m.producer
+        printable(&m.format),
+        m.version,
+        printable(&m.producer)
     )?;
     writeln!(out, "  quant        {}", m.quant.describe())?;
     writeln!(
@@ -129,7 +132,10 @@ fn print_text(
         writeln!(
             out,
             "    {:<9} {:<28} {:>12} bytes  sha256 {}",
-            s.model, s.file, s.bytes, s.sha256
+            printable(&s.model),
+            printable(&s.file),
+            s.bytes,
+            printable(&s.sha256)
         )?;
     }
     writeln!(
@@ -146,8 +152,8 @@ fn print_text(
         writeln!(
             out,
             "    {:<9} {:<34} {:<7} {}{}",
-            r.model,
-            r.id(),
+            printable(&r.model),
+            printable(&r.id()),
             rows,
             shapes.join(" "),
             if r.mtp { "  [mtp]" } else { "" }
@@ -162,7 +168,7 @@ fn print_text(
             t.dtype,
             format!("{:?}", t.shape),
             t.bytes,
-            t.name
+            printable(&t.name)
         )?;
     }
     Ok(())

@@ -148,6 +148,8 @@ fn any_device() -> DeviceCaps {
         // The census records the portable prefill route (f32 GEMM) whatever the device.
         shader_f16: false,
         coop_16x16_f16: false,
+        // And the f32 matvecs: the int8 family runs the same ops where the context asks.
+        int8_activations: false,
     }
 }
 

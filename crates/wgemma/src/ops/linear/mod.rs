@@ -26,6 +26,7 @@
 #[cfg(any(test, feature = "harness"))]
 mod cases;
 mod gemm;
+pub mod int8;
 pub(crate) mod matvec_variants;
 pub mod quant;
 pub mod reference;
@@ -36,7 +37,8 @@ mod tuning;
 
 #[cfg(any(test, feature = "harness"))]
 pub use cases::{
-    bench_cases, prefill_cases, random_cases, DenseLinearCase, Q4LinearCase, WeightData,
+    bench_cases, int8_check_cases, prefill_cases, random_cases, DenseLinearCase, Q4LinearCase,
+    WeightData,
 };
 pub use quant::{
     dequantize_q4, pack_scale_halves, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words,
@@ -44,7 +46,7 @@ pub use quant::{
 };
 #[cfg(any(test, feature = "harness"))]
 pub use reference::tolerance;
-pub use reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16};
+pub use reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16, q4q8_linear_ref};
 pub use routes::{
     check_dense_route, choose_q4_route, q4_failed_guards, DeviceCaps, LinearRoute, Q4Shape,
     Reduction, PREFILL_GEMM_MIN_ROWS, Q4_ROUTES,
@@ -52,7 +54,9 @@ pub use routes::{
 pub use tuning::{choose_tuning, AdapterProfile, MatvecTuning};
 
 use crate::error::{Error, Result};
-use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor};
+use crate::gpu::{
+    workgroups_for, Activations, DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor,
+};
 use matvec_variants::{matvec_variant, MatvecFamily};
 
 /// Options of [`q4_linear_with`].
@@ -65,6 +69,10 @@ pub struct LinearOptions {
     /// Build the matvec routes with this geometry instead of the adapter table's
     /// (benchmarks, tests); refused when invalid for the shape.
     pub tuning: Option<MatvecTuning>,
+    /// Run the matvecs at this activation precision instead of the context's (tests and
+    /// benchmarks compare the families on one device; int8 then runs where the dot
+    /// products are a polyfill too).
+    pub activations: Option<Activations>,
 }
 
 /// A built linear op: its route and one kernel per weight chunk, recorded in order.
@@ -343,7 +351,7 @@ pub fn q4_norm_prologue_available(
     epilogue: Epilogue,
 ) -> bool {
     let limits = &ctx.limits;
-    let bytes = norm_prologue_workgroup_bytes(ctx, m, w.k());
+    let bytes = norm_prologue_workgroup_bytes(ctx, m, w.k(), w.group());
     m >= 1
         && w.k() % 4 == 0
         && limits.max_storage_buffers_per_shader_stage >= NORM_PROLOGUE_STORAGE_BINDINGS
@@ -351,17 +359,24 @@ pub fn q4_norm_prologue_available(
         && q4_fused_available_for(ctx, m, w, epilogue)
 }
 
-/// Workgroup memory of the norm-prologue matvec on this device: x (`m * k` f32), the norm's
-/// tree (256 f32) and the reduction's own arrays (subgroup or portable).
-fn norm_prologue_workgroup_bytes(ctx: &GpuContext, m: usize, k: usize) -> usize {
-    let (subgroup, _) = matvec_caps(ctx, &LinearOptions::default());
+/// Workgroup memory of the norm-prologue matvec on this device: x (`m * k` f32; the int8
+/// family stages at least one chunk of int8 blocks instead), the norm's tree (256 f32) and
+/// the reduction's own arrays (subgroup or portable).
+fn norm_prologue_workgroup_bytes(ctx: &GpuContext, m: usize, k: usize, group: usize) -> usize {
+    let (subgroup, caps) = matvec_caps(ctx, &LinearOptions::default());
     // The subgroup finish parks at most 4 rows of each 8-lane slot (any tuning).
     let reduction_bytes = if subgroup {
         128 * 16 * tuning::parts(m) as usize
     } else {
         4 * 256 * 16
     };
-    m * k * 4 + 256 * 4 + reduction_bytes
+    let shape = Q4Shape { m, k, group };
+    let x_bytes = if q4_failed_guards(LinearRoute::Q4Q8Matvec, shape, &caps, subgroup).is_empty() {
+        int8::min_stage_bytes(m)
+    } else {
+        m * k * 4
+    };
+    x_bytes + 256 * 4 + reduction_bytes
 }
 
 /// `y = epilogue(prologue(resid) W^T)`: the matvec with a norm prologue (see
@@ -402,7 +417,7 @@ pub fn q4_linear_norm_with(
                 "norm prologue: a matvec route (M <= 9), {NORM_PROLOGUE_STORAGE_BINDINGS} storage \
                  bindings per stage (device: {}), {} bytes of workgroup memory (device: {})",
                 ctx.limits.max_storage_buffers_per_shader_stage,
-                norm_prologue_workgroup_bytes(ctx, m, k),
+                norm_prologue_workgroup_bytes(ctx, m, k, w.group()),
                 ctx.limits.max_compute_workgroup_storage_size
             )],
         });
@@ -482,7 +497,10 @@ pub fn q4_linear_norm_with(
 
 /// (subgroup reduction usable, device caps) for the matvec routes.
 fn matvec_caps(ctx: &GpuContext, options: &LinearOptions) -> (bool, DeviceCaps) {
-    let caps = DeviceCaps::of(ctx);
+    let mut caps = DeviceCaps::of(ctx);
+    if let Some(a) = options.activations {
+        caps.int8_activations = a == Activations::Int8;
+    }
     // The subgroup matvec maps one 32-lane unit to one subgroup.
     let subgroup = caps.subgroups
         && caps.min_subgroup_size == 32
@@ -627,10 +645,17 @@ impl Q4Call<'_> {
         let (m, k) = (self.shape.m, self.shape.k);
         let pairs = matches!(self.epilogue, Epilogue::GegluPairs);
         let is_matvec = self.route.is_matvec();
-        let tuning = self
+        let mut tuning = self
             .options
             .tuning
             .unwrap_or_else(|| choose_tuning(AdapterProfile::BASE, rows, k, self.epilogue));
+        if self.route == LinearRoute::Q4Q8Matvec && self.options.tuning.is_none() {
+            tuning = int8::tuning(tuning, rows, k);
+            // A K split widens the slot stride past what one staged chunk may hold.
+            while tuning.ksplit > 1 && self.int8_chunk(tuning).is_none() {
+                tuning.ksplit /= 2;
+            }
+        }
         // The route's guard counted the smallest parking array (32 vec4s).
         let park_bytes = if self.subgroup {
             (tuning.park_vec4s(m, pairs) * 16).saturating_sub(512)
@@ -646,6 +671,16 @@ impl Q4Call<'_> {
                 format!("{park_bytes} more bytes of workgroup memory (device has {storage_left})")
             })
         });
+        let invalid = invalid.or_else(|| {
+            (self.route == LinearRoute::Q4Q8Matvec && self.int8_chunk(tuning).is_none()).then(
+                || {
+                    format!(
+                        "one int8 chunk of {} blocks x {m} rows in the workgroup memory left",
+                        tuning.lanes * tuning.ksplit
+                    )
+                },
+            )
+        });
         if let (true, Some(why)) = (is_matvec, invalid) {
             return Err(Error::NoRoute {
                 op: Q4_OP,
@@ -658,6 +693,26 @@ impl Q4Call<'_> {
             });
         }
         Ok(tuning)
+    }
+
+    /// Blocks per staged int8 chunk for `tuning` (see [`int8::chunk_words`]): the
+    /// workgroup memory left after the reduction's arrays and parked totals (and the norm
+    /// prologue's sums).
+    fn int8_chunk(&self, tuning: MatvecTuning) -> Option<usize> {
+        let (m, k) = (self.shape.m, self.shape.k);
+        let pairs = matches!(self.epilogue, Epilogue::GegluPairs);
+        let park = if self.subgroup {
+            tuning.park_vec4s(m, pairs) as usize * 16
+        } else {
+            self.route.workgroup_storage(false) as usize
+        };
+        let prologue = if self.prologue.is_some() {
+            1024 + 72
+        } else {
+            0
+        };
+        let left = (self.caps.max_workgroup_storage as usize).saturating_sub(park + prologue);
+        int8::chunk_words(m, k, (tuning.lanes * tuning.ksplit) as usize, left)
     }
 
     /// The uniform of a chunk's kernel.
@@ -716,8 +771,9 @@ impl Q4Call<'_> {
     ) -> Result<Kernel> {
         let (m, k, rows) = (self.shape.m, self.shape.k, chunk.rows.len());
         let pairs = matches!(self.epilogue, Epilogue::GegluPairs);
-        let decode_family = tuning.fits_decode_family(m);
-        let family = if decode_family {
+        let family = if self.route == LinearRoute::Q4Q8Matvec {
+            MatvecFamily::Int8
+        } else if tuning.fits_decode_family(m) {
             MatvecFamily::Decode
         } else {
             MatvecFamily::Wide
@@ -732,7 +788,7 @@ impl Q4Call<'_> {
             .constant("MV_M", m as u64)
             .constant("EPILOGUE", self.epilogue.code())
             .constant("KSPLIT", u64::from(tuning.ksplit));
-        if !decode_family {
+        if family != MatvecFamily::Decode {
             b = b
                 .constant("LPR", u64::from(tuning.lanes))
                 .constant("ROWS", u64::from(tuning.rows))
@@ -740,11 +796,20 @@ impl Q4Call<'_> {
                 .constant("K_WORDS", if tuning.unroll { (k / 32) as u64 } else { 0 })
                 .constant("PARK", u64::from(tuning.park_vec4s(m, pairs)));
         }
+        if family == MatvecFamily::Int8 {
+            let chunk = self.int8_chunk(tuning).unwrap_or(0) as u64;
+            b = b
+                .constant("CHUNK_WORDS", chunk)
+                .constant("XQ_BLOCKS", m as u64 * chunk)
+                .constant("XQ_VEC4", 2 * m as u64 * chunk);
+        }
         b = b.tensor(other);
         if let Some(p) = self.prologue {
+            if family != MatvecFamily::Int8 {
+                b = b.constant("X_VEC4", (m * k / 4) as u64);
+            }
             b = b
                 .constant("PROLOGUE", p.mode.code())
-                .constant("X_VEC4", (m * k / 4) as u64)
                 .constant("K_DIM", k as u64)
                 .tensor(p.branch.map_or(p.resid, |(t, _)| t))
                 .tensor(p.branch.map_or(p.resid, |(_, w)| w))

@@ -94,6 +94,18 @@ fn q4_ref_rows(
     (y, bound)
 }
 
+/// Q4 reference of the int8 matvec route (`q4q8_matvec`): each activation row quantised
+/// per block of 32 as the kernel does ([`super::int8::quantize_row_q8`]), then the exact
+/// products and sums of [`q4_linear_ref`]. The kernel's integer sums are exact, so against
+/// it the kernel differs only by its f32 scale products and accumulation.
+pub fn q4q8_linear_ref(x: &[f32], m: usize, q: &Q4Host) -> (Vec<f32>, f64) {
+    let x8: Vec<f32> = x
+        .chunks(q.k)
+        .flat_map(super::int8::quantize_row_q8)
+        .collect();
+    q4_ref_rows(&x8, m, q, |_| {})
+}
+
 /// Q4 reference of the f16 GEMM routes (`q4_gemm_f16`, `q4_gemm_coop`): x rounded to f16
 /// and every dequantised weight rounded to f16 (nearest, ties to even), as the kernels stage
 /// them; products and sums exact (f64). Against it the kernels differ only by their f32

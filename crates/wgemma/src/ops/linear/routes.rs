@@ -3,12 +3,16 @@
 //! order wins, and when none is eligible the error names every failed guard.
 
 use crate::error::{Error, Result};
-use crate::gpu::{GemmCeiling, GpuContext};
+use crate::gpu::{Activations, GemmCeiling, GpuContext};
 
 /// A kernel route of the linear op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LinearRoute {
+    /// Q4 x int8 matvec, M = 1..=9 (`q4q8_matvec*`): the activations quantised to int8 per
+    /// block of 32 inside each workgroup, integer dot products (`dot4I8Packed`); every
+    /// matvec when the context runs int8 activations ([`crate::gpu::Activations`]).
+    Q4Q8Matvec,
     /// Q4, M = 1 decode GEMV (`q4_matvec[_sg]` with MV_M = 1).
     Q4Gemv,
     /// Q4, M = 3 speculative verify: each weight word read once for 3 rows (MV_M = 3).
@@ -35,7 +39,8 @@ pub enum LinearRoute {
 }
 
 /// Q4 routes in preference order.
-pub const Q4_ROUTES: [LinearRoute; 7] = [
+pub const Q4_ROUTES: [LinearRoute; 8] = [
+    LinearRoute::Q4Q8Matvec,
     LinearRoute::Q4Gemv,
     LinearRoute::Q4LinearM3,
     LinearRoute::Q4LinearSmallM,
@@ -48,6 +53,7 @@ pub const Q4_ROUTES: [LinearRoute; 7] = [
 impl LinearRoute {
     pub fn name(self) -> &'static str {
         match self {
+            LinearRoute::Q4Q8Matvec => "q4q8_matvec",
             LinearRoute::Q4Gemv => "q4_gemv",
             LinearRoute::Q4LinearM3 => "q4_linear_m3",
             LinearRoute::Q4LinearSmallM => "q4_linear_small_m",
@@ -60,18 +66,22 @@ impl LinearRoute {
         }
     }
 
-    /// The matvec routes (`q4_matvec*`, M <= 9 activation rows).
+    /// The matvec routes (`q4_matvec*`, `q4q8_matvec*`, M <= 9 activation rows).
     pub fn is_matvec(self) -> bool {
         matches!(
             self,
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM
+            LinearRoute::Q4Q8Matvec
+                | LinearRoute::Q4Gemv
+                | LinearRoute::Q4LinearM3
+                | LinearRoute::Q4LinearSmallM
         )
     }
 
     /// Invocations per workgroup of the route's shader.
     pub(crate) fn workgroup_invocations(self) -> u32 {
         match self {
-            LinearRoute::Q4Gemv
+            LinearRoute::Q4Q8Matvec
+            | LinearRoute::Q4Gemv
             | LinearRoute::Q4LinearM3
             | LinearRoute::Q4LinearSmallM
             | LinearRoute::Q4GemmF16
@@ -87,8 +97,12 @@ impl LinearRoute {
         match self {
             // The subgroup twin parks at least 32 vec4 totals (GeGLU pairs, K split; more
             // for other tunings, checked when built); the portable one reduces through four
-            // vec4 arrays of 256.
-            LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
+            // vec4 arrays of 256. The int8 route's activation chunk comes on top (checked
+            // when built).
+            LinearRoute::Q4Q8Matvec
+            | LinearRoute::Q4Gemv
+            | LinearRoute::Q4LinearM3
+            | LinearRoute::Q4LinearSmallM => {
                 if subgroup {
                     512
                 } else {
@@ -138,6 +152,9 @@ pub struct DeviceCaps {
     /// 16x16x16 f16 x f16 + f32 cooperative matrices are on (see
     /// [`GpuContext::has_coop_16x16_f16`]).
     pub coop_16x16_f16: bool,
+    /// The matvecs run int8 activations with integer dot products (see
+    /// [`GpuContext::activations`]).
+    pub int8_activations: bool,
 }
 
 impl DeviceCaps {
@@ -151,6 +168,7 @@ impl DeviceCaps {
             max_subgroup_size: ctx.info.subgroup_max_size,
             shader_f16: ctx.has(wgpu::Features::SHADER_F16) && ctx.gemm >= GemmCeiling::F16,
             coop_16x16_f16: ctx.has_coop_16x16_f16(),
+            int8_activations: ctx.activations() == Activations::Int8,
         }
     }
 }
@@ -204,6 +222,32 @@ pub fn q4_failed_guards(
         format!("group % 8 == 0 (found {group})"),
     );
     match route {
+        LinearRoute::Q4Q8Matvec => {
+            need(
+                caps.int8_activations,
+                "int8 activations (the context runs f32 activations: no native packed \
+                 integer dot product, or --activations f32)"
+                    .to_string(),
+            );
+            need((1..=9).contains(&m), format!("M in 1..=9 (found {m})"));
+            need(
+                k % 32 == 0,
+                format!("K % 32 == 0 for int8 blocks of 32 (found K = {k})"),
+            );
+            need(
+                group % 32 == 0,
+                format!("group % 32 == 0, one weight scale per block (found {group})"),
+            );
+            let bytes =
+                route.workgroup_storage(subgroup) as usize + super::int8::min_stage_bytes(m);
+            need(
+                caps.max_workgroup_storage as usize >= bytes,
+                format!(
+                    "{bytes} bytes of workgroup memory for {m} rows (found {})",
+                    caps.max_workgroup_storage
+                ),
+            );
+        }
         LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
             let (ok, want) = match route {
                 LinearRoute::Q4Gemv => (m == 1, "M == 1"),

@@ -18,6 +18,7 @@ fn caps(shader_f16: bool, coop: bool, subgroup: u32) -> DeviceCaps {
         max_subgroup_size: subgroup,
         shader_f16,
         coop_16x16_f16: coop,
+        int8_activations: false,
     }
 }
 

@@ -8,6 +8,7 @@ use half::f16;
 use proptest::prelude::*;
 
 mod gemm;
+mod int8;
 mod matvec_variants;
 mod registry;
 
@@ -173,6 +174,7 @@ fn caps() -> DeviceCaps {
         max_subgroup_size: 32,
         shader_f16: false,
         coop_16x16_f16: false,
+        int8_activations: false,
     }
 }
 
@@ -342,11 +344,19 @@ fn device_builds_the_expected_route() {
         (false, true) => LinearRoute::Q4GemmF16,
         (false, false) => LinearRoute::Q4Gemm,
     };
+    // Every matvec takes the int8 family where the context runs int8 activations.
+    let matvec = |route| {
+        if caps.int8_activations {
+            LinearRoute::Q4Q8Matvec
+        } else {
+            route
+        }
+    };
     for (m, route) in [
-        (1, LinearRoute::Q4Gemv),
-        (3, LinearRoute::Q4LinearM3),
-        (2, LinearRoute::Q4LinearSmallM),
-        (4, LinearRoute::Q4LinearSmallM),
+        (1, matvec(LinearRoute::Q4Gemv)),
+        (3, matvec(LinearRoute::Q4LinearM3)),
+        (2, matvec(LinearRoute::Q4LinearSmallM)),
+        (4, matvec(LinearRoute::Q4LinearSmallM)),
         (15, LinearRoute::Q4Gemm),
         (17, prefill),
     ] {
@@ -364,6 +374,7 @@ fn device_builds_the_expected_route() {
     let (x, y) = io(1, 64, 9);
     let portable = LinearOptions {
         portable: true,
+        activations: Some(Activations::F32),
         ..Default::default()
     };
     let lin = q4_linear_with(ctx, &x, &w, &y, &portable).unwrap();
@@ -376,6 +387,7 @@ fn device_builds_the_expected_route() {
     );
     let forced = LinearOptions {
         route: Some(LinearRoute::Q4Gemv),
+        activations: Some(Activations::F32),
         ..Default::default()
     };
     let e = q4_linear_with(ctx, &x, &w8, &y, &forced).unwrap_err();
@@ -600,13 +612,19 @@ fn k_split_only_where_the_grid_is_small() {
     assert_eq!(split(16, 1536, Epilogue::GegluPairs), 1);
 }
 
-/// The norm-prologue matvec (each mode, M = 1 and 3, subgroup and portable reductions)
-/// equals the separate RMSNorm kernel followed by the plain matvec, and its workgroup 0
-/// writes the updated residual the add kernel would: bit for bit with the portable
-/// reduction (its norms keep the RMSNorm kernels' tree), to rounding with the subgroup one
-/// (its norms add subgroup totals: workgroup_sum_sg.wgsli).
+/// The norm-prologue matvec (each mode, M = 1 and 3, subgroup and portable reductions, f32
+/// and int8 activations) equals the separate RMSNorm kernel followed by the plain matvec,
+/// and its workgroup 0 writes the updated residual the add kernel would: bit for bit with
+/// the portable reduction (its norms keep the RMSNorm kernels' tree), to rounding with the
+/// subgroup one (its norms add subgroup totals: workgroup_sum_sg.wgsli). With int8
+/// activations x of either way may round to the other side of a quantisation step.
 #[test]
 fn norm_prologue_equals_norm_kernel_then_matvec() {
+    norm_prologue_against_kernels(Activations::F32, 1e-5);
+    norm_prologue_against_kernels(Activations::Int8, 5e-3);
+}
+
+fn norm_prologue_against_kernels(activations: Activations, y_tolerance: f32) {
     use crate::gpu::{read_tensor_f32, run_kernels};
     use crate::ops::rmsnorm::{rmsnorm, rmsnorm_add, rmsnorm_add_norm, NextNorm};
     let ctx = test_context();
@@ -648,6 +666,7 @@ fn norm_prologue_equals_norm_kernel_then_matvec() {
                 };
                 let options = LinearOptions {
                     portable,
+                    activations: Some(activations),
                     ..LinearOptions::default()
                 };
                 if !q4_norm_prologue_available(ctx, m, &w, Epilogue::None) {
@@ -690,13 +709,16 @@ fn norm_prologue_equals_norm_kernel_then_matvec() {
                 run_kernels(ctx, &[norm]);
                 run_kernels(ctx, plain.kernels());
                 let (y_plain, h_plain) = (read(&y), read(&h));
-                let what = format!("{mode:?} M={m} portable={portable}");
+                let what = format!("{mode:?} M={m} portable={portable} {activations:?}");
+                let int8 = activations == Activations::Int8;
+                assert_eq!(fused.route() == LinearRoute::Q4Q8Matvec, int8, "{what}");
+                assert_eq!(plain.route() == LinearRoute::Q4Q8Matvec, int8, "{what}");
                 let diff = y_fused
                     .iter()
                     .zip(&y_plain)
                     .fold(0.0f32, |d, (a, b)| d.max((a - b).abs()));
                 let scale_y = y_plain.iter().fold(1.0f32, |s, v| s.max(v.abs()));
-                assert!(diff <= 1e-5 * scale_y, "{what}: y max |diff| {diff}");
+                assert!(diff <= y_tolerance * scale_y, "{what}: y max |diff| {diff}");
                 if adds {
                     if subgroup_sums {
                         let scale_r = h_plain.iter().fold(1.0f32, |s, v| s.max(v.abs()));

@@ -1,14 +1,17 @@
 //! Harness cases of the linear op: every route over random shapes, forced chunk splits,
-//! and the E2B shapes for benchmarks.
+//! and the E2B shapes for benchmarks (the int8 family's own cases: [`int8`]).
+
+mod int8;
+pub use int8::int8_check_cases;
 
 use super::quant::{quantize_q4, Q4Host, Q4Weight};
-use super::reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16, tolerance};
+use super::reference::{linear_ref, q4_linear_ref, q4_linear_ref_f16, q4q8_linear_ref, tolerance};
 use super::{
     dense_linear, q4_linear_fused_with, q4_linear_with, Epilogue, LinearOptions, LinearRoute,
     MatvecTuning, Reduction,
 };
 use crate::error::{Error, Result};
-use crate::gpu::{DType, GpuContext, Tensor};
+use crate::gpu::{Activations, DType, GpuContext, Tensor};
 use crate::harness::Check;
 use crate::harness::{Expected, OpCase, Prepared, Rng, Values};
 use crate::ops::geglu::gelu_tanh_ref;
@@ -164,10 +167,17 @@ impl OpCase for Q4LinearCase {
                 offset: other_offset,
             },
         };
+        // A matvec case runs its family's activations whatever the context's default.
+        let activations = match self.route {
+            LinearRoute::Q4Q8Matvec => Some(Activations::Int8),
+            r if r.is_matvec() => Some(Activations::F32),
+            _ => None,
+        };
         let options = LinearOptions {
             route: self.force.then_some(self.route),
             portable: self.portable,
             tuning: self.tuning,
+            activations,
         };
         let mut kernels = Vec::new();
         let mut bytes_moved = 0;
@@ -199,11 +209,16 @@ impl OpCase for Q4LinearCase {
         }
         let (linear, bound) = match self.route {
             LinearRoute::Q4GemmCoop => q4_linear_ref_f16(&x, self.m, &host),
+            LinearRoute::Q4Q8Matvec => q4q8_linear_ref(&x, self.m, &host),
             _ => q4_linear_ref(&x, self.m, &host),
         };
         let n = self.n;
+        let linear_check = match self.route {
+            LinearRoute::Q4Q8Matvec => int8::tolerance(self.k, bound, &host),
+            _ => tolerance(self.k, bound),
+        };
         let (reference, check) = match self.epilogue {
-            CaseEpilogue::None => (linear, tolerance(self.k, bound)),
+            CaseEpilogue::None => (linear, linear_check),
             CaseEpilogue::GegluPairs => (
                 linear
                     .chunks(n)
@@ -299,7 +314,7 @@ impl OpCase for DenseLinearCase {
     }
 }
 
-fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
+pub(super) fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
     Box::new(case)
 }
 
@@ -311,6 +326,7 @@ fn boxed(case: Q4LinearCase) -> Box<dyn OpCase> {
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut cases = route_cases(rng);
     cases.extend(matvec_cases(rng));
+    cases.extend(int8::random_cases(rng));
     for f16 in [false, true] {
         cases.push(Box::new(DenseLinearCase {
             m: rng.random_range(1..=9),
@@ -323,17 +339,17 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 }
 
 /// A Q4 group size of the model's routes.
-fn random_group(rng: &mut Rng) -> usize {
+pub(super) fn random_group(rng: &mut Rng) -> usize {
     [32, 64, 128][rng.random_range(0..3)]
 }
 
 /// A K of whole groups `g`, up to 512.
-fn random_k(rng: &mut Rng, g: usize) -> usize {
+pub(super) fn random_k(rng: &mut Rng, g: usize) -> usize {
     g * rng.random_range(1..=(512 / g))
 }
 
 /// An odd N in `lo..hi` (odd Ns leave partial row quads).
-fn random_odd_n(rng: &mut Rng, lo: usize, hi: usize) -> usize {
+pub(super) fn random_odd_n(rng: &mut Rng, lo: usize, hi: usize) -> usize {
     rng.random_range(lo..hi) | 1
 }
 
@@ -497,7 +513,7 @@ fn matvec_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 
 /// A matvec geometry valid for every shape (a split of at most 4 leaves a quad per
 /// workgroup at 8 lanes).
-fn random_tuning(rng: &mut Rng) -> MatvecTuning {
+pub(super) fn random_tuning(rng: &mut Rng) -> MatvecTuning {
     MatvecTuning {
         rows: [1, 2, 4][rng.random_range(0..3)],
         lanes: [8, 16, 32][rng.random_range(0..3)],
@@ -509,12 +525,18 @@ fn random_tuning(rng: &mut Rng) -> MatvecTuning {
 /// Weight copies so that one run reads more than ~200 MB (the H200's L2 is 50 MB): up to
 /// 1024, so that even the per-layer input shapes (~220 KB) come from HBM as in a decode
 /// step (at 128 copies they fit in L2).
-fn copies_for(n: usize, k: usize, group: usize) -> usize {
+pub(super) fn copies_for(n: usize, k: usize, group: usize) -> usize {
     let bytes = n * k / 2 + n * (k / group) * 2;
     200_000_000usize.div_ceil(bytes).clamp(1, 1024)
 }
 
-fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) -> Box<dyn OpCase> {
+pub(super) fn e2b_case(
+    m: usize,
+    k: usize,
+    n: usize,
+    route: LinearRoute,
+    portable: bool,
+) -> Box<dyn OpCase> {
     let mut c = Q4LinearCase::new(m, n, k, 32, route);
     c.portable = portable;
     // A GEMM route is measured as named, not as the device's first choice.
@@ -524,6 +546,26 @@ fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) ->
     boxed(c)
 }
 
+/// Every matvec of an E2B decode token (K, N): gate_up (narrow and double-wide MLP), down, q,
+/// k / v and o (sliding and global layers), the per-layer input gate and projection, the
+/// per-layer model projection, the LM head; and gate or up alone.
+pub(super) const E2B_SHAPES: [(usize, usize); 14] = [
+    (1536, 6144),
+    (1536, 12288),
+    (1536, 24576),
+    (6144, 1536),
+    (12288, 1536),
+    (1536, 2048),
+    (1536, 4096),
+    (1536, 256),
+    (1536, 512),
+    (2048, 1536),
+    (4096, 1536),
+    (256, 1536),
+    (1536, 8960),
+    (1536, 262144),
+];
+
 /// The E2B linear shapes (K -> N), group 32: every matvec M (1..=9) on all with the
 /// adapter table's geometry, M = 1 with other geometries (`@rRlLsS[u]`: rows and lanes
 /// per quad, K split, K fixed at build time), prefill (M = 128) on two, the portable
@@ -531,27 +573,8 @@ fn e2b_case(m: usize, k: usize, n: usize, route: LinearRoute, portable: bool) ->
 /// Us/run covers all copies.
 pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     use LinearRoute::*;
-    // Every matvec of an E2B decode token: gate_up (narrow and double-wide MLP), down, q,
-    // k / v and o (sliding and global layers), the per-layer input gate and projection,
-    // the per-layer model projection, the LM head; and gate or up alone.
-    const SHAPES: [(usize, usize); 14] = [
-        (1536, 6144),
-        (1536, 12288),
-        (1536, 24576),
-        (6144, 1536),
-        (12288, 1536),
-        (1536, 2048),
-        (1536, 4096),
-        (1536, 256),
-        (1536, 512),
-        (2048, 1536),
-        (4096, 1536),
-        (256, 1536),
-        (1536, 8960),
-        (1536, 262144),
-    ];
     let mut cases = Vec::new();
-    for (k, n) in SHAPES {
+    for (k, n) in E2B_SHAPES {
         for m in 1..=9 {
             let route = match m {
                 1 => Q4Gemv,
@@ -559,11 +582,13 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
                 _ => Q4LinearSmallM,
             };
             cases.push(e2b_case(m, k, n, route, false));
+            // The int8 family beside the f32 one at every M (routes decided from these).
+            cases.push(e2b_case(m, k, n, Q4Q8Matvec, false));
         }
     }
     // M = 1 with other geometries around the table's: rows per quad 1, 2, 4 with lanes
     // 16 or 32 and every split that leaves each lane at least half a step.
-    for (k, n) in SHAPES {
+    for (k, n) in E2B_SHAPES {
         for rows in [1, 2, 4] {
             for lanes in [32, 16] {
                 for ksplit in [1, 2, 4, 8] {
@@ -584,6 +609,7 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
             }
         }
     }
+    cases.extend(int8::int8_bench_cases());
     cases.push(e2b_case(1, 1536, 6144, Q4Gemv, true));
     cases.push(e2b_case(1, 1536, 262144, Q4Gemv, true));
     cases.push(e2b_case(128, 1536, 6144, Q4Gemm, false));

@@ -1,6 +1,15 @@
 //! Repeated measurements and what they can say: mean ± standard deviation (`bench`, as
-//! llama-bench prints), median and range (`demo`), and whether two figures differ by more
-//! than their spread.
+//! llama-bench prints), median and range (`demo`), whether two figures differ by more
+//! than their spread, and the warm-up that precedes the timed runs.
+
+use web_time::{Duration, Instant};
+
+/// How long a test's warm-up runs at least. A GPU that idled while the model loaded runs
+/// at low clocks until it has been busy for a while: on the H100, pp512 after a single
+/// warm-up run measured 9,197 ± 5,249 t/s (one slow run of three) and 11,982 ± 279 when
+/// the clocks were already up. Repeating the warm-up for this long makes the first
+/// process's figures those of the next ones.
+pub const WARM_UP: Duration = Duration::from_millis(1500);
 
 /// The values of one quantity (tokens/s) over repeated timed runs.
 #[derive(Debug, Clone, Default)]
@@ -133,6 +142,70 @@ impl Comparison {
     }
 }
 
+/// One row of a bench table: a test and its timed runs.
+pub struct TestRow {
+    pub test: String,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub tokens_per_s: Samples,
+    /// Against the plain decode test (speculative rows).
+    pub vs_tg: Option<Comparison>,
+}
+
+impl TestRow {
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = self.tokens_per_s.json();
+        v["test"] = self.test.clone().into();
+        v["n_prompt"] = self.n_prompt.into();
+        v["n_gen"] = self.n_gen.into();
+        if let Some(c) = &self.vs_tg {
+            v["speedup"] = c.ratio.into();
+            v["measurable"] = c.measurable.into();
+        }
+        v
+    }
+}
+
+/// A test's runs as the bench takes them: one warm-up run, repeated until [`WARM_UP`] has
+/// passed, then `repetitions` timed runs. The caller runs while [`TimedRuns::wanted`] and
+/// hands each run's tokens/s to [`TimedRuns::record`] (a loop that works whether a run
+/// is awaited or blocked on).
+pub struct TimedRuns {
+    repetitions: usize,
+    start: Instant,
+    warming: bool,
+    samples: Samples,
+}
+
+impl TimedRuns {
+    pub fn new(repetitions: usize) -> TimedRuns {
+        TimedRuns {
+            repetitions,
+            start: Instant::now(),
+            warming: true,
+            samples: Samples::default(),
+        }
+    }
+
+    /// Whether another run is due.
+    pub fn wanted(&self) -> bool {
+        self.warming || self.samples.values.len() < self.repetitions
+    }
+
+    /// The tokens/s of the run just done (a warm-up run's is dropped).
+    pub fn record(&mut self, tokens_per_s: f64) {
+        if self.warming {
+            self.warming = self.start.elapsed() < WARM_UP;
+        } else {
+            self.samples.push(tokens_per_s);
+        }
+    }
+
+    pub fn samples(self) -> Samples {
+        self.samples
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +247,18 @@ mod tests {
         let c = compare(&s(&[100.0]), &s(&[150.0]));
         assert!(!c.measurable && c.single);
         assert!(c.describe().contains("no spread"), "{c:?}");
+    }
+
+    #[test]
+    fn timed_runs_keep_only_the_runs_after_the_warm_up() {
+        let mut runs = TimedRuns::new(3);
+        let mut n = 0.0;
+        while runs.wanted() {
+            n += 1.0;
+            runs.record(n);
+            // From the second run on, the warm-up has lasted WARM_UP: it ends after that run.
+            runs.start -= WARM_UP;
+        }
+        assert_eq!(runs.samples().values, vec![3.0, 4.0, 5.0]);
     }
 }

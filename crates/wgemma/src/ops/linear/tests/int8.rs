@@ -1,0 +1,137 @@
+//! The int8 matvec family: route choice, exact integer sums on the GPU, and the size of the
+//! activation rounding.
+
+use super::*;
+use crate::gpu::{read_tensor_f32, run_kernels};
+
+fn int8_caps() -> DeviceCaps {
+    DeviceCaps {
+        subgroups: true,
+        int8_activations: true,
+        ..caps()
+    }
+}
+
+#[test]
+fn int8_route_takes_every_matvec_it_can() {
+    let c = int8_caps();
+    for m in 1..=9 {
+        assert_eq!(choose(m, 1536, 32, &c).unwrap(), LinearRoute::Q4Q8Matvec);
+        assert_eq!(choose(m, 1536, 128, &c).unwrap(), LinearRoute::Q4Q8Matvec);
+    }
+    // Groups below 32 (one scale per packed word), K % 32 != 0 and M >= 10 keep their
+    // f32 routes.
+    assert_eq!(choose(1, 1536, 16, &c).unwrap(), LinearRoute::Q4Gemv);
+    assert_eq!(choose(3, 40, 8, &c).unwrap(), LinearRoute::Q4Gemm);
+    assert_eq!(choose(12, 1536, 32, &c).unwrap(), LinearRoute::Q4Gemm);
+    // Too little workgroup memory for one chunk of 9 rows: the f32 matvec.
+    let small = DeviceCaps {
+        max_workgroup_storage: 8192,
+        ..int8_caps()
+    };
+    assert_eq!(
+        choose(1, 1536, 32, &small).unwrap(),
+        LinearRoute::Q4Q8Matvec
+    );
+    assert_eq!(
+        choose(9, 1536, 32, &small).unwrap(),
+        LinearRoute::Q4LinearSmallM
+    );
+    // Forced on an f32 context, the guard says why.
+    let e = choose_q4_route(
+        Q4Shape {
+            m: 1,
+            k: 64,
+            group: 32,
+        },
+        &caps(),
+        false,
+        Some(LinearRoute::Q4Q8Matvec),
+        String::new,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("q4q8_matvec: int8 activations"),
+        "{e}"
+    );
+}
+
+/// Integer activations with a +-127 in every block (d = 1) and weights of scale 1: every
+/// term is an integer below 2^24, so the GPU's y equals the exact sum whatever its order.
+/// A mistake in the nibble/byte pairing, the offset 8 sum or a chunk boundary changes it.
+#[test]
+fn integer_sums_are_exact() {
+    let ctx = test_context();
+    for (m, k, n, portable) in [
+        (1, 1536, 40, false),
+        (3, 1536, 33, true),
+        (8, 6144, 17, false),
+        (5, 12288, 9, true),
+    ] {
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| {
+                if i % 32 == 5 {
+                    7.0
+                } else {
+                    ((i * 37) % 15) as f32 - 7.0
+                }
+            })
+            .collect();
+        let host = quantize_q4(&w, n, k, 32).unwrap();
+        assert!((0..n).all(|r| (0..k / 32).all(|j| host.scale(r, j) == 1.0)));
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| {
+                if i % 32 == 11 {
+                    -127.0
+                } else {
+                    ((i * 53) % 255) as f32 - 127.0
+                }
+            })
+            .collect();
+        let wt = Q4Weight::upload(ctx, &host).unwrap();
+        let tx = Tensor::from_f32(ctx, "x", &[m, k], &x).unwrap();
+        let ty = Tensor::zeros(ctx, "y", &[m, n], DType::F32).unwrap();
+        let options = LinearOptions {
+            portable,
+            activations: Some(Activations::Int8),
+            ..Default::default()
+        };
+        let lin = q4_linear_with(ctx, &tx, &wt, &ty, &options).unwrap();
+        assert_eq!(lin.route(), LinearRoute::Q4Q8Matvec);
+        run_kernels(ctx, lin.kernels());
+        let y = pollster::block_on(read_tensor_f32(ctx, &ty)).unwrap();
+        let exact: Vec<f32> = (0..m)
+            .flat_map(|mi| {
+                let (x, w) = (&x, &w);
+                (0..n).map(move |r| {
+                    (0..k)
+                        .map(|kk| x[mi * k + kk] as i64 * w[r * k + kk] as i64)
+                        .sum::<i64>() as f32
+                })
+            })
+            .collect();
+        assert_eq!(y, exact, "M = {m}, K = {k}, portable = {portable}");
+    }
+}
+
+/// The int8 rounding of activations moves a Q4 product by well under 1% of its magnitude
+/// (per block: half a step of max|x| / 127), and is zero for activations already on the
+/// int8 grid.
+#[test]
+fn activation_rounding_is_small() {
+    let (n, k) = (64, 1536);
+    let w: Vec<f32> = (0..n * k)
+        .map(|i| (((i * 7919) % 23) as f32 - 11.0) * 0.01)
+        .collect();
+    let host = quantize_q4(&w, n, k, 32).unwrap();
+    let x: Vec<f32> = (0..k)
+        .map(|i| ((i * 13 % 101) as f32 - 50.0) * 0.013)
+        .collect();
+    let (y32, bound) = q4_linear_ref(&x, 1, &host);
+    let (y8, _) = q4q8_linear_ref(&x, 1, &host);
+    let worst = y32
+        .iter()
+        .zip(&y8)
+        .fold(0.0f64, |d, (a, b)| d.max((a - b).abs() as f64));
+    assert!(worst > 0.0 && worst < 5e-3 * bound, "{worst} vs {bound}");
+}
