@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""File-level import graph of the wgemma library: prints its import circles and the arrows
-that point up the layer order (issue 27: the layout should show the layers, and no file may
-use a higher layer or sit on a circle).
+"""File-level import graph of one of wgemma's crates (the library by default): prints its
+import circles and the arrows that point up its layer order (the layout shows the layers,
+and no file may use a higher layer or sit on a circle).
 
     python3 tools/imports/graph.py [--src crates/wgemma/src] [--edges]
 
@@ -9,19 +9,29 @@ It reads `crate::`, `super::` and `self::` paths in every .rs file (comments and
 literals skipped; `{...}` groups expanded) and resolves each to the file that defines the
 item. Re-exports (`pub use`) are followed to the file that defines the item, so a path
 through a folder's mod.rs counts as an arrow to the real file; a `pub use` itself is no
-arrow. `mod x;` declarations are no arrows either. An arrow between two folders counts as
-upward when the target's layer comes later in LAYERS than the source's. Exit status 1 when
-it finds a circle or an upward arrow, so CI can hold the line.
+arrow. `mod x;` declarations are no arrows either. An arrow between two top-level folders
+(or files) counts as upward when the target's layer comes later in the crate's LAYERS than
+the source's. Exit status 1 when it finds a circle or an upward arrow, so CI can hold the
+line (tools/imports/check.py runs it over every crate).
 """
 import argparse
 import os
 import re
 import sys
 
-# The library's layers, bottom up (lib.rs and docs/ARCHITECTURE.md list them the same way).
-# A file may use its own layer and the layers before it.
-LAYERS = ["error", "gpu", "harness", "ops", "weights", "model", "text", "formats", "generate",
-          "session"]
+# Each crate's layers, bottom up: the top-level folders and files of its src. A file may use
+# its own layer and the layers before it; one not listed (lib.rs, main.rs) may use any.
+# The library's are listed the same way in lib.rs and docs/ARCHITECTURE.md.
+LAYERS_BY_CRATE = {
+    "wgemma": ["error", "gpu", "harness", "ops", "weights", "model", "text", "formats",
+               "generate", "session"],
+    # The protocol knows no transport; the HTTP layer no handler; the handlers no router.
+    "wgemma-server": ["error", "metrics", "openai", "http", "worker", "app", "handlers",
+                      "routes", "fuzzing"],
+    "wgemma-cli": ["signals", "timing", "progress", "files", "load", "args", "commands"],
+    "wgemma-web": [],
+}
+LAYERS = LAYERS_BY_CRATE["wgemma"]
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
@@ -209,10 +219,23 @@ class Crate:
         return out
 
 
-def layer_of(f):
+def layer_of(f, layers=None):
+    layers = LAYERS if layers is None else layers
     top = f.split("/")[0]
     top = top[:-3] if top.endswith(".rs") else top
-    return LAYERS.index(top) if top in LAYERS else -1
+    return layers.index(top) if top in layers else -1
+
+
+def layers_of(src):
+    """The layer list of the crate whose src folder is `src` (crates/<name>/src)."""
+    name = os.path.basename(os.path.dirname(os.path.abspath(src)))
+    return LAYERS_BY_CRATE.get(name, [])
+
+
+def upward(edges, layers):
+    """Arrows from a file to a later layer than its own."""
+    return [(a, b) for a in sorted(edges) for b in sorted(edges[a])
+            if layer_of(a, layers) >= 0 and layer_of(b, layers) > layer_of(a, layers)]
 
 
 def circles(edges):
@@ -267,8 +290,7 @@ def main():
         print(f"  {len(comp)} files: " + ", ".join(comp))
         for e in inner:
             print(f"    {e}")
-    up = [(a, b) for a in sorted(edges) for b in sorted(edges[a])
-          if layer_of(a) >= 0 and layer_of(b) > layer_of(a)]
+    up = upward(edges, layers_of(args.src))
     print(f"upward arrows: {len(up)}")
     for a, b in up:
         print(f"  {a} -> {b}")

@@ -6,9 +6,11 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::io::{IsTerminal as _, Read};
 use std::path::{Path, PathBuf};
-use wgemma::session::engine::{
-    parse_prompt_ids, ModelOptions, SamplingParams, WeightFormat, MAX_DRAFT_TOKENS,
-};
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
+use wgemma::model::target::ModelOptions;
+use wgemma::model::weights::WeightFormat;
+use wgemma::text::tokenizer::parse_prompt_ids;
 
 /// Rows per prefill forward unless `--prefill-chunk` says otherwise (or `--context` is
 /// smaller): every command that prefills uses it, `bench` included.

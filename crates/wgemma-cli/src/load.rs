@@ -9,7 +9,10 @@ use anyhow::Result;
 use std::path::Path;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::{Assistant, KvState, Model, ModelOptions, WeightFormat};
+use wgemma::model::assistant::Assistant;
+use wgemma::model::state::KvState;
+use wgemma::model::target::{Model, ModelOptions};
+use wgemma::model::weights::WeightFormat;
 use wgemma::session::{
     load_assistant as load_assistant_from, load_target, AssistantFrom, CheckpointSource, Label,
     LoadHooks, LoadSource, LoadedTarget, PlaceFn, Session, Step,

@@ -53,6 +53,7 @@ enum Command {
     Chat(chat::ChatArgs),
     /// Prefill, decode and speculative speed, as llama-bench measures them (warm-up, -r
     /// runs, mean ± sd), on a model or a synthetic one of real shapes.
+    #[command(after_long_help = bench::LAB_SWITCHES)]
     Bench(bench::BenchArgs),
     /// The trained pair shipped in models/: streamed text, then plain vs MTP speculative
     /// decoding timed warmed up, outputs checked identical (no download).

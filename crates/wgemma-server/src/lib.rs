@@ -42,7 +42,8 @@ use anyhow::{bail, Context as _, Result};
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
-use wgemma::session::engine::{MAX_DRAFT_TOKENS, MAX_SEQUENCES};
+use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
+use wgemma::ops::attention::MAX_SEQUENCES;
 use wgemma::session::Session;
 
 /// How to serve: the address, the batch and queue sizes, the key and the guard's options.

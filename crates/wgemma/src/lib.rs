@@ -16,6 +16,15 @@
 //! - [`generate`]: plain and speculative generation, sampling.
 //! - [`session`]: the front door (load, chat templates, stop ids and strings, plain and
 //!   speculative generation with streaming, stats) that the CLI, browser and server use.
+//!
+//! The public surface: an application drives [`session::Session`]. A driver that measures
+//! or serves below it (the CLI's benches and demo, the server) names the layer that
+//! defines each type: [`model::state::KvState`], [`model::target::Model`],
+//! [`model::assistant::Assistant`] and [`model::PlanOptions`] for forwards and plans;
+//! [`generate::plain`], [`generate::sampling`] and [`generate::speculative`] for the
+//! generation loops; [`text::tokenizer::Tokenizer`] and [`text::tools`] for text and tool
+//! calls; [`gpu`] for the context. The op harness (`ops::random_cases`,
+//! `harness::check` and `harness::perf`) is there with the `harness` feature.
 
 pub mod error;
 pub mod formats;

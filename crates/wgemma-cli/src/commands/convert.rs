@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use wgemma::formats::artifact::{convert, ConvertInput, ConvertWeights, SourceFile};
 use wgemma::formats::gguf::GgufFile;
 use wgemma::formats::hf::Checkpoint;
-use wgemma::session::engine::WeightFormat;
+use wgemma::model::weights::WeightFormat;
 
 #[derive(Args)]
 pub struct ConvertArgs {

@@ -17,14 +17,21 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use wgemma::formats::synthetic::SyntheticShape;
-use wgemma::gpu::GpuContext;
-use wgemma::session::bench::timing::{compare, Samples};
-use wgemma::session::engine::{
-    generate, generate_speculative, Assistant, DraftSchedule, GenerateOptions, GenerateStats,
-    KvState, LogitRows, ModelOptions, SamplingParams, SpeculativeOptions, SpeculativeOutput,
-    SpeculativeStats, Tokenizer, WeightFormat, MAX_DRAFT_TOKENS,
+use wgemma::generate::plain::{generate, GenerateOptions, GenerateStats};
+use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::speculative::{
+    generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput, SpeculativeStats,
+    MAX_DRAFT_TOKENS,
 };
+use wgemma::gpu::GpuContext;
+use wgemma::model::assistant::Assistant;
+use wgemma::model::forward::LogitRows;
+use wgemma::model::state::KvState;
+use wgemma::model::target::ModelOptions;
+use wgemma::model::weights::WeightFormat;
+use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::{load_target, AssistantFrom, LoadHooks, LoadSource, Step};
+use wgemma::text::tokenizer::Tokenizer;
 
 /// The shipped pair, found from the source tree (`./dev run`, `cargo run`).
 pub const SHIPPED_PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kjv-pair.wgemma");

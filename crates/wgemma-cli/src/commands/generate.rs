@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use std::io::Write as _;
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::Want;
+use wgemma::model::target::Want;
 use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
 
 #[derive(Args)]

@@ -2,7 +2,8 @@
 
 use clap::{Args, ValueEnum};
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::op_checks::{self, rng};
+use wgemma::harness::{self, rng};
+use wgemma::ops;
 
 #[derive(Args)]
 pub struct OpsArgs {
@@ -38,16 +39,16 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
     let cases: Vec<_> = match args.mode {
         Mode::Check => {
             let mut rng = rng(args.seed);
-            let mut cases = op_checks::random_cases(&mut rng);
+            let mut cases = ops::random_cases(&mut rng);
             // The f16 and tensor-core prefill GEMMs where this device has them.
-            let caps = op_checks::DeviceCaps::of(&ctx);
-            cases.extend(op_checks::prefill_cases(&caps, &mut rng));
+            let caps = ops::linear::DeviceCaps::of(&ctx);
+            cases.extend(ops::linear::prefill_cases(&caps, &mut rng));
             // Prefill attention at E2B shapes (the tensor-core route where the device has it).
-            cases.extend(op_checks::prefill_check_cases());
-            cases.extend(op_checks::int8_check_cases());
+            cases.extend(ops::attention::prefill_check_cases());
+            cases.extend(ops::linear::int8_check_cases());
             cases
         }
-        Mode::Bench => op_checks::bench_cases(),
+        Mode::Bench => ops::bench_cases(),
     }
     .into_iter()
     .filter(|c| {
@@ -63,7 +64,7 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
     for case in &cases {
         match args.mode {
             Mode::Check => {
-                let report = pollster::block_on(op_checks::check(&ctx, case.as_ref(), args.seed))?;
+                let report = pollster::block_on(harness::check(&ctx, case.as_ref(), args.seed))?;
                 failed += usize::from(!report.pass());
                 if args.json {
                     println!("{}", serde_json::to_string(&report)?);
@@ -72,7 +73,7 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
                 }
             }
             Mode::Bench => {
-                let report = match op_checks::perf(&ctx, case.as_ref(), args.runs) {
+                let report = match harness::perf(&ctx, case.as_ref(), args.runs) {
                     // A forced route this device lacks (e.g. the tensor-core GEMM).
                     Err(e @ wgemma::Error::NoRoute { .. }) => {
                         eprintln!("skipped {}: {e}", case.name());

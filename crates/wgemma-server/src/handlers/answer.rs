@@ -7,9 +7,10 @@
 use crate::app::{unix_now, App, Logged, REQUEST_ID};
 use crate::error::{clip, ApiError};
 use crate::handlers::prompt;
-use crate::openai::request::{Parsed, Sampling};
+use crate::openai::request::Parsed;
 use crate::openai::response::AnswerHeader;
 use crate::openai::response::{self, Endpoint, TokenLogprob};
+use crate::openai::sampling::Sampling;
 use crate::openai::structured::{GrammarConstraint, ResponseFormat};
 use crate::openai::tool_stream::{self, ToolStream};
 use crate::openai::tools;

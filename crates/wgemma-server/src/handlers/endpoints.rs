@@ -18,9 +18,9 @@
 use crate::app::App;
 use crate::error::{kind_of, ApiError};
 use crate::handlers::prompt::{check_message_count, check_text_bytes, tokenizer_turn};
-use crate::openai::request;
 use crate::openai::response::SYSTEM_FINGERPRINT;
 use crate::openai::tools::ToolRequest;
+use crate::openai::{body, request};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -29,11 +29,11 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use wgemma::session::engine::Tokenizer;
+use wgemma::text::tokenizer::Tokenizer;
 
 /// The body as `T`, refusing unknown fields by name.
 fn body_of<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
-    let map = request::parse_body(body)?;
+    let map = body::parse_body(body)?;
     serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
         let path = e.path().to_string();
         let param = path.split(['.', '[']).next().unwrap_or("").to_string();
@@ -146,7 +146,7 @@ pub async fn apply_template(
     let checked = (|| {
         app.authorize(&headers)?;
         let ready = app.ready()?;
-        let map = request::parse_body(&body)?;
+        let map = body::parse_body(&body)?;
         if let Some((key, value)) = map.iter().find(|(k, _)| {
             !matches!(
                 k.as_str(),

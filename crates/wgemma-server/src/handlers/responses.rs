@@ -7,7 +7,8 @@
 use crate::app::App;
 use crate::error::ApiError;
 use crate::handlers::answer;
-use crate::openai::request::{self, parse_body};
+use crate::openai::body::parse_body;
+use crate::openai::request;
 use crate::openai::response::Endpoint;
 use crate::openai::responses::{response_of, EventStream};
 use crate::openai::responses_request::chat_request;

@@ -18,8 +18,8 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use wgemma::session::engine::Tokenizer;
 use wgemma::session::TokenConstraint;
+use wgemma::text::tokenizer::Tokenizer;
 
 /// Compiled grammars kept at most (a server that sees more distinct schemas compiles again).
 const CACHED_GRAMMARS: usize = 64;
@@ -495,9 +495,9 @@ mod tests {
 
     #[test]
     fn forced_tool_calls_follow_the_argument_schemas() {
-        use wgemma::session::engine::parse_reply;
-        use wgemma::session::engine::tool_call_grammar;
         use wgemma::session::ToolDeclaration;
+        use wgemma::text::tool_grammar::tool_call_grammar;
+        use wgemma::text::tools::parse_reply;
         let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
         let weather = ToolDeclaration::new(
             "get_weather",

@@ -3,7 +3,8 @@
 
 use super::tools::{call_id, call_json};
 use serde_json::{json, Value};
-use wgemma::session::engine::{PartialCall, ReplyPiece, ToolCallParser};
+use wgemma::text::tool_json::PartialCall;
+use wgemma::text::tools::{ReplyPiece, ToolCallParser};
 
 /// A stream chunk carrying one `tool_calls` delta.
 pub fn tool_calls_chunk(id: &str, created: u64, model: &str, delta: Value) -> Value {
@@ -17,7 +18,7 @@ pub fn tool_calls_chunk(id: &str, created: u64, model: &str, delta: Value) -> Va
 /// A streamed reply split into text deltas and call deltas as it arrives, as OpenAI streams
 /// calls: a call's first delta (its `index`, `id`, `type` and name, arguments "") once its
 /// name is whole, then its arguments' JSON text in fragments as they are decoded
-/// ([`wgemma::session::engine::partial_call`]), which add up to the whole call's arguments.
+/// ([`wgemma::text::tool_json::partial_call`]), which add up to the whole call's arguments.
 #[derive(Debug, Default)]
 pub struct ToolStream {
     parser: ToolCallParser,

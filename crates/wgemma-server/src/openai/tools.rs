@@ -9,10 +9,9 @@
 
 use crate::error::{check_keys, clip, kind_of, ApiError};
 use serde_json::{json, Map, Value};
-use wgemma::session::engine::{
-    parse_cut_reply, parse_reply, tool_call_grammar, tool_calls_or_answer_grammar,
-};
 use wgemma::session::{ChatMessage, ToolCall, ToolDeclaration, ToolResponse};
+use wgemma::text::tool_grammar::{tool_call_grammar, tool_calls_or_answer_grammar};
+use wgemma::text::tools::{parse_cut_reply, parse_reply};
 
 /// What `tool_choice` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

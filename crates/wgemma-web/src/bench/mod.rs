@@ -14,13 +14,14 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{GpuContext, GpuErrors};
+use wgemma::model::assistant::Assistant;
+use wgemma::model::state::KvState;
 use wgemma::session::bench::drafted::{drafted_runs, DraftedRuns, RunsAtRate};
 use wgemma::session::bench::timing::{compare, Samples, TestRow, TimedRuns};
 use wgemma::session::bench::{
     assistant_shape, bench_tokens, decode_run, forward_ms, gemm_family, oracle_rounds, prefill_run,
     DecodeRun,
 };
-use wgemma::session::engine::{Assistant, KvState};
 use wgemma::session::{load_assistant, load_target, AssistantFrom, LoadHooks, LoadSource};
 
 /// Runs `wgemma bench`'s tests on a synthetic model (`options.synthetic`) or on the model

@@ -4,7 +4,9 @@
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 use wgemma::formats::synthetic::SyntheticShape;
-use wgemma::session::engine::{ModelOptions, WeightFormat, MAX_DRAFT_TOKENS};
+use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
+use wgemma::model::target::ModelOptions;
+use wgemma::model::weights::WeightFormat;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_BENCH: &str = r#"

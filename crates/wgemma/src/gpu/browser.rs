@@ -2,12 +2,11 @@
 //! ([`super::ContextOptions::webgpu_limits`]): the WebGPU features Chrome exposes and the
 //! limits after its tiering. Chrome (Dawn) does not pass an adapter's limits through: it
 //! rounds each down to the best of a few tiers, so that a page cannot fingerprint the GPU,
-//! and it exposes no cooperative matrices and no coherent storage (no `@coherent` kernels,
-//! nor the routes that need one to skip a dispatch).
+//! and it exposes no cooperative matrices (no tensor-core routes).
 
 /// The optional features wgemma uses that Chrome grants a page (`shader-f16`, `subgroups`,
-/// `timestamp-query`); timestamps inside passes or encoders, coherent storage and
-/// cooperative matrices are native only.
+/// `timestamp-query`); timestamps inside passes or encoders and cooperative matrices are
+/// native only.
 pub const BROWSER_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY);

@@ -11,16 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Optional features wgemma uses when the adapter has them; every kernel has a path without.
-/// `MEMORY_DECORATION_COHERENT` is used by no kernel on main since the one-dispatch decode
-/// attention left (2026-12-06); it stays requested because every figure since was measured
-/// with it on (it may turn on the driver's memory model), and the in-kernel grid barriers of
-/// issue 26's persistent-kernel experiment need it.
+/// Only features some kernel or the profiler uses are requested: a device asks the driver
+/// for no more than it needs.
 pub const OPTIONAL_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY)
     .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES)
-    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS)
-    .union(wgpu::Features::MEMORY_DECORATION_COHERENT);
+    .union(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
 
 /// Which GEMM family the Q4 prefill routes may use at most (a ceiling: a device without
 /// the feature falls further down on its own). Benchmarks lower it to measure the portable
@@ -186,8 +183,8 @@ impl GpuContext {
         let request = |features: wgpu::Features| {
             let experimental = if features.contains(coop_features) {
                 // SAFETY: the experimental feature is only used by the cooperative-matrix
-                // GEMM, whose WGSL was checked on the H200 against the CPU reference
-                // (BENCHMARKS.md, prefill session 5); wgpu asks for this acknowledgement.
+                // GEMM, whose WGSL `wgemma ops check` compares with the CPU reference on
+                // the device; wgpu asks for this acknowledgement.
                 unsafe { wgpu::ExperimentalFeatures::enabled() }
             } else {
                 wgpu::ExperimentalFeatures::disabled()

@@ -1,11 +1,11 @@
 //! [`PlanOptions`]: every switch that changes how a [`super::forward::ForwardPlan`] is built,
 //! in one place the caller sets (`KvState::set_plan_options`; `wgemma bench` flags). The
-//! library reads no environment variable: route switches that were A/B knobs left once
-//! their comparison was done (BENCHMARKS.md keeps the figures).
+//! library reads no environment variable, so a plan depends only on what its caller asked
+//! for.
 
 /// Forwards of up to this many rows run their RMSNorms as matvec prologues by default:
-/// decode steps. Measured on the H200 (BENCHMARKS.md), a verify forward of 3 rows was
-/// slower with them (each workgroup normalises every row), so verify keeps the kernels.
+/// decode steps. A verify forward of 3 rows is slower with them (each workgroup
+/// normalises every row), so verify keeps the kernels.
 pub const DEFAULT_NORM_PROLOGUE_ROWS: usize = 1;
 
 /// The fusions a forward plan may use. Each keeps every value as the unfused way computes
@@ -20,9 +20,8 @@ pub struct PlanOptions {
     pub fold_kv_append: bool,
     /// KV-shared layers' q_norm + RoPE applied inside the decode attention partial instead
     /// of a norm_rope dispatch (one dependent dispatch less per such layer; plans of more
-    /// than `DECODE_MAX_ROWS` rows keep norm_rope). On by default: on the H200 it saved 20
-    /// barriers per E2B token and decoded 0.4% faster in fresh processes (BENCHMARKS.md,
-    /// session 16); `bench --no-fold-q-norm-rope` is the before.
+    /// than `DECODE_MAX_ROWS` rows keep norm_rope). On by default: it saves 20 barriers per
+    /// E2B token and decodes slightly faster; `bench --no-fold-q-norm-rope` is the before.
     pub fold_q_norm_rope: bool,
     /// Decode attention on the latency-shaped kernels (`attention_decode_latency.wgsl`:
     /// every load of a tile issued before its math, 2 barriers per tile, one tile per

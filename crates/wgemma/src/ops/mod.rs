@@ -12,6 +12,8 @@ pub mod min_fill;
 pub mod moe;
 pub mod opset;
 pub mod quantize;
+// The device bandwidth probe is the op benches' roofline, apparatus of the harness only.
+#[cfg(any(test, feature = "harness"))]
 pub mod read_bandwidth;
 pub mod rmsnorm;
 pub mod rope;

@@ -15,7 +15,6 @@ mod batch;
 mod batch_spec;
 pub mod bench;
 mod drafting;
-pub mod engine;
 mod load;
 mod loader;
 mod places;

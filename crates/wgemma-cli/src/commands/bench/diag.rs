@@ -5,7 +5,9 @@
 use anyhow::Result;
 use std::time::Instant;
 use wgemma::gpu::GpuContext;
-use wgemma::session::engine::{KvState, PlanOptions, Want};
+use wgemma::model::state::KvState;
+use wgemma::model::target::Want;
+use wgemma::model::PlanOptions;
 
 /// Per-shader totals of profiled forwards.
 pub fn profile_forwards(
@@ -109,8 +111,8 @@ fn measure_decode(
 
 /// `--compare-fusions`: see its help. The variants run in order and then in reverse order
 /// on the same load, and each reports the mean of its two runs (`*_decode_tokens_per_s`)
-/// and both (`*_decode_tokens_per_s_runs`): on the H200 a single pass in one order read
-/// its last variants 3-4% low (BENCHMARKS.md, session 16), so order alone moved them.
+/// and both (`*_decode_tokens_per_s_runs`): a single pass in one order can read its last
+/// variants 3-4% low (an H200 does), so order alone would move them.
 pub fn compare_fusions(
     ctx: &GpuContext,
     state: &mut KvState,

@@ -15,9 +15,10 @@ use super::table::{print_table, timed, TestRow};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
 use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::model::assistant::Assistant;
+use wgemma::model::target::Model;
 use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::bench::{assistant_shape, FixedRateDrafts};
-use wgemma::session::engine::{Assistant, Model};
 use wgemma::session::{
     AssistantFrom, DraftReplacement, GenerateRequest, LoadHooks, Session, Stream,
 };

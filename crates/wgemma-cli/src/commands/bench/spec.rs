@@ -8,12 +8,12 @@
 use anyhow::Result;
 use std::collections::BTreeMap;
 use wgemma::formats::synthetic::SyntheticShape;
+use wgemma::generate::speculative::{DraftSchedule, Phase, PhaseSpan, SpeculativeOutput};
 use wgemma::gpu::GpuContext;
 use wgemma::gpu::MAX_PROFILE_MARKS;
+use wgemma::model::assistant::Assistant;
+use wgemma::model::state::KvState;
 use wgemma::session::bench::drafted::{self, DraftedRun, DraftedRuns, RunSpec, RunsAtRate};
-use wgemma::session::engine::{
-    Assistant, DraftSchedule, KvState, Phase, PhaseSpan, SpeculativeOutput,
-};
 use wgemma::session::{AssistantFrom, LoadHooks};
 
 /// The assistant of `shape` with random weights, bound to `state`'s caches, in its model's

@@ -76,7 +76,7 @@ struct Flight {
     /// It was recorded behind another round and did not build its verify plan: the
     /// interval between its read and the one before is what a round costs in steady state.
     /// A round recorded alone also pays the submit and wait the pipeline hides; timing it
-    /// made the adaptive schedule's first sample of a k too dear (BENCHMARKS.md spec-3).
+    /// would make the adaptive schedule's first sample of a k too dear.
     timed: bool,
 }
 

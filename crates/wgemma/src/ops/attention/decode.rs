@@ -134,10 +134,9 @@ pub fn decode_subgroup_lanes(ctx: &GpuContext, head_dim: usize) -> Option<u32> {
     (ctx.has(wgpu::Features::SUBGROUP) && fits).then_some(lo)
 }
 
-/// Steps reading more keys than this run on the classic decode kernels: on the H100 the
-/// latency-shaped ones won at 512 keys (21.4 vs 31.0 us per sliding E2B call) and lost at
-/// 4K and 32K keys of a D = 512 layer, where one tile per split means hundreds of splits
-/// (BENCHMARKS.md, session 17).
+/// Steps reading more keys than this run on the classic decode kernels: the latency-shaped
+/// ones win at 512 keys (21.4 against 31.0 us per sliding E2B call on an H100) and lose at
+/// 4K and 32K keys of a D = 512 layer, where one tile per split means hundreds of splits.
 pub const LATENCY_MAX_KEYS: usize = 1024;
 
 /// Keys one tile of the latency-shaped partial takes for `head_dim` (8 vec4 columns per
@@ -240,8 +239,7 @@ pub fn plan_decode_for(
     .max(1);
     let (_, tiles) = decode_tiles(geo.group());
     let workgroups = m * geo.kv_heads * tiles * chunks;
-    // Past LATENCY_MAX_KEYS the classic kernels win (fewer, longer splits: BENCHMARKS.md,
-    // session 17).
+    // Past LATENCY_MAX_KEYS the classic kernels win (fewer, longer splits).
     let tile_keys = tile_keys.filter(|_| keys <= LATENCY_MAX_KEYS);
     let latency = tile_keys.is_some();
     let mut splits = match (forced, tile_keys) {

@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn overlapping_runs_are_no_measurable_speedup() {
-        // The H200 case of issue 28: a cold first run made x1.81 out of nothing.
+        // A cold first run (as on an idle H200) makes x1.81 out of nothing.
         let plain = s(&[1083.0, 2036.0, 2040.0]);
         let spec = s(&[2030.0, 2060.0, 2045.0]);
         let c = compare(&plain, &spec);

@@ -2,8 +2,7 @@
 //! replies streamed to stdout, `/clear` and `/exit`, and the warning for a model without a
 //! chat template (the shipped pair is not chat-tuned).
 
-mod common;
-
+use crate::common;
 use std::process::Output;
 
 const PAIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/kjv-pair.wgemma");

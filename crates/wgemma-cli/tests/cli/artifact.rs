@@ -2,22 +2,8 @@
 //! checkpoint directory, and bad artifacts refused with a specific error and a non-zero
 //! exit (no panic).
 
+use crate::common::{golden, s, scratch, wgemma};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn golden(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../wgemma/tests/data/golden")
-        .join(name)
-}
-
-fn wgemma(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wgemma"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .expect("running wgemma")
-}
 
 fn ok(args: &[&str]) -> String {
     let out = wgemma(args);
@@ -39,18 +25,6 @@ fn fails(args: &[&str]) -> String {
         "wgemma {args:?} panicked:\n{stderr}"
     );
     stderr
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(test: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wgemma-cli-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// `generate --json` of 8 tokens after `ids` with `assistant` drafting.
@@ -183,6 +157,17 @@ fn convert_inspect_and_logits_identical_to_the_directory() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// The artifact `bytes` with its JSON header replaced by `json` (padded to 8 bytes).
+fn header_replaced(bytes: &[u8], json: &str) -> Vec<u8> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let len = json.len().div_ceil(8) * 8;
+    let mut b = (len as u64).to_le_bytes().to_vec();
+    b.extend(json.as_bytes());
+    b.resize(8 + len, b' ');
+    b.extend(&bytes[8 + n..]);
+    b
+}
+
 #[test]
 fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
     let d = scratch("tamper");
@@ -240,12 +225,7 @@ fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
     // header checksum are reached; an unsealed edit is refused by the checksum itself.
     let with_header = |name: &str, h: &serde_json::Value| {
         let json = wgemma::formats::artifact::writer::reseal_header(&h.to_string());
-        let len = json.len().div_ceil(8) * 8;
-        let mut b = (len as u64).to_le_bytes().to_vec();
-        b.extend(json.as_bytes());
-        b.resize(8 + len, b' ');
-        b.extend(&bytes[8 + n..]);
-        write(name, &b)
+        write(name, &header_replaced(&bytes, &json))
     };
     let manifest = |h: &serde_json::Value| -> serde_json::Value {
         serde_json::from_str(h["__metadata__"]["wgemma.manifest"].as_str().unwrap()).unwrap()
@@ -277,13 +257,10 @@ fn bad_artifacts_fail_with_specific_errors_and_a_non_zero_exit() {
     let mut m = manifest(&edited);
     m["target"]["config"]["text_config"]["final_logit_softcapping"] = 10.0.into();
     set_manifest(&mut edited, &m);
-    let json = edited.to_string();
-    let len = json.len().div_ceil(8) * 8;
-    let mut b = (len as u64).to_le_bytes().to_vec();
-    b.extend(json.as_bytes());
-    b.resize(8 + len, b' ');
-    b.extend(&bytes[8 + n..]);
-    let edited = write("softcap.wgemma", &b);
+    let edited = write(
+        "softcap.wgemma",
+        &header_replaced(&bytes, &edited.to_string()),
+    );
     for err in [
         logits(&edited),
         fails(&["inspect", s(&edited), "--no-verify"]),

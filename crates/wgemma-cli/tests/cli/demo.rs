@@ -3,15 +3,7 @@
 //! when it is outside the spread, the greedy speculative output is identical to plain, and
 //! a missing artifact is refused with a message naming it.
 
-use std::process::Command;
-
-fn wgemma(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_wgemma"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap()
-}
+use crate::common::wgemma;
 
 #[test]
 fn demo_runs_the_shipped_pair_and_prints_text_and_speedup() {

@@ -3,9 +3,7 @@
 //! file or standard input, and errors are one readable chain that names a missing path,
 //! with no backtrace even when RUST_BACKTRACE=1.
 
-mod common;
-
-use common::wgemma_with;
+use crate::common::wgemma_with;
 use std::path::PathBuf;
 use std::process::Output;
 use wgemma::text::tokenizer::tiny_tokenizer_json;

@@ -2,9 +2,7 @@
 //! overwritten or left unloadable without `--force`, a file's metadata cannot drive the
 //! terminal, and a prompt file is read to a bound.
 
-mod common;
-
-use common::wgemma_with;
+use crate::common::wgemma_with;
 use std::path::{Path, PathBuf};
 
 fn golden(name: &str) -> PathBuf {
