@@ -87,6 +87,7 @@ pub async fn encode_prompt(
     let bytes = match std::mem::replace(&mut parsed.prompt, Prompt::Ids(Vec::new())) {
         Prompt::Messages(m) => {
             check_message_count(m.len(), context)?;
+            request.template_kwargs = parsed.sampling.template_kwargs.clone();
             // A model reads the declared tools as text in its prompt.
             if let Some(tools) = &parsed.sampling.tools {
                 request.tools = tools.declared().to_vec();
