@@ -30,5 +30,5 @@ venv="${WGEMMA_AGENTS_VENV:-target/agents-venv}"
 instructor_venv="${WGEMMA_INSTRUCTOR_VENV:-target/agents-instructor-venv}"
 ensure_venv "$venv" tools/agents_test/requirements.txt
 ensure_venv "$instructor_venv" tools/agents_test/requirements-instructor.txt
-exec timeout 600 "$venv/bin/python" tools/agents_test/run_agents.py --wgemma "$cli" \
+exec timeout 900 "$venv/bin/python" tools/agents_test/run_agents.py --wgemma "$cli" \
     --python "$venv/bin/python" --instructor-python "$instructor_venv/bin/python" "$@"

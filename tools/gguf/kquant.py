@@ -1,9 +1,9 @@
-"""ggml's K-quant quantisers (Q4_K, Q6_K) in numpy, and llama-quantize's Q4_K_M recipe.
+"""ggml's K-quant quantisers (Q4_K, Q5_K, Q6_K) in numpy, and llama-quantize's Q4_K_M recipe.
 
 The `gguf` Python package dequantises K-quants but cannot quantise them
 (`gguf.quants.quantize` raises NotImplementedError for Q4_K / Q6_K), so this module ports
-ggml's reference quantisers (`ggml-quants.c`: `quantize_row_q4_K_ref` with
-`make_qkx2_quants`, `quantize_row_q6_K_ref` with `make_qx_quants`; no importance matrix,
+ggml's reference quantisers (`ggml-quants.c`: `quantize_row_q4_K_ref` and
+`quantize_row_q5_K_ref` with `make_qkx2_quants`, `quantize_row_q6_K_ref` with `make_qx_quants`; no importance matrix,
 which is what `llama-quantize` without `--imatrix` runs), vectorised over blocks in float32.
 The block formats are exactly ggml's; sums run in numpy's order, so a block can differ in
 the last bit of a scale from llama-quantize's. What a file holds is checked by dequantising
@@ -69,14 +69,15 @@ def _make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep):
     return scale.astype(F32), (-mn).astype(F32), L
 
 
-def quantize_q4_k(rows):
-    """Rows [n, k] (k % 256 == 0) -> Q4_K blocks, uint8 [n, k / 256 * 144]."""
+def _k_blocks(rows, nmax, rmin, rdelta, nstep):
+    """The common part of quantize_row_q4_K_ref / q5_K_ref: rows [n, k] (k % 256 == 0) as
+    super-blocks of 8 sub-blocks of 32. Returns (d, dmin, the 12 packed scale bytes,
+    levels L [blocks, 8, 32] in 0..=nmax)."""
     rows = np.ascontiguousarray(rows, dtype=F32)
-    n, k = rows.shape
     x = rows.reshape(-1, 8, 32)
     av_x = np.sqrt((x * x).sum(-1, dtype=F32) / F32(32))
     w = av_x[..., None] + np.abs(x)
-    scales, mins, L = _make_qkx2_quants(x, w, 15, -1.0, 0.1, 20)
+    scales, mins, L = _make_qkx2_quants(x, w, nmax, rmin, rdelta, nstep)
     max_scale = np.maximum(scales.max(-1), F32(0))
     max_min = np.maximum(mins.max(-1), F32(0))
     with np.errstate(divide="ignore"):
@@ -95,18 +96,37 @@ def quantize_q4_k(rows):
     sub_d = d[:, None] * ls.astype(F32)
     sub_m = dmin[:, None] * lm.astype(F32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        requant = np.clip(nearest_int((x + sub_m[..., None]) / sub_d[..., None]), 0, 15)
-    L = np.where((sub_d != 0)[..., None], requant, L).astype(np.uint8).reshape(-1, 4, 2, 32)
+        requant = np.clip(nearest_int((x + sub_m[..., None]) / sub_d[..., None]), 0, nmax)
+    L = np.where((sub_d != 0)[..., None], requant, L).astype(np.uint8)
+    return d, dmin, packed, L
+
+
+def _halves(v):
+    return v.astype(np.float16).view(np.uint8).reshape(-1, 2)
+
+
+def quantize_q4_k(rows):
+    """Rows [n, k] (k % 256 == 0) -> Q4_K blocks, uint8 [n, k / 256 * 144]."""
+    n = rows.shape[0]
+    d, dmin, packed, L = _k_blocks(rows, 15, -1.0, 0.1, 20)
+    L = L.reshape(-1, 4, 2, 32)
     qs = (L[:, :, 0, :] | (L[:, :, 1, :] << 4)).reshape(-1, 128)
-    out = np.concatenate(
-        [
-            d.astype(np.float16).view(np.uint8).reshape(-1, 2),
-            dmin.astype(np.float16).view(np.uint8).reshape(-1, 2),
-            packed,
-            qs,
-        ],
-        axis=1,
-    )
+    out = np.concatenate([_halves(d), _halves(dmin), packed, qs], axis=1)
+    return out.reshape(n, -1)
+
+
+def quantize_q5_k(rows):
+    """Rows [n, k] (k % 256 == 0) -> Q5_K blocks, uint8 [n, k / 256 * 176]
+    (`quantize_row_q5_K_ref`: make_qkx2_quants(31, -0.5, 0.1, 15); the fifth bit of
+    sub-block s's element l is bit s of qh[l])."""
+    n = rows.shape[0]
+    d, dmin, packed, L = _k_blocks(rows, 31, -0.5, 0.1, 15)
+    qh = np.zeros((L.shape[0], 32), np.uint8)
+    for s in range(8):
+        qh |= ((L[:, s, :] >> 4) & 1) << s
+    lo = (L & 0xF).reshape(-1, 4, 2, 32)
+    qs = (lo[:, :, 0, :] | (lo[:, :, 1, :] << 4)).reshape(-1, 128)
+    out = np.concatenate([_halves(d), _halves(dmin), packed, qh, qs], axis=1)
     return out.reshape(n, -1)
 
 
@@ -228,14 +248,14 @@ def gguf_tensor_order(names):
 
 
 def quantize(rows, ty):
-    """Rows [n, k] as ggml type `ty` ("Q4_K" / "Q6_K"): raw blocks, uint8 [n, row bytes]."""
-    return {"Q4_K": quantize_q4_k, "Q6_K": quantize_q6_k}[ty](rows)
+    """Rows [n, k] as ggml type `ty` ("Q4_K" / "Q5_K" / "Q6_K"): raw blocks, uint8 [n, row bytes]."""
+    return {"Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}[ty](rows)
 
 
 def quantize_any(gguf, rows, ty):
     """Rows [n, k] as ggml type name `ty`: K-quants by this module, the others by the `gguf`
     package (Q8_0, Q4_0, ...)."""
-    if ty in ("Q4_K", "Q6_K"):
+    if ty in ("Q4_K", "Q5_K", "Q6_K"):
         return quantize(rows, ty)
     return gguf.quants.quantize(np.ascontiguousarray(rows, dtype=F32), gguf.GGMLQuantizationType[ty])
 

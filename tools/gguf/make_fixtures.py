@@ -3,7 +3,8 @@
 
 Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
 
-- dequant_reference.gguf: for each of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, a tensor
+- dequant_reference.gguf: for each of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q5_K, Q4_1,
+  Q5_0, Q5_1, a tensor
   `<TYPE>.blocks` of random blocks stored in that type and `<TYPE>.expected` (F32), the
   values `gguf.quants.dequantize` gives for them. Block scales (f16 `d`, `dmin`) are drawn
   finite; every other byte is random, so every nibble, 6-bit scale and sign pattern occurs.
@@ -33,6 +34,10 @@ Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
   reference (variant `q4_k_m`). It carries a 256-token gemma4 tokenizer and a chat template
   (`tokenizer.chat_template`: tests/data/chat_templates/merged_system.jinja), as
   published files do.
+- k_quant.q5_k_m.gguf, k_quant.q6_k.gguf, k_quant.q8_0.gguf: the same model as Q5_K_M
+  (the Q4_K_M mix with Q5_K for Q4_K), every matrix in Q6_K, every matrix in Q8_0 (blocks
+  from kquant.py and the `gguf` package): the per-type accuracy of tests/gguf.rs against
+  the fixture's HF logits on its unquantised weights (variant `f32`).
 
 Usage: python3 tools/gguf/make_fixtures.py [--gguf-py DIR] [--out DIR] [--only FILE ...]
   DIR: gguf-py of a llama.cpp checkout (or `pip install gguf numpy`: PyPI's gguf 0.19.0
@@ -90,6 +95,10 @@ def dequant_reference(gguf, np, out):
         (T.Q4_0, 64 * 32, 18, [(0, 2)]),
         (T.Q4_K, 16 * 256, 144, [(0, 2), (2, 4)]),
         (T.Q6_K, 16 * 256, 210, [(208, 210)]),
+        (T.Q5_K, 16 * 256, 176, [(0, 2), (2, 4)]),
+        (T.Q4_1, 64 * 32, 20, [(0, 2), (2, 4)]),
+        (T.Q5_0, 64 * 32, 22, [(0, 2)]),
+        (T.Q5_1, 64 * 32, 24, [(0, 2), (2, 4)]),
     ]
     for qt, elements, block_bytes, scale_fields in cases:
         name = qt.name
@@ -131,8 +140,9 @@ def golden(np, fixture):
 
 
 def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, expected=None, tokenizer=None):
-    """`recipe`: None (every tensor F32), "Q4_0" (Q4_0 matrices, Q8_0 tables) or "Q4_K_M"
-    (llama-quantize's mix, tools/gguf/kquant.py). `assistant`: the assistant's config.json
+    """`recipe`: None (every tensor F32), "Q4_0" (Q4_0 matrices, Q8_0 tables), "Q4_K_M" or
+    "Q5_K_M" (llama-quantize's mixes, tools/gguf/kquant.py), "Q6_K" or "Q8_0" (every matrix
+    in that type, as llama-quantize's Q6_K / Q8_0 write them). `assistant`: the assistant's config.json
     (a gemma4-assistant file), else None. `expected`: the golden fixture's expected.json,
     whose recipe section lists the blocks the file must hold (checked by SHA-256).
     `tokenizer`: writes the tokenizer metadata (else the file has none)."""
@@ -204,6 +214,9 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, exp
             None: gguf.LlamaFileType.ALL_F32,
             "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
             "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+            "Q5_K_M": gguf.LlamaFileType.MOSTLY_Q5_K_M,
+            "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
+            "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
         }[recipe]
     )
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -214,10 +227,12 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, exp
     w.add_tensor("rope_freqs.weight", freqs)
     gguf_names = {name: hf_to_gguf_name(gguf, tmap, name) for name in tensors}
     k_types = {}
-    if recipe == "Q4_K_M":
+    if recipe in ("Q4_K_M", "Q5_K_M"):
         order = kquant.gguf_tensor_order(gguf_names.values())
         by_gguf = {g: tensors[h] for h, g in gguf_names.items()}
         k_types = kquant.q4_k_m_types([(g, list(reversed(by_gguf[g].shape))) for g in order], n_layer)
+        if recipe == "Q5_K_M":  # llama-quantize's Q5_K_M: the same mix one step up
+            k_types = {g: ("Q5_K" if t == "Q4_K" else t) for g, t in k_types.items()}
     want = (expected or {}).get((recipe or "").lower(), {}).get("quantised_tensors", {})
     for name in sorted(tensors):
         new = gguf_names[name]
@@ -228,8 +243,12 @@ def gemma4_gguf(gguf, np, fixture, tc, tensors, out, recipe, assistant=None, exp
         qt = None
         if recipe == "Q4_0" and a.ndim >= 2 and a.shape[-1] % 32 == 0:
             qt = "Q8_0" if "token_embd" in new else "Q4_0"
-        elif recipe == "Q4_K_M":
+        elif recipe in ("Q4_K_M", "Q5_K_M"):
             qt = k_types[new]
+        elif recipe == "Q8_0" and a.ndim >= 2 and a.shape[-1] % 32 == 0:
+            qt = "Q8_0"
+        elif recipe == "Q6_K" and a.ndim >= 2:
+            qt = "Q6_K" if a.shape[-1] % 256 == 0 else "Q8_0" if a.shape[-1] % 32 == 0 else None
         if qt is None:
             w.add_tensor(new, a)
             continue
@@ -333,6 +352,9 @@ def main():
         "e2b_like.f32.gguf": lambda: target("e2b_like", "e2b_like.f32.gguf", None),
         "e2b_like.q4_0.gguf": lambda: target("e2b_like", "e2b_like.q4_0.gguf", "Q4_0"),
         "k_quant.q4_k_m.gguf": lambda: target("k_quant", "k_quant.q4_k_m.gguf", "Q4_K_M", k_quant_tokenizer),
+        "k_quant.q5_k_m.gguf": lambda: target("k_quant", "k_quant.q5_k_m.gguf", "Q5_K_M", k_quant_tokenizer),
+        "k_quant.q6_k.gguf": lambda: target("k_quant", "k_quant.q6_k.gguf", "Q6_K", k_quant_tokenizer),
+        "k_quant.q8_0.gguf": lambda: target("k_quant", "k_quant.q8_0.gguf", "Q8_0", k_quant_tokenizer),
         "e2b_like_assistant.f32.gguf": assistant,
         "mini-f32.gguf": fuzz_seed,
     }

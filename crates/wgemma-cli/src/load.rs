@@ -185,6 +185,10 @@ impl ModelFile {
                 "{bytes:.2} GB of weights on the GPU ({format:?}, quantised on the {})",
                 if q.on_gpu(ctx) { "GPU" } else { "CPU" }
             ),
+            ModelFile::Gguf(_) if req.dtype.is_none() => format!(
+                "{bytes:.2} GB of weights on the GPU (the file's types as stored; \
+                 float matrices {format:?})"
+            ),
             ModelFile::Gguf(_) => format!("{bytes:.2} GB of weights on the GPU ({format:?})"),
             ModelFile::Artifact(_) => format!(
                 "{bytes:.2} GB of weights on the GPU{}",

@@ -116,6 +116,7 @@ impl LoadDisplay {
             LoadEvent::IgnoredTensors(unread) => {
                 eprintln!("warning: --allow-extra-tensors: ignoring {unread}");
             }
+            LoadEvent::Converted(line) => eprintln!("{line}"),
         }
     }
 

@@ -18,6 +18,8 @@ pub struct App {
     pub jobs: SyncSender<Job>,
     pub metrics: Arc<Metrics>,
     pub model_name: String,
+    /// More names the model answers to (`--alias`).
+    pub aliases: Vec<String>,
     pub api_key: Option<String>,
     /// Capacity of the job queue (for the 503's message).
     pub queue: usize,
@@ -72,6 +74,13 @@ impl ServerInfo {
 }
 
 impl App {
+    /// Every name a request may give in `model`: the model's name, then its aliases.
+    pub fn model_ids(&self) -> Vec<&str> {
+        std::iter::once(self.model_name.as_str())
+            .chain(self.aliases.iter().map(String::as_str))
+            .collect()
+    }
+
     /// The loaded model, or the 503 a client gets while it loads.
     pub fn ready(&self) -> Result<&Ready, ApiError> {
         self.ready.get().ok_or_else(|| {

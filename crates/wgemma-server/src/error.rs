@@ -13,6 +13,8 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// Seconds a client should wait before it retries (the `Retry-After` header).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -24,6 +26,7 @@ impl ApiError {
             kind: "invalid_request_error",
             param: (!param.is_empty()).then(|| param.to_string()),
             code: None,
+            retry_after: None,
         }
     }
 
@@ -49,9 +52,11 @@ impl ApiError {
         ApiError::invalid("", message).with_status(StatusCode::UNAUTHORIZED, "invalid_api_key")
     }
 
-    pub fn overloaded(message: impl Into<String>) -> ApiError {
+    /// 503 with `Retry-After`: `retry_after` seconds, the queue's expected wait.
+    pub fn overloaded(message: impl Into<String>, retry_after: u64) -> ApiError {
         ApiError {
             kind: "server_error",
+            retry_after: Some(retry_after.max(1)),
             ..ApiError::invalid("", message)
                 .with_status(StatusCode::SERVICE_UNAVAILABLE, "overloaded")
         }
@@ -61,6 +66,7 @@ impl ApiError {
     pub fn unavailable(message: impl Into<String>) -> ApiError {
         ApiError {
             kind: "server_error",
+            retry_after: Some(1),
             ..ApiError::invalid("", message).with_status(StatusCode::SERVICE_UNAVAILABLE, "loading")
         }
     }
@@ -85,7 +91,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.to_json())).into_response()
+        let mut response = (self.status, axum::Json(self.to_json())).into_response();
+        if let Some(s) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        response
     }
 }
 

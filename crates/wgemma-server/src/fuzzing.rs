@@ -71,7 +71,7 @@ pub fn json_schema(data: &[u8]) {
 /// `response_format` and its forced tool call (`tools` with `tool_choice`) compiled and
 /// decoded a few steps.
 pub fn request_body(data: &[u8]) {
-    let Ok(parsed) = request::parse_chat(data, "tiny") else {
+    let Ok(parsed) = request::parse_chat(data, &["tiny"]) else {
         return;
     };
     let s = &parsed.sampling;
@@ -81,7 +81,8 @@ pub fn request_body(data: &[u8]) {
                 decode_a_few(c, data);
             }
         }
-        if let Some(Ok(Some(lark))) = s.tools.as_ref().map(|t| t.grammar()) {
+        let answer = s.response_format.as_ref().map(|f| f.lark_rule());
+        if let Some(Ok(Some(lark))) = s.tools.as_ref().map(|t| t.grammar(answer.as_deref())) {
             if let Ok(c) = g.tool_constraint(&lark) {
                 decode_a_few(c, data);
             }
@@ -115,8 +116,8 @@ pub fn http_request(data: &[u8]) {
         let _ = admission::refusal_status(guard, &request);
     });
     let body = &data[head_len..];
-    let _ = request::parse_chat(body, "tiny");
-    let _ = request::parse_completion(body, "tiny");
+    let _ = request::parse_chat(body, &["tiny"]);
+    let _ = request::parse_completion(body, &["tiny"]);
 }
 
 #[cfg(test)]

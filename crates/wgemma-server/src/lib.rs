@@ -63,6 +63,8 @@ pub struct ServeOptions {
     pub api_key: Option<String>,
     /// The model id clients name in `model`.
     pub model_name: String,
+    /// More ids the model answers to (listed by `/v1/models` after `model_name`).
+    pub aliases: Vec<String>,
     pub guard: GuardOptions,
 }
 
@@ -100,6 +102,9 @@ pub fn run(args: ServeOptions, loader: Loader) -> Result<()> {
     }
     if args.model_name.is_empty() {
         bail!("--model-name: expected a name, found an empty string");
+    }
+    if args.aliases.iter().any(String::is_empty) {
+        bail!("--alias: expected a name, found an empty string");
     }
     let model_name = args.model_name.clone();
 
@@ -166,6 +171,7 @@ pub fn run(args: ServeOptions, loader: Loader) -> Result<()> {
         jobs,
         metrics,
         model_name,
+        aliases: args.aliases.clone(),
         api_key: args.api_key.clone(),
         queue: args.queue,
         created: unix_now(),

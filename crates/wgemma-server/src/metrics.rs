@@ -117,6 +117,25 @@ impl Metrics {
         }
     }
 
+    /// Seconds until `waiting` queued requests are served, at the rate requests have been
+    /// answered so far (the model thread's busy time per answered request; 1 s per request
+    /// before any), within 1..=60 (clients wait at most a minute on a `Retry-After`).
+    pub fn expected_wait_s(&self, waiting: u64) -> u64 {
+        let answered: u64 = self
+            .requests
+            .lock()
+            .expect("metrics lock poisoned")
+            .iter()
+            .filter(|((_, status), _)| *status == 200)
+            .map(|(_, n)| n)
+            .sum();
+        let per_request_us = match answered {
+            0 => 1_000_000,
+            n => self.busy_us.load(Ordering::Relaxed) / n,
+        };
+        (waiting * per_request_us).div_ceil(1_000_000).clamp(1, 60)
+    }
+
     pub fn slot_states(&self) -> Vec<SlotState> {
         self.slots
             .lock()

@@ -23,6 +23,7 @@ const ROUTE_METHODS: &[(&str, &str)] = &[
     ("/v1/models", "GET"),
     ("/v1/chat/completions", "POST"),
     ("/v1/completions", "POST"),
+    ("/v1/responses", "POST"),
     ("/tokenize", "POST"),
     ("/detokenize", "POST"),
     ("/apply-template", "POST"),
@@ -44,8 +45,10 @@ pub fn router(app: Arc<App>, guard: Arc<admission::Guard>) -> Router {
         .route("/health", get(handlers::health))
         .route("/metrics", get(handlers::metrics))
         .route("/v1/models", get(handlers::models))
+        .route("/v1/models/{id}", get(handlers::model))
         .route("/v1/chat/completions", post(handlers::chat_completions))
         .route("/v1/completions", post(handlers::completions))
+        .route("/v1/responses", post(handlers::responses::responses))
         .route("/tokenize", post(endpoints::tokenize))
         .route("/detokenize", post(endpoints::detokenize))
         .route("/apply-template", post(endpoints::apply_template))

@@ -8,7 +8,7 @@ use wgemma_server::openai::request::parse_chat;
 fn refused(extra: &str) -> (String, String) {
     let body =
         format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "x"}}]{extra}}}"#);
-    let e = parse_chat(body.as_bytes(), "m")
+    let e = parse_chat(body.as_bytes(), &["m"])
         .err()
         .unwrap_or_else(|| panic!("{extra} passed"));
     (e.param.unwrap_or_default(), e.message)
@@ -17,7 +17,7 @@ fn refused(extra: &str) -> (String, String) {
 /// The param and message of the refusal of a chat body with these `messages`.
 fn refused_messages(messages: &str) -> (String, String) {
     let body = format!(r#"{{"model": "m", "messages": {messages}}}"#);
-    let e = parse_chat(body.as_bytes(), "m")
+    let e = parse_chat(body.as_bytes(), &["m"])
         .err()
         .unwrap_or_else(|| panic!("{messages} passed"));
     (e.param.unwrap_or_default(), e.message)
@@ -26,7 +26,7 @@ fn refused_messages(messages: &str) -> (String, String) {
 fn passes(extra: &str) -> wgemma_server::openai::request::Parsed {
     let body =
         format!(r#"{{"model": "m", "messages": [{{"role": "user", "content": "x"}}]{extra}}}"#);
-    parse_chat(body.as_bytes(), "m").unwrap_or_else(|e| panic!("{extra}: {}", e.message))
+    parse_chat(body.as_bytes(), &["m"]).unwrap_or_else(|e| panic!("{extra}: {}", e.message))
 }
 
 #[test]

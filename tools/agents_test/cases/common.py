@@ -11,7 +11,7 @@ BASE_URL = os.environ["WGEMMA_BASE_URL"]
 BUSY_BASE_URL = os.environ.get("WGEMMA_BUSY_BASE_URL", "")
 API_KEY = os.environ["WGEMMA_API_KEY"]
 MODEL = os.environ["WGEMMA_MODEL"]
-TIMEOUT = 120  # seconds, any one request
+TIMEOUT = 200  # seconds, any one request
 
 # The tool markup Gemma 4 writes: never to be seen in an answer's text.
 MARKUP = ("<|tool_call>", "<tool_call|>", "<|tool_response>", '<|"|>')
@@ -24,15 +24,15 @@ class Tribe(str, enum.Enum):
 
 
 class Son(BaseModel):
-    name: str = Field(min_length=1, max_length=6)
+    name: str = Field(min_length=1, max_length=4)
 
 
 class Person(BaseModel):
     """A person of the Bible."""
-    name: str = Field(min_length=1, max_length=8)
-    age: int = Field(ge=1, le=999)
+    name: str = Field(min_length=1, max_length=6)
+    age: int = Field(ge=1, le=99)
     tribe: Tribe
-    sons: list[Son] = Field(max_length=2)
+    sons: list[Son] = Field(max_length=1)
 
 
 def client(**kw):
@@ -44,7 +44,7 @@ def check_person(p):
     """`p` (a Person, already validated by Pydantic) within the bounds, checked again here
     so that a client that skipped validation cannot pass."""
     p = Person.model_validate(p.model_dump() if isinstance(p, BaseModel) else p)
-    assert 1 <= len(p.name) <= 8 and 1 <= p.age <= 999 and len(p.sons) <= 2, p
+    assert 1 <= len(p.name) <= 6 and 1 <= p.age <= 99 and len(p.sons) <= 1, p
     return p
 
 

@@ -30,9 +30,10 @@ pub struct ConvertArgs {
     /// Replace --out if it exists.
     #[arg(long)]
     force: bool,
-    /// Weight format: q4, f16 or f32.
-    #[arg(long, default_value = "q4", value_parser = ["q4", "f16", "f32"])]
-    quant: String,
+    /// Weight format: q4, f16 or f32. Default: q4 for a checkpoint; a GGUF file keeps its
+    /// own ggml types (Q8_0, Q4_K, Q5_K, Q6_K, ...) as stored, float matrices in q4.
+    #[arg(long, value_parser = ["q4", "f16", "f32"])]
+    quant: Option<String>,
     /// Q4 group size (default 32; only with --quant q4).
     #[arg(long, value_parser = parse_group)]
     group_size: Option<usize>,
@@ -195,9 +196,11 @@ impl<'a> Parsed<'a> {
         }
     }
 
-    fn input(&'a self) -> ConvertInput<'a> {
+    /// The input; `native`: a GGUF file's ggml types are stored as they are.
+    fn input(&'a self, native: bool) -> ConvertInput<'a> {
         let weights = match (&self.checkpoint, &self.gguf) {
             (Some(ck), _) => ConvertWeights::Checkpoint(ck),
+            (None, Some(file)) if native => ConvertWeights::GgufNative(file),
             (None, Some(file)) => ConvertWeights::Gguf(file),
             (None, None) => unreachable!("Parsed::new sets one of the two"),
         };
@@ -289,7 +292,8 @@ fn check_out(out: &Path, inputs: &[&Path]) -> Result<()> {
 }
 
 pub fn run(args: ConvertArgs) -> Result<()> {
-    let format = match (args.quant.as_str(), args.group_size) {
+    let quant = args.quant.as_deref().unwrap_or("q4");
+    let format = match (quant, args.group_size) {
         ("q4", group) => WeightFormat::Q4 {
             group: group.unwrap_or(32),
         },
@@ -312,8 +316,10 @@ pub fn run(args: ConvertArgs) -> Result<()> {
         .zip(args.assistant.as_deref())
         .map(|(a, path)| Parsed::new(a, path, "assistant"))
         .transpose()?;
-    let tin = tparsed.input();
-    let ain = aparsed.as_ref().map(Parsed::input);
+    // No --quant: a GGUF file keeps its own types.
+    let native = args.quant.is_none();
+    let tin = tparsed.input(native);
+    let ain = aparsed.as_ref().map(|a| a.input(native));
 
     // Written under a fresh exclusive name beside the output (same filesystem, so the
     // rename is atomic), removed on any failure: an interrupted convert leaves no file
@@ -358,7 +364,10 @@ pub fn run(args: ConvertArgs) -> Result<()> {
                 "wrote {} ({:.1} MiB, {}{}) in {:.1} s",
                 args.out.display(),
                 bytes as f64 / (1 << 20) as f64,
-                args.quant,
+                match (&tparsed.gguf, native) {
+                    (Some(_), true) => "the file's ggml types as stored, float matrices q4",
+                    _ => quant,
+                },
                 match format {
                     WeightFormat::Q4 { group } => format!(" group {group}"),
                     _ => String::new(),

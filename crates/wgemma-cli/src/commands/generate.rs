@@ -168,6 +168,7 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
         messages,
         prompt_ids,
         tools: Vec::new(),
+        template_kwargs: Default::default(),
         max_new_tokens: args.max_new_tokens,
         temperature: p.temperature,
         top_k: p.top_k,

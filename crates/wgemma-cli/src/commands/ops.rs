@@ -46,6 +46,8 @@ pub fn run(args: OpsArgs) -> anyhow::Result<()> {
             // Prefill attention at E2B shapes (the tensor-core route where the device has it).
             cases.extend(ops::attention::prefill_check_cases());
             cases.extend(ops::linear::int8_check_cases());
+            // Every ggml format at E2B shapes, M = 1, 3, 8 and a prefill, the chunked lm_head.
+            cases.extend(ops::ggml_linear::check_cases());
             cases
         }
         Mode::Bench => ops::bench_cases(),

@@ -47,6 +47,10 @@ pub struct ServeArgs {
     /// The model id clients name in `model` (default: the --model file or directory name).
     #[arg(long)]
     model_name: Option<String>,
+    /// Another id the model answers to in `model` (repeatable; `/v1/models` lists them
+    /// after the name).
+    #[arg(long = "alias", value_name = "NAME")]
+    aliases: Vec<String>,
     #[command(flatten)]
     guard: GuardArgs,
 }
@@ -103,6 +107,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "wgemma".into())
         }),
+        aliases: args.aliases,
         guard: args.guard.into(),
     };
     let (model_path, assistant, verify) = (args.model.model, args.assistant, !args.model.no_verify);

@@ -164,3 +164,21 @@ fn a_prompt_file_is_read_to_a_bound() {
     assert_ne!(code, Some(0));
     assert!(err.contains("at most") && err.contains("--file"), "{err}");
 }
+
+#[test]
+fn serve_checks_its_flags_before_it_announces_the_port() {
+    // A script waiting for the "listening" line saw one from a server about to exit.
+    let m = golden("golden/e2b_like");
+    for bad in [
+        ["--allowed-hosts", "a/b"],
+        ["--cors-origins", "app.example"],
+        ["--max-connections", "0"],
+    ] {
+        let mut args = vec!["serve", "--model", s(&m), "--port", "0"];
+        args.extend(bad);
+        let (code, out, err) = run(&args);
+        assert_ne!(code, Some(0), "{bad:?}");
+        assert!(!out.contains("listening"), "{bad:?}: {out}");
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+}

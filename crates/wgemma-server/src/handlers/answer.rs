@@ -11,8 +11,9 @@ use crate::openai::request::Parsed;
 use crate::openai::response::AnswerHeader;
 use crate::openai::response::{self, Endpoint, TokenLogprob};
 use crate::openai::sampling::Sampling;
-use crate::openai::structured::GrammarConstraint;
-use crate::openai::tools::{self, ToolStream};
+use crate::openai::structured::{GrammarConstraint, ResponseFormat};
+use crate::openai::tool_stream::{self, ToolStream};
+use crate::openai::tools;
 use crate::worker::{Event, Job};
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -200,7 +201,7 @@ async fn generate(
                         endpoint.logprobs(want_logprobs.then_some(&logprobs[..]), 0),
                     );
                     if reads_calls {
-                        let (message, calls) = tools::answer_message(&text);
+                        let (message, calls) = tools::answer_message(&text, finish == "length");
                         finish = tools::finish_with_calls(finish, calls);
                         body["choices"][0]["message"] = message;
                         body["choices"][0]["finish_reason"] = finish.into();
@@ -253,19 +254,26 @@ async fn compile_constraint(
     sampling: &Sampling,
 ) -> Result<Option<GrammarConstraint>, ApiError> {
     // The grammar is compiled (or copied from the cache) here, off the model thread: a
-    // forced tool call's, or the response format's (the two never come together).
-    let tools = sampling.tools.clone().filter(|t| t.forces_call());
+    // forced tool call's, calls-or-answer (tools under `auto` beside a response format), or
+    // the response format's.
     let format = sampling.response_format.clone();
+    let tools = sampling
+        .tools
+        .clone()
+        .filter(|t| t.constrains(format.is_some()));
     Ok(
         match (tools.is_some() || format.is_some(), &app.ready()?.grammars) {
             (false, _) => None,
             (true, Ok(grammars)) => {
                 let grammars = grammars.clone();
                 let compiled = tokio::task::spawn_blocking(move || match (tools, format) {
-                    (Some(tools), _) => match tools.grammar()? {
-                        Some(lark) => grammars.tool_constraint(&lark),
-                        None => Err(ApiError::internal("a forced tool call without a grammar")),
-                    },
+                    (Some(tools), format) => {
+                        let answer = format.as_ref().map(ResponseFormat::lark_rule);
+                        match tools.grammar(answer.as_deref())? {
+                            Some(lark) => grammars.tool_constraint(&lark),
+                            None => Err(ApiError::internal("tool calls without a grammar")),
+                        }
+                    }
                     (None, Some(format)) => grammars.constraint(&format),
                     (None, None) => Err(ApiError::internal("no grammar to compile")),
                 })
@@ -293,10 +301,17 @@ fn enqueue(app: &App, job: Job) -> Result<(), ApiError> {
     if let Err(e) = app.jobs.try_send(job) {
         app.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
         return Err(match e {
-            TrySendError::Full(_) => ApiError::overloaded(format!(
-                "the server is busy: {} requests are waiting (--queue {}); retry later",
-                app.queue, app.queue
-            )),
+            TrySendError::Full(_) => {
+                let wait = app.metrics.expected_wait_s(app.queue as u64);
+                ApiError::overloaded(
+                    format!(
+                        "the server is busy: {} requests are waiting (--queue {}); retry in \
+                         about {wait} s",
+                        app.queue, app.queue
+                    ),
+                    wait,
+                )
+            }
             TrySendError::Disconnected(_) => ApiError::internal("the model thread has stopped"),
         });
     }
@@ -370,10 +385,10 @@ impl SseState {
         SseEvent::default().data(v.to_string())
     }
 
-    /// Queues a chunk of `tool_calls` deltas, if there are any.
+    /// Queues a chunk per `tool_calls` delta.
     fn push_calls(&mut self, calls: Vec<serde_json::Value>) {
-        if !calls.is_empty() {
-            let v = tools::tool_calls_chunk(&self.log.id, self.created, &self.model, calls);
+        for delta in calls {
+            let v = tool_stream::tool_calls_chunk(&self.log.id, self.created, &self.model, delta);
             self.pending
                 .push_back(SseEvent::default().data(v.to_string()));
         }
@@ -415,7 +430,7 @@ impl SseState {
                     let (tail, calls) = match &mut self.tools {
                         Some(tools) => {
                             let (mut text, mut calls) = tools.feed(&tail);
-                            let (rest, more) = tools.finish();
+                            let (rest, more) = tools.finish(finish == "length");
                             text.push_str(&rest);
                             calls.extend(more);
                             finish = tools::finish_with_calls(finish, tools.calls);

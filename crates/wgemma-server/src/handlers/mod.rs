@@ -4,13 +4,14 @@
 pub mod answer;
 pub mod endpoints;
 pub mod prompt;
+pub mod responses;
 
 use crate::app::App;
 use crate::error::ApiError;
 use crate::openai::request;
 use crate::openai::response::Endpoint;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -58,10 +59,38 @@ pub async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response
     if let Err(e) = app.authorize(&headers) {
         return e.into_response();
     }
-    Json(serde_json::json!({
-        "object": "list",
-        "data": [{"id": app.model_name, "object": "model", "created": app.created, "owned_by": "wgemma"}],
-    }))
+    let data: Vec<_> = app
+        .model_ids()
+        .into_iter()
+        .map(|id| model_object(&app, id))
+        .collect();
+    Json(serde_json::json!({"object": "list", "data": data})).into_response()
+}
+
+fn model_object(app: &App, id: &str) -> serde_json::Value {
+    serde_json::json!({"id": id, "object": "model", "created": app.created, "owned_by": "wgemma"})
+}
+
+/// `GET /v1/models/{id}`: the model under one of its names, or a 404 naming the names.
+pub async fn model(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = app.authorize(&headers) {
+        return e.into_response();
+    }
+    if app.model_ids().contains(&id.as_str()) {
+        return Json(model_object(&app, &id)).into_response();
+    }
+    ApiError::invalid(
+        "model",
+        format!(
+            "model: expected one of {:?} (the model this server runs), found {id:?}",
+            app.model_ids()
+        ),
+    )
+    .with_status(StatusCode::NOT_FOUND, "model_not_found")
     .into_response()
 }
 
@@ -73,7 +102,7 @@ pub async fn chat_completions(
     let parsed = app
         .authorize(&headers)
         .and_then(|()| app.ready().map(|_| ()))
-        .and_then(|()| request::parse_chat(&body, &app.model_name));
+        .and_then(|()| request::parse_chat(&body, &app.model_ids()));
     answer::answer(app, Endpoint::Chat, parsed).await
 }
 
@@ -81,6 +110,6 @@ pub async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: 
     let parsed = app
         .authorize(&headers)
         .and_then(|()| app.ready().map(|_| ()))
-        .and_then(|()| request::parse_completion(&body, &app.model_name));
+        .and_then(|()| request::parse_completion(&body, &app.model_ids()));
     answer::answer(app, Endpoint::Completion, parsed).await
 }

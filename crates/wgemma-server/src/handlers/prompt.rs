@@ -87,6 +87,7 @@ pub async fn encode_prompt(
     let bytes = match std::mem::replace(&mut parsed.prompt, Prompt::Ids(Vec::new())) {
         Prompt::Messages(m) => {
             check_message_count(m.len(), context)?;
+            request.template_kwargs = parsed.sampling.template_kwargs.clone();
             // A model reads the declared tools as text in its prompt.
             if let Some(tools) = &parsed.sampling.tools {
                 request.tools = tools.declared().to_vec();
@@ -166,4 +167,34 @@ pub fn check_message_count(messages: usize, context: usize) -> Result<(), ApiErr
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wgemma::session::{ChatMessage, ToolDeclaration, ToolResponse};
+
+    #[test]
+    fn tool_text_counts_toward_the_tokenizer_bound_and_errors_name_their_place() {
+        // Tool declarations and tool messages skipped the size check (3.8 MB tokenised).
+        let big = "w".repeat(40 << 10);
+        let tools = vec![ToolDeclaration::new("f", Some(&big), None).unwrap()];
+        let mut answer = ChatMessage::new("assistant", "");
+        answer.tool_responses = vec![ToolResponse {
+            name: "f".into(),
+            response: serde_json::json!({ "value": big }),
+        }];
+        let messages = vec![ChatMessage::new("user", "hi"), answer];
+        let bytes = RenderBudget::for_conversation(&messages, &tools).input_bytes;
+        assert!(bytes > 80 << 10, "{bytes}");
+        let e = check_text_bytes("messages", bytes, 256).unwrap_err();
+        assert!(e.message.contains("65536 bytes"), "{}", e.message);
+        assert!(check_text_bytes("content", 1000, 256).is_ok());
+        assert_eq!(max_text_bytes(1 << 20), 16 << 20);
+        // A special token in a declaration is blamed on `tools`, not `messages`.
+        let e = wgemma::Error::invalid("session", "tools[0]", "text", "<|turn>");
+        assert_eq!(param_of(&e.within("prompt"), "messages"), "tools[0]");
+        let other = wgemma::Error::invalid("session", "chat template", "a", "b");
+        assert_eq!(param_of(&other, "messages"), "messages");
+    }
 }

@@ -144,14 +144,15 @@ impl Drop for InFlight {
 /// A connection over the cap: one 503 written if the socket takes it now, then closed
 /// (nothing is read from it and nothing waits on it).
 fn refuse_busy(stream: &tokio::net::TcpStream, cap: usize) {
-    let body = ApiError::overloaded(format!(
-        "the server is busy: {cap} connections are open (--max-connections); retry later"
-    ))
+    let body = ApiError::overloaded(
+        format!("the server is busy: {cap} connections are open (--max-connections); retry later"),
+        1,
+    )
     .to_json()
     .to_string();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+         retry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.try_write(response.as_bytes());

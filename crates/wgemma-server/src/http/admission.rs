@@ -283,7 +283,7 @@ fn generation_endpoint(req: &Request) -> Option<Endpoint> {
         return None;
     }
     match req.uri().path() {
-        "/v1/chat/completions" => Some(Endpoint::Chat),
+        "/v1/chat/completions" | "/v1/responses" => Some(Endpoint::Chat),
         "/v1/completions" => Some(Endpoint::Completion),
         _ => None,
     }
@@ -297,6 +297,7 @@ fn takes_json(req: &Request) -> bool {
             req.uri().path(),
             "/v1/chat/completions"
                 | "/v1/completions"
+                | "/v1/responses"
                 | "/tokenize"
                 | "/detokenize"
                 | "/apply-template"

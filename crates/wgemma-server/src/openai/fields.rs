@@ -45,6 +45,8 @@ pub(crate) const SHARED_FIELDS: &[(&str, FieldUse)] = &[
     ("logprobs", Used),
     // Identifies the end user: written to the request's log line.
     ("user", Used),
+    // llama.cpp's prompt-cache hint: taken (no prompt cache here, so no effect on the answer).
+    ("cache_prompt", Used),
 ];
 
 pub(crate) const CHAT_FIELDS: &[(&str, FieldUse)] = &[
@@ -56,6 +58,8 @@ pub(crate) const CHAT_FIELDS: &[(&str, FieldUse)] = &[
     ("tools", Used),
     ("tool_choice", Used),
     ("parallel_tool_calls", Used),
+    // vLLM's and llama.cpp's: more variables for the chat template.
+    ("chat_template_kwargs", Used),
     (
         "functions",
         Refused {

@@ -1,12 +1,17 @@
 //! OpenAI's protocol, free of the transport: request bodies checked field by field
-//! ([`request`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`]) and
-//! structured output's grammars ([`structured`]) and the checks on its schemas ([`schema`]).
+//! ([`body`], [`request`], [`sampling`], [`fields`]), the answers' JSON ([`response`]), tool calls ([`tools`],
+//! streamed: [`tool_stream`]), structured output's grammars ([`structured`]) and the checks
+//! on its schemas ([`schema`]), and the Responses API as chat completions
+//! ([`responses_request`] in, [`responses`] out).
 
 pub mod body;
 pub mod fields;
 pub mod request;
 pub mod response;
+pub mod responses;
+pub mod responses_request;
 pub mod sampling;
 pub mod schema;
 pub mod structured;
+pub mod tool_stream;
 pub mod tools;

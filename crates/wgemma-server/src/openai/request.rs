@@ -62,9 +62,9 @@ fn content_text(i: usize, content: Option<&Value>) -> Result<String, ApiError> {
 }
 
 /// `POST /v1/chat/completions`.
-pub fn parse_chat(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
+pub fn parse_chat(body: &[u8], models: &[impl AsRef<str>]) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model, Endpoint::Chat)?;
+    let sampling = common(&body, models, Endpoint::Chat)?;
     Ok(Parsed {
         prompt: Prompt::Messages(parse_messages(&body)?),
         sampling,
@@ -129,7 +129,7 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
             _ => &[],
         };
         if let Some((key, _)) = fields.iter().find(|(k, v)| {
-            !matches!(k.as_str(), "role" | "content")
+            !matches!(k.as_str(), "role" | "content" | "name")
                 && !extra.contains(&k.as_str())
                 && !v.is_null()
         }) {
@@ -157,15 +157,26 @@ pub fn parse_messages(body: &serde_json::Map<String, Value>) -> Result<Vec<ChatM
         }
         let mut message = ChatMessage::new(role, &content);
         message.tool_calls = calls;
+        message.name = match m.get("name") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(n)) => Some(n.clone()),
+            Some(other) => {
+                return Err(ApiError::field(
+                    &format!("messages[{i}].name"),
+                    "a string",
+                    kind_of(other),
+                ))
+            }
+        };
         out.push(message);
     }
     Ok(out)
 }
 
 /// `POST /v1/completions`: `prompt` is a string, token ids, or an array of one of either.
-pub fn parse_completion(body: &[u8], model: &str) -> Result<Parsed, ApiError> {
+pub fn parse_completion(body: &[u8], models: &[impl AsRef<str>]) -> Result<Parsed, ApiError> {
     let body = parse_body(body)?;
-    let sampling = common(&body, model, Endpoint::Completion)?;
+    let sampling = common(&body, models, Endpoint::Completion)?;
     let ids = |items: &[Value]| -> Option<Vec<u32>> {
         items
             .iter()
@@ -229,7 +240,7 @@ mod tests {
     use axum::http::StatusCode;
 
     fn chat_err(body: &str) -> ApiError {
-        parse_chat(body.as_bytes(), "m").unwrap_err()
+        parse_chat(body.as_bytes(), &["m"]).unwrap_err()
     }
 
     #[test]
@@ -237,7 +248,7 @@ mod tests {
         for (body, param, needle) in [
             ("{", None, "expected JSON"),
             ("[1]", None, "a JSON object"),
-            (r#"{"messages": []}"#, Some("model"), "found none"),
+            (r#"{"messages": []}"#, Some("messages"), "an empty array"),
             (
                 r#"{"model": 3, "messages": []}"#,
                 Some("model"),
@@ -330,7 +341,7 @@ mod tests {
                     r#"{{"model": "m", "messages": [{{"role": "user", "content": "x"}}]{extra}}}"#
                 )
                 .as_bytes(),
-                "m",
+                &["m"],
             )
         };
         let p = chat(
@@ -384,12 +395,13 @@ mod tests {
         assert_eq!(big.sampling.seed, 11370070643807128939);
         let e = chat(r#", "seed": 1.5"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("seed"), "{}", e.message);
-        let c = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, "m").unwrap();
+        let c =
+            parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 0}"#, &["m"]).unwrap();
         assert_eq!(c.sampling.logprobs, Some(0));
-        let e =
-            parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 6}"#, "m").unwrap_err();
+        let e = parse_completion(br#"{"model": "m", "prompt": "x", "logprobs": 6}"#, &["m"])
+            .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("logprobs"));
-        let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": "n"}]"#);
+        let e = chat(r#", "messages": [{"role": "user", "content": "x", "name": 5}]"#);
         assert!(e.is_err());
     }
 
@@ -400,7 +412,7 @@ mod tests {
                 {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
                 "max_tokens": 5, "temperature": 0, "seed": -1, "stop": "x", "stream": true,
                 "stream_options": {"include_usage": true}, "user": "ignored"}"#,
-            "m",
+            &["m"],
         )
         .unwrap();
         let Prompt::Messages(m) = &p.prompt else {
@@ -428,7 +440,7 @@ mod tests {
         ] {
             let p = parse_completion(
                 format!(r#"{{"model": "m", "prompt": {prompt}}}"#).as_bytes(),
-                "m",
+                &["m"],
             )
             .unwrap();
             match (p.prompt, ids) {
@@ -437,11 +449,11 @@ mod tests {
                 (other, _) => panic!("{prompt}: {other:?}"),
             }
         }
-        let e = parse_completion(br#"{"model": "m", "prompt": ["a", "b"]}"#, "m").unwrap_err();
+        let e = parse_completion(br#"{"model": "m", "prompt": ["a", "b"]}"#, &["m"]).unwrap_err();
         assert!(e.message.contains("batches"), "{}", e.message);
         let huge = parse_completion(
             br#"{"model": "m", "prompt": "a", "max_tokens": 18446744073709551615}"#,
-            "m",
+            &["m"],
         )
         .unwrap();
         assert!(huge.sampling.max_tokens.unwrap() > 1 << 40);
@@ -460,13 +472,13 @@ mod tests {
             let parse = |extra: &str| {
                 let body = format!(r#"{{"model": "m", {base}{extra}}}"#);
                 match endpoint {
-                    Endpoint::Chat => parse_chat(body.as_bytes(), "m"),
-                    Endpoint::Completion => parse_completion(body.as_bytes(), "m"),
+                    Endpoint::Chat => parse_chat(body.as_bytes(), &["m"]),
+                    Endpoint::Completion => parse_completion(body.as_bytes(), &["m"]),
                 }
             };
             for (name, u) in SHARED_FIELDS.iter().chain(own) {
                 // Null is the field's default: taken for all but the required ones.
-                let required = matches!(*name, "model" | "messages" | "prompt");
+                let required = matches!(*name, "messages" | "prompt");
                 let null = parse(&format!(r#", "{name}": null"#));
                 assert_eq!(null.is_ok(), !required, "{name}: null");
                 if let Refused { .. } = u {
@@ -475,8 +487,8 @@ mod tests {
                     assert!(e.message.contains("not supported"), "{}", e.message);
                 }
             }
-            let e = parse(r#", "cache_prompt": true"#).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some("cache_prompt"));
+            let e = parse(r#", "mirostat": 1"#).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("mirostat"));
             assert!(e.message.contains("unknown field"), "{}", e.message);
             for allowed in [
                 r#", "n": 1"#,

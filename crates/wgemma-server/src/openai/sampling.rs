@@ -45,6 +45,12 @@ struct CommonFields {
     user: Option<String>,
     safety_identifier: Option<String>,
     response_format: Option<Value>,
+    /// llama.cpp's: whether to reuse a cached prompt prefix (a hint; this server keeps no
+    /// prompt cache, so either value serves the same answer).
+    #[allow(dead_code)]
+    cache_prompt: Option<bool>,
+    /// vLLM's and llama.cpp's: more variables for the chat template.
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,6 +87,8 @@ pub struct Sampling {
     pub response_format: Option<ResponseFormat>,
     /// Tools the model may call (chat).
     pub tools: Option<ToolRequest>,
+    /// More variables for the chat template (`chat_template_kwargs`).
+    pub template_kwargs: serde_json::Map<String, Value>,
 }
 
 impl Sampling {
@@ -94,12 +102,12 @@ impl Sampling {
 
 pub fn common(
     body: &serde_json::Map<String, Value>,
-    model: &str,
+    models: &[impl AsRef<str>],
     endpoint: Endpoint,
 ) -> Result<Sampling, ApiError> {
     check_fields(body, endpoint)?;
     let f: CommonFields = typed(body)?;
-    check_model(f.model.as_ref(), model)?;
+    check_model(f.model.as_ref(), models)?;
     let max_tokens = max_tokens_of(f.max_tokens, f.max_completion_tokens)?;
     let temperature = f.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
@@ -135,12 +143,6 @@ pub fn common(
     let response_format = ResponseFormat::parse(f.response_format.as_ref())?;
     let mut stop = stop;
     if let Some(t) = &tools {
-        if t.forces_call() && response_format.is_some() {
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "tool_choice: expected \"auto\" or \"none\" with a response_format, found a                  forced call (a reply cannot follow both grammars)",
-            ));
-        }
         if !t.declared().is_empty() {
             // Gemma 4 opens a tool response after its calls: the reply ends there, and the
             // client runs the calls.
@@ -174,22 +176,25 @@ pub fn common(
         user: f.user.or(f.safety_identifier),
         response_format,
         tools,
+        template_kwargs: f.chat_template_kwargs.unwrap_or_default(),
     })
 }
 
-/// The request's `model` must name the model this server runs.
-fn check_model(given: Option<&Value>, model: &str) -> Result<(), ApiError> {
+/// The request's `model`, if given, must be one of the names this server runs its model
+/// under (its name and `--alias`es); without one, the one model answers (as llama-server).
+fn check_model(given: Option<&Value>, models: &[impl AsRef<str>]) -> Result<(), ApiError> {
     match given {
-        Some(Value::String(m)) if m == model => {}
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if models.iter().any(|n| n.as_ref() == m) => {}
         Some(Value::String(m)) => {
+            let names: Vec<&str> = models.iter().map(AsRef::as_ref).collect();
             return Err(ApiError::invalid(
                 "model",
-                format!("model: expected {model:?} (the model this server runs; GET /v1/models), found {m:?}"),
+                format!("model: expected one of {names:?} (the model this server runs; GET /v1/models), found {m:?}"),
             )
-            .with_status(StatusCode::NOT_FOUND, "model_not_found"))
+            .with_status(StatusCode::NOT_FOUND, "model_not_found"));
         }
         Some(other) => return Err(ApiError::field("model", "a string", kind_of(other))),
-        None => return Err(ApiError::field("model", format!("a model id ({model:?})"), "none")),
     }
     Ok(())
 }

@@ -112,6 +112,12 @@ impl ResponseFormat {
         }
     }
 
+    /// The format as a rule of a Lark grammar (llguidance's `%json`), for a reply that may
+    /// be tool calls or this answer.
+    pub fn lark_rule(&self) -> String {
+        format!("%json {}", self.schema())
+    }
+
     /// The schema the grammar is compiled from, with the compact JSON options.
     fn schema(&self) -> Value {
         let mut schema = match self {

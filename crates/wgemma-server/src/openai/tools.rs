@@ -10,8 +10,8 @@
 use crate::error::{check_keys, clip, kind_of, ApiError};
 use serde_json::{json, Map, Value};
 use wgemma::session::{ChatMessage, ToolCall, ToolDeclaration, ToolResponse};
-use wgemma::text::tool_grammar::tool_call_grammar;
-use wgemma::text::tools::{parse_reply, ReplyPiece, ToolCallParser};
+use wgemma::text::tool_grammar::{tool_call_grammar, tool_calls_or_answer_grammar};
+use wgemma::text::tools::{parse_cut_reply, parse_reply};
 
 /// What `tool_choice` asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,19 +133,40 @@ impl ToolRequest {
         matches!(self.choice, ToolChoice::Required | ToolChoice::Named(_))
     }
 
-    /// The Lark grammar of the calls a forced choice allows; None when nothing is forced.
-    pub fn grammar(&self) -> Result<Option<String>, ApiError> {
-        let allowed: Vec<(usize, &ToolDeclaration)> = match &self.choice {
-            ToolChoice::None | ToolChoice::Auto => return Ok(None),
-            ToolChoice::Required => self.tools.iter().enumerate().collect(),
-            ToolChoice::Named(name) => self
+    /// True when the reply follows a grammar of calls: a forced call, or `auto` beside a
+    /// response format (`answers`: the reply may then be calls or an answer in that format).
+    pub fn constrains(&self, answers: bool) -> bool {
+        self.forces_call() || (answers && self.choice == ToolChoice::Auto)
+    }
+
+    /// The Lark grammar of the reply: the calls a forced choice allows (the turn must call,
+    /// so `answer` does not apply to it); with `auto` and an `answer` rule (a response
+    /// format's), calls of any tool or an answer following that rule, as vLLM does. None when
+    /// nothing constrains the reply.
+    pub fn grammar(&self, answer: Option<&str>) -> Result<Option<String>, ApiError> {
+        let path = |i| format!("tools[{i}]");
+        let all: Vec<(usize, &ToolDeclaration)> = self.tools.iter().enumerate().collect();
+        let allowed: Vec<(usize, &ToolDeclaration)> = match (&self.choice, answer) {
+            (ToolChoice::Auto, Some(answer)) => {
+                return tool_calls_or_answer_grammar(&all, self.parallel, &path, answer)
+                    .map(Some)
+                    .map_err(|e| {
+                        ApiError::invalid(
+                            "tools",
+                            format!("tools: calls beside a response_format need argument schemas it can enforce: {e}"),
+                        )
+                    })
+            }
+            (ToolChoice::None | ToolChoice::Auto, _) => return Ok(None),
+            (ToolChoice::Required, _) => all,
+            (ToolChoice::Named(name), _) => self
                 .tools
                 .iter()
                 .enumerate()
                 .filter(|(_, t)| &t.name == name)
                 .collect(),
         };
-        tool_call_grammar(&allowed, self.parallel, &|i| format!("tools[{i}]"))
+        tool_call_grammar(&allowed, self.parallel, &path)
             .map(Some)
             .map_err(|e| {
                 ApiError::invalid(
@@ -376,7 +397,7 @@ pub fn attach_tool_response(
 }
 
 /// A fresh call id (OpenAI's `call_...`).
-fn call_id() -> String {
+pub(crate) fn call_id() -> String {
     format!("call_{:024x}", rand::random::<u128>() >> 32)
 }
 
@@ -403,10 +424,20 @@ pub fn finish_with_calls(finish: &'static str, calls: usize) -> &'static str {
 }
 
 /// A whole chat answer's message with its calls taken out of the text: OpenAI's shape
-/// (content null when the reply is only calls).
-pub fn answer_message(text: &str) -> (Value, usize) {
-    let (content, calls) = parse_reply(text);
-    if calls.is_empty() {
+/// (content null when the reply is only calls). A reply `cut` by its token budget in a call
+/// gives that call as far as it was written (its arguments' JSON text so far), never the
+/// call's markup as text.
+pub fn answer_message(text: &str, cut: bool) -> (Value, usize) {
+    let (content, list) = if cut {
+        let (content, calls, open) = parse_cut_reply(text);
+        let mut list: Vec<Value> = calls.iter().map(|c| call_json(c, None)).collect();
+        list.extend(open.map(|p| partial_json(&p.name, &p.arguments)));
+        (content, list)
+    } else {
+        let (content, calls) = parse_reply(text);
+        (content, calls.iter().map(|c| call_json(c, None)).collect())
+    };
+    if list.is_empty() {
         return (json!({"role": "assistant", "content": content}), 0);
     }
     let content = if content.trim().is_empty() {
@@ -414,57 +445,16 @@ pub fn answer_message(text: &str) -> (Value, usize) {
     } else {
         Value::String(content)
     };
-    let list: Vec<Value> = calls.iter().map(|c| call_json(c, None)).collect();
+    let n = list.len();
     (
         json!({"role": "assistant", "content": content, "tool_calls": list}),
-        calls.len(),
+        n,
     )
 }
 
-/// A stream chunk carrying `tool_calls` deltas (each call whole, with its index).
-pub fn tool_calls_chunk(id: &str, created: u64, model: &str, calls: Vec<Value>) -> Value {
-    json!({
-        "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
-        "system_fingerprint": crate::openai::response::SYSTEM_FINGERPRINT,
-        "choices": [{"index": 0, "delta": {"tool_calls": calls}, "logprobs": null, "finish_reason": null}],
-    })
-}
-
-/// A streamed reply split into text deltas and call deltas as it arrives.
-#[derive(Debug, Default)]
-pub struct ToolStream {
-    parser: ToolCallParser,
-    /// Calls sent so far (the next one's `index`).
-    pub calls: usize,
-}
-
-impl ToolStream {
-    /// The text that may be sent now, and the `tool_calls` deltas completed by `text`.
-    pub fn feed(&mut self, text: &str) -> (String, Vec<Value>) {
-        let pieces = self.parser.feed(text);
-        self.split(pieces)
-    }
-
-    /// What is left at the end (held text, an unterminated call as text).
-    pub fn finish(&mut self) -> (String, Vec<Value>) {
-        let pieces = self.parser.finish();
-        self.split(pieces)
-    }
-
-    fn split(&mut self, pieces: Vec<ReplyPiece>) -> (String, Vec<Value>) {
-        let mut text = String::new();
-        let mut calls = Vec::new();
-        for piece in pieces {
-            match piece {
-                ReplyPiece::Text(t) => text.push_str(&t),
-                ReplyPiece::Call(c) => {
-                    calls.push(call_json(&c, Some(self.calls)));
-                    self.calls += 1;
-                }
-            }
-        }
-        (text, calls)
-    }
+/// A call cut short: its name and the arguments' JSON text so far.
+fn partial_json(name: &str, arguments: &str) -> Value {
+    json!({"id": call_id(), "type": "function", "function": {"name": name, "arguments": arguments}})
 }
 
 #[cfg(test)]
@@ -486,7 +476,10 @@ mod tests {
         assert_eq!(t.choice, ToolChoice::Auto);
         assert!(t.parallel && !t.forces_call());
         assert_eq!(t.declared().len(), 1);
-        assert_eq!(t.grammar().unwrap(), None);
+        assert_eq!(t.grammar(None).unwrap(), None);
+        // Beside a response format, `auto` lets the model call or answer in that format.
+        let either = t.grammar(Some("%json {}")).unwrap().unwrap();
+        assert!(either.starts_with("start: call+ | answer"), "{either}");
         let none = parse(&format!(r#"{WEATHER}, "tool_choice": "none""#))
             .unwrap()
             .unwrap();
@@ -498,8 +491,10 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(named.forces_call() && !named.parallel);
-        let lark = named.grammar().unwrap().unwrap();
+        let lark = named.grammar(None).unwrap().unwrap();
         assert!(lark.contains("call:get_weather"), "{lark}");
+        // A forced call is the turn's whole reply, with a response format too.
+        assert_eq!(named.grammar(Some("%json {}")).unwrap(), Some(lark));
         assert_eq!(parse(r#""tools": []"#).unwrap(), None);
         assert_eq!(parse(r#""tool_choice": "none""#).unwrap(), None);
         for (extra, param, needle) in [
@@ -552,25 +547,27 @@ mod tests {
             assert!(e.message.contains(needle), "{extra}: {}", e.message);
         }
         // A schema a grammar cannot enforce is refused only when a call is forced.
-        let pattern = r#""tools": [{"type": "function", "function": {"name": "f", "parameters":
-            {"type": "object", "properties": {"a": {"type": "string", "pattern": "x+"}}}}}]"#;
-        assert!(parse(pattern)
+        let unique = r#""tools": [{"type": "function", "function": {"name": "f", "parameters":
+            {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}}}}]"#;
+        assert!(parse(unique)
             .unwrap()
             .unwrap()
-            .grammar()
+            .grammar(None)
             .unwrap()
             .is_none());
-        let forced = parse(&format!(r#"{pattern}, "tool_choice": "required""#))
+        let forced = parse(&format!(r#"{unique}, "tool_choice": "required""#))
             .unwrap()
             .unwrap();
-        let e = forced.grammar().unwrap_err();
-        assert!(e.message.contains("pattern"), "{}", e.message);
+        let e = forced.grammar(None).unwrap_err();
+        assert!(e.message.contains("uniqueItems"), "{}", e.message);
     }
 
     #[test]
     fn replies_become_openai_tool_calls() {
-        let (m, n) =
-            answer_message("<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>");
+        let (m, n) = answer_message(
+            "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
+            false,
+        );
         assert_eq!(n, 1);
         assert_eq!(m["content"], Value::Null);
         assert_eq!(m["tool_calls"][0]["function"]["name"], "get_weather");
@@ -584,19 +581,15 @@ mod tests {
             .starts_with("call_"));
         assert_eq!(finish_with_calls("stop", n), "tool_calls");
         assert_eq!(finish_with_calls("length", n), "length");
-        let (m, n) = answer_message("plain");
+        let (m, n) = answer_message("plain", false);
         assert_eq!((m["content"].as_str(), n), (Some("plain"), 0));
-        let mut s = ToolStream::default();
-        let (t1, c1) = s.feed("Hi <|tool_call>call:f{a:1}");
-        let (t2, c2) = s.feed("<tool_call|> <|tool");
-        let (t3, c3) = s.finish();
+        // Cut by the budget in a call: the call as far as it was written, no markup.
+        let (m, n) = answer_message("So: <|tool_call>call:get_weather{city:<|\"|>Par", true);
+        assert_eq!((m["content"].as_str(), n), (Some("So: "), 1));
         assert_eq!(
-            (t1.as_str(), t2.as_str(), t3.as_str()),
-            ("Hi ", " ", "<|tool")
+            m["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Par"#
         );
-        assert!(c1.is_empty() && c3.is_empty());
-        assert_eq!(c2[0]["index"], 0);
-        assert_eq!(c2[0]["function"]["arguments"], r#"{"a":1}"#);
     }
 
     #[test]

@@ -304,6 +304,7 @@ fn w_k(w: &LinearWeight) -> usize {
     match w {
         LinearWeight::Q4(q) => q.k().max(1),
         LinearWeight::Dense(t) => t.shape().last().copied().unwrap_or(1).max(1),
+        LinearWeight::Ggml(g) => g.k().max(1),
     }
 }
 
@@ -313,6 +314,7 @@ fn no_prologue(w: &LinearWeight) -> Error {
         shapes: match w {
             LinearWeight::Q4(q) => format!("W [{}, {}]", q.n(), q.k()),
             LinearWeight::Dense(t) => format!("dense W {:?}", t.shape()),
+            LinearWeight::Ggml(g) => format!("{:?} W [{}, {}]", g.ty(), g.n(), g.k()),
         },
         failed: vec!["the plan chose norm prologues for a weight that cannot take one".into()],
     }

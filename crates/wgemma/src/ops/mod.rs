@@ -7,6 +7,7 @@ pub mod attention;
 pub mod embedding;
 pub mod gather;
 pub mod geglu;
+pub mod ggml_linear;
 pub mod linear;
 pub mod min_fill;
 pub mod moe;
@@ -35,6 +36,7 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     cases.extend(scatter::random_cases(rng));
     cases.extend(min_fill::random_cases(rng));
     cases.extend(linear::random_cases(rng));
+    cases.extend(ggml_linear::random_cases(rng));
     cases.extend(quantize::random_cases(rng));
     cases.extend(read_bandwidth::random_cases(rng));
     cases.extend(rmsnorm::random_cases(rng));

@@ -294,10 +294,15 @@ fn gguf(
         .with_release(&release)
         .with_stream(StreamOptions {
             quantiser: hooks.quantiser,
+            // No --dtype: the file's ggml types run as stored.
+            native_ggml: hooks.format.is_none(),
             ..StreamOptions::default()
         });
     let state = load_weights(ctx, &weights, spec, options, &mut hooks.progress)
         .map_err(names.at(Step::Weights))?;
+    if let Some(line) = weights.conversion_line() {
+        (hooks.progress)(LoadEvent::Converted(line));
+    }
     let text = text_setup(tokenizer, eos_ids, chat_template).map_err(names.at(Step::Tokenizer))?;
     Ok((state, text, summary))
 }

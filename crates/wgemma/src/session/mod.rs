@@ -466,6 +466,7 @@ impl PromptEncoder {
             self.tokenizer.as_deref(),
             messages,
             tools,
+            &serde_json::Map::new(),
         )
     }
 
@@ -511,7 +512,13 @@ impl PromptEncoder {
             ids.clone()
         } else if let Some(messages) = &request.messages {
             encode_conversation_with_tools(tokenizer()?, messages, &request.tools, &|m| {
-                self.render_chat_with_tools(m, &request.tools)
+                render_chat(
+                    self.chat_template.as_deref(),
+                    self.tokenizer.as_deref(),
+                    m,
+                    &request.tools,
+                    &request.template_kwargs,
+                )
             })?
         } else {
             let text = request.prompt.as_deref().unwrap_or_default();
@@ -542,14 +549,16 @@ fn text_stream(tokenizer: Option<&Tokenizer>, request: &GenerateRequest) -> Text
 
 /// A conversation as text through `template`, or Gemma 4's built-in turn format when there
 /// is none (which needs the tokenizer, if any, to have the turn markers).
+/// `kwargs` are more variables for the template (the built-in format has none to read).
 fn render_chat(
     template: Option<&ChatTemplate>,
     tokenizer: Option<&Tokenizer>,
     messages: &[ChatMessage],
     tools: &[ToolDeclaration],
+    kwargs: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<String> {
     if let Some(template) = template {
-        return template.render_with_tools(messages, tools, true);
+        return template.render_with_kwargs(messages, tools, true, kwargs);
     }
     if let Some(tok) = tokenizer {
         for marker in [TURN_START, TURN_END] {
@@ -587,6 +596,7 @@ impl TextTools {
             self.tokenizer.as_deref(),
             messages,
             tools,
+            &serde_json::Map::new(),
         )
     }
 }

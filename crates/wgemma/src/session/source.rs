@@ -114,6 +114,9 @@ pub enum LoadEvent {
     /// A checkpoint's tensors its config does not describe, left unread because
     /// [`LoadHooks::allow_extra_tensors`] allows it (a description for a warning).
     IgnoredTensors(String),
+    /// What the load converted from its stored types, in one line
+    /// ([`crate::weights::conversion::summarise`]).
+    Converted(String),
 }
 
 /// How [`super::Session::model_info`] names the loaded model.

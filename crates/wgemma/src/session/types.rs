@@ -110,6 +110,11 @@ pub struct GenerateRequest {
     /// `tools`). Not part of the browser's JSON request.
     #[serde(skip)]
     pub tools: Vec<ToolDeclaration>,
+    /// More variables for the chat template (vLLM's and llama.cpp's `chat_template_kwargs`,
+    /// e.g. `enable_thinking`); they never replace `messages`, `tools` or the others the
+    /// template is given. Not part of the browser's JSON request.
+    #[serde(skip)]
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// Wrap the text prompt in the chat template as one user turn.
     pub chat: bool,
     pub max_new_tokens: usize,
@@ -148,6 +153,7 @@ impl Default for GenerateRequest {
             prompt_ids: None,
             messages: None,
             tools: Vec::new(),
+            template_kwargs: serde_json::Map::new(),
             chat: false,
             max_new_tokens: 128,
             temperature: 0.0,

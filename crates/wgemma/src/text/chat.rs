@@ -16,6 +16,7 @@ use super::tools::{
 use crate::error::{Error, Result};
 use crate::text::tokenizer::{json_kind, Tokenizer, BOS, TURN_END, TURN_START};
 use serde::{Deserialize, Serialize};
+use serde_json::Map;
 
 /// Template errors name the session, as they did when templates lived there (the API
 /// that reports them).
@@ -32,6 +33,10 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_responses: Vec<ToolResponse>,
+    /// The speaker's name (OpenAI's `name`): given to a template, which may write it (the
+    /// built-in format has no place for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -41,6 +46,7 @@ impl ChatMessage {
             content: content.to_string(),
             tool_calls: Vec::new(),
             tool_responses: Vec::new(),
+            name: None,
         }
     }
 
@@ -52,7 +58,10 @@ impl ChatMessage {
             .map(|c| render_call(c).len())
             .chain(self.tool_responses.iter().map(|r| render_response(r).len()))
             .sum();
-        self.role.len() + self.content.len() + tool_bytes
+        self.role.len()
+            + self.content.len()
+            + self.name.as_ref().map_or(0, String::len)
+            + tool_bytes
     }
 }
 
@@ -274,6 +283,20 @@ impl ChatTemplate {
         tools: &[ToolDeclaration],
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_with_kwargs(messages, tools, add_generation_prompt, &Map::new())
+    }
+
+    /// [`ChatTemplate::render_with_tools`] with more variables for the template (HF's
+    /// `apply_chat_template(..., **kwargs)`, e.g. `enable_thinking`); the conversation's
+    /// own variables (`messages`, `tools`, `add_generation_prompt`, the BOS and EOS
+    /// tokens) win over a kwarg of the same name.
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+        add_generation_prompt: bool,
+        kwargs: &Map<String, serde_json::Value>,
+    ) -> Result<String> {
         check_messages(messages)?;
         if !tools.is_empty() && !self.reads_tools {
             return Err(Error::invalid(
@@ -311,6 +334,7 @@ impl ChatTemplate {
                 tools => tools,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
+                ..minijinja::Value::from(minijinja::value::Serde(kwargs))
             },
             &mut out,
         );
@@ -472,13 +496,16 @@ pub fn encode_conversation_with_tools(
         }
     }
     for (i, m) in messages.iter().enumerate() {
-        if let Some(special) = tok.first_marker(&m.role) {
-            return Err(Error::invalid(
-                OP,
-                format!("messages[{i}].role"),
-                "a role name",
-                format!("one holding the special token {special:?}"),
-            ));
+        let named = [("role", Some(&m.role)), ("name", m.name.as_ref())];
+        for (field, text) in named {
+            if let Some(special) = text.and_then(|t| tok.first_marker(t)) {
+                return Err(Error::invalid(
+                    OP,
+                    format!("messages[{i}].{field}"),
+                    format!("a {field} without special tokens (a template writes it as markup)"),
+                    format!("one holding the special token {special:?}"),
+                ));
+            }
         }
     }
     let text = render(messages)?;
@@ -710,6 +737,30 @@ mod tests {
             t.render(&[ChatMessage::new("user", "x")], true).unwrap(),
             "ok"
         );
+    }
+
+    #[test]
+    fn names_and_kwargs_reach_the_template() {
+        let t = ChatTemplate::new(
+            "{% for m in messages %}{{ m.name or '-' }}:{{ m.content }};{% endfor %}\
+             {{ enable_thinking }}{{ add_generation_prompt }}",
+            "<bos>",
+            "<eos>",
+        )
+        .unwrap();
+        let mut named = ChatMessage::new("user", "hi");
+        named.name = Some("aaron".into());
+        let kwargs = serde_json::json!({"enable_thinking": false, "add_generation_prompt": "x"});
+        let got = t
+            .render_with_kwargs(
+                &[named, ChatMessage::new("user", "yo")],
+                &[],
+                true,
+                kwargs.as_object().unwrap(),
+            )
+            .unwrap();
+        // A kwarg never replaces the conversation's own variables.
+        assert_eq!(got, "aaron:hi;-:yo;FalseTrue");
     }
 
     #[test]

@@ -10,3 +10,10 @@ pub const TOOL_RESPONSE_START: &str = "<|tool_response>";
 pub const TOOL_RESPONSE_END: &str = "<tool_response|>";
 /// Opens and closes a string value.
 pub const STRING_MARK: &str = "<|\"|>";
+
+/// Names that the call syntax carries unquoted.
+pub(crate) fn is_bare_key(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub(crate) use super::tool_markers::is_bare_key;
 use super::tool_markers::{
     STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_END, TOOL_RESPONSE_END, TOOL_RESPONSE_START,
     TOOL_START,
@@ -149,13 +150,6 @@ pub struct ToolResponse {
     pub name: String,
     /// An object is written as the response's fields; anything else as `{value: ...}`.
     pub response: Value,
-}
-
-/// Names that the call syntax carries unquoted.
-pub(crate) fn is_bare_key(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 fn check_name(name: &str, what: &str) -> Result<()> {
@@ -326,6 +320,28 @@ impl ToolCallParser {
         }
     }
 
+    /// The call open so far (its `<tool_call|>` not come yet), once its name is whole: its
+    /// name and its arguments as JSON text so far ([`super::tool_json`]).
+    pub fn open_call(&self) -> Option<super::tool_json::PartialCall> {
+        if !self.in_call {
+            return None;
+        }
+        super::tool_json::partial_call(&self.held[TOOL_CALL_START.len()..])
+    }
+
+    /// What is left when a reply is cut short (by its token budget) in the middle: the held
+    /// text, and the call left open, as far as it was written (None when none is open, or
+    /// when its name is not whole yet). A call's markup never comes back as text here.
+    pub fn finish_cut(&mut self) -> (Vec<ReplyPiece>, Option<super::tool_json::PartialCall>) {
+        if !self.in_call {
+            return (self.finish(), None);
+        }
+        let open = self.open_call();
+        self.in_call = false;
+        self.held.clear();
+        (Vec::new(), open)
+    }
+
     /// What is left when the reply ends: held text, or an unterminated call, as text.
     pub fn finish(&mut self) -> Vec<ReplyPiece> {
         self.in_call = false;
@@ -343,6 +359,24 @@ pub fn parse_reply(text: &str) -> (String, Vec<ToolCall>) {
     let mut parser = ToolCallParser::new();
     let mut pieces = parser.feed(text);
     pieces.extend(parser.finish());
+    joined(pieces)
+}
+
+/// A reply cut short by its token budget, as [`parse_reply`], and the call it left open as
+/// far as it was written ([`ToolCallParser::finish_cut`]: never its markup as text).
+pub fn parse_cut_reply(
+    text: &str,
+) -> (String, Vec<ToolCall>, Option<super::tool_json::PartialCall>) {
+    let mut parser = ToolCallParser::new();
+    let mut pieces = parser.feed(text);
+    let (rest, open) = parser.finish_cut();
+    pieces.extend(rest);
+    let (content, calls) = joined(pieces);
+    (content, calls, open)
+}
+
+/// The text pieces joined, and the calls in order.
+fn joined(pieces: Vec<ReplyPiece>) -> (String, Vec<ToolCall>) {
     let mut content = String::new();
     let mut calls = Vec::new();
     for piece in pieces {
@@ -720,5 +754,40 @@ mod tests {
             parse_reply("<|tool_call>call:f{a:}<tool_call|>ok<|tool_call>call:g{}<tool_call|>");
         assert_eq!(content, "<|tool_call>call:f{a:}<tool_call|>ok");
         assert_eq!(calls, vec![call("g", json!({}))]);
+    }
+
+    #[test]
+    fn an_open_call_gives_its_arguments_so_far() {
+        let mut parser = ToolCallParser::new();
+        parser.feed("Hi <|tool_call>call:f{a:1.50,b:<|\"|>x");
+        let open = parser.open_call().unwrap();
+        assert_eq!(
+            (open.name.as_str(), open.arguments.as_str()),
+            ("f", r#"{"a":1.5,"b":"x"#)
+        );
+        let pieces = parser.feed("y<|\"|>}<tool_call|>");
+        let [ReplyPiece::Call(c)] = &pieces[..] else {
+            panic!("{pieces:?}")
+        };
+        // The whole call's arguments continue what the open call gave.
+        assert_eq!(
+            Value::Object(c.arguments.clone()).to_string(),
+            r#"{"a":1.5,"b":"xy"}"#
+        );
+        assert_eq!(parser.open_call(), None);
+        // Cut short, the open call comes back as far as it was written, never as text.
+        parser.feed("ok <|tool_call>call:g{n:1");
+        assert_eq!(
+            parser.finish_cut(),
+            (
+                Vec::new(),
+                Some(super::super::tool_json::PartialCall {
+                    name: "g".into(),
+                    arguments: r#"{"n":"#.into()
+                })
+            )
+        );
+        parser.feed("<|tool_call>cal");
+        assert_eq!(parser.finish_cut(), (Vec::new(), None));
     }
 }

@@ -5,6 +5,7 @@
 use crate::error::Result;
 use crate::gpu::{GpuContext, Tensor};
 use crate::ops::embedding::{EmbeddingTable, TableFormat, TableRows};
+use crate::ops::ggml_linear::{ggml_linear, GgmlWeight};
 use crate::ops::linear::{dense_linear, q4_linear, Linear, Q4Weight, Q4Words};
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, WeightFormat};
 
@@ -13,6 +14,9 @@ use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, WeightFormat};
 pub enum LinearWeight {
     Q4(Q4Weight),
     Dense(Tensor),
+    /// ggml blocks as a GGUF file stores them (Q8_0, Q4_K, Q5_K, Q6_K, ...), run at their
+    /// own precision ([`crate::ops::ggml_linear`]).
+    Ggml(GgmlWeight),
 }
 
 impl LinearWeight {
@@ -59,6 +63,7 @@ impl LinearWeight {
         match self {
             LinearWeight::Q4(w) => q4_linear(ctx, x, w, y),
             LinearWeight::Dense(w) => dense_linear(ctx, x, w, y),
+            LinearWeight::Ggml(w) => ggml_linear(ctx, x, w, y),
         }
     }
 
@@ -66,6 +71,7 @@ impl LinearWeight {
         match self {
             LinearWeight::Q4(w) => w.bytes(),
             LinearWeight::Dense(t) => t.byte_size(),
+            LinearWeight::Ggml(w) => w.bytes(),
         }
     }
 }

@@ -6,10 +6,13 @@
 //! model's blocks declare ([`declared`]). [`ggml`] holds the block formats a GGUF file
 //! stores, which the uploader places like any other stored dtype.
 
+pub mod conversion;
 pub mod declared;
-pub mod ggml;
 pub mod layout;
 pub mod linear;
 pub mod raw;
 pub mod source;
 pub mod upload;
+
+/// ggml's block formats, defined with the op that runs them ([`crate::ops::ggml_linear::blocks`]).
+pub use crate::ops::ggml_linear::blocks as ggml;

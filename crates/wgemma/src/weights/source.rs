@@ -11,11 +11,12 @@
 //! <- `raw` (stored tensors and their conversions) <- `upload` (the uploader) <- `source`
 //! (this trait) <- the formats, and the model's weights on top.
 
-use super::raw::RawTensor;
+use super::conversion::{matrix_conversion, Conversion};
+use super::raw::{expert_layout, RawTensor};
 use super::upload::{upload_matrix, StreamOptions, Uploaded, Uploader};
 use crate::error::Result;
 use crate::ops::moe::{ExpertFormat, ExpertHost};
-use crate::weights::layout::MatrixSpec;
+use crate::weights::layout::{MatrixSpec, MatrixUse};
 use safetensors::Dtype;
 
 /// Where a model's weights come from (the target's and the assistant's alike): a
@@ -41,6 +42,10 @@ pub trait WeightSource {
     fn stream_options(&self) -> StreamOptions {
         StreamOptions::default()
     }
+
+    /// Told of each tensor the load converts ([`Conversion`]); a source that reports them
+    /// (a GGUF file) keeps them for the loader's one line.
+    fn converted(&self, _conversion: Conversion) {}
 }
 
 /// A [`WeightSource`] seen under a name prefix: `src.pp("layers").pp(3).f32("input_layernorm.weight", ..)`
@@ -122,7 +127,12 @@ impl<'s> Scope<'s> {
     ) -> Result<Uploaded> {
         let raw = self.matrix_tensors(name, parts, spec.n, spec.k)?;
         let options = self.source.stream_options();
-        upload_matrix(up, options, &self.name(name), &raw, spec)
+        let full = self.name(name);
+        let uploaded = upload_matrix(up, options, &full, &raw, spec)?;
+        if let Some(c) = matrix_conversion(&full, &raw, spec, options.native_ggml) {
+            self.source.converted(c);
+        }
+        Ok(uploaded)
     }
 
     /// MoE experts `[experts, n, k]` in `format` ([`RawTensor::experts`]).
@@ -134,8 +144,19 @@ impl<'s> Scope<'s> {
         k: usize,
         format: ExpertFormat,
     ) -> Result<ExpertHost> {
-        self.tensor(name, &[experts, n, k])?
-            .experts(experts, n, k, format)
+        let raw = self.tensor(name, &[experts, n, k])?;
+        let host = raw.experts(experts, n, k, format)?;
+        let spec = MatrixSpec {
+            n: experts * n,
+            k,
+            layout: expert_layout(format),
+            use_: MatrixUse::Experts { experts },
+        };
+        let raw = std::slice::from_ref(&raw);
+        if let Some(c) = matrix_conversion(&self.name(name), raw, spec, false) {
+            self.source.converted(c);
+        }
+        Ok(host)
     }
 }
 

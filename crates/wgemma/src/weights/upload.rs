@@ -31,6 +31,8 @@ use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use std::collections::VecDeque;
 use std::ops::Range;
 
+mod native;
+
 /// Bytes of source rows per block (and the size of the GPU path's staging buffer): large
 /// enough that per-block costs (a submit, a few dispatches) vanish against the copy, small
 /// enough to fit any binding (lavapipe's is 128 MiB) and to keep a load's host memory low.
@@ -55,6 +57,9 @@ pub struct StreamOptions {
     pub quantiser: Quantiser,
     /// Source bytes per block (at least 64 rows a block; capped by the staging buffer).
     pub block_bytes: usize,
+    /// Upload ggml blocks of the types [`crate::ops::ggml_linear`] runs as stored (a GGUF
+    /// file loaded with no `--dtype`), instead of converting them to the load's layout.
+    pub native_ggml: bool,
 }
 
 impl Default for StreamOptions {
@@ -62,6 +67,7 @@ impl Default for StreamOptions {
         StreamOptions {
             quantiser: Quantiser::Auto,
             block_bytes: BLOCK_BYTES,
+            native_ggml: false,
         }
     }
 }
@@ -318,6 +324,9 @@ pub fn upload_matrix(
             let m = part.as_prepared(n, k, layout)?;
             return Uploaded::from_matrix(up.ctx, name, &m, use_);
         }
+    }
+    if let Some(ty) = native::native_type(parts, use_).filter(|_| options.native_ggml) {
+        return native::upload_native(up, name, parts, spec, ty);
     }
     let float_bytes = |p: &RawTensor<'_>| {
         matches!(p.dtype, RawDtype::F32 | RawDtype::F16 | RawDtype::BF16)
@@ -628,6 +637,7 @@ mod tests {
                 let options = StreamOptions {
                     quantiser,
                     block_bytes: 1,
+                    ..StreamOptions::default()
                 };
                 let m = upload_matrix(
                     &mut up,
@@ -668,6 +678,7 @@ mod tests {
             let options = StreamOptions {
                 quantiser,
                 block_bytes: 1,
+                ..StreamOptions::default()
             };
             let err = upload_matrix(
                 &mut Uploader::new(ctx),

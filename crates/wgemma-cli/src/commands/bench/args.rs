@@ -22,9 +22,10 @@ pub struct BenchArgs {
     /// instead.
     #[arg(short = 'm', long, value_name = "DIR|FILE")]
     pub(super) model: Option<PathBuf>,
-    /// Weight format: q4, q4g64, q4g128, f16, f32 (an artifact keeps its own).
-    #[arg(long, alias = "quant", default_value = "q4")]
-    pub(super) dtype: String,
+    /// Weight format: q4, q4g64, q4g128, f16, f32 [default: q4; a GGUF file runs its own
+    /// types, an artifact keeps its own].
+    #[arg(long, alias = "quant")]
+    pub(super) dtype: Option<String>,
     /// Prompt tokens of the prefill test `ppN` [default: 512; 64 for tiny].
     #[arg(short = 'p', long = "n-prompt", alias = "prompt-len", value_name = "N")]
     pub(super) prompt_len: Option<usize>,

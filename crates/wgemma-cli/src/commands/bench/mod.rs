@@ -209,7 +209,7 @@ fn parallel(
             acceptance: &args.acceptance,
             seed: args.seed,
             model_name,
-            dtype: args.dtype.clone(),
+            dtype: dtype_label(&args),
             json: args.json,
         },
     )
@@ -321,7 +321,7 @@ fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
             args.draft_tokens
         );
     }
-    let format = WeightFormat::parse(&args.dtype)?;
+    let format = WeightFormat::parse(args.dtype.as_deref().unwrap_or("q4"))?;
     if args.prefill_chunk == 0 {
         bail!("--prefill-chunk: expected at least 1 row, found 0");
     }
@@ -395,7 +395,7 @@ fn load_for_bench(
             dir,
             ModelArgs {
                 model: dir.clone(),
-                dtype: Some(args.dtype.clone()),
+                dtype: args.dtype.clone(),
                 context: options.max_context,
                 prefill_chunk: Some(options.prefill_chunk),
                 no_verify: false,
@@ -660,7 +660,7 @@ impl Outcome {
         let mut report = serde_json::json!({
             "adapter": ctx.describe(),
             "model": args.synthetic.clone().unwrap_or_else(|| args.model.as_ref().expect("a model").display().to_string()),
-            "dtype": args.dtype,
+            "dtype": dtype_label(args),
             "webgpu_limits": args.webgpu_limits,
             "activations": ctx.activations().name(),
             "features": format!("{:?}", ctx.features),
@@ -740,7 +740,7 @@ impl Outcome {
         println!();
         print_table(
             &self.model_name,
-            &args.dtype,
+            &dtype_label(args),
             &self.rows,
             &self.plain.tg_name,
         );
@@ -781,5 +781,15 @@ impl Outcome {
                 println!("\nprofiled pipelined rounds: {r}");
             }
         }
+    }
+}
+
+/// The weight format as the bench reports it: `--dtype` as given, else `q4` (a GGUF
+/// file: `stored`, its own types).
+fn dtype_label(args: &BenchArgs) -> String {
+    match (&args.dtype, &args.model) {
+        (Some(d), _) => d.clone(),
+        (None, Some(m)) if crate::files::is_gguf(m) => "stored".to_string(),
+        (None, _) => "q4".to_string(),
     }
 }

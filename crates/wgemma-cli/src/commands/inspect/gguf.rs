@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use wgemma::formats::gguf::source::load_route;
+use wgemma::formats::gguf::source::{load_route, runs_as};
 use wgemma::formats::gguf::{GgufFile, Value};
 use wgemma::formats::printable::printable;
 
@@ -47,7 +47,8 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
             .iter()
             .map(|t| {
                 serde_json::json!({"name": t.name, "type": format!("{:?}", t.ty),
-                    "dims": t.dims, "bytes": t.data.len(), "offset": t.file_offset})
+                    "dims": t.dims, "bytes": t.data.len(), "offset": t.file_offset,
+                    "runs_as": runs_as(&t.name, t.ty, &t.dims)})
             })
             .collect();
         let out = serde_json::json!({
@@ -117,16 +118,20 @@ pub fn run(path: &Path, json: bool) -> Result<()> {
                 .unwrap_or_default();
             writeln!(out, "    {ty:<5} {n:>5} tensors {bytes:>12} bytes  {route}")?;
         }
-        writeln!(out, "  tensors")?;
+        writeln!(
+            out,
+            "  tensors (offset, type, dims, bytes, name: what it runs as, no --dtype)"
+        )?;
         for t in &file.tensors {
             writeln!(
                 out,
-                "    {:>12}  {:<5} {:<22} {:>11}  {}",
+                "    {:>12}  {:<5} {:<22} {:>11}  {}: {}",
                 t.file_offset,
                 format!("{:?}", t.ty),
                 format!("{:?}", t.dims),
                 t.data.len(),
-                printable(&t.name)
+                printable(&t.name),
+                runs_as(&t.name, t.ty, &t.dims)
             )?;
         }
         out.flush()

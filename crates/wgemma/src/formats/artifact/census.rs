@@ -78,6 +78,35 @@ const fn known(
     }
 }
 
+/// The shaders of the ggml routes, one per type (`ops/ggml_linear`).
+const GGML_MATVECS: &[&str] = &[
+    "ggml_matvec_q8_0",
+    "ggml_matvec_q4_1",
+    "ggml_matvec_q5_0",
+    "ggml_matvec_q5_1",
+    "ggml_matvec_q4_k",
+    "ggml_matvec_q5_k",
+    "ggml_matvec_q6_k",
+];
+const GGML_GEMMS: &[&str] = &[
+    "ggml_gemm_q8_0",
+    "ggml_gemm_q4_1",
+    "ggml_gemm_q5_0",
+    "ggml_gemm_q5_1",
+    "ggml_gemm_q4_k",
+    "ggml_gemm_q5_k",
+    "ggml_gemm_q6_k",
+];
+const GGML_GATHERS: &[&str] = &[
+    "ggml_gather_q8_0",
+    "ggml_gather_q4_1",
+    "ggml_gather_q5_0",
+    "ggml_gather_q5_1",
+    "ggml_gather_q4_k",
+    "ggml_gather_q5_k",
+    "ggml_gather_q6_k",
+];
+
 /// Every route a census may name, with the shaders it runs.
 const KNOWN_ROUTES: &[KnownRoute] = &[
     known("q4_linear", "q4_gemv", &["q4_matvec"], None),
@@ -95,6 +124,9 @@ const KNOWN_ROUTES: &[KnownRoute] = &[
     known("embedding", "f32", &["embedding"], None),
     known("embedding", "f16", &["embedding"], None),
     known("embedding", "q4", &["embedding"], None),
+    known("embedding", "ggml", GGML_GATHERS, None),
+    known("ggml_linear", "matvec", GGML_MATVECS, None),
+    known("ggml_linear", "gemm", GGML_GEMMS, None),
     known("gather_rows", "f32", &["gather_rows_words"], None),
     known(
         "gather_rows",
@@ -208,6 +240,19 @@ impl Tally {
         }
     }
 
+    /// A matrix stored in ggml blocks: its table gather and its linear routes by rows.
+    fn ggml(&mut self, rows: &[usize], n: usize, k: usize, usage: MatrixUse) {
+        if matches!(usage, MatrixUse::Table | MatrixUse::TableAndLinear) {
+            self.add("embedding", "ggml", 0, 0, false, [n, k]);
+        }
+        if matches!(usage, MatrixUse::Linear | MatrixUse::TableAndLinear) {
+            for &m in rows {
+                let route = crate::ops::ggml_linear::choose_route(m).name();
+                self.add("ggml_linear", route, m, 0, false, [n, k]);
+            }
+        }
+    }
+
     fn into_routes(self, model: &str) -> Vec<CensusRoute> {
         self.routes
             .into_iter()
@@ -237,6 +282,10 @@ fn layout_name(layout: MatrixLayout) -> (&'static str, usize) {
 
 fn tally_plan(t: &mut Tally, plan: &[PlannedWeight], rows: &[usize]) {
     for w in plan {
+        if let Prep::Ggml { n, k, usage, .. } = w.prep {
+            t.ggml(rows, n, k, usage);
+            continue;
+        }
         let Prep::Matrix {
             n,
             k,

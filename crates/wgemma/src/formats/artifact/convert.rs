@@ -9,17 +9,22 @@ use super::manifest::{
     MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR,
 };
 use super::plan::{
-    assistant_plan, target_plan, PlannedWeight, Prep, StoredTensor, Q4_PACKED, Q4_SCALES,
+    assistant_plan, ggml_suffix, target_plan_with, PlannedWeight, Prep, StoredTensor, Q4_PACKED,
+    Q4_SCALES,
 };
 use super::writer::{TensorWriter, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
+use crate::formats::gguf::model::gguf_name;
 use crate::formats::gguf::{GgufAssistant, GgufFile, GgufWeights};
 use crate::formats::hf::Checkpoint;
 use crate::model::assistant::parse_assistant_config;
 use crate::model::weights::WeightFormat;
 use crate::model::{parse_config, ModelSpec};
+use crate::ops::ggml_linear::is_native;
 use crate::text::tokenizer::Tokenizer;
+use crate::weights::ggml::GgmlType;
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout};
+use crate::weights::raw::RawDtype;
 use crate::weights::source::WeightSource;
 use safetensors::Dtype;
 use std::collections::BTreeMap;
@@ -38,6 +43,10 @@ const BLOCK_ELEMENTS: usize = 8 << 20;
 pub enum ConvertWeights<'a> {
     Checkpoint(&'a Checkpoint<'a>),
     Gguf(&'a GgufFile<'a>),
+    /// A GGUF file whose matrices of the ggml types wgemma runs natively are stored as they
+    /// are (`<name>.ggml_<type>`, U8 `[N, row bytes]`), as its load with no `--dtype` runs
+    /// them; the other tensors in the format's layout.
+    GgufNative(&'a GgufFile<'a>),
 }
 
 impl<'a> From<&'a Checkpoint<'a>> for ConvertWeights<'a> {
@@ -111,14 +120,25 @@ fn target_model<'a>(
     spec: &crate::model::ModelSpec,
     format: WeightFormat,
 ) -> Model<'a> {
-    let source = match input.weights {
-        ConvertWeights::Checkpoint(ck) => Source::Checkpoint(ck),
-        ConvertWeights::Gguf(file) => Source::Gguf(GgufWeights::new(file)),
+    let (source, native) = match input.weights {
+        ConvertWeights::Checkpoint(ck) => (Source::Checkpoint(ck), None),
+        ConvertWeights::Gguf(file) => (Source::Gguf(GgufWeights::new(file)), None),
+        ConvertWeights::GgufNative(file) => (Source::Gguf(GgufWeights::new(file)), Some(file)),
+    };
+    // The parts' common ggml type, when the file stores them in one that runs natively.
+    let stored_type = |_: &str, parts: &[String]| {
+        let file = native?;
+        let types: Vec<GgmlType> = parts
+            .iter()
+            .map(|p| gguf_name(p).and_then(|g| file.tensor(&g)).map(|t| t.ty))
+            .collect::<Option<_>>()?;
+        let ty = *types.first()?;
+        (is_native(ty) && types.iter().all(|&t| t == ty)).then_some(ty)
     };
     Model {
         prefix: TARGET_PREFIX,
         input,
-        plan: target_plan(spec, format, &|n| source.get().has(n)),
+        plan: target_plan_with(spec, format, &|n| source.get().has(n), &stored_type),
         source,
     }
 }
@@ -131,7 +151,9 @@ fn assistant_model<'a>(
 ) -> Model<'a> {
     let source = match input.weights {
         ConvertWeights::Checkpoint(ck) => Source::Checkpoint(ck),
-        ConvertWeights::Gguf(file) => Source::GgufAssistant(GgufAssistant { file }),
+        ConvertWeights::Gguf(file) | ConvertWeights::GgufNative(file) => {
+            Source::GgufAssistant(GgufAssistant { file })
+        }
     };
     Model {
         prefix: ASSISTANT_PREFIX,
@@ -330,6 +352,7 @@ fn write_weight<W: Write + Seek>(
             w.write(&name, bytemuck::cast_slice(&v))?;
             progress(v.len() as u64 * 4);
         }
+        Prep::Ggml { ty, .. } => write_ggml(w, model, weight, *ty, &name, progress)?,
         Prep::Matrix { n, k, layout, .. } => {
             let (n, k) = (*n, *k);
             // Multiples of 64 rows: even, so a block's scale words never straddle blocks.
@@ -366,6 +389,35 @@ fn write_weight<W: Write + Seek>(
                 w.write(&format!("{name}{Q4_SCALES}"), bytemuck::cast_slice(&scales))?;
                 progress(scales.len() as u64 * 4);
             }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a matrix stored in ggml blocks: its parts' bytes as the source stores them, a
+/// block at a time.
+fn write_ggml<W: Write + Seek>(
+    w: &mut TensorWriter<W>,
+    model: &Model<'_>,
+    weight: &PlannedWeight,
+    ty: GgmlType,
+    name: &str,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    let name = format!("{name}{}", ggml_suffix(ty));
+    for (part, shape) in &weight.parts {
+        let raw = model.source.get().tensor(part, shape)?;
+        if raw.dtype != RawDtype::Ggml(ty) {
+            return Err(Error::invalid(
+                OP,
+                format!("type of `{part}` (planned as {ty:?} blocks)"),
+                format!("{ty:?}"),
+                format!("{:?}", raw.dtype),
+            ));
+        }
+        for piece in raw.stored_bytes()?.chunks(4 * BLOCK_ELEMENTS) {
+            w.write(&name, piece)?;
+            progress(piece.len() as u64);
         }
     }
     Ok(())

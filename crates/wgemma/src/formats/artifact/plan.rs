@@ -12,6 +12,7 @@ use crate::model::assistant::{
 use crate::model::config::ModelSpec;
 use crate::model::weights::{WeightFormat, Weights};
 use crate::weights::declared::{TensorDecl, TensorKind};
+use crate::weights::ggml::GgmlType;
 use crate::weights::layout::MatrixLayout;
 use crate::weights::layout::MatrixUse;
 use safetensors::Dtype;
@@ -30,6 +31,14 @@ pub enum Prep {
     },
     /// u32 of this length (the assistant's `token_ordering`, checked at load again).
     U32 { len: usize },
+    /// A `[n, k]` matrix in ggml blocks of `ty` exactly as its GGUF file stores them (an
+    /// artifact converted with the file's own types): one U8 tensor `[n, row bytes]`.
+    Ggml {
+        n: usize,
+        k: usize,
+        ty: GgmlType,
+        usage: MatrixUse,
+    },
 }
 
 /// One weight the loader uploads.
@@ -60,6 +69,15 @@ impl StoredTensor {
 pub const Q4_PACKED: &str = ".q4_packed";
 pub const Q4_SCALES: &str = ".q4_scales";
 
+/// The suffix of a matrix stored in ggml blocks of `ty` (`.ggml_q6_k`).
+pub fn ggml_suffix(ty: GgmlType) -> String {
+    format!(".ggml_{}", format!("{ty:?}").to_lowercase())
+}
+
+/// Which ggml type a matrix is stored in, by its name and its parts' names (None: the
+/// load format's layout).
+pub type NativeType<'f> = &'f dyn Fn(&str, &[String]) -> Option<GgmlType>;
+
 impl PlannedWeight {
     /// The artifact tensors of this weight, named `prefix + name` (+ the Q4 suffixes).
     pub fn stored(&self, prefix: &str) -> Vec<StoredTensor> {
@@ -68,6 +86,11 @@ impl PlannedWeight {
         match &self.prep {
             Prep::F32 { shape } => one(name, Dtype::F32, shape.clone()),
             Prep::U32 { len } => one(name, Dtype::U32, vec![*len]),
+            Prep::Ggml { n, k, ty, .. } => one(
+                format!("{name}{}", ggml_suffix(*ty)),
+                Dtype::U8,
+                vec![*n, ty.bytes_of(*k)],
+            ),
             Prep::Matrix { n, k, layout, .. } => match *layout {
                 MatrixLayout::F32 => one(name, Dtype::F32, vec![*n, *k]),
                 MatrixLayout::F16 => one(name, Dtype::F16, vec![*n, *k]),
@@ -99,6 +122,7 @@ pub fn planned(
     d: &TensorDecl,
     format: WeightFormat,
     has: &dyn Fn(&str) -> bool,
+    native: NativeType<'_>,
 ) -> Option<PlannedWeight> {
     let one = |shape: Vec<usize>| vec![(d.name.clone(), shape)];
     let (parts, prep) = match &d.kind {
@@ -112,17 +136,24 @@ pub fn planned(
         TensorKind::OptionalScalar => (one(vec![1]), Prep::F32 { shape: vec![1] }),
         TensorKind::Matrix { parts, n, k, use_ } => {
             let rows = n / parts.len().max(1);
+            let stored = match use_ {
+                MatrixUse::Linear | MatrixUse::Table | MatrixUse::TableAndLinear => {
+                    native(&d.name, parts)
+                }
+                _ => None,
+            };
             let parts = parts.iter().map(|p| (p.clone(), vec![rows, *k])).collect();
-            let layout = MatrixLayout::of(format, *k);
-            (
-                parts,
-                Prep::Matrix {
-                    n: *n,
-                    k: *k,
-                    layout,
-                    usage: *use_,
+            let (n, k, usage) = (*n, *k, *use_);
+            let prep = match stored {
+                Some(ty) => Prep::Ggml { n, k, ty, usage },
+                None => Prep::Matrix {
+                    n,
+                    k,
+                    layout: MatrixLayout::of(format, k),
+                    usage,
                 },
-            )
+            };
+            (parts, prep)
         }
         TensorKind::Experts { experts, n, k } => (
             one(vec![*experts, *n, *k]),
@@ -148,9 +179,20 @@ pub fn target_plan(
     format: WeightFormat,
     has: &dyn Fn(&str) -> bool,
 ) -> Vec<PlannedWeight> {
+    target_plan_with(spec, format, has, &|_, _| None)
+}
+
+/// [`target_plan`] with the matrices `native` names stored in ggml blocks (a GGUF file's
+/// own types).
+pub fn target_plan_with(
+    spec: &ModelSpec,
+    format: WeightFormat,
+    has: &dyn Fn(&str) -> bool,
+    native: NativeType<'_>,
+) -> Vec<PlannedWeight> {
     Weights::tensors(spec)
         .iter()
-        .filter_map(|d| planned(d, format, has))
+        .filter_map(|d| planned(d, format, has, native))
         .collect()
 }
 
@@ -165,7 +207,7 @@ pub fn assistant_plan(
     let lm_head = lm_head_name(spec, has);
     let mut out: Vec<PlannedWeight> = assistant_tensors(spec, lm_head)
         .iter()
-        .filter_map(|d| planned(d, format, has))
+        .filter_map(|d| planned(d, format, has, &|_, _| None))
         .collect();
     if let AssistantHead::Centroids { .. } = spec.head {
         let c = &spec.text.config;

@@ -3,16 +3,21 @@
 //! the GPU. Errors name the tensor or field and say what was expected and what was found.
 
 use super::manifest::{Manifest, ASSISTANT_PREFIX, MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR};
-use super::plan::{assistant_plan, target_plan, StoredTensor, Q4_PACKED, Q4_SCALES};
+use super::plan::{
+    assistant_plan, ggml_suffix, target_plan_with, StoredTensor, Q4_PACKED, Q4_SCALES,
+};
 use super::writer::{checksum, header_checksum_prefix, CHECKSUM_PLACEHOLDER};
 use crate::error::{Error, Result};
 use crate::model::assistant::{parse_assistant_config, AssistantSpec};
 use crate::model::config::ModelSpec;
 use crate::model::parse_config;
 use crate::model::weights::WeightFormat;
+use crate::ops::ggml_linear::NATIVE_TYPES;
+use crate::weights::ggml::GgmlType;
 use crate::weights::layout::MatrixLayout;
 use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
+use crate::weights::upload::StreamOptions;
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 use std::cell::RefCell;
@@ -280,10 +285,12 @@ impl<'a> Artifact<'a> {
             move |name: &str| self.tensors.info(&format!("{prefix}{name}")).is_some()
         };
         let format = self.format();
-        let mut out: Vec<StoredTensor> = target_plan(&self.target, format, &has(TARGET_PREFIX))
-            .iter()
-            .flat_map(|w| w.stored(TARGET_PREFIX))
-            .collect();
+        let native = |name: &str, _: &[String]| self.ggml_type(&format!("{TARGET_PREFIX}{name}"));
+        let mut out: Vec<StoredTensor> =
+            target_plan_with(&self.target, format, &has(TARGET_PREFIX), &native)
+                .iter()
+                .flat_map(|w| w.stored(TARGET_PREFIX))
+                .collect();
         if let Some(a) = &self.assistant {
             out.extend(
                 assistant_plan(a, format, &has(ASSISTANT_PREFIX))
@@ -292,6 +299,16 @@ impl<'a> Artifact<'a> {
             );
         }
         out
+    }
+
+    /// The ggml type the matrix `full` is stored in, when it is stored in ggml blocks (an
+    /// artifact of a GGUF file converted with its own types).
+    fn ggml_type(&self, full: &str) -> Option<GgmlType> {
+        NATIVE_TYPES.into_iter().find(|&ty| {
+            self.tensors
+                .info(&format!("{full}{}", ggml_suffix(ty)))
+                .is_some()
+        })
     }
 
     fn check_contract(&self) -> Result<()> {
@@ -557,7 +574,9 @@ impl<'a> ArtifactWeights<'_, 'a> {
     fn has_weight(&self, name: &str) -> bool {
         let full = self.full(name);
         let t = &self.artifact.tensors;
-        t.info(&full).is_some() || t.info(&format!("{full}{Q4_PACKED}")).is_some()
+        t.info(&full).is_some()
+            || t.info(&format!("{full}{Q4_PACKED}")).is_some()
+            || self.artifact.ggml_type(&full).is_some()
     }
 
     /// A stored weight of `expected_shape` as the artifact holds it: in its GPU layout
@@ -569,6 +588,16 @@ impl<'a> ArtifactWeights<'_, 'a> {
         let k = expected_shape.last().copied().unwrap_or(1);
         let n = expected_shape.iter().product::<usize>() / k.max(1);
         let tensors = &self.artifact.tensors;
+        if let Some(ty) = self.artifact.ggml_type(&full) {
+            let stored = format!("{full}{}", ggml_suffix(ty));
+            let data = self.tensor(&stored, Dtype::U8, &[n, ty.bytes_of(k)])?;
+            return Ok(RawTensor::bytes(
+                RawDtype::Ggml(ty),
+                &[n, k],
+                data,
+                format!("`{stored}`"),
+            ));
+        }
         if tensors.info(&format!("{full}{Q4_PACKED}")).is_some() {
             let WeightFormat::Q4 { group } = self.artifact.format() else {
                 return Err(Error::invalid(
@@ -647,5 +676,13 @@ impl WeightSource for ArtifactWeights<'_, '_> {
 
     fn stores_stacked(&self) -> bool {
         true
+    }
+
+    /// Matrices stored in ggml blocks run as stored, as their GGUF file's load does.
+    fn stream_options(&self) -> StreamOptions {
+        StreamOptions {
+            native_ggml: true,
+            ..StreamOptions::default()
+        }
     }
 }

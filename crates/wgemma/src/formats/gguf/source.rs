@@ -3,31 +3,32 @@
 //! [`crate::weights::raw`] convert them, a block of rows at a time; ggml's block formats are
 //! [`crate::weights::ggml`] (re-exported here as `quant`).
 //!
-//! Conversions, by stored type and the layout the load asks for:
+//! With [`StreamOptions::native_ggml`] (the session loader sets it when no `--dtype` is
+//! given) the ggml types [`crate::ops::ggml_linear`] runs (Q8_0, Q4_1, Q5_0, Q5_1, Q4_K,
+//! Q5_K, Q6_K) are uploaded as stored and run at their own precision; every other load
+//! converts, by stored type and the layout the load asks for:
 //! - Q4_0 -> Q4 group 32: the same format (32 weights, one f16 scale, `(q - 8) * d`), so
 //!   the blocks are rewritten into wgemma's packing with no value changed (error 0).
 //! - F32 / F16 / BF16 -> any layout: the stored rows go through the same path as a
 //!   Hugging Face checkpoint's (the GPU quantiser on a hardware adapter).
-//! - Q8_0, Q4_K, Q6_K (and Q4_0 into another group or a dense layout) -> dequantised to
-//!   f32 exactly as ggml does, then prepared like f32 weights: for Q4 that is a second
-//!   quantisation onto wgemma's symmetric group-32 grid (absmax / 7), whose error adds to
-//!   the file's own; f16 / f32 keep the dequantised values (f16 rounds Q8_0 / K-quant values
-//!   to 11 bits). Q4_K is `d * sc * q - dmin * m` per 32 weights: the per-sub-block min has
-//!   no place in the symmetric Q4 kernels (an exact map would need an offset per group), and
-//!   Q6_K's 6 bits do not fit 4. Measured on the Q4_K_M fixture (`tests/gguf.rs`,
-//!   `k_quants_requantised_to_q4_stay_within_a_4_bit_error`), weights' RMS error relative to
-//!   their RMS, worst tensor: Q4_K's own 0.072 against the unquantised weights, requantising
-//!   its values to Q4 0.099 on top; Q6_K's own 0.018, requantised 0.098, i.e. what a Q4 load
-//!   of unquantised weights costs. At f32 the file's logits equal HF's on its dequantised
-//!   values (1e-3 of the logit scale, `q4_k_m_gguf_matches_hf_on_its_dequantised_weights`).
+//! - the other ggml types (and Q4_0 into another group or a dense layout) -> dequantised to
+//!   f32 exactly as ggml does, then prepared like f32 weights: for Q4 a second quantisation
+//!   onto wgemma's symmetric group-32 grid (absmax / 7), whose error adds to the file's own
+//!   (measured in docs/models.md).
+//!
+//! Each conversion a load makes is recorded ([`GgufWeights::conversion_line`]) for the one
+//! line the loader prints.
 
 use super::model::{assistant_gguf_name, gguf_name};
 use super::quant::GgmlType;
 use super::reader::{GgufFile, TensorInfo};
 use crate::error::{Error, Result};
+use crate::ops::ggml_linear::is_native;
+use crate::weights::conversion::{summarise, Conversion};
 use crate::weights::raw::{RawDtype, RawTensor};
 use crate::weights::source::WeightSource;
 use crate::weights::upload::StreamOptions;
+use std::cell::RefCell;
 use std::ops::Range;
 
 const OP: &str = "gguf";
@@ -40,6 +41,7 @@ pub struct GgufWeights<'f, 'a> {
     pub file: &'f GgufFile<'a>,
     release: Option<&'f ReleaseFn<'f>>,
     stream: StreamOptions,
+    conversions: RefCell<Vec<Conversion>>,
 }
 
 impl<'f, 'a> GgufWeights<'f, 'a> {
@@ -48,7 +50,18 @@ impl<'f, 'a> GgufWeights<'f, 'a> {
             file,
             release: None,
             stream: StreamOptions::default(),
+            conversions: RefCell::new(Vec::new()),
         }
+    }
+
+    /// What the loads from this file converted so far (one line: [`summarise`]).
+    pub fn conversions(&self) -> Vec<Conversion> {
+        self.conversions.borrow().clone()
+    }
+
+    /// The one line saying what the loads from this file converted, if anything.
+    pub fn conversion_line(&self) -> Option<String> {
+        summarise(&self.conversions.borrow())
     }
 
     /// Calls `release(file byte range)` for each block of rows uploaded.
@@ -126,18 +139,51 @@ fn stored<'t>(t: &'t TensorInfo<'_>, expected_shape: &[usize]) -> RawTensor<'t> 
     RawTensor::bytes(dtype, expected_shape, t.data, format!("`{}`", t.name))
 }
 
-/// How a matrix stored as `ty` reaches each GPU layout (see the module docs), in words for
-/// `wgemma inspect FILE.gguf`.
+/// How a matrix stored as `ty` loads, in words for `wgemma inspect FILE.gguf`: with no
+/// `--dtype` (the file's own types), and with `--dtype q4` / `f16` / `f32`.
 pub fn load_route(ty: GgmlType) -> &'static str {
     match ty {
-        GgmlType::Q4_0 => "q4 (group 32): blocks as stored; f16/f32: dequantised exactly",
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
-            "as a checkpoint's float weights (q4: quantised on load)"
+        GgmlType::Q4_0 => {
+            "as stored: Q4 group 32 (the same blocks, repacked); f16/f32: dequantised"
         }
-        GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K => {
-            "dequantised exactly, then q4: requantised (absmax / 7, group 32); f16: rounded"
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            "as a checkpoint's float weights: quantised to Q4 group 32 unless --dtype f16/f32"
+        }
+        GgmlType::Q8_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K => {
+            "linear layers run as stored; --dtype q4 requantises, f16/f32 dequantise"
         }
         GgmlType::I32 | GgmlType::I64 => "integers (the assistant's token ordering)",
+    }
+}
+
+/// What the tensor `name` (GGUF name, `dims` as ggml orders them) runs as when the file is
+/// loaded with no `--dtype`, in words for `wgemma inspect FILE.gguf`.
+pub fn runs_as(name: &str, ty: GgmlType, dims: &[usize]) -> String {
+    let as_stored = match ty {
+        t if is_native(t) => format!("{t:?} as stored"),
+        GgmlType::Q4_0 => "Q4 group 32 (the same blocks)".to_string(),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            "Q4 group 32 (quantised on load)".to_string()
+        }
+        other => format!("{other:?}"),
+    };
+    if dims.iter().filter(|&&d| d > 1).count() < 2 || !ty.is_float() {
+        return match ty {
+            GgmlType::I32 | GgmlType::I64 => "integers".to_string(),
+            _ => "f32".to_string(),
+        };
+    }
+    match name {
+        "token_embd.weight" => format!("embedding table and lm_head, {as_stored}"),
+        "per_layer_token_embd.weight" => format!("embedding table, {as_stored}"),
+        n if n.contains("_exps") => "experts, Q4 group 32".to_string(),
+        _ => as_stored,
     }
 }
 
@@ -152,6 +198,10 @@ impl WeightSource for GgufWeights<'_, '_> {
 
     fn stream_options(&self) -> StreamOptions {
         self.stream
+    }
+
+    fn converted(&self, conversion: Conversion) {
+        self.conversions.borrow_mut().push(conversion);
     }
 }
 

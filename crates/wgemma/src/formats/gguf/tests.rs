@@ -41,7 +41,11 @@ fn dequantisation_is_bit_exact_against_the_gguf_package() {
         GgmlType::BF16,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
     ] {
         assert!(seen.contains(&ty), "{ty:?} not covered");
@@ -222,8 +226,8 @@ fn bad_files_get_errors_naming_what_is_wrong() {
         e.contains("`w`") && e.contains("id 99 (not a ggml type)"),
         "{e}"
     );
-    let e = err_of(&gguf_bytes(&[], &[("w", &[256], 13, 0)], &[0; 176]));
-    assert!(e.contains("Q5_K (id 13, not read by this build)"), "{e}");
+    let e = err_of(&gguf_bytes(&[], &[("w", &[256], 11, 0)], &[0; 110]));
+    assert!(e.contains("Q3_K (id 11, not read by this build)"), "{e}");
     let e = err_of(&gguf_bytes(&[("k", 77, vec![])], &[], &[]));
     assert!(e.contains("GGUF value type id"), "{e}");
     // Misaligned data offset, data past the end, huge dimensions, a row not whole blocks.

@@ -7,6 +7,8 @@ use super::{
 use crate::error::Result;
 use crate::gpu::{GpuContext, Tensor};
 use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
+use crate::ops::ggml_linear::blocks::{dequantize_to_vec, GgmlType};
+use crate::ops::ggml_linear::{random_blocks, GgmlWeight};
 use half::f16;
 use rand::Rng as _;
 
@@ -42,8 +44,8 @@ fn random_block(
     rows: usize,
     dim: usize,
     format: TableFormat,
-) -> (Block, Vec<Vec<f32>>) {
-    match format {
+) -> Result<(Block, Vec<Vec<f32>>)> {
+    Ok(match format {
         TableFormat::F32 => {
             let v: Vec<f32> = (0..rows * dim)
                 .map(|_| rng.random_range(-1.0..1.0))
@@ -73,7 +75,15 @@ fn random_block(
                 .collect();
             (Block::Q4(words, scales), deq)
         }
-    }
+        TableFormat::Ggml(_) => {
+            return Err(crate::Error::invalid(
+                "embedding case",
+                "table format of a random block",
+                "f32, f16 or q4 (ggml tables are uploaded as blocks)",
+                format!("{format:?}"),
+            ))
+        }
+    })
 }
 
 enum Block {
@@ -105,14 +115,7 @@ impl OpCase for EmbeddingCase {
 
     fn prepare(&self, ctx: &GpuContext, rng: &mut Rng) -> Result<Prepared> {
         let (vocab, dim, m, format) = (self.vocab, self.dim, self.m, self.format);
-        let table = EmbeddingTable::new(ctx, "table", vocab, dim, format, self.max_chunk_bytes)?;
-        // Big (benchmark) tables repeat a random block of rows: cheap to build on the host.
-        let block_rows = if vocab * dim <= 1 << 22 { vocab } else { 1024 };
-        let (block, deq) = random_block(rng, block_rows, dim, format);
-        for start in (0..vocab).step_by(block_rows) {
-            let n = block_rows.min(vocab - start);
-            table.write_rows(ctx, start, block.rows(dim, format, n))?;
-        }
+        let (table, deq, block_rows) = self.table(ctx, rng)?;
         let mut ids: Vec<u32> = (0..m).map(|_| rng.random_range(0..vocab as u32)).collect();
         let mut special = vec![0, vocab - 1];
         for c in &table.chunks()[1..] {
@@ -128,6 +131,8 @@ impl OpCase for EmbeddingCase {
         // NaN-filled, so a row no dispatch writes fails the comparison.
         let out = Tensor::from_f32(ctx, "out", &[m, dim], &vec![f32::NAN; m * dim])?;
         let kernels = embedding(ctx, &table, &t_ids, &out, self.scale)?;
+        // ggml rows reach ~40: the tolerance scales with the values.
+        let magnitude = deq.iter().flatten().fold(1.0f32, |m, v| m.max(v.abs()));
         let reference = gather_ref(vocab, dim, &ids, self.scale, |r| {
             deq[r % block_rows].clone()
         });
@@ -139,7 +144,7 @@ impl OpCase for EmbeddingCase {
                 tensor: out,
                 reference: Values::F32(reference),
                 check: Check::Close {
-                    max_abs: 1e-6 * self.scale.abs().max(1.0),
+                    max_abs: 1e-6 * self.scale.abs().max(1.0) * magnitude,
                     nmse: 1e-12,
                 },
             }],
@@ -148,7 +153,34 @@ impl OpCase for EmbeddingCase {
     }
 }
 
-/// All three formats over random small tables, split into several chunks by a small
+impl EmbeddingCase {
+    /// The case's table with random rows, their dequantised values, and the rows those
+    /// values repeat after (big benchmark tables repeat a random block: cheap to build).
+    fn table(
+        &self,
+        ctx: &GpuContext,
+        rng: &mut Rng,
+    ) -> Result<(EmbeddingTable, Vec<Vec<f32>>, usize)> {
+        let (vocab, dim, format) = (self.vocab, self.dim, self.format);
+        if let TableFormat::Ggml(ty) = format {
+            let blocks = random_blocks(rng, ty, vocab, dim);
+            let w = GgmlWeight::upload(ctx, ty, vocab, dim, &blocks, self.max_chunk_bytes)?;
+            let deq = dequantize_to_vec(ty, &blocks)?;
+            let rows = deq.chunks(dim).map(|r| r.to_vec()).collect();
+            return Ok((EmbeddingTable::from_ggml(&w), rows, vocab));
+        }
+        let table = EmbeddingTable::new(ctx, "table", vocab, dim, format, self.max_chunk_bytes)?;
+        let block_rows = if vocab * dim <= 1 << 22 { vocab } else { 1024 };
+        let (block, deq) = random_block(rng, block_rows, dim, format)?;
+        for start in (0..vocab).step_by(block_rows) {
+            let n = block_rows.min(vocab - start);
+            table.write_rows(ctx, start, block.rows(dim, format, n))?;
+        }
+        Ok((table, deq, block_rows))
+    }
+}
+
+/// Every format (two ggml types) over random small tables, split into several chunks by a small
 /// chunk limit, with ids at the chunk boundaries and (for one case) out of range.
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let group = [8, 16, 32][rng.random_range(0..3)];
@@ -156,6 +188,14 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         (TableFormat::F32, rng.random_range(1..300)),
         (TableFormat::F16, 2 * rng.random_range(1..150)),
         (TableFormat::Q4 { group }, group * rng.random_range(1..12)),
+        (
+            TableFormat::Ggml(GgmlType::Q8_0),
+            32 * rng.random_range(1..6),
+        ),
+        (
+            TableFormat::Ggml(GgmlType::Q6_K),
+            256 * rng.random_range(1..3),
+        ),
     ];
     let oob = rng.random_range(0..3);
     formats
@@ -167,8 +207,12 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
             let row_bytes = format
                 .row_bytes(dim)
                 .max(2 * format.scales_per_row(dim) as u64);
-            // 1 to ~6 chunks (at least 2 rows each, for Q4 tables with odd scales per row).
-            let rows_per_chunk = (vocab / rng.random_range(1..6)).max(2);
+            // 1 to ~6 chunks (at least 2 rows each, for Q4 tables with odd scales per row;
+            // ggml tables split at multiples of 64 rows).
+            let rows_per_chunk = match format {
+                TableFormat::Ggml(_) => 64 * rng.random_range(1..3),
+                _ => (vocab / rng.random_range(1..6)).max(2),
+            };
             case.max_chunk_bytes = Some(row_bytes * rows_per_chunk as u64);
             case.out_of_range = i == oob;
             case.scale = rng.random_range(0.5..50.0);

@@ -1,6 +1,6 @@
 //! Embedding gather: `out[t] = table[ids[t]] * scale` with token ids read from a GPU u32
-//! buffer `[M]` (the sampled token never leaves the GPU), tables in f32, f16 or the
-//! project's Q4, split by rows into chunks when larger than one storage binding.
+//! buffer `[M]` (the sampled token never leaves the GPU), tables in f32, f16, the
+//! project's Q4 or a GGUF file's ggml blocks ([`crate::ops::ggml_linear::ggml_gather`]), split by rows into chunks when larger than one storage binding.
 //!
 //! Scale (HF `Gemma4TextScaledWordEmbedding`): `embed_scale.to(weight.dtype)`, i.e. for the
 //! bf16 checkpoints `bf16(sqrt(hidden))` (39.25 for E2B's 1536, not 39.19): the caller
@@ -27,6 +27,7 @@ pub use cases::{bench_cases, random_cases, EmbeddingCase};
 
 use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor};
+use crate::ops::ggml_linear::ggml_gather;
 
 const SHADER: &str = "embedding";
 const WORKGROUP: u32 = 256;
@@ -96,6 +97,14 @@ pub fn embedding(
         TableFormat::F32 => ("gather_f32", dim, 0),
         TableFormat::F16 => ("gather_f16", dim / 2, 0),
         TableFormat::Q4 { group } => ("gather_q4", dim / 8, group),
+        TableFormat::Ggml(ty) => {
+            let chunks: Vec<_> = table
+                .chunks()
+                .iter()
+                .map(|c| (c.rows.clone(), &c.data))
+                .collect();
+            return ggml_gather(ctx, ty, dim, table.rows(), &chunks, ids, out, scale);
+        }
     };
     let wg_per_token = workgroups_for(units as u64, WORKGROUP);
     table

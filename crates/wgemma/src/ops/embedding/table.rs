@@ -4,6 +4,8 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::{plan_row_chunks, DType, GpuContext, Tensor};
+use crate::ops::ggml_linear::GgmlType;
+use crate::ops::ggml_linear::GgmlWeight;
 use half::f16;
 use std::ops::Range;
 
@@ -21,6 +23,10 @@ pub enum TableFormat {
     Q4 {
         group: usize,
     },
+    /// ggml blocks of this type as a GGUF file stores them (one u32-padded buffer of row
+    /// bytes per chunk), shared with the tied lm_head: made by [`EmbeddingTable::from_ggml`],
+    /// gathered by [`crate::ops::ggml_linear::ggml_gather`].
+    Ggml(GgmlType),
 }
 
 impl TableFormat {
@@ -45,6 +51,10 @@ impl TableFormat {
                 bad("q4 table dim", "a multiple of the group")
             }
             TableFormat::Q4 { .. } => Ok(()),
+            TableFormat::Ggml(ty) if dim % ty.block_elements() != 0 => {
+                bad("ggml table dim", "a multiple of the block")
+            }
+            TableFormat::Ggml(_) => Ok(()),
         }
     }
 
@@ -54,6 +64,7 @@ impl TableFormat {
             TableFormat::F32 => 4 * dim as u64,
             TableFormat::F16 => 2 * dim as u64,
             TableFormat::Q4 { .. } => dim as u64 / 2,
+            TableFormat::Ggml(ty) => ty.bytes_of(dim) as u64,
         }
     }
 
@@ -146,6 +157,14 @@ impl EmbeddingTable {
                             DType::F16,
                         )?),
                     ),
+                    TableFormat::Ggml(_) => {
+                        return Err(Error::invalid(
+                            OP,
+                            "how a ggml table is made",
+                            "EmbeddingTable::from_ggml (the blocks as uploaded)",
+                            "EmbeddingTable::new",
+                        ))
+                    }
                 };
                 Ok(TableChunk {
                     rows: r,
@@ -160,6 +179,25 @@ impl EmbeddingTable {
             format,
             chunks,
         })
+    }
+
+    /// The table over a ggml weight's blocks, sharing its buffers (the tied embedding and
+    /// lm_head hold one copy).
+    pub fn from_ggml(w: &GgmlWeight) -> EmbeddingTable {
+        EmbeddingTable {
+            rows: w.n(),
+            dim: w.k(),
+            format: TableFormat::Ggml(w.ty()),
+            chunks: w
+                .chunks()
+                .iter()
+                .map(|c| TableChunk {
+                    rows: c.rows.clone(),
+                    data: c.blocks.clone(),
+                    scales: None,
+                })
+                .collect(),
+        }
     }
 
     /// Allocates a table and writes all its rows.

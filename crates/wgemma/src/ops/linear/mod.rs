@@ -96,6 +96,14 @@ impl Linear {
     pub fn into_kernels(self) -> Vec<Kernel> {
         self.kernels
     }
+    /// A linear op another op folder built (`ops/ggml_linear`): its kernels in order.
+    pub fn from_kernels(route: LinearRoute, kernels: Vec<Kernel>) -> Linear {
+        Linear {
+            route,
+            reduction: Reduction::NotApplicable,
+            kernels,
+        }
+    }
     /// Records every kernel into `pass`.
     pub fn record(&self, pass: &mut Pass<'_>) {
         self.kernels.iter().for_each(|k| pass.dispatch(k));

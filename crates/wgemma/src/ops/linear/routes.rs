@@ -36,6 +36,8 @@ pub enum LinearRoute {
     DenseF32,
     /// Dense f16 weights (`dense_linear.wgsl`, W_F16 = 1).
     DenseF16,
+    /// ggml-format weights at their stored precision (`ops/ggml_linear`, its own routes).
+    Ggml,
 }
 
 /// Q4 routes in preference order.
@@ -63,6 +65,7 @@ impl LinearRoute {
             LinearRoute::Q4Generic => "q4_generic",
             LinearRoute::DenseF32 => "dense_f32",
             LinearRoute::DenseF16 => "dense_f16",
+            LinearRoute::Ggml => "ggml",
         }
     }
 
@@ -88,6 +91,7 @@ impl LinearRoute {
             | LinearRoute::Q4GemmCoop
             | LinearRoute::Q4Gemm => 256,
             LinearRoute::Q4Generic | LinearRoute::DenseF32 | LinearRoute::DenseF16 => 64,
+            LinearRoute::Ggml => 256,
         }
     }
 
@@ -117,6 +121,7 @@ impl LinearRoute {
             LinearRoute::Q4GemmF16 => 16384,
             LinearRoute::Q4Generic => 0,
             LinearRoute::DenseF32 | LinearRoute::DenseF16 => 1024,
+            LinearRoute::Ggml => 12288,
         }
     }
 }
@@ -290,7 +295,9 @@ pub fn q4_failed_guards(
         }
         LinearRoute::Q4Gemm => need(m >= 2, format!("M >= 2 (found {m})")),
         LinearRoute::Q4Generic => {}
-        LinearRoute::DenseF32 | LinearRoute::DenseF16 => need(false, "not a Q4 route".to_string()),
+        LinearRoute::DenseF32 | LinearRoute::DenseF16 | LinearRoute::Ggml => {
+            need(false, "not a Q4 route".to_string())
+        }
     }
     device_guards(route, subgroup, caps, &mut failed);
     failed

@@ -1,0 +1,294 @@
+//! Linear layers over ggml-format weights at their stored precision: `y[m, n] = sum_k
+//! x[m, k] * W[n, k]` with x f32 `[M, K]`, y f32 `[M, N]` and W in Q8_0, Q4_1, Q5_0, Q5_1,
+//! Q4_K, Q5_K or Q6_K blocks exactly as a GGUF file stores them ([`GgmlWeight`]), so a
+//! file runs at the quality its user chose instead of a second 4-bit rounding.
+//!
+//! Each format's block decode is written once, in `<format>_format.wgsli`
+//! (`weight_quad(row byte, k)`: four consecutive weights as ggml's `dequantize_row_*`
+//! computes them), and included by both kernels of that format:
+//! - [`GgmlRoute::Matvec`] (M = 1..=8: decode, speculative verify, small batches): 8 rows
+//!   per workgroup, 32 lanes per row, each decoded quad applied to all M rows.
+//! - [`GgmlRoute::Gemm`] (M > 8, prefill): 32 x 64 tiles with x and the dequantised W
+//!   staged in workgroup memory.
+//!
+//! Guards fail closed ([`crate::Error::NoRoute`] naming each failed one). A weight larger
+//! than one storage binding is split into row chunks; the op holds one kernel per chunk.
+
+pub mod blocks;
+#[cfg(any(test, feature = "harness"))]
+mod cases;
+mod gather;
+pub mod reference;
+#[cfg(test)]
+mod tests;
+mod weight;
+
+pub use blocks::GgmlType;
+#[cfg(any(test, feature = "harness"))]
+pub use cases::{check_cases, random_blocks, random_cases, GgmlLinearCase};
+pub use gather::ggml_gather;
+pub use reference::ggml_linear_ref;
+pub use weight::{is_native, GgmlChunk, GgmlWeight, GGML_CHUNK_ROW_MULTIPLE, NATIVE_TYPES};
+
+use crate::error::{Error, Result};
+use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor};
+use crate::ops::linear::{Linear, LinearRoute};
+
+const OP: &str = "ggml_linear";
+
+/// Activation rows up to which the matvec route runs.
+pub const MATVEC_MAX_ROWS: usize = 8;
+
+/// Invocations per workgroup of both kernels.
+const WORKGROUP: u32 = 256;
+
+/// A kernel route of the op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GgmlRoute {
+    /// `ggml_matvec_<format>`, M = 1..=8.
+    Matvec,
+    /// `ggml_gemm_<format>`, any M (chosen from M = 9).
+    Gemm,
+}
+
+impl GgmlRoute {
+    pub fn name(self) -> &'static str {
+        match self {
+            GgmlRoute::Matvec => "matvec",
+            GgmlRoute::Gemm => "gemm",
+        }
+    }
+
+    /// Workgroup memory of the route's shader, in bytes.
+    fn workgroup_storage(self) -> u32 {
+        match self {
+            // 8 rows of partial sums x 256 invocations.
+            GgmlRoute::Matvec => 8 * 256 * 4,
+            // x [32, 32] and W [32, 64] f32 tiles.
+            GgmlRoute::Gemm => (32 * 32 + 32 * 64) * 4,
+        }
+    }
+}
+
+impl std::fmt::Display for GgmlRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The registered shader of `route` over `ty` (None: no kernel reads `ty`).
+fn shader(route: GgmlRoute, ty: GgmlType) -> Option<&'static str> {
+    use GgmlRoute::{Gemm, Matvec};
+    Some(match (route, ty) {
+        (Matvec, GgmlType::Q8_0) => "ggml_matvec_q8_0",
+        (Matvec, GgmlType::Q4_1) => "ggml_matvec_q4_1",
+        (Matvec, GgmlType::Q5_0) => "ggml_matvec_q5_0",
+        (Matvec, GgmlType::Q5_1) => "ggml_matvec_q5_1",
+        (Matvec, GgmlType::Q4_K) => "ggml_matvec_q4_k",
+        (Matvec, GgmlType::Q5_K) => "ggml_matvec_q5_k",
+        (Matvec, GgmlType::Q6_K) => "ggml_matvec_q6_k",
+        (Gemm, GgmlType::Q8_0) => "ggml_gemm_q8_0",
+        (Gemm, GgmlType::Q4_1) => "ggml_gemm_q4_1",
+        (Gemm, GgmlType::Q5_0) => "ggml_gemm_q5_0",
+        (Gemm, GgmlType::Q5_1) => "ggml_gemm_q5_1",
+        (Gemm, GgmlType::Q4_K) => "ggml_gemm_q4_k",
+        (Gemm, GgmlType::Q5_K) => "ggml_gemm_q5_k",
+        (Gemm, GgmlType::Q6_K) => "ggml_gemm_q6_k",
+        _ => return None,
+    })
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    row_bytes: u32,
+    y_stride: u32,
+    y_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+/// The guards of `route` for `m` rows of `w` on `ctx`: each failed one, in words.
+pub fn failed_guards(ctx: &GpuContext, route: GgmlRoute, m: usize, w: &GgmlWeight) -> Vec<String> {
+    let limits = &ctx.limits;
+    let mut failed = Vec::new();
+    let mut need = |ok: bool, why: String| {
+        if !ok {
+            failed.push(format!("{route}: {why}"));
+        }
+    };
+    need(
+        shader(route, w.ty()).is_some(),
+        format!("a kernel for {:?}", w.ty()),
+    );
+    need(
+        w.k() % 32 == 0 && w.k() % w.ty().block_elements() == 0,
+        format!("K % 32 == 0 and whole blocks (K = {})", w.k()),
+    );
+    need(
+        route != GgmlRoute::Matvec || (1..=MATVEC_MAX_ROWS).contains(&m),
+        format!("M in 1..={MATVEC_MAX_ROWS} (M = {m})"),
+    );
+    need(
+        limits.max_storage_buffers_per_shader_stage >= 3,
+        format!(
+            "3 storage buffers per stage (device: {})",
+            limits.max_storage_buffers_per_shader_stage
+        ),
+    );
+    need(
+        limits.max_compute_workgroup_storage_size >= route.workgroup_storage(),
+        format!(
+            "{} bytes of workgroup memory (device: {})",
+            route.workgroup_storage(),
+            limits.max_compute_workgroup_storage_size
+        ),
+    );
+    need(
+        limits.max_compute_invocations_per_workgroup >= WORKGROUP
+            && limits.max_compute_workgroup_size_x >= WORKGROUP,
+        format!("{WORKGROUP} invocations per workgroup"),
+    );
+    let row_bytes = w.row_bytes() as u64;
+    let chunk_bytes = w.chunks().iter().map(|c| c.blocks.byte_size()).max();
+    need(
+        chunk_bytes.unwrap_or(0) <= limits.max_storage_buffer_binding_size
+            && (w
+                .chunks()
+                .iter()
+                .map(|c| c.rows.len() as u64)
+                .max()
+                .unwrap_or(0)
+                * row_bytes)
+                < 1 << 32,
+        "row chunks within the binding limit and 2^32 bytes".into(),
+    );
+    failed
+}
+
+/// The route for `m` activation rows: the matvec up to [`MATVEC_MAX_ROWS`], else the GEMM.
+pub fn choose_route(m: usize) -> GgmlRoute {
+    if m <= MATVEC_MAX_ROWS {
+        GgmlRoute::Matvec
+    } else {
+        GgmlRoute::Gemm
+    }
+}
+
+/// `y = x W^T`, the route chosen by M.
+pub fn ggml_linear(ctx: &GpuContext, x: &Tensor, w: &GgmlWeight, y: &Tensor) -> Result<Linear> {
+    ggml_linear_with(ctx, x, w, y, None)
+}
+
+/// `y = x W^T` on `route` (None: [`choose_route`]), or the failed guards.
+pub fn ggml_linear_with(
+    ctx: &GpuContext,
+    x: &Tensor,
+    w: &GgmlWeight,
+    y: &Tensor,
+    route: Option<GgmlRoute>,
+) -> Result<Linear> {
+    let (n, k) = (w.n(), w.k());
+    let m = check_io(x, y, n, k)?;
+    let route = route.unwrap_or_else(|| choose_route(m));
+    let failed = failed_guards(ctx, route, m, w);
+    let name = shader(route, w.ty());
+    let (true, Some(name)) = (failed.is_empty(), name) else {
+        return Err(Error::NoRoute {
+            op: OP,
+            shapes: format!(
+                "x {:?}, W [{n}, {k}] {:?} in {} chunk(s), y {:?}",
+                x.shape(),
+                w.ty(),
+                w.chunks().len(),
+                y.shape()
+            ),
+            failed,
+        });
+    };
+    let kernels = w
+        .chunks()
+        .iter()
+        .map(|c| chunk_kernel(ctx, name, route, x, w, c, y, m))
+        .collect::<Result<Vec<Kernel>>>()?;
+    Ok(Linear::from_kernels(LinearRoute::Ggml, kernels))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn chunk_kernel(
+    ctx: &GpuContext,
+    shader: &'static str,
+    route: GgmlRoute,
+    x: &Tensor,
+    w: &GgmlWeight,
+    chunk: &GgmlChunk,
+    y: &Tensor,
+    m: usize,
+) -> Result<Kernel> {
+    let rows = chunk.rows.len();
+    let params = Params {
+        m: m as u32,
+        n: rows as u32,
+        k: w.k() as u32,
+        row_bytes: w.row_bytes() as u32,
+        y_stride: w.n() as u32,
+        y_offset: chunk.rows.start as u32,
+        _pad0: 0,
+        _pad1: 0,
+    };
+    let builder = KernelBuilder::new(ctx, shader)
+        .uniform(&params)
+        .tensor(x)
+        .tensor(&chunk.blocks)
+        .tensor(y);
+    match route {
+        GgmlRoute::Matvec => builder
+            .constant("MV_M", m as u64)
+            .build_1d(workgroups_for(rows as u64, 8)),
+        GgmlRoute::Gemm => builder.build_1d(rows.div_ceil(64) as u64 * m.div_ceil(32) as u64),
+    }
+}
+
+/// Checks x f32 `[.., K]` and y f32 `[.., N]` with the same leading rows; returns M.
+fn check_io(x: &Tensor, y: &Tensor, n: usize, k: usize) -> Result<usize> {
+    for (t, name) in [(x, "x"), (y, "y")] {
+        if t.dtype() != DType::F32 {
+            return Err(Error::invalid(
+                OP,
+                format!("dtype of {name}"),
+                "f32",
+                format!("{:?}", t.dtype()),
+            ));
+        }
+    }
+    if x.shape().last() != Some(&k) || x.numel() == 0 {
+        return Err(Error::invalid(
+            OP,
+            "shape of x (last dim = K, M >= 1)",
+            format!("[M, {k}]"),
+            format!("{:?}", x.shape()),
+        ));
+    }
+    let m = x.numel() / k;
+    if y.shape().last() != Some(&n) || y.numel() != m * n {
+        return Err(Error::invalid(
+            OP,
+            "shape of y",
+            format!("[{m}, {n}]"),
+            format!("{:?}", y.shape()),
+        ));
+    }
+    if u32::try_from(m * n.max(k)).is_err() {
+        return Err(Error::invalid(
+            OP,
+            "elements of x and y",
+            "< 2^32",
+            m * n.max(k),
+        ));
+    }
+    Ok(m)
+}
