@@ -35,9 +35,9 @@ pub fn chunk_words(m: usize, k: usize, stride: usize, storage_left: usize) -> Op
 /// The int8 family's geometry for a chunk of `rows` rows of length `k`, from the adapter
 /// table's `base`: wide outputs (>= 8192 rows: gate_up, the LM head) whose rows are not a
 /// whole number of 32-lane strides (K = 1536: 48 words) take 16 lanes and 2 rows per quad,
-/// so no lane idles in the last step and more workgroups stay resident; on the H100 that
-/// measured 1.4x faster for the LM head at M = 3 and 3x at M = 8, level at M = 1
-/// (BENCHMARKS.md, "int8 geometries"). The rows per workgroup (32) are unchanged.
+/// so no lane idles in the last step and more workgroups stay resident: on the H100 the LM
+/// head runs 1.4x faster at M = 3 and 3x at M = 8, level at M = 1. The rows per
+/// workgroup (32) are unchanged.
 pub fn tuning(base: MatvecTuning, rows: usize, k: usize) -> MatvecTuning {
     let words = k / 32;
     if rows >= 8192 && words % 32 != 0 && words % 16 == 0 && base.ksplit == 1 {
