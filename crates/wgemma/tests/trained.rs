@@ -43,8 +43,17 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+// The same pair with int8 activations: what the rounding costs against HF and f32.
+#[path = "trained/int8.rs"]
+mod int8;
+
 /// The shipped pair, loaded from the artifact (checksums verified).
 fn load_pair() -> (KvState, Assistant) {
+    load_pair_on(test_context())
+}
+
+/// [`load_pair`] on `ctx`.
+fn load_pair_on(ctx: &wgemma::gpu::GpuContext) -> (KvState, Assistant) {
     let artifact = Artifact::parse(artifact_bytes()).unwrap();
     let options = ModelOptions {
         format: WeightFormat::Q4 { group: 32 },
@@ -59,7 +68,6 @@ fn load_pair() -> (KvState, Assistant) {
         progress: &mut |_, _| {},
         release: &|_| {},
     };
-    let ctx = test_context();
     let target = KvState::new(ctx, load_target(ctx, &artifact, options, hooks).unwrap()).unwrap();
     let assistant = load_assistant(ctx, &artifact, &target, true, &|_| {}).unwrap();
     (target, assistant)

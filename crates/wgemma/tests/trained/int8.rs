@@ -1,42 +1,19 @@
-//! The shipped pair (`models/kjv-pair.wgemma`) with int8 activations (`--activations int8`:
+//! The shipped pair (`models/kjv-pair.wgemma`, loaded as the parent module does) with int8 activations (`--activations int8`:
 //! every Q4 matvec quantises its activations per block of 32) against HF transformers'
 //! float32 compute on the same weights (`tests/data/trained`), and against wgemma's own f32
 //! activations: what the int8 rounding costs in logits, perplexity on held-out text and
 //! greedy agreement (docs/models.md quotes the figures these tests print), and that
 //! speculative greedy stays equal to plain greedy.
 
+use super::{expected, greedy_options, ids, load_pair_on as load_pair, repo_path};
 use safetensors::SafeTensors;
-use std::path::PathBuf;
 use std::sync::OnceLock;
-use wgemma::formats::artifact::{load_assistant, load_target, Artifact, LoadHooks};
-use wgemma::generate::plain::{generate, GenerateOptions};
-use wgemma::generate::sampling::{argmax, SamplingParams};
+use wgemma::generate::plain::generate;
+use wgemma::generate::sampling::argmax;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::{ActivationChoice, Activations, ContextOptions, GpuContext};
-use wgemma::model::assistant::Assistant;
 use wgemma::model::state::KvState;
-use wgemma::model::target::{ModelOptions, Want};
-use wgemma::model::weights::WeightFormat;
-
-fn repo_path(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn expected() -> &'static serde_json::Value {
-    static EXPECTED: OnceLock<serde_json::Value> = OnceLock::new();
-    EXPECTED.get_or_init(|| {
-        let bytes = std::fs::read(repo_path("tests/data/trained/expected.json")).unwrap();
-        serde_json::from_slice(&bytes).unwrap()
-    })
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+use wgemma::model::target::Want;
 
 /// A context whose matvecs run `activations` (int8 runs on lavapipe too: its Vulkan 1.3
 /// has the integer dot products).
@@ -54,26 +31,6 @@ fn context(activations: ActivationChoice) -> &'static GpuContext {
         })
         .unwrap_or_else(|e| panic!("{e}"))
     })
-}
-
-fn load_pair(ctx: &GpuContext) -> (KvState, Assistant) {
-    let bytes = std::fs::read(repo_path("../../models/kjv-pair.wgemma")).unwrap();
-    let artifact = Artifact::parse(&bytes).unwrap();
-    let options = ModelOptions {
-        format: WeightFormat::Q4 { group: 32 },
-        max_context: 256,
-        prefill_chunk: 64,
-        max_verify_rows: 5,
-        sequences: 1,
-    };
-    let hooks = LoadHooks {
-        verify: false,
-        progress: &mut |_, _| {},
-        release: &|_| {},
-    };
-    let target = KvState::new(ctx, load_target(ctx, &artifact, options, hooks).unwrap()).unwrap();
-    let assistant = load_assistant(ctx, &artifact, &target, false, &|_| {}).unwrap();
-    (target, assistant)
 }
 
 /// Next-token logits after each of `tokens[..n]` for n = 1..=len, from forwards of `rows`
@@ -172,11 +129,7 @@ fn int8_perplexity_and_argmax_agreement_against_f32() {
         let logits = decode_logits(ctx, &mut target, &held_out, 8);
         ppl.push(perplexity(&logits, &held_out));
         rows.push(logits);
-        let options = GenerateOptions {
-            max_new_tokens: 100,
-            sampling: SamplingParams::default(),
-            stop_ids: vec![],
-        };
+        let options = greedy_options(100);
         continuations.push(
             prompts
                 .iter()
@@ -223,11 +176,7 @@ fn int8_speculative_greedy_equals_plain_and_hf() {
     for (pi, p) in expected()["prompts"].as_array().unwrap().iter().enumerate() {
         let prompt = ids(&p["prompt"]);
         let want = ids(&p["greedy"]);
-        let options = GenerateOptions {
-            max_new_tokens: want.len(),
-            sampling: SamplingParams::default(),
-            stop_ids: vec![],
-        };
+        let options = greedy_options(want.len());
         target.reset();
         let (plain, _) =
             pollster::block_on(generate(&mut target, ctx, &prompt, &options, &mut |_| true))
