@@ -1,6 +1,6 @@
 //! Opening WebGPU in the host: `navigator.gpu`, its adapter and its WGSL language features.
 
-use super::{js_error, wgemma_error};
+use super::errors::{js_error, wgemma_error};
 use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 use wgemma::gpu::{ContextOptions, GpuContext};

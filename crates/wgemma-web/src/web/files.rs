@@ -1,7 +1,7 @@
 //! The files a page hands over (strings, bytes, Blobs/Files, Responses or URLs) as bytes and
 //! text, with the field names of the JS objects in every message.
 
-use super::{js_error, js_message};
+use super::errors::{js_error, js_message};
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;

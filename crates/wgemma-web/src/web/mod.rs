@@ -10,10 +10,12 @@
 //! (that would make `abort()` throw), and two operations must not interleave on one model.
 
 mod context;
+mod errors;
 mod files;
 mod typescript;
 
 pub(crate) use context::open_context;
+pub(crate) use errors::{js_error, js_message, wgemma_error};
 pub(crate) use files::bytes;
 use files::{field, optional_field, shards, text};
 
@@ -42,30 +44,11 @@ pub fn start() {
     }));
 }
 
-/// An `Error` whose `name` is `name`.
-pub(crate) fn js_error(name: &str, message: &str) -> JsValue {
-    let e = js_sys::Error::new(message);
-    e.set_name(name);
-    e.into()
-}
-
 fn busy_error() -> JsValue {
     js_error(
         "WgemmaBusy",
         "this session is busy with another load or generation: await it (or abort() it) first",
     )
-}
-
-pub(crate) fn wgemma_error(e: impl std::fmt::Display) -> JsValue {
-    js_error("WgemmaError", &e.to_string())
-}
-
-/// A JS error message, or the value's string form.
-fn js_message(v: &JsValue) -> String {
-    v.dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| v.as_string())
-        .unwrap_or_else(|| format!("{v:?}"))
 }
 
 /// A plain JS options object into a Rust struct (unknown fields are an error: a typo
