@@ -79,7 +79,13 @@ impl Session {
         files: &CheckpointFiles,
         options: &LoadOptions,
     ) -> Result<ModelInfo> {
-        let format = asked_format(&options.dtype)?;
+        // "auto": Q4 group 32, as the CLI loads a checkpoint with no --dtype.
+        let dtype = if options.dtype == "auto" {
+            "q4"
+        } else {
+            &options.dtype
+        };
+        let format = asked_format(dtype)?;
         let generation_config = files
             .generation_config_json
             .as_deref()
@@ -97,7 +103,7 @@ impl Session {
             chat_template: files.chat_template.as_deref(),
             tokenizer_config: files.tokenizer_config_json.as_deref(),
         });
-        self.load(source, browser_hooks(format, options))
+        self.load(source, browser_hooks(format, dtype, options))
     }
 
     /// Loads a llama.cpp GGUF file (`gemma4`): config, tokenizer and chat template from its
@@ -106,7 +112,14 @@ impl Session {
     /// group 32 as it is), else converted to that dtype.
     pub fn load_gguf(&mut self, bytes: &[u8], options: &LoadOptions) -> Result<ModelInfo> {
         let format = asked_format(&options.dtype)?;
-        self.load(LoadSource::Gguf(bytes), browser_hooks(format, options))
+        let dtype = match format {
+            Some(_) => &options.dtype,
+            None => "the file's types as stored",
+        };
+        self.load(
+            LoadSource::Gguf(bytes),
+            browser_hooks(format, dtype, options),
+        )
     }
 
     /// Loads a model artifact (`wgemma convert`): the target, and its assistant when the
@@ -217,9 +230,13 @@ fn asked_format(dtype: &str) -> Result<Option<WeightFormat>> {
     }
 }
 
-/// The hooks of the browser's checkpoint and GGUF loads: its options and the dtype as it
-/// spelled it (no size check: the browser's loads have never had one).
-fn browser_hooks(format: Option<WeightFormat>, options: &LoadOptions) -> LoadHooks<'static> {
+/// The hooks of the browser's checkpoint and GGUF loads: its options and the dtype in words
+/// (no size check: the browser's loads have never had one).
+fn browser_hooks(
+    format: Option<WeightFormat>,
+    dtype: &str,
+    options: &LoadOptions,
+) -> LoadHooks<'static> {
     LoadHooks {
         format,
         options: ModelOptions {
@@ -230,7 +247,7 @@ fn browser_hooks(format: Option<WeightFormat>, options: &LoadOptions) -> LoadHoo
         },
         allow_extra_tensors: options.allow_extra_tensors,
         label: Label::Summary {
-            dtype: format.map(|_| options.dtype.clone()),
+            dtype: Some(dtype.to_string()),
         },
         ..LoadHooks::default()
     }

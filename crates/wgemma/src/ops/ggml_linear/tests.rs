@@ -108,7 +108,10 @@ fn int8_route_is_chosen_only_for_q8_0_matvecs_on_int8_contexts() {
         ..Default::default()
     })
     .unwrap();
-    assert_eq!(choose_route_on(&int8, 3, GgmlType::Q8_0), GgmlRoute::MatvecInt8);
+    assert_eq!(
+        choose_route_on(&int8, 3, GgmlType::Q8_0),
+        GgmlRoute::MatvecInt8
+    );
     assert_eq!(choose_route_on(&int8, 9, GgmlType::Q8_0), GgmlRoute::Gemm);
     assert_eq!(choose_route_on(&int8, 3, GgmlType::Q4_K), GgmlRoute::Matvec);
 }
