@@ -30,7 +30,8 @@ export interface ModelUrls {
 export interface AssistantFiles { config: FileSource; weights: FileSource | FileSource[]; }
 export interface AssistantUrls { config: string; weights: string | string[]; }
 export interface LoadOptions {
-  /** "q4" (default, group 32), "q4g64", "q4g128", "f16" or "f32". */
+  /** "auto" (default: a checkpoint in q4, a GGUF file at its own types), "q4" (group 32),
+   * "q4g64", "q4g128", "f16" or "f32". */
   dtype?: string;
   /** KV cache positions (prompt + generated tokens); default 4096. */
   context?: number;
