@@ -9,9 +9,8 @@
 
 use crate::http::admission;
 use crate::openai::request;
-use crate::openai::structured::{
-    byte_tokenizer, GrammarConstraint, Grammars, ResponseFormat, BYTE_EOS as EOS,
-};
+use crate::openai::response_format::ResponseFormat;
+use crate::openai::structured::{byte_tokenizer, GrammarConstraint, Grammars, BYTE_EOS as EOS};
 use serde_json::{json, Value};
 use wgemma::session::TokenConstraint;
 
