@@ -186,7 +186,7 @@ fn replaced_drafts_set_the_acceptance() {
 #[test]
 fn e2b_like_q4_speculative_equals_plain() {
     let mut pair = load_pair("e2b_like_assistant", WeightFormat::Q4 { group: 32 }, 3);
-    let tf = Files::open("e2b_like");
+    let tf = Fixture::open("e2b_like");
     for p in tf.expected["prompts"].as_array().unwrap() {
         let prompt = ids(&p["prompt"]);
         let want = ids(&p["q4"]["greedy"]);

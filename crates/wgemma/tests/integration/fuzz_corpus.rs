@@ -2,15 +2,13 @@
 //! in a normal test run: the inputs libFuzzer found interesting (and any crash it found,
 //! once fixed) stay regression inputs without a nightly toolchain or a fuzzing build.
 
-#[path = "../../../fuzz/targets.rs"]
+#[path = "../../../../fuzz/targets.rs"]
 mod targets;
 
-use std::path::PathBuf;
+use crate::common::crate_path;
 
 fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target);
+    let dir = crate_path("../../fuzz/corpus").join(target);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap().path())

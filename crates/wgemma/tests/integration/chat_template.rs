@@ -3,13 +3,14 @@
 //! (`tools/chat_template/generate.py` wrote `expected.json`): the same text, and an error
 //! carrying the template's message where HF raises.
 
+use crate::common::crate_path;
 use std::path::PathBuf;
 use wgemma::session::{
     builtin_gemma4, builtin_gemma4_with_tools, ChatMessage, ChatTemplate, ToolDeclaration,
 };
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/chat_templates")
+    crate_path("tests/data/chat_templates")
 }
 
 fn expected() -> serde_json::Value {

@@ -5,7 +5,8 @@
 //! greedy agreement (docs/models.md quotes the figures these tests print), and that
 //! speculative greedy stays equal to plain greedy.
 
-use super::{expected, greedy_options, ids, load_pair_on as load_pair, repo_path};
+use super::{expected, load_pair_on as load_pair};
+use crate::common::{greedy_options, ids, read_data};
 use safetensors::SafeTensors;
 use std::sync::OnceLock;
 use wgemma::generate::plain::generate;
@@ -85,7 +86,7 @@ fn int8_logits_stay_close_to_hf_at_every_position() {
     let p = &expected()["prompts"][0];
     let mut tokens = ids(&p["prompt"]);
     tokens.extend(ids(&p["greedy"]));
-    let bytes = std::fs::read(repo_path("tests/data/trained/logits.safetensors")).unwrap();
+    let bytes = read_data("trained/logits.safetensors");
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let want: Vec<f32> =
         bytemuck::pod_collect_to_vec(st.tensor(p["logits_key"].as_str().unwrap()).unwrap().data());

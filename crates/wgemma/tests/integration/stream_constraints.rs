@@ -4,24 +4,10 @@
 //! on and give the tokens of their solo runs. Before, the error failed the whole batched
 //! step and the server ended every neighbour with it.
 
-use std::path::PathBuf;
+use crate::common::checkpoint_files;
 use wgemma::session::{
-    CheckpointFiles, FinishReason, GenerateRequest, LoadOptions, Session, StreamExtras,
-    TokenConstraint,
+    FinishReason, GenerateRequest, LoadOptions, Session, StreamExtras, TokenConstraint,
 };
-
-fn e2b_like() -> CheckpointFiles {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/e2b_like");
-    CheckpointFiles {
-        config_json: std::fs::read_to_string(dir.join("config.json")).unwrap(),
-        shards: vec![(
-            "model.safetensors".into(),
-            std::fs::read(dir.join("model.safetensors")).unwrap(),
-        )],
-        generation_config_json: std::fs::read_to_string(dir.join("generation_config.json")).ok(),
-        ..CheckpointFiles::default()
-    }
-}
 
 /// Allows every token for `left` tokens, then errors.
 struct ErrorsAfter {
@@ -83,7 +69,9 @@ fn a_failing_constraint_ends_only_its_own_stream() {
         ..LoadOptions::default()
     };
     let mut engine = pollster::block_on(Session::new(None)).unwrap();
-    engine.load_checkpoint(&e2b_like(), &options).unwrap();
+    engine
+        .load_checkpoint(&checkpoint_files("e2b_like", None), &options)
+        .unwrap();
     let request = |ids: &[u32]| GenerateRequest {
         prompt_ids: Some(ids.to_vec()),
         max_new_tokens: 6,

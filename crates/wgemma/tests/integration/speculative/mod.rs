@@ -5,8 +5,7 @@
 //! and op-set guards; lossless speculative sampling (chi-square against the exact
 //! distribution of plain sampling).
 
-use safetensors::SafeTensors;
-use std::path::PathBuf;
+use crate::common::{greedy_options, ids, Fixture};
 use wgemma::formats::hf::Checkpoint;
 use wgemma::generate::plain::{generate, GenerateOptions};
 use wgemma::generate::sampling::SamplingParams;
@@ -30,50 +29,6 @@ mod refusals;
 mod sampling;
 mod synthetic;
 
-fn dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/golden")
-        .join(name)
-}
-
-struct Files {
-    config: String,
-    model: Vec<u8>,
-    expected: serde_json::Value,
-    logits: Vec<u8>,
-}
-
-impl Files {
-    fn open(name: &str) -> Files {
-        let d = dir(name);
-        Files {
-            config: std::fs::read_to_string(d.join("config.json")).unwrap(),
-            model: std::fs::read(d.join("model.safetensors")).unwrap(),
-            expected: serde_json::from_slice(&std::fs::read(d.join("expected.json")).unwrap())
-                .unwrap(),
-            logits: std::fs::read(d.join("logits.safetensors")).unwrap(),
-        }
-    }
-
-    fn checkpoint(&self) -> Checkpoint<'_> {
-        Checkpoint::from_shards(vec![("model.safetensors".into(), &self.model)]).unwrap()
-    }
-
-    fn tensor(&self, key: &str) -> (Vec<usize>, Vec<f32>) {
-        let st = SafeTensors::deserialize(&self.logits).unwrap();
-        let t = st.tensor(key).unwrap();
-        (t.shape().to_vec(), bytemuck::pod_collect_to_vec(t.data()))
-    }
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 fn options(format: WeightFormat, verify_rows: usize) -> ModelOptions {
     ModelOptions {
         format,
@@ -89,7 +44,7 @@ struct Pair {
     target: KvState,
     assistant: Assistant,
     hf: serde_json::Value,
-    assistant_files: Files,
+    assistant_files: Fixture,
 }
 
 fn load_pair(assistant_fixture: &str, format: WeightFormat, verify_rows: usize) -> Pair {
@@ -97,8 +52,8 @@ fn load_pair(assistant_fixture: &str, format: WeightFormat, verify_rows: usize) 
 }
 
 fn load_pair_with(assistant_fixture: &str, format: WeightFormat, model: ModelOptions) -> Pair {
-    let af = Files::open(assistant_fixture);
-    let tf = Files::open(af.expected["target_fixture"].as_str().unwrap());
+    let af = Fixture::open(assistant_fixture);
+    let tf = Fixture::open(af.expected["target_fixture"].as_str().unwrap());
     let ctx = test_context();
     let target = KvState::load(
         ctx,
@@ -122,14 +77,6 @@ fn load_pair_with(assistant_fixture: &str, format: WeightFormat, model: ModelOpt
         assistant,
         hf: af.expected.clone(),
         assistant_files: af,
-    }
-}
-
-fn greedy_options(max_new: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: max_new,
-        sampling: SamplingParams::default(),
-        stop_ids: vec![],
     }
 }
 

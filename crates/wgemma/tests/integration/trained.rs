@@ -5,12 +5,11 @@
 //! greedy continuations, and for k = 1..4 drafts per round every round's drafts and
 //! accepted counts, with the speculative output equal to plain greedy.
 
+use crate::common::{crate_path, greedy_options, ids, read_data};
 use safetensors::SafeTensors;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use wgemma::formats::artifact::{load_assistant, load_target, Artifact, LoadHooks};
-use wgemma::generate::plain::{generate, GenerateOptions};
-use wgemma::generate::sampling::SamplingParams;
+use wgemma::generate::plain::generate;
 use wgemma::generate::speculative::{generate_speculative, SpeculativeOptions};
 use wgemma::gpu::test_context;
 use wgemma::model::assistant::Assistant;
@@ -18,33 +17,20 @@ use wgemma::model::state::KvState;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 
-fn repo_path(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
 fn artifact_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| std::fs::read(repo_path("../../models/kjv-pair.wgemma")).unwrap())
+    BYTES.get_or_init(|| std::fs::read(crate_path("../../models/kjv-pair.wgemma")).unwrap())
 }
 
 fn expected() -> &'static serde_json::Value {
     static EXPECTED: OnceLock<serde_json::Value> = OnceLock::new();
     EXPECTED.get_or_init(|| {
-        let bytes = std::fs::read(repo_path("tests/data/trained/expected.json")).unwrap();
+        let bytes = read_data("trained/expected.json");
         serde_json::from_slice(&bytes).unwrap()
     })
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
 // The same pair with int8 activations: what the rounding costs against HF and f32.
-#[path = "trained/int8.rs"]
 mod int8;
 
 /// The shipped pair, loaded from the artifact (checksums verified).
@@ -73,14 +59,6 @@ fn load_pair_on(ctx: &wgemma::gpu::GpuContext) -> (KvState, Assistant) {
     (target, assistant)
 }
 
-fn greedy_options(n: usize) -> GenerateOptions {
-    GenerateOptions {
-        max_new_tokens: n,
-        sampling: SamplingParams::default(),
-        stop_ids: vec![],
-    }
-}
-
 #[test]
 fn the_fixture_was_made_from_the_shipped_artifact() {
     use sha2::{Digest, Sha256};
@@ -103,7 +81,7 @@ fn trained_pair_logits_match_hf_at_every_position() {
     let p = &expected()["prompts"][0];
     let mut tokens = ids(&p["prompt"]);
     tokens.extend(ids(&p["greedy"]));
-    let bytes = std::fs::read(repo_path("tests/data/trained/logits.safetensors")).unwrap();
+    let bytes = read_data("trained/logits.safetensors");
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let want: Vec<f32> =
         bytemuck::pod_collect_to_vec(st.tensor(p["logits_key"].as_str().unwrap()).unwrap().data());

@@ -2,11 +2,11 @@
 //! same model (same Q4 words, so bit-identical logits) from the golden fixtures stored as
 //! f32, f16 and bf16, and the load hands every matrix's bytes back a block at a time.
 
+use crate::common::Fixture;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::cell::RefCell;
 use std::ops::Range;
-use std::path::PathBuf;
 use wgemma::formats::hf::Checkpoint;
 use wgemma::gpu::test_context;
 use wgemma::model::parse_config;
@@ -14,16 +14,6 @@ use wgemma::model::state::KvState;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::weights::upload::Quantiser;
-
-fn fixture(name: &str) -> (String, Vec<u8>) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/golden")
-        .join(name);
-    (
-        std::fs::read_to_string(dir.join("config.json")).unwrap(),
-        std::fs::read(dir.join("model.safetensors")).unwrap(),
-    )
-}
 
 /// The checkpoint with every f32 tensor stored as `dtype` (rounded to nearest even).
 fn stored_as(bytes: &[u8], dtype: Dtype) -> Vec<u8> {
@@ -76,7 +66,11 @@ fn logits(config: &str, ck: &Checkpoint<'_>, format: WeightFormat) -> Vec<f32> {
 #[test]
 fn gpu_quantiser_builds_the_same_model_as_the_cpu() {
     for name in ["e2b_like", "dense_kv", "moe"] {
-        let (config, f32_bytes) = fixture(name);
+        let Fixture {
+            config,
+            model: f32_bytes,
+            ..
+        } = Fixture::open(name);
         for dtype in [Dtype::F32, Dtype::BF16, Dtype::F16] {
             let bytes = stored_as(&f32_bytes, dtype);
             // The MoE fixture's experts (K 32) need group 32: experts have no f16 fallback.
@@ -109,7 +103,11 @@ fn gpu_quantiser_builds_the_same_model_as_the_cpu() {
 
 #[test]
 fn f16_and_f32_layouts_stream_to_the_same_model() {
-    let (config, bytes) = fixture("e2b_like");
+    let Fixture {
+        config,
+        model: bytes,
+        ..
+    } = Fixture::open("e2b_like");
     for format in [WeightFormat::F16, WeightFormat::F32] {
         let load = |block_bytes: usize| {
             let ck = Checkpoint::from_shards(vec![("m".into(), &bytes[..])])
@@ -129,7 +127,11 @@ fn f16_and_f32_layouts_stream_to_the_same_model() {
 /// time: nothing it has uploaded stays mapped, so a load holds one block of the source.
 #[test]
 fn every_matrix_is_released_block_by_block() {
-    let (config, bytes) = fixture("e2b_like");
+    let Fixture {
+        config,
+        model: bytes,
+        ..
+    } = Fixture::open("e2b_like");
     let bytes = stored_as(&bytes, Dtype::BF16);
     let released: RefCell<Vec<Range<usize>>> = RefCell::new(Vec::new());
     let release = |shard: usize, range: Range<usize>| {
