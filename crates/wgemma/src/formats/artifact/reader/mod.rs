@@ -2,11 +2,14 @@
 //! framing, the manifest, and the contract every tensor must meet before a byte reaches
 //! the GPU. Errors name the tensor or field and say what was expected and what was found.
 
+mod framing;
+mod weights;
+
+pub use weights::ArtifactWeights;
+
 use super::manifest::{Manifest, ASSISTANT_PREFIX, MANIFEST_KEY, TARGET_PREFIX, TOKENIZER_TENSOR};
-use super::plan::{
-    assistant_plan, ggml_suffix, target_plan_with, StoredTensor, Q4_PACKED, Q4_SCALES,
-};
-use super::writer::{checksum, header_checksum_prefix, CHECKSUM_PLACEHOLDER};
+use super::plan::{assistant_plan, ggml_suffix, target_plan_with, StoredTensor};
+use super::writer::checksum;
 use crate::error::{Error, Result};
 use crate::model::assistant::{parse_assistant_config, AssistantSpec};
 use crate::model::config::ModelSpec;
@@ -14,10 +17,7 @@ use crate::model::parse_config;
 use crate::model::weights::WeightFormat;
 use crate::ops::ggml_linear::NATIVE_TYPES;
 use crate::weights::ggml::GgmlType;
-use crate::weights::layout::MatrixLayout;
-use crate::weights::raw::{RawData, RawDtype, RawTensor};
-use crate::weights::source::WeightSource;
-use crate::weights::upload::StreamOptions;
+use framing::{check_framing, check_header_checksum};
 use safetensors::tensor::Metadata;
 use safetensors::{Dtype, SafeTensors};
 use std::cell::RefCell;
@@ -25,8 +25,6 @@ use std::collections::{BTreeSet, HashSet};
 use std::ops::Range;
 
 const OP: &str = "artifact";
-/// The safetensors crate's limit on header size.
-const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 /// Which model of an artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,138 +72,6 @@ pub struct Artifact<'a> {
     manifest: Manifest,
     target: ModelSpec,
     assistant: Option<AssistantSpec>,
-}
-
-fn dtype_bytes(dtype: &str) -> Option<usize> {
-    Some(match dtype {
-        "BOOL" | "U8" | "I8" | "F8_E5M2" | "F8_E4M3" => 1,
-        "F16" | "BF16" | "I16" | "U16" => 2,
-        "F32" | "I32" | "U32" => 4,
-        "F64" | "I64" | "U64" => 8,
-        _ => return None,
-    })
-}
-
-/// Checks the framing and every tensor's byte range against its dtype and shape, naming
-/// the tensor (the safetensors crate's own errors do not), and returns the header length.
-fn check_framing(bytes: &[u8]) -> Result<usize> {
-    let len = bytes.len();
-    let Some(head) = bytes.get(..8) else {
-        return Err(Error::invalid(
-            OP,
-            "file size (the file is truncated, or not an artifact)",
-            "at least 8 bytes (the header length)",
-            format!("{len} bytes"),
-        ));
-    };
-    let n = u64::from_le_bytes(head.try_into().expect("8 bytes"));
-    if n > MAX_HEADER_BYTES {
-        return Err(Error::invalid(
-            OP,
-            "header length (not a safetensors artifact?)",
-            format!("<= {MAX_HEADER_BYTES} bytes"),
-            n,
-        ));
-    }
-    let n = n as usize;
-    let Some(header) = bytes.get(8..8 + n) else {
-        return Err(Error::invalid(
-            OP,
-            "file size (the file is truncated inside its header)",
-            format!("at least {} bytes (8 + a {n}-byte header)", 8 + n),
-            format!("{len} bytes"),
-        ));
-    };
-    let header: serde_json::Map<String, serde_json::Value> = std::str::from_utf8(header)
-        .ok()
-        .and_then(|h| serde_json::from_str(h).ok())
-        .ok_or_else(|| {
-            Error::invalid(
-                OP,
-                "header",
-                "a safetensors JSON header",
-                "unparseable bytes",
-            )
-        })?;
-    let mut data_end = 0usize;
-    for (name, t) in header.iter().filter(|(k, _)| *k != "__metadata__") {
-        let shape: Option<Vec<usize>> = t["shape"]
-            .as_array()
-            .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect());
-        let offsets = t["data_offsets"]
-            .as_array()
-            .and_then(|o| Some((o.first()?.as_u64()? as usize, o.get(1)?.as_u64()? as usize)));
-        let (Some(shape), Some((start, end)), Some(dtype)) = (shape, offsets, t["dtype"].as_str())
-        else {
-            return Err(Error::invalid(
-                OP,
-                format!("header entry of `{name}`"),
-                "dtype, shape and data_offsets",
-                t.to_string(),
-            ));
-        };
-        if let Some(size) = dtype_bytes(dtype) {
-            let elems = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-            let want = elems.and_then(|e| e.checked_mul(size));
-            if end < start || want != Some(end - start) {
-                return Err(Error::invalid(
-                    OP,
-                    format!("bytes of tensor `{name}` ({dtype} {shape:?} per the header)"),
-                    want.map_or("a size that fits memory".to_string(), |w| w.to_string()),
-                    format!(
-                        "{} (data_offsets {start}..{end})",
-                        end.saturating_sub(start)
-                    ),
-                ));
-            }
-        }
-        data_end = data_end.max(end);
-    }
-    // A header's offsets are untrusted: no overflow on absurd ones.
-    let want = (8 + n).saturating_add(data_end);
-    if len != want {
-        let what = if len < want {
-            format!(
-                "file size (the file is truncated: its last {} bytes are missing)",
-                want.saturating_sub(len)
-            )
-        } else {
-            format!("file size ({} bytes after the last tensor)", len - want)
-        };
-        return Err(Error::invalid(
-            OP,
-            what,
-            format!("{want} bytes (header + tensor data)"),
-            format!("{len} bytes"),
-        ));
-    }
-    Ok(n)
-}
-
-/// Checks the header's own checksum: the manifest (configs included) and the tensor table
-/// are covered, so an edited config is refused rather than silently used. Found only after
-/// the format version is known to be one that writes it.
-fn check_header_checksum(header: &[u8]) -> Result<()> {
-    let json = header.trim_ascii_end();
-    let prefix = header_checksum_prefix();
-    let what = "XXH3-128 of the header (manifest, configs and tensor table; the file is \
-                corrupt or its header was edited after conversion)";
-    let at = std::str::from_utf8(json)
-        .ok()
-        .and_then(|j| j.find(&prefix))
-        .map(|i| i + prefix.len());
-    let stored = at.and_then(|i| json.get(i..i + CHECKSUM_PLACEHOLDER.len()));
-    let (Some(at), Some(stored)) = (at, stored) else {
-        return Err(Error::invalid(OP, what, "stored in the header", "none"));
-    };
-    let stored = String::from_utf8_lossy(stored).into_owned();
-    let mut unsealed = json.to_vec();
-    unsealed[at..at + CHECKSUM_PLACEHOLDER.len()].copy_from_slice(CHECKSUM_PLACEHOLDER.as_bytes());
-    let found = checksum(&unsealed);
-    if found != stored {
-        return Err(Error::invalid(OP, what, stored, found));
-    }
-    Ok(())
 }
 
 impl<'a> Artifact<'a> {
@@ -496,193 +362,5 @@ impl<'a> Artifact<'a> {
             read: RefCell::new(HashSet::new()),
             done: RefCell::new(Vec::new()),
         })
-    }
-}
-
-/// The weights of one model of an artifact, handed to the loaders as stored (no
-/// conversion): matrices borrow the artifact's bytes when they are aligned for it.
-pub struct ArtifactWeights<'s, 'a> {
-    artifact: &'s Artifact<'a>,
-    which: Which,
-    verify: bool,
-    read: RefCell<HashSet<String>>,
-    /// Byte ranges read since the last [`ArtifactWeights::take_read_ranges`].
-    done: RefCell<Vec<Range<usize>>>,
-}
-
-impl<'a> ArtifactWeights<'_, 'a> {
-    fn full(&self, name: &str) -> String {
-        format!("{}{name}", self.which.prefix())
-    }
-
-    /// A stored tensor, checked for dtype and shape, verified when asked.
-    fn tensor(&self, full: &str, dtype: Dtype, shape: &[usize]) -> Result<&'a [u8]> {
-        let info = self.artifact.tensors.info(full).ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!("tensor `{full}`"),
-                format!("{dtype:?} {shape:?}"),
-                "missing",
-            )
-        })?;
-        if info.dtype != dtype || info.shape != shape {
-            return Err(Error::invalid(
-                OP,
-                format!("tensor `{full}` as the loader asks for it"),
-                format!("{dtype:?} {shape:?}"),
-                format!("{:?} {:?}", info.dtype, info.shape),
-            ));
-        }
-        if self.verify {
-            self.artifact.verify_tensor(full)?;
-        }
-        let (data, range) = self.artifact.data(full)?;
-        self.read.borrow_mut().insert(full.to_string());
-        self.done.borrow_mut().push(range);
-        Ok(data)
-    }
-
-    /// The byte ranges of the file read since the last call: the loader is done with them
-    /// once it reports progress, so the CLI can drop their pages from its memory map.
-    pub fn take_read_ranges(&self) -> Vec<Range<usize>> {
-        std::mem::take(&mut *self.done.borrow_mut())
-    }
-
-    /// Errors unless the loader read every weight tensor of this model (so every one was
-    /// verified): a tensor the plan lists but the loader skips is a bug in this build.
-    pub fn check_all_read(&self) -> Result<()> {
-        let read = self.read.borrow();
-        let prefix = self.which.prefix();
-        let tokenizer = self.full(TOKENIZER_TENSOR);
-        let mut names: Vec<String> = self.artifact.tensors.tensors().into_keys().collect();
-        names.sort();
-        let unread = names
-            .into_iter()
-            .filter(|n| n.starts_with(prefix) && *n != tokenizer)
-            .find(|n| !read.contains(n.as_str()));
-        match unread {
-            Some(n) => Err(Error::invalid(
-                OP,
-                format!("tensor `{n}`"),
-                format!("read by the {} loader", self.which.name()),
-                "never asked for",
-            )),
-            None => Ok(()),
-        }
-    }
-
-    fn has_weight(&self, name: &str) -> bool {
-        let full = self.full(name);
-        let t = &self.artifact.tensors;
-        t.info(&full).is_some()
-            || t.info(&format!("{full}{Q4_PACKED}")).is_some()
-            || self.artifact.ggml_type(&full).is_some()
-    }
-
-    /// A stored weight of `expected_shape` as the artifact holds it: in its GPU layout
-    /// (matrices as two Q4 word tensors, or f16 / f32 rows; vectors f32), or u32
-    /// (`token_ordering`). A matrix may be stored flat (`[E * N, K]` for `[E, N, K]`
-    /// experts).
-    fn stored(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'a>> {
-        let full = self.full(name);
-        let k = expected_shape.last().copied().unwrap_or(1);
-        let n = expected_shape.iter().product::<usize>() / k.max(1);
-        let tensors = &self.artifact.tensors;
-        if let Some(ty) = self.artifact.ggml_type(&full) {
-            let stored = format!("{full}{}", ggml_suffix(ty));
-            let data = self.tensor(&stored, Dtype::U8, &[n, ty.bytes_of(k)])?;
-            return Ok(RawTensor::bytes(
-                RawDtype::Ggml(ty),
-                &[n, k],
-                data,
-                format!("`{stored}`"),
-            ));
-        }
-        if tensors.info(&format!("{full}{Q4_PACKED}")).is_some() {
-            let WeightFormat::Q4 { group } = self.artifact.format() else {
-                return Err(Error::invalid(
-                    OP,
-                    format!("tensor `{full}{Q4_PACKED}`"),
-                    format!(
-                        "none in a {} artifact",
-                        self.artifact.manifest.quant.describe()
-                    ),
-                    "present",
-                ));
-            };
-            let (p, s) = MatrixLayout::q4_words(n, k, group);
-            let packed = self.tensor(
-                &format!("{full}{Q4_PACKED}"),
-                Dtype::U32,
-                &[n, p / n.max(1)],
-            )?;
-            let scales = self.tensor(&format!("{full}{Q4_SCALES}"), Dtype::U32, &[s])?;
-            return Ok(RawTensor {
-                dtype: RawDtype::Prepared(MatrixLayout::Q4 { group }),
-                shape: vec![n, k],
-                data: RawData::Q4Words { packed, scales },
-                what: format!("`{full}`"),
-                release: None,
-            });
-        }
-        let info = tensors.info(&full).ok_or_else(|| {
-            Error::invalid(
-                OP,
-                format!("tensor `{full}`"),
-                format!("a stored weight of shape {expected_shape:?}"),
-                "missing",
-            )
-        })?;
-        let dtype = match info.dtype {
-            Dtype::F32 => RawDtype::Prepared(MatrixLayout::F32),
-            Dtype::F16 => RawDtype::Prepared(MatrixLayout::F16),
-            Dtype::U32 => RawDtype::U32,
-            other => {
-                return Err(Error::invalid(
-                    OP,
-                    format!("dtype of tensor `{full}`"),
-                    "F32, F16 or U32",
-                    format!("{other:?}"),
-                ))
-            }
-        };
-        let flat = [n, k];
-        let shape: &[usize] = if info.shape == flat {
-            &flat
-        } else {
-            expected_shape
-        };
-        let data = self.tensor(&full, info.dtype, shape)?;
-        Ok(RawTensor::bytes(
-            dtype,
-            expected_shape,
-            data,
-            format!("`{full}`"),
-        ))
-    }
-}
-
-/// The stored weights of one model, its matrices in their GPU layout under the names the
-/// loader uploads them as: the uploader places them as stored (borrowed from the
-/// artifact's bytes where aligned), with no conversion.
-impl WeightSource for ArtifactWeights<'_, '_> {
-    fn tensor(&self, name: &str, expected_shape: &[usize]) -> Result<RawTensor<'_>> {
-        self.stored(name, expected_shape)
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.has_weight(name)
-    }
-
-    fn stores_stacked(&self) -> bool {
-        true
-    }
-
-    /// Matrices stored in ggml blocks run as stored, as their GGUF file's load does.
-    fn stream_options(&self) -> StreamOptions {
-        StreamOptions {
-            native_ggml: true,
-            ..StreamOptions::default()
-        }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Stored bf16/f16/f32 rows reach the GPU in one of two ways ([`Quantiser`]):
 //! - **GPU** (Q4 layouts on a hardware adapter): the stored bytes are copied as they are
-//!   into a staging buffer and [`q4_quantize`] writes the final Q4 words into the weight's
+//!   into a staging buffer and [`crate::ops::quantize::q4_quantize`] writes the final Q4 words into the weight's
 //!   own buffers. The host only scans the bytes once (finite, scales in range).
 //! - **CPU** (the reference, f16/f32 layouts, and software adapters such as lavapipe, where
 //!   "the GPU" is the same cores): each block is converted to f32 and prepared by
@@ -16,14 +16,13 @@
 //! layout already (an artifact) is uploaded as stored. Either way the submissions in
 //! flight are bounded ([`MAX_IN_FLIGHT`] blocks), which bounds wgpu's staging copies, and
 //! the source's pages are released after each block.
+//!
+//! The float paths are in `float`, ggml blocks uploaded as stored in `native`.
 
 use crate::error::{Error, Result};
-use crate::gpu::{DType, GpuContext, Step, Tensor};
+use crate::gpu::{DType, GpuContext, Tensor};
 use crate::ops::embedding::{EmbeddingTable, TableFormat};
 use crate::ops::linear::Q4Weight;
-use crate::ops::quantize::{
-    check_finite_source, check_q4_source, q4_quantize, source_to_f32, Q4Dest, SourceDtype,
-};
 use crate::weights::layout::MatrixUse;
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, MatrixSpec};
 use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
@@ -31,6 +30,7 @@ use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use std::collections::VecDeque;
 use std::ops::Range;
 
+mod float;
 mod native;
 
 /// Bytes of source rows per block (and the size of the GPU path's staging buffer): large
@@ -333,7 +333,7 @@ pub fn upload_matrix(
             && matches!(p.data, RawData::Bytes(_))
     };
     if parts.iter().all(float_bytes) {
-        return upload_float_parts(up, options, name, parts, spec);
+        return float::upload_float_parts(up, options, name, parts, spec);
     }
     let part_rows = n / parts.len();
     let part_elems = match layout {
@@ -351,99 +351,6 @@ pub fn upload_matrix(
     upload_blocks(up, name, spec, parts.len(), &mut |p, rows| {
         parts[p].prepared_rows(rows, layout)
     })
-}
-
-/// Uploads stored bf16 / f16 / f32 row blocks `parts` as one `[n, k]` matrix, a block of
-/// rows at a time, each block's bytes released once uploaded.
-fn upload_float_parts(
-    up: &mut Uploader<'_>,
-    options: StreamOptions,
-    name: &str,
-    parts: &[RawTensor<'_>],
-    spec: MatrixSpec,
-) -> Result<Uploaded> {
-    let MatrixSpec { n, k, layout, use_ } = spec;
-    let dest = Uploaded::zeros(up, name, n, k, layout, use_)?;
-    let part_rows = n / parts.len();
-    let mut stored = Vec::with_capacity(parts.len());
-    for (p, part) in parts.iter().enumerate() {
-        let dtype = part
-            .dtype
-            .source_dtype()
-            .ok_or_else(|| layout_mismatch_raw(part))?;
-        let data = part.stored_bytes()?;
-        let row_bytes = k * dtype.bytes();
-        if data.len() != part_rows * row_bytes {
-            return Err(Error::invalid(
-                "upload",
-                format!("bytes of part {p} of `{name}`"),
-                part_rows * row_bytes,
-                data.len(),
-            ));
-        }
-        stored.push((part, dtype, data));
-    }
-    // Parts must start on whole words of the destination (Q4: of the scales too), else two
-    // blocks would share a word: only tiny test shapes miss, and load whole.
-    let part_elems = match layout {
-        MatrixLayout::Q4 { group } => part_rows * (k / group),
-        MatrixLayout::F16 => part_rows * k,
-        MatrixLayout::F32 => 0,
-    };
-    if parts.len() > 1 && part_elems % 2 == 1 {
-        for &(part, dtype, data) in &stored {
-            check_block(&part.what, dtype, data, k, layout, 0)?;
-        }
-        let values: Vec<f32> = stored
-            .iter()
-            .flat_map(|&(_, dtype, data)| source_to_f32(data, dtype))
-            .collect();
-        dest.write_rows(up.ctx, 0, &Matrix::prepare(values, n, k, layout)?)?;
-        up.flush();
-        for &(part, _, data) in &stored {
-            part.release(0..data.len());
-        }
-        return Ok(dest);
-    }
-    let on_gpu = options.quantiser.on_gpu(up.ctx);
-    for (p, &(part, dtype, data)) in stored.iter().enumerate() {
-        let row_bytes = k * dtype.bytes();
-        // Whole multiples of 64 rows per block (every chunk boundary is one), at least 64.
-        let block_bytes = options.block_bytes.min(up.staging_bytes());
-        let block_rows = (block_bytes / row_bytes / 64 * 64).max(64);
-        let mut r0 = 0;
-        while r0 < part_rows {
-            let r1 = (r0 + block_rows).min(part_rows);
-            let range = r0 * row_bytes..r1 * row_bytes;
-            let bytes = &data[range.clone()];
-            let first = p * part_rows + r0;
-            let rows = first..first + r1 - r0;
-            check_block(&part.what, dtype, bytes, k, layout, r0)?;
-            match layout {
-                MatrixLayout::Q4 { group } if on_gpu => {
-                    quantise_block_on_gpu(up, &dest, bytes, dtype, rows, k, group)?;
-                }
-                _ => {
-                    let values = source_to_f32(bytes, dtype);
-                    let block = Matrix::prepare(values, rows.len(), k, layout)?;
-                    dest.write_rows(up.ctx, first, &block)?;
-                    up.flush();
-                }
-            }
-            part.release(range);
-            r0 = r1;
-        }
-    }
-    Ok(dest)
-}
-
-fn layout_mismatch_raw(part: &RawTensor<'_>) -> Error {
-    Error::invalid(
-        "upload",
-        format!("dtype of {}", part.what),
-        "bf16, f16 or f32",
-        format!("{:?}", part.dtype),
-    )
 }
 
 /// Uploads an `[n, k]` matrix stacked from `parts` equal row blocks, a block of at most
@@ -495,210 +402,5 @@ fn upload_blocks(
     Ok(dest)
 }
 
-/// Checks a block of a stored tensor (rows from `first_row` of it) before anything is
-/// uploaded: finite weights, and for Q4 scales within f16's range.
-fn check_block(
-    what: &str,
-    dtype: SourceDtype,
-    bytes: &[u8],
-    k: usize,
-    layout: MatrixLayout,
-    first_row: usize,
-) -> Result<()> {
-    match layout {
-        MatrixLayout::Q4 { group } => check_q4_source(bytes, dtype, k, group, first_row, what),
-        _ => check_finite_source(bytes, dtype, first_row * k, what),
-    }
-}
-
-/// Stages one block's raw bytes and quantises them into every destination chunk it
-/// overlaps, in one submit.
-fn quantise_block_on_gpu(
-    up: &mut Uploader<'_>,
-    dest: &Uploaded,
-    bytes: &[u8],
-    dtype: SourceDtype,
-    rows: Range<usize>,
-    k: usize,
-    group: usize,
-) -> Result<()> {
-    let staging = up.staging()?;
-    let ctx = up.ctx;
-    if bytes.len() % 4 == 0 {
-        ctx.queue.write_buffer(staging.buffer(), 0, bytes);
-    } else {
-        let mut padded = bytes.to_vec();
-        padded.resize(bytes.len().div_ceil(4) * 4, 0);
-        ctx.queue.write_buffer(staging.buffer(), 0, &padded);
-    }
-    let groups = k / group;
-    let mut kernels = Vec::new();
-    for (chunk, packed, scales) in dest.q4_chunks() {
-        let (lo, hi) = (rows.start.max(chunk.start), rows.end.min(chunk.end));
-        if lo >= hi {
-            continue;
-        }
-        kernels.push(q4_quantize(
-            ctx,
-            &staging,
-            dtype,
-            (lo - rows.start) * k,
-            (hi - lo) * groups,
-            group,
-            Q4Dest {
-                packed,
-                packed_offset: (lo - chunk.start) * k / 8,
-                scales,
-                scale_offset: (lo - chunk.start) * groups / 2,
-            },
-        )?);
-    }
-    let mut step = Step::new(ctx);
-    step.pass(|pass| {
-        for kernel in &kernels {
-            pass.dispatch(kernel);
-        }
-    });
-    let index = step.submit();
-    up.submitted(index);
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gpu::read_tensor_bytes;
-    use crate::harness::test_context;
-    use crate::ops::linear::quantize_q4;
-
-    fn read_words(ctx: &GpuContext, t: &Tensor) -> Vec<u32> {
-        bytemuck::pod_collect_to_vec(&pollster::block_on(read_tensor_bytes(ctx, t)).unwrap())
-    }
-
-    /// Q4 words and f16 scales of both destinations, chunks concatenated.
-    fn words_of(ctx: &GpuContext, m: &Uploaded) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u16>) {
-        let Some(LinearWeight::Q4(w)) = &m.linear else {
-            panic!("expected a Q4 linear weight")
-        };
-        let (mut packed, mut scales) = (Vec::new(), Vec::new());
-        for c in w.chunks() {
-            packed.extend(read_words(ctx, &c.packed));
-            scales.extend(read_words(ctx, &c.scales));
-        }
-        let table = m.table.as_ref().expect("a table");
-        let groups = table.format().scales_per_row(table.dim());
-        let (mut t_packed, mut t_scales) = (Vec::new(), Vec::new());
-        for c in table.chunks() {
-            t_packed.extend(read_words(ctx, &c.data));
-            let halves: Vec<u16> =
-                bytemuck::pod_collect_to_vec(&read_words(ctx, c.scales.as_ref().unwrap()));
-            t_scales.extend_from_slice(&halves[..c.rows.len() * groups]);
-        }
-        (packed, scales, t_packed, t_scales)
-    }
-
-    /// Two stacked bf16 parts, blocks of 64 rows, buffers of a few rows: the GPU path, the
-    /// CPU path and the CPU quantiser over the whole matrix give the same words, in the
-    /// linear weight and in the table alike. An odd group count per row with odd part
-    /// heights (parts meeting mid scale word) falls back to the CPU and still matches.
-    #[test]
-    fn streamed_blocks_match_the_whole_matrix_quantiser() {
-        let ctx = test_context();
-        for (part_rows, k, group) in [(160, 96, 32), (70, 64, 32), (75, 64, 64)] {
-            let n = 2 * part_rows;
-            let values: Vec<f32> = (0..n * k)
-                .map(|i| ((i as f32 * 0.61).sin() * (1.0 + (i % 7) as f32)).round() / 8.0)
-                .collect();
-            let bf: Vec<u8> = values
-                .iter()
-                .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-                .collect();
-            let exact: Vec<f32> = bf
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect();
-            let want = quantize_q4(&exact, n, k, group).unwrap();
-            let want_halves: Vec<u16> =
-                bytemuck::cast_slice::<u32, u16>(&want.scales)[..n * k / group].to_vec();
-            let half_bytes = bf.len() / 2;
-            let released = std::cell::Cell::new(0usize);
-            let release = |r: Range<usize>| released.set(released.get() + r.len());
-            let parts = [
-                RawTensor::bytes(RawDtype::BF16, &[part_rows, k], &bf[..half_bytes], "`w`")
-                    .with_release(release),
-                RawTensor::bytes(RawDtype::BF16, &[part_rows, k], &bf[half_bytes..], "`w`")
-                    .with_release(release),
-            ];
-            for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
-                released.set(0);
-                // 96 rows of packed words per buffer: the table's chunks start mid block
-                // (the linear weight's round down to 64 rows).
-                let mut up = Uploader::new(ctx).with_max_chunk_bytes(96 * k as u64 / 2);
-                let options = StreamOptions {
-                    quantiser,
-                    block_bytes: 1,
-                    ..StreamOptions::default()
-                };
-                let m = upload_matrix(
-                    &mut up,
-                    options,
-                    "w",
-                    &parts,
-                    MatrixSpec {
-                        n,
-                        k,
-                        layout: MatrixLayout::Q4 { group },
-                        use_: MatrixUse::TableAndLinear,
-                    },
-                )
-                .unwrap();
-                let (packed, scales, t_packed, t_scales) = words_of(ctx, &m);
-                let what = format!("{quantiser:?} part_rows {part_rows} k {k} group {group}");
-                assert_eq!(packed, want.packed, "{what}: packed");
-                assert_eq!(scales, want.scales, "{what}: scales");
-                assert_eq!(t_packed, want.packed, "{what}: table words");
-                assert_eq!(t_scales, want_halves, "{what}: table scales");
-                assert_eq!(released.get(), bf.len(), "{what}: bytes released");
-            }
-        }
-    }
-
-    #[test]
-    fn bad_weights_are_named_before_anything_is_dispatched() {
-        let ctx = test_context();
-        let mut values = vec![0.25f32; 128 * 32];
-        values[70 * 32 + 3] = f32::INFINITY;
-        let part = RawTensor::bytes(
-            RawDtype::F32,
-            &[128, 32],
-            bytemuck::cast_slice(&values),
-            "`layers.0.mlp.down_proj.weight` in `m`",
-        );
-        for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
-            let options = StreamOptions {
-                quantiser,
-                block_bytes: 1,
-                ..StreamOptions::default()
-            };
-            let err = upload_matrix(
-                &mut Uploader::new(ctx),
-                options,
-                "layers.0.mlp.down_proj.weight",
-                std::slice::from_ref(&part),
-                MatrixSpec {
-                    n: 128,
-                    k: 32,
-                    layout: MatrixLayout::Q4 { group: 32 },
-                    use_: MatrixUse::Linear,
-                },
-            )
-            .err()
-            .expect("an error")
-            .to_string();
-            assert!(
-                err.contains("element 2243") && err.contains("down_proj") && err.contains("finite"),
-                "{err}"
-            );
-        }
-    }
-}
+mod tests;
