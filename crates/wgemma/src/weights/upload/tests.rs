@@ -63,8 +63,8 @@ fn streamed_blocks_match_the_whole_matrix_quantiser() {
         ];
         for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
             released.set(0);
-            // 96 rows of packed words per buffer: the table's chunks start mid block
-            // (the linear weight's round down to 64 rows).
+            // 96 rows of packed words per buffer: the weight's chunks round down to 64
+            // rows, and the table shares them.
             let mut up = Uploader::new(ctx).with_max_chunk_bytes(96 * k as u64 / 2);
             let options = StreamOptions {
                 quantiser,
@@ -90,6 +90,8 @@ fn streamed_blocks_match_the_whole_matrix_quantiser() {
             assert_eq!(scales, want.scales, "{what}: scales");
             assert_eq!(t_packed, want.packed, "{what}: table words");
             assert_eq!(t_scales, want_halves, "{what}: table scales");
+            // The tied table reads the linear weight's buffers: one copy on the GPU.
+            assert!(m.table_shares_linear(), "{what}: two copies");
             assert_eq!(released.get(), bf.len(), "{what}: bytes released");
         }
     }
