@@ -33,6 +33,9 @@ fn expected() -> &'static serde_json::Value {
 // The same pair with int8 activations: what the rounding costs against HF and f32.
 mod int8;
 
+// The target re-stored as Q8_0 blocks and run as stored (issue 45): against HF.
+mod q8_0;
+
 /// The shipped pair, loaded from the artifact (checksums verified).
 fn load_pair() -> (KvState, Assistant) {
     load_pair_on(test_context())

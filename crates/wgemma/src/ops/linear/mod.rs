@@ -64,7 +64,8 @@ pub use tuning::{choose_tuning, AdapterProfile, MatvecTuning};
 use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, Activations, DType, GpuContext, Kernel, KernelBuilder, Tensor};
 use matvec_variants::{matvec_variant, MatvecFamily};
-use op::{check_io, check_io_cols, to_u32, DenseParams, Q4Params};
+pub(crate) use op::check_io;
+use op::{check_io_cols, to_u32, DenseParams, Q4Params};
 
 /// `y = x W^T` with a Q4 weight, auto-chosen route.
 pub fn q4_linear(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, y: &Tensor) -> Result<Linear> {

@@ -87,7 +87,7 @@ pub(super) fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
 }
 
 /// Checks x f32 `[.., K]` and y f32 `[.., N]` with the same leading rows; returns M.
-pub(super) fn check_io(
+pub(crate) fn check_io(
     op: &'static str,
     x: &Tensor,
     y: &Tensor,
