@@ -26,7 +26,7 @@ use commands::{
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Precision of the Q4 matvecs' activations: `int8` quantises each block of 32 and
+    /// Precision of the Q4 and Q8_0 matvecs' activations: `int8` quantises each block of 32 and
     /// runs integer dot products (every batch size computes a row the same way; ~0.3%
     /// error per product), `f32` keeps them exact, `auto` is int8 on a GPU with native
     /// packed integer dot products (Vulkan 1.3, Chrome), else f32.

@@ -47,6 +47,10 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 #[path = "trained/int8.rs"]
 mod int8;
 
+// The target re-stored as Q8_0 blocks and run as stored (issue 45): against HF.
+#[path = "trained/q8_0.rs"]
+mod q8_0;
+
 /// The shipped pair, loaded from the artifact (checksums verified).
 fn load_pair() -> (KvState, Assistant) {
     load_pair_on(test_context())

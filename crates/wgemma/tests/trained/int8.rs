@@ -17,7 +17,7 @@ use wgemma::model::target::Want;
 
 /// A context whose matvecs run `activations` (int8 runs on lavapipe too: its Vulkan 1.3
 /// has the integer dot products).
-fn context(activations: ActivationChoice) -> &'static GpuContext {
+pub(super) fn context(activations: ActivationChoice) -> &'static GpuContext {
     static F32: OnceLock<GpuContext> = OnceLock::new();
     static INT8: OnceLock<GpuContext> = OnceLock::new();
     let cell = match activations {
@@ -35,7 +35,7 @@ fn context(activations: ActivationChoice) -> &'static GpuContext {
 
 /// Next-token logits after each of `tokens[..n]` for n = 1..=len, from forwards of `rows`
 /// tokens (1: decode steps; up to 9: verify-sized forwards, still on the matvecs).
-fn decode_logits(
+pub(super) fn decode_logits(
     ctx: &GpuContext,
     target: &mut KvState,
     tokens: &[u32],
@@ -56,7 +56,7 @@ fn decode_logits(
 }
 
 /// exp(mean negative log-likelihood) of tokens[1..] under the logits after tokens[..n].
-fn perplexity(logits: &[Vec<f32>], tokens: &[u32]) -> f64 {
+pub(super) fn perplexity(logits: &[Vec<f32>], tokens: &[u32]) -> f64 {
     let nll: f64 = logits[..tokens.len() - 1]
         .iter()
         .zip(&tokens[1..])

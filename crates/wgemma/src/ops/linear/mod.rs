@@ -173,7 +173,13 @@ fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
 }
 
 /// Checks x f32 `[.., K]` and y f32 `[.., N]` with the same leading rows; returns M.
-fn check_io(op: &'static str, x: &Tensor, y: &Tensor, n: usize, k: usize) -> Result<usize> {
+pub(crate) fn check_io(
+    op: &'static str,
+    x: &Tensor,
+    y: &Tensor,
+    n: usize,
+    k: usize,
+) -> Result<usize> {
     check_io_cols(op, x, y, n, n, k)
 }
 
