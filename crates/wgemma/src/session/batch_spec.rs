@@ -379,11 +379,9 @@ impl Session {
         let vocab = state.model().spec.config.vocab_size;
         let rows = RoundRows::new(round_sizes(streams, state.model().max_batch_rows())?);
         let drafting = rows.drafting();
-        let (ids, hidden) = {
-            let plan = state.plan(ctx, rows.total, LogitRows::All)?;
-            let head = plan.head.as_ref().expect("a plan of every row's logits");
-            (plan.ids.clone(), head.hidden.clone())
-        };
+        let plan = state.plan(ctx, rows.total, LogitRows::All)?;
+        let head = plan.head_for("every row")?;
+        let (ids, hidden) = (&plan.ids, &head.hidden);
         let tokens = rows.seed_tokens(streams);
         write_token_ids(ctx, &ids, &tokens, vocab)?;
         let mut step = Step::new(ctx);
@@ -400,13 +398,9 @@ impl Session {
                 .zip(&rows.ks)
                 .map(|(s, &k)| (s.sequence_mut(), k + 1))
                 .collect();
-            state.record_batch(ctx, &mut step, &mut spans)?;
+            state.record_batch(ctx, &mut step, &plan, &mut spans)?;
         }
         let host = streams.iter().any(|s| s.reads_logits());
-        let plan = state
-            .built_plan(rows.total, LogitRows::All)
-            .expect("built above");
-        let head = plan.head.as_ref().expect("a plan of every row's logits");
         step.copy_to_readback(&head.next, &head.next_readback)?;
         if host {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;

@@ -157,7 +157,7 @@ impl<'r> GpuRounds<'r> {
             _ => None,
         };
         let plan = s.target.plan(ctx, m, LogitRows::All)?;
-        let head = plan.head.as_ref().expect("a verify plan has logits");
+        let head = plan.head_for("every verify row")?;
         let (ids, next, hidden) = (plan.ids.clone(), head.next.clone(), head.hidden.clone());
         let round = self.submitted;
         self.submitted += 1;
@@ -219,8 +219,7 @@ impl<'r> GpuRounds<'r> {
         s.target.record_forward_at_gpu_positions(
             ctx,
             &mut step,
-            m,
-            LogitRows::All,
+            &plan,
             (&self.state, STATE_POSITIONS),
             max_start,
         )?;
