@@ -51,7 +51,8 @@ impl KvState {
         // One plan for every step: fetched once, held while the steps record on the
         // sequence.
         let plan = self.plan(ctx, 1, LogitRows::Last)?;
-        let step = DecodeStep {
+        let steps = DecodeStep {
+            ctx,
             plan: &plan,
             head: plan.head_for("the next token")?,
         };
@@ -61,14 +62,18 @@ impl KvState {
             Readback::new(ctx, "decode.next.1", 4),
         ];
         let mut in_flight = std::collections::VecDeque::with_capacity(2);
-        in_flight.push_back(self.submit_decode_step(ctx, &step, TokenFeed::Host(first), &readbacks[0])?);
+        in_flight.push_back(self.submit_decode_step(
+            &steps,
+            TokenFeed::Host(first),
+            &readbacks[0],
+        )?);
         let mut submitted = 1;
         while let Some(submission) = in_flight.pop_front() {
             // Run ahead by one step while the context has room; a step that would not fit
             // is only an error if the caller turns out to need it (below).
             if submitted < max_new && self.len() < self.model.options.max_context {
                 let readback = &readbacks[submitted % 2];
-                in_flight.push_back(self.submit_decode_step(ctx, &step, TokenFeed::Gpu, readback)?);
+                in_flight.push_back(self.submit_decode_step(&steps, TokenFeed::Gpu, readback)?);
                 submitted += 1;
             }
             let readback = &readbacks[tokens.len() % 2];
@@ -81,7 +86,7 @@ impl KvState {
             if in_flight.is_empty() {
                 // The context was full when we tried to run ahead: this step reports it.
                 let readback = &readbacks[submitted % 2];
-                in_flight.push_back(self.submit_decode_step(ctx, &step, TokenFeed::Gpu, readback)?);
+                in_flight.push_back(self.submit_decode_step(&steps, TokenFeed::Gpu, readback)?);
                 submitted += 1;
             }
         }
@@ -96,25 +101,21 @@ impl KvState {
     /// greedy token copied to `readback`.
     fn submit_decode_step(
         &mut self,
-        ctx: &GpuContext,
-        decode: &DecodeStep<'_>,
+        steps: &DecodeStep<'_>,
         feed: TokenFeed,
         readback: &Readback,
     ) -> Result<wgpu::SubmissionIndex> {
         let encode_start = web_time::Instant::now();
-        let DecodeStep { plan, head } = *decode;
+        let DecodeStep { ctx, plan, head } = *steps;
         let mut step = Step::new(ctx);
         match feed {
             TokenFeed::Host(token) => {
                 write_token_ids(ctx, &plan.ids, &[token], self.model.spec.config.vocab_size)?
             }
-            TokenFeed::Gpu => step.encoder().copy_buffer_to_buffer(
-                head.next.buffer(),
-                0,
-                plan.ids.buffer(),
-                0,
-                4,
-            ),
+            TokenFeed::Gpu => {
+                step.encoder()
+                    .copy_buffer_to_buffer(head.next.buffer(), 0, plan.ids.buffer(), 0, 4)
+            }
         }
         self.record_rows(ctx, &mut step, plan)?;
         step.copy_to_readback(&head.next, readback)?;
@@ -127,6 +128,7 @@ impl KvState {
 /// The M = 1 plan every decode step records, and its head.
 #[derive(Clone, Copy)]
 struct DecodeStep<'p> {
+    ctx: &'p GpuContext,
     plan: &'p ForwardPlan,
     head: &'p Head,
 }

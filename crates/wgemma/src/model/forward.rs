@@ -5,6 +5,9 @@
 //! ONE compute pass per forward. Per step the host only writes the token ids and positions
 //! (queue writes, no wait), records the pass (attention grids follow the context length),
 //! submits once and reads back what it needs (the argmax ids, or logits).
+//!
+//! [`decoder_layer`] is the layer of both planners: the target's forwards here, and the
+//! assistant's draft step (`assistant/step.rs`), whose layers attend to the target's K/V.
 
 use super::blocks::{self, BlockCx, KvAccess};
 use super::config::{LayerSpec, ModelSpec};

@@ -187,7 +187,12 @@ impl KvState {
     /// points take it ([`KvState::record_forward`], [`KvState::record_batch`]), and
     /// speculative decoding needs its buffers (token ids, hidden rows, argmax ids) before
     /// recording.
-    pub fn plan(&mut self, ctx: &GpuContext, m: usize, rows: LogitRows) -> Result<Arc<ForwardPlan>> {
+    pub fn plan(
+        &mut self,
+        ctx: &GpuContext,
+        m: usize,
+        rows: LogitRows,
+    ) -> Result<Arc<ForwardPlan>> {
         self.planner.plan(ctx, &self.model, &self.caches, m, rows)
     }
 

@@ -22,6 +22,7 @@ mod prompt;
 mod source;
 mod types;
 
+pub use crate::generate::speculative::{DraftSource, OracleDrafts};
 pub use crate::text::chat::{
     builtin_gemma4, builtin_gemma4_with_tools, encode_conversation, encode_conversation_with_tools,
     ChatMessage, ChatTemplate, RenderBudget,
@@ -29,9 +30,8 @@ pub use crate::text::chat::{
 pub use crate::text::stop::StopStrings;
 pub use crate::text::tools::{ToolCall, ToolDeclaration, ToolResponse};
 pub use batch::{Stream, StreamExtras, TokenConstraint};
-pub use drafting::DraftReplacement;
-pub use prompt::{PromptEncoder, TextTools};
 pub use loader::{eos_ids_of, load_assistant, load_target, size_limits, LoadedTarget, TextSetup};
+pub use prompt::{PromptEncoder, TextTools};
 pub use source::{
     AssistantFrom, CheckpointSource, Label, LoadEvent, LoadHooks, LoadSource, Opened, PlaceFn, Step,
 };

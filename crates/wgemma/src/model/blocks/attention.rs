@@ -3,7 +3,9 @@
 //! q/k/v norms + RoPE in one dispatch (`norm_rope`), the KV append (layers that own their
 //! K/V; KV-shared layers read their source layer's cache), attention over the cache and
 //! o_proj, whose output is queued on the residual stream under
-//! `post_attention_layernorm`.
+//! `post_attention_layernorm`. In a queries-only plan (the assistant's,
+//! [`KvAccess::QueriesOnly`]) a layer projects q alone and attends to another model's
+//! cache through a view.
 
 use super::{block_input, BlockCx, KvAccess, ViewKv};
 use crate::error::{Error, Result};
