@@ -238,8 +238,9 @@ async function loadPickedAssistant(model) {
 async function loadFiles() {
   const artifact = $('artifact-file').files[0];
   if (artifact && isGguf(artifact)) {
-    // A llama.cpp GGUF file: converted to the chosen dtype (Q4_0 as it is), with its
-    // assistant (a gemma4-assistant .gguf, or a checkpoint's files) when one is picked.
+    // A llama.cpp GGUF file: at its own types with dtype auto, else converted to the chosen
+    // dtype (Q4_0 as it is), with its assistant (a gemma4-assistant .gguf, or a
+    // checkpoint's files) when one is picked.
     await load(artifact.name, async () => loadPickedAssistant(
       await page.session.loadGguf(artifact, { dtype: $('dtype').value })));
     return;
@@ -360,7 +361,7 @@ async function main() {
   if (params.get('artifact')) {
     await load(params.get('artifact'), () => page.session.loadArtifactFromUrl(params.get('artifact')));
   } else if (params.get('gguf')) {
-    // ?gguf=URL[&assistant=URL of a gemma4-assistant .gguf][&dtype=q4]
+    // ?gguf=URL[&assistant=URL of a gemma4-assistant .gguf][&dtype=auto]
     await load(params.get('gguf'), async () => {
       const model = await page.session.loadGgufFromUrl(params.get('gguf'),
         { dtype: params.get('dtype') ?? $('dtype').value });

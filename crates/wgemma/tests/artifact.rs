@@ -25,7 +25,7 @@ use wgemma::model::state::KvState;
 use wgemma::model::target::{ModelOptions, Want};
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::opset::OpSet;
-use wgemma::weights::layout::MatrixUse;
+use wgemma::weights::layout::{MatrixLayout, MatrixUse};
 use wgemma::weights::raw::RawTensor;
 use wgemma::weights::source::WeightSource;
 
@@ -561,6 +561,12 @@ fn planned_gpu_bytes(plan: &[PlannedWeight]) -> (u64, u64) {
         let stored: u64 = w.stored("").iter().map(|t| t.byte_len() as u64).sum();
         match &w.prep {
             Prep::F32 { .. } if w.name.ends_with("layer_scalar") => {}
+            // A tied Q4 table reads its lm_head's buffers (one copy, read whole per step).
+            Prep::Matrix {
+                usage: MatrixUse::TableAndLinear,
+                layout: MatrixLayout::Q4 { .. },
+                ..
+            } => total += stored,
             Prep::Matrix { usage, .. } if *usage == MatrixUse::TableAndLinear => {
                 total += 2 * stored;
                 tables += stored;

@@ -633,3 +633,36 @@ fn a_gguf_chat_template_is_used_for_chat_prompts() {
     assert_eq!(out.prompt_ids, tok.encode(want).unwrap());
     assert_eq!(out.prompt_ids[0], 2, "<bos> from the file's bos_token_id");
 }
+
+/// The browser's GGUF load with the default options (dtype "auto") runs the file's types as
+/// stored, as the CLI's load with no `--dtype` does: a Q8_0 file keeps its 8.5 bits per
+/// weight on the GPU, while "q4" asked for converts to 4.5; a dtype it does not know is
+/// refused naming "auto" among the choices.
+#[test]
+fn a_gguf_file_loads_at_its_own_types_by_default() {
+    let bytes = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf/k_quant.q8_0.gguf"),
+    )
+    .unwrap();
+    let mut engine = pollster::block_on(Engine::new(None)).unwrap();
+    let native = engine.load_gguf(&bytes, &LoadOptions::default()).unwrap();
+    assert_eq!(native.dtype, "the file's types as stored");
+    let q4 = LoadOptions {
+        dtype: "q4".into(),
+        ..LoadOptions::default()
+    };
+    let converted = engine.load_gguf(&bytes, &q4).unwrap();
+    assert_eq!(converted.dtype, "q4");
+    assert!(
+        converted.weight_bytes * 10 < native.weight_bytes * 6,
+        "{} vs {}",
+        converted.weight_bytes,
+        native.weight_bytes
+    );
+    let bad = LoadOptions {
+        dtype: "q8".into(),
+        ..LoadOptions::default()
+    };
+    let err = engine.load_gguf(&bytes, &bad).unwrap_err().to_string();
+    assert!(err.contains("auto, f32"), "{err}");
+}

@@ -79,7 +79,13 @@ impl Session {
         files: &CheckpointFiles,
         options: &LoadOptions,
     ) -> Result<ModelInfo> {
-        let format = WeightFormat::parse(&options.dtype)?;
+        // "auto": Q4 group 32, as the CLI loads a checkpoint with no --dtype.
+        let dtype = if options.dtype == "auto" {
+            "q4"
+        } else {
+            &options.dtype
+        };
+        let format = asked_format(dtype)?;
         let generation_config = files
             .generation_config_json
             .as_deref()
@@ -97,14 +103,23 @@ impl Session {
             chat_template: files.chat_template.as_deref(),
             tokenizer_config: files.tokenizer_config_json.as_deref(),
         });
-        self.load(source, browser_hooks(format, options))
+        self.load(source, browser_hooks(format, dtype, options))
     }
 
     /// Loads a llama.cpp GGUF file (`gemma4`): config, tokenizer and chat template from its
-    /// metadata, weights converted to `options.dtype` (Q4_0 into Q4 group 32 as it is).
+    /// metadata; with `options.dtype` "auto" (the default) each tensor at its own type as
+    /// the CLI loads it with no `--dtype` (Q8_0, K-quants, ... as stored; Q4_0 into Q4
+    /// group 32 as it is), else converted to that dtype.
     pub fn load_gguf(&mut self, bytes: &[u8], options: &LoadOptions) -> Result<ModelInfo> {
-        let format = WeightFormat::parse(&options.dtype)?;
-        self.load(LoadSource::Gguf(bytes), browser_hooks(format, options))
+        let format = asked_format(&options.dtype)?;
+        let dtype = match format {
+            Some(_) => &options.dtype,
+            None => "the file's types as stored",
+        };
+        self.load(
+            LoadSource::Gguf(bytes),
+            browser_hooks(format, dtype, options),
+        )
     }
 
     /// Loads a model artifact (`wgemma convert`): the target, and its assistant when the
@@ -204,11 +219,26 @@ fn byte_shards(shards: &[(String, Vec<u8>)]) -> Vec<(String, &[u8])> {
         .collect()
 }
 
-/// The hooks of the browser's checkpoint and GGUF loads: its options and the dtype as it
-/// spelled it (no size check: the browser's loads have never had one).
-fn browser_hooks(format: WeightFormat, options: &LoadOptions) -> LoadHooks<'static> {
+/// The conversion `dtype` asks for: None for "auto" (a checkpoint's weights in Q4 group 32,
+/// a GGUF file's at their own types, as the CLI loads them with no `--dtype`).
+fn asked_format(dtype: &str) -> Result<Option<WeightFormat>> {
+    match dtype {
+        "auto" => Ok(None),
+        other => WeightFormat::parse(other)
+            .map(Some)
+            .map_err(|_| Error::invalid(OP, "dtype", "auto, f32, f16, q4, q4g64 or q4g128", other)),
+    }
+}
+
+/// The hooks of the browser's checkpoint and GGUF loads: its options and the dtype in words
+/// (no size check: the browser's loads have never had one).
+fn browser_hooks(
+    format: Option<WeightFormat>,
+    dtype: &str,
+    options: &LoadOptions,
+) -> LoadHooks<'static> {
     LoadHooks {
-        format: Some(format),
+        format,
         options: ModelOptions {
             max_context: options.context,
             prefill_chunk: options.prefill_chunk,
@@ -217,7 +247,7 @@ fn browser_hooks(format: WeightFormat, options: &LoadOptions) -> LoadHooks<'stat
         },
         allow_extra_tensors: options.allow_extra_tensors,
         label: Label::Summary {
-            dtype: Some(options.dtype.clone()),
+            dtype: Some(dtype.to_string()),
         },
         ..LoadHooks::default()
     }

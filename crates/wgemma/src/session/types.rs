@@ -27,7 +27,8 @@ pub struct CheckpointFiles {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct LoadOptions {
-    /// `q4` (group 32), `q4g64`, `q4g128`, `f16` or `f32`.
+    /// `auto` (a checkpoint in Q4 group 32, a GGUF file at its own types), `q4` (group
+    /// 32), `q4g64`, `q4g128`, `f16` or `f32`.
     pub dtype: String,
     /// KV cache positions (prompt + generated tokens).
     pub context: usize,
@@ -44,7 +45,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         let d = ModelOptions::default();
         LoadOptions {
-            dtype: "q4".into(),
+            dtype: "auto".into(),
             context: d.max_context,
             prefill_chunk: d.prefill_chunk,
             sequences: d.sequences,

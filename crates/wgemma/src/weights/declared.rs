@@ -193,7 +193,12 @@ pub fn load_group(
                 let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
                 let spec = MatrixSpec::of(format, *n, *k, *use_);
                 let m = src.upload_matrix(up, name, &parts, spec)?;
-                let tables = m.table.as_ref().map_or(0, table_bytes);
+                // A table over the linear weight's buffers (a tied lm_head) is one copy on
+                // the GPU, and a decode step reads it whole: linear bytes, not table bytes.
+                let tables = match m.table_shares_linear() {
+                    true => 0,
+                    false => m.table.as_ref().map_or(0, table_bytes),
+                };
                 group.bytes.tables += tables;
                 group.bytes.total += tables + m.linear.as_ref().map_or(0, |l| l.bytes());
                 Loaded::Matrix(m)

@@ -162,6 +162,17 @@ pub struct Uploaded {
     pub table: Option<EmbeddingTable>,
 }
 
+/// The table of a tied matrix over its linear weight's buffers, where the layouts agree
+/// (Q4: [`EmbeddingTable::from_q4`]; ggml blocks: [`EmbeddingTable::from_ggml`]): one copy
+/// on the GPU. None for dense weights, whose table is chunked and the linear weight not.
+pub fn table_over(linear: &LinearWeight) -> Option<EmbeddingTable> {
+    match linear {
+        LinearWeight::Q4(w) => Some(EmbeddingTable::from_q4(w)),
+        LinearWeight::Ggml(w) => Some(EmbeddingTable::from_ggml(w)),
+        LinearWeight::Dense(_) => None,
+    }
+}
+
 impl Uploaded {
     /// Uploads a whole prepared matrix (an artifact's borrowed words, a synthetic model).
     pub fn from_matrix(
@@ -171,12 +182,29 @@ impl Uploaded {
         use_: MatrixUse,
     ) -> Result<Self> {
         let (linear, table) = wants(use_);
-        Ok(Uploaded {
-            linear: linear
-                .then(|| LinearWeight::from_matrix(ctx, name, m))
-                .transpose()?,
-            table: table.then(|| table_from_matrix(ctx, name, m)).transpose()?,
-        })
+        let linear = linear
+            .then(|| LinearWeight::from_matrix(ctx, name, m))
+            .transpose()?;
+        let table = match (table, linear.as_ref().and_then(table_over)) {
+            (true, Some(shared)) => Some(shared),
+            (true, None) => Some(table_from_matrix(ctx, name, m)?),
+            (false, _) => None,
+        };
+        Ok(Uploaded { linear, table })
+    }
+
+    /// Whether the table reads the linear weight's buffers (one copy; written once).
+    pub fn table_shares_linear(&self) -> bool {
+        let first_table = self.table.as_ref().and_then(|t| t.chunks().first());
+        let first_linear = match &self.linear {
+            Some(LinearWeight::Q4(w)) => w.chunks().first().map(|c| &c.packed),
+            Some(LinearWeight::Ggml(w)) => w.chunks().first().map(|c| &c.blocks),
+            _ => None,
+        };
+        match (first_table, first_linear) {
+            (Some(t), Some(l)) => t.data.buffer() == l.buffer(),
+            _ => false,
+        }
     }
 
     /// Zeroed destinations for an `[n, k]` matrix in `layout`.
@@ -211,9 +239,11 @@ impl Uploaded {
             MatrixLayout::F16 => TableFormat::F16,
             MatrixLayout::F32 => TableFormat::F32,
         };
-        let table = table
-            .then(|| EmbeddingTable::new(ctx, name, n, k, format, max_chunk))
-            .transpose()?;
+        let table = match (table, linear.as_ref().and_then(table_over)) {
+            (true, Some(shared)) => Some(shared),
+            (true, None) => Some(EmbeddingTable::new(ctx, name, n, k, format, max_chunk)?),
+            (false, _) => None,
+        };
         Ok(Uploaded { linear, table })
     }
 
@@ -233,9 +263,12 @@ impl Uploaded {
             (None, _) => {}
             (Some(_), data) => return Err(layout_mismatch(data)),
         }
-        if let Some(table) = &self.table {
-            let (_, rows) = table_rows(block);
-            table.write_rows(ctx, first_row, rows)?;
+        match &self.table {
+            Some(table) if !self.table_shares_linear() => {
+                let (_, rows) = table_rows(block);
+                table.write_rows(ctx, first_row, rows)?;
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -250,7 +283,7 @@ impl Uploaded {
                     .map(|c| (c.rows.clone(), &c.packed, &c.scales)),
             );
         }
-        if let Some(t) = &self.table {
+        if let (Some(t), false) = (&self.table, self.table_shares_linear()) {
             out.extend(
                 t.chunks()
                     .iter()
@@ -631,8 +664,8 @@ mod tests {
             ];
             for quantiser in [Quantiser::Gpu, Quantiser::Cpu] {
                 released.set(0);
-                // 96 rows of packed words per buffer: the table's chunks start mid block
-                // (the linear weight's round down to 64 rows).
+                // 96 rows of packed words per buffer: the weight's chunks round down to 64
+                // rows, and the table shares them.
                 let mut up = Uploader::new(ctx).with_max_chunk_bytes(96 * k as u64 / 2);
                 let options = StreamOptions {
                     quantiser,
@@ -658,6 +691,8 @@ mod tests {
                 assert_eq!(scales, want.scales, "{what}: scales");
                 assert_eq!(t_packed, want.packed, "{what}: table words");
                 assert_eq!(t_scales, want_halves, "{what}: table scales");
+                // The tied table reads the linear weight's buffers: one copy on the GPU.
+                assert!(m.table_shares_linear(), "{what}: two copies");
                 assert_eq!(released.get(), bf.len(), "{what}: bytes released");
             }
         }

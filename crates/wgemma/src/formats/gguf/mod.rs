@@ -3,7 +3,8 @@
 //! the file users already have (Q4_0, Q4_K_M, Q8_0, F16, ...), with the tokenizer rebuilt
 //! from the file's metadata.
 //!
-//! - [`reader`]: the container, from `&[u8]`, every field checked against the bytes.
+//! - [`reader`]: the container, from `&[u8]`, every field checked against the bytes
+//!   (its metadata: [`metadata`]; the bounds-checked reads under both: `cursor`).
 //! - [`quant`]: ggml's block formats and their bit-exact dequantisation (they live in
 //!   [`crate::weights::ggml`]: the uploader places them like any other stored dtype).
 //! - [`model`]: the gemma4 metadata as an HF config, and HF <-> llama.cpp tensor names.
@@ -12,8 +13,12 @@
 //!   in [`tokenizer`]).
 //! - [`source`]: the file as a [`crate::weights::source::WeightSource`].
 
+mod cursor;
+pub mod metadata;
 pub mod model;
 pub use crate::weights::ggml as quant;
+#[cfg(test)]
+mod memory_tests;
 pub mod reader;
 pub mod source;
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::gpu::{plan_row_chunks, DType, GpuContext, Tensor};
 use crate::ops::ggml_linear::GgmlType;
 use crate::ops::ggml_linear::GgmlWeight;
+use crate::ops::linear::Q4Weight;
 use half::f16;
 use std::ops::Range;
 
@@ -195,6 +196,26 @@ impl EmbeddingTable {
                     rows: c.rows.clone(),
                     data: c.blocks.clone(),
                     scales: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// The table over a Q4 weight's chunks, sharing its buffers (the tied embedding and
+    /// lm_head hold one copy): the weight's words and scale words are the table's Q4 layout,
+    /// and its chunks start at multiples of 64 rows, so every chunk's scales start on a word.
+    pub fn from_q4(w: &Q4Weight) -> EmbeddingTable {
+        EmbeddingTable {
+            rows: w.n(),
+            dim: w.k(),
+            format: TableFormat::Q4 { group: w.group() },
+            chunks: w
+                .chunks()
+                .iter()
+                .map(|c| TableChunk {
+                    rows: c.rows.clone(),
+                    data: c.packed.clone(),
+                    scales: Some(c.scales.clone()),
                 })
                 .collect(),
         }

@@ -2,11 +2,14 @@
 //! [`ggml_linear_ref`], on random blocks whose scales are drawn finite (every other byte
 //! random, so every nibble, 6-bit scale and sign pattern occurs).
 
-use super::blocks::GgmlType;
-use super::{ggml_linear_ref, ggml_linear_with, GgmlRoute, GgmlWeight, NATIVE_TYPES};
+use super::blocks::{dequantize_to_vec, GgmlType};
+use super::{
+    choose_route_on, ggml_linear_ref, ggml_linear_with, ggml_q8q8_linear_ref, GgmlRoute,
+    GgmlWeight, NATIVE_TYPES,
+};
 use crate::error::Result;
 use crate::gpu::{DType, GpuContext, Tensor};
-use crate::harness::{Expected, OpCase, Prepared, Rng, Values};
+use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
 use crate::ops::linear::tolerance;
 use rand::Rng as _;
 
@@ -16,7 +19,7 @@ pub struct GgmlLinearCase {
     pub m: usize,
     pub k: usize,
     pub n: usize,
-    /// Forced route (None: chosen by M).
+    /// Forced route (None: chosen by M and the context's activations).
     pub route: Option<GgmlRoute>,
     /// Bytes per weight chunk (None: the device's binding limit).
     pub max_binding: Option<u64>,
@@ -76,22 +79,53 @@ impl OpCase for GgmlLinearCase {
         let w = GgmlWeight::upload(ctx, self.ty, n, k, &blocks, self.max_binding)?;
         let tx = Tensor::from_f32(ctx, "x", &[m, k], &x)?;
         let ty = Tensor::zeros(ctx, "y", &[m, n], DType::F32)?;
-        let op = ggml_linear_with(ctx, &tx, &w, &ty, self.route)?;
-        let (want, bound) = ggml_linear_ref(&x, m, k, self.ty, &blocks, n)?;
+        let route = self
+            .route
+            .unwrap_or_else(|| choose_route_on(ctx, m, self.ty));
+        let op = ggml_linear_with(ctx, &tx, &w, &ty, Some(route))?;
+        let (want, check) = if route == GgmlRoute::MatvecInt8 {
+            let (want, bound) = ggml_q8q8_linear_ref(&x, m, k, self.ty, &blocks, n)?;
+            (want, int8_tolerance(k, bound, self.ty, &blocks)?)
+        } else {
+            let (want, bound) = ggml_linear_ref(&x, m, k, self.ty, &blocks, n)?;
+            (want, tolerance(k, bound))
+        };
         Ok(Prepared {
             kernels: op.into_kernels(),
             outputs: vec![Expected {
                 name: "y",
                 tensor: ty,
                 reference: Values::F32(want),
-                check: tolerance(k, bound),
+                check,
             }],
             bytes_moved: w.bytes() + 4 * (m * k + m * n) as u64,
         })
     }
 }
 
-/// Every format on both routes over small random shapes (the test suite runs these with
+/// The int8 route against [`ggml_q8q8_linear_ref`]: the f32 bound of [`tolerance`] plus two
+/// activation roundings that the kernel's `127 / max|x|` (WGSL division, 2.5 ulp) may place
+/// on the other side of a tie than the reference's, each off by one step d = max|x| / 127
+/// (x in [-1, 1]: d <= 1/127) times the largest weight; nmse 1e-7, which one such flip
+/// stays under while one wrong weight exceeds it.
+fn int8_tolerance(k: usize, bound: f64, ty: GgmlType, blocks: &[u8]) -> Result<Check> {
+    let Check::Close { max_abs, .. } = tolerance(k, bound) else {
+        unreachable!("tolerance is a Close check")
+    };
+    // A few thousand blocks at a time: the lm_head's weights never exist in f32 at once.
+    let mut max_weight = 0.0f32;
+    for part in blocks.chunks(4096 * ty.block_bytes()) {
+        let values = dequantize_to_vec(ty, part)?;
+        max_weight = values.iter().fold(max_weight, |a, v| a.max(v.abs()));
+    }
+    Ok(Check::Close {
+        max_abs: max_abs + 2.0 * max_weight / 127.0,
+        nmse: 1e-7,
+    })
+}
+
+/// Every format on both routes over small random shapes, and Q8_0 on the int8 matvec at a
+/// short K and at a long one staged in several chunks (the test suite runs these with
 /// several seeds).
 pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut cases = Vec::new();
@@ -106,6 +140,15 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
         cases.push(matvec);
         cases.push(gemm);
     }
+    let k = 32 * rng.random_range(1..12);
+    let mut int8 = GgmlLinearCase::new(GgmlType::Q8_0, rng.random_range(1..=8), k, 77);
+    int8.route = Some(GgmlRoute::MatvecInt8);
+    cases.push(int8);
+    // K = 6,400..12,800 at M = 8: more than 16 KiB of staged blocks, so several chunks.
+    let k = 32 * rng.random_range(200..=400);
+    let mut long = GgmlLinearCase::new(GgmlType::Q8_0, 8, k, rng.random_range(1..40));
+    long.route = Some(GgmlRoute::MatvecInt8);
+    cases.push(long);
     cases
         .into_iter()
         .map(|c| Box::new(c) as Box<dyn OpCase>)
@@ -116,7 +159,9 @@ pub fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
 /// 12288, down 6144 x 1536, o_proj 2048 x 1536) at M = 1, 3 and 8 (matvec) and a 40-row
 /// prefill (GEMM), for every format; the tied lm_head (1536 x 262144) in the formats
 /// llama.cpp gives token_embd (Q8_0, Q6_K, Q5_K, Q4_K), split at 128 MiB so that every
-/// device runs it chunked. For `wgemma ops check` (too slow for lavapipe's test runs).
+/// device runs it chunked; and Q8_0 on the int8 matvec at the same shapes and rows (auto
+/// takes it only where the context runs int8 activations). For `wgemma ops check` (too
+/// slow for lavapipe's test runs).
 pub fn check_cases() -> Vec<Box<dyn OpCase>> {
     let shapes = [
         (1536, 2048),
@@ -143,6 +188,16 @@ pub fn check_cases() -> Vec<Box<dyn OpCase>> {
             let mut head = GgmlLinearCase::new(ty, m, 1536, 262_144);
             head.max_binding = Some(128 << 20);
             cases.push(head);
+        }
+    }
+    for m in [1, 3, 8] {
+        for &(k, n) in shapes.iter().chain([&(1536, 262_144)]) {
+            let mut int8 = GgmlLinearCase::new(GgmlType::Q8_0, m, k, n);
+            int8.route = Some(GgmlRoute::MatvecInt8);
+            if n == 262_144 {
+                int8.max_binding = Some(128 << 20);
+            }
+            cases.push(int8);
         }
     }
     cases

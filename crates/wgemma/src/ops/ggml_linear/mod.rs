@@ -8,6 +8,11 @@
 //! computes them), and included by both kernels of that format:
 //! - [`GgmlRoute::Matvec`] (M = 1..=8: decode, speculative verify, small batches): 8 rows
 //!   per workgroup, 32 lanes per row, each decoded quad applied to all M rows.
+//! - [`GgmlRoute::MatvecInt8`] (Q8_0, M = 1..=8, when the context runs int8 activations,
+//!   [`crate::gpu::Activations`]): x quantised to int8 per block of 32 in workgroup memory
+//!   as the Q4 int8 family does (the same stage and quantisers, `ops/linear/int8_stage.wgsli`),
+//!   each block of 32 stored int8 weights dotted with it by `dot4I8Packed`; 16 rows x 16
+//!   lanes per workgroup.
 //! - [`GgmlRoute::Gemm`] (M > 8, prefill): 32 x 64 tiles with x and the dequantised W
 //!   staged in workgroup memory.
 //!
@@ -27,12 +32,13 @@ pub use blocks::GgmlType;
 #[cfg(any(test, feature = "harness"))]
 pub use cases::{check_cases, random_blocks, random_cases, GgmlLinearCase};
 pub use gather::ggml_gather;
-pub use reference::ggml_linear_ref;
+pub use reference::{ggml_linear_ref, ggml_q8q8_linear_ref};
 pub use weight::{is_native, GgmlChunk, GgmlWeight, GGML_CHUNK_ROW_MULTIPLE, NATIVE_TYPES};
 
 use crate::error::{Error, Result};
-use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor};
-use crate::ops::linear::{Linear, LinearRoute};
+use crate::gpu::{workgroups_for, Activations, DType, GpuContext, Kernel, KernelBuilder, Tensor};
+use crate::ops::linear::int8::{chunk_words, BLOCK_BYTES};
+use crate::ops::linear::{DeviceCaps, Linear, LinearRoute};
 
 const OP: &str = "ggml_linear";
 
@@ -48,6 +54,8 @@ const WORKGROUP: u32 = 256;
 pub enum GgmlRoute {
     /// `ggml_matvec_<format>`, M = 1..=8.
     Matvec,
+    /// `ggml_matvec_<format>_int8[_sg]`, M = 1..=8, int8 activations (Q8_0).
+    MatvecInt8,
     /// `ggml_gemm_<format>`, any M (chosen from M = 9).
     Gemm,
 }
@@ -56,15 +64,19 @@ impl GgmlRoute {
     pub fn name(self) -> &'static str {
         match self {
             GgmlRoute::Matvec => "matvec",
+            GgmlRoute::MatvecInt8 => "matvec_int8",
             GgmlRoute::Gemm => "gemm",
         }
     }
 
-    /// Workgroup memory of the route's shader, in bytes.
-    fn workgroup_storage(self) -> u32 {
+    /// Workgroup memory of the route's shader at `m` rows, in bytes (the int8 route's
+    /// activation chunk comes on top: [`int8_chunk`]).
+    fn workgroup_storage(self, m: usize) -> u32 {
         match self {
             // 8 rows of partial sums x 256 invocations.
             GgmlRoute::Matvec => 8 * 256 * 4,
+            // M rows of partial sums x 256 invocations.
+            GgmlRoute::MatvecInt8 => m.min(MATVEC_MAX_ROWS) as u32 * 256 * 4,
             // x [32, 32] and W [32, 64] f32 tiles.
             GgmlRoute::Gemm => (32 * 32 + 32 * 64) * 4,
         }
@@ -79,8 +91,9 @@ impl std::fmt::Display for GgmlRoute {
 
 /// The registered shader of `route` over `ty` (None: no kernel reads `ty`).
 fn shader(route: GgmlRoute, ty: GgmlType) -> Option<&'static str> {
-    use GgmlRoute::{Gemm, Matvec};
+    use GgmlRoute::{Gemm, Matvec, MatvecInt8};
     Some(match (route, ty) {
+        (MatvecInt8, GgmlType::Q8_0) => "ggml_matvec_q8_0_int8",
         (Matvec, GgmlType::Q8_0) => "ggml_matvec_q8_0",
         (Matvec, GgmlType::Q4_1) => "ggml_matvec_q4_1",
         (Matvec, GgmlType::Q5_0) => "ggml_matvec_q5_0",
@@ -130,7 +143,7 @@ pub fn failed_guards(ctx: &GpuContext, route: GgmlRoute, m: usize, w: &GgmlWeigh
         format!("K % 32 == 0 and whole blocks (K = {})", w.k()),
     );
     need(
-        route != GgmlRoute::Matvec || (1..=MATVEC_MAX_ROWS).contains(&m),
+        route == GgmlRoute::Gemm || (1..=MATVEC_MAX_ROWS).contains(&m),
         format!("M in 1..={MATVEC_MAX_ROWS} (M = {m})"),
     );
     need(
@@ -140,12 +153,19 @@ pub fn failed_guards(ctx: &GpuContext, route: GgmlRoute, m: usize, w: &GgmlWeigh
             limits.max_storage_buffers_per_shader_stage
         ),
     );
+    let storage = route.workgroup_storage(m);
     need(
-        limits.max_compute_workgroup_storage_size >= route.workgroup_storage(),
+        limits.max_compute_workgroup_storage_size >= storage,
         format!(
-            "{} bytes of workgroup memory (device: {})",
-            route.workgroup_storage(),
+            "{storage} bytes of workgroup memory (device: {})",
             limits.max_compute_workgroup_storage_size
+        ),
+    );
+    need(
+        route != GgmlRoute::MatvecInt8 || int8_chunk(ctx, m, w.k()).is_some(),
+        format!(
+            "one int8 chunk of {LANES} blocks x {m} rows ({} bytes) in the workgroup memory left",
+            BLOCK_BYTES * LANES * m
         ),
     );
     need(
@@ -170,7 +190,8 @@ pub fn failed_guards(ctx: &GpuContext, route: GgmlRoute, m: usize, w: &GgmlWeigh
     failed
 }
 
-/// The route for `m` activation rows: the matvec up to [`MATVEC_MAX_ROWS`], else the GEMM.
+/// The route for `m` activation rows whatever the context: the matvec up to
+/// [`MATVEC_MAX_ROWS`], else the GEMM (what an artifact's route census names).
 pub fn choose_route(m: usize) -> GgmlRoute {
     if m <= MATVEC_MAX_ROWS {
         GgmlRoute::Matvec
@@ -179,12 +200,44 @@ pub fn choose_route(m: usize) -> GgmlRoute {
     }
 }
 
+/// The route `ctx` runs for `m` rows of a `ty` weight: [`choose_route`], with the matvec on
+/// int8 activations where the context runs them ([`GpuContext::activations`]) and `ty`
+/// has an integer-dot kernel, so that every matvec of a forward rounds x the same way.
+pub fn choose_route_on(ctx: &GpuContext, m: usize, ty: GgmlType) -> GgmlRoute {
+    let route = choose_route(m);
+    let int8 = ctx.activations() == Activations::Int8;
+    if route == GgmlRoute::Matvec && int8 && shader(GgmlRoute::MatvecInt8, ty).is_some() {
+        GgmlRoute::MatvecInt8
+    } else {
+        route
+    }
+}
+
+/// Lanes per weight row of the int8 matvec (`ggml_matvec_int8.wgsli`).
+const LANES: usize = 16;
+
+/// Blocks of 32 the int8 matvec stages per activation row and chunk for `m` rows of `k`
+/// (all of K when it fits the workgroup memory its partial sums leave, else a multiple of
+/// [`LANES`]); None when not one multiple fits.
+fn int8_chunk(ctx: &GpuContext, m: usize, k: usize) -> Option<usize> {
+    let left = ctx.limits.max_compute_workgroup_storage_size as usize
+        - (GgmlRoute::MatvecInt8.workgroup_storage(m) as usize)
+            .min(ctx.limits.max_compute_workgroup_storage_size as usize);
+    chunk_words(m, k, LANES, left)
+}
+
+/// The int8 matvec quantises x with subgroup shuffles where every subgroup has 32 lanes.
+fn int8_subgroup(ctx: &GpuContext) -> bool {
+    let caps = DeviceCaps::of(ctx);
+    caps.subgroups && caps.min_subgroup_size == 32 && caps.max_subgroup_size == 32
+}
+
 /// `y = x W^T`, the route chosen by M.
 pub fn ggml_linear(ctx: &GpuContext, x: &Tensor, w: &GgmlWeight, y: &Tensor) -> Result<Linear> {
     ggml_linear_with(ctx, x, w, y, None)
 }
 
-/// `y = x W^T` on `route` (None: [`choose_route`]), or the failed guards.
+/// `y = x W^T` on `route` (None: [`choose_route_on`]), or the failed guards.
 pub fn ggml_linear_with(
     ctx: &GpuContext,
     x: &Tensor,
@@ -194,7 +247,7 @@ pub fn ggml_linear_with(
 ) -> Result<Linear> {
     let (n, k) = (w.n(), w.k());
     let m = check_io(x, y, n, k)?;
-    let route = route.unwrap_or_else(|| choose_route(m));
+    let route = route.unwrap_or_else(|| choose_route_on(ctx, m, w.ty()));
     let failed = failed_guards(ctx, route, m, w);
     let name = shader(route, w.ty());
     let (true, Some(name)) = (failed.is_empty(), name) else {
@@ -240,6 +293,11 @@ fn chunk_kernel(
         _pad0: 0,
         _pad1: 0,
     };
+    let subgroup = route == GgmlRoute::MatvecInt8 && int8_subgroup(ctx);
+    let shader = match (subgroup, shader) {
+        (true, "ggml_matvec_q8_0_int8") => "ggml_matvec_q8_0_int8_sg",
+        _ => shader,
+    };
     let builder = KernelBuilder::new(ctx, shader)
         .uniform(&params)
         .tensor(x)
@@ -249,6 +307,18 @@ fn chunk_kernel(
         GgmlRoute::Matvec => builder
             .constant("MV_M", m as u64)
             .build_1d(workgroups_for(rows as u64, 8)),
+        GgmlRoute::MatvecInt8 => {
+            // The guard checked that a chunk fits.
+            let chunk = int8_chunk(ctx, m, w.k()).unwrap_or(LANES) as u64;
+            builder
+                .constant("MV_M", m as u64)
+                .constant("PARTIALS", 256 * m as u64)
+                .constant("CHUNK_WORDS", chunk)
+                .constant("XQ_BLOCKS", m as u64 * chunk)
+                .constant("XQ_VEC4", 2 * m as u64 * chunk)
+                .constant("XQ_INTERLEAVED", 0)
+                .build_1d(workgroups_for(rows as u64, LANES as u32))
+        }
         GgmlRoute::Gemm => builder.build_1d(rows.div_ceil(64) as u64 * m.div_ceil(32) as u64),
     }
 }

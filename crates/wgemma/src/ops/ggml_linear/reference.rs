@@ -5,6 +5,7 @@
 
 use super::blocks::{dequantize, GgmlType};
 use crate::error::Result;
+use crate::ops::linear::int8::quantize_row_q8;
 use crate::ops::linear::linear_ref;
 
 /// `(y [m, n], magnitude)` for x `[m, k]` and the stored blocks `w` of `[n, k]` in `ty`.
@@ -29,4 +30,21 @@ pub fn ggml_linear_ref(
         bound = bound.max(b);
     }
     Ok((y, bound))
+}
+
+/// Reference of the int8 matvec route ([`super::GgmlRoute::MatvecInt8`]): each activation
+/// row quantised per block of 32 as the kernel does
+/// ([`crate::ops::linear::int8::quantize_row_q8`]), then [`ggml_linear_ref`]. The kernel's
+/// integer sums are exact, so against it the kernel differs only by its f32 scale products
+/// and accumulation.
+pub fn ggml_q8q8_linear_ref(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    ty: GgmlType,
+    w: &[u8],
+    n: usize,
+) -> Result<(Vec<f32>, f64)> {
+    let x8: Vec<f32> = x.chunks(k).flat_map(quantize_row_q8).collect();
+    ggml_linear_ref(&x8, m, k, ty, w, n)
 }

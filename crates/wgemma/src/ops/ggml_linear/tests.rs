@@ -8,7 +8,7 @@ use crate::harness::{assert_cases_pass, rng, test_context, OpCase};
 #[test]
 fn every_format_matches_its_reference_on_both_routes() {
     let cases = random_cases(&mut rng(7));
-    assert_eq!(cases.len(), 2 * NATIVE_TYPES.len());
+    assert_eq!(cases.len(), 2 * NATIVE_TYPES.len() + 2);
     assert_cases_pass(&cases, 0..2);
 }
 
@@ -41,8 +41,10 @@ fn guards_fail_closed_naming_what_failed() {
     let w = GgmlWeight::upload(ctx, GgmlType::Q8_0, 4, 64, &blocks, None).unwrap();
     let x = Tensor::zeros(ctx, "x", &[9, 64], DType::F32).unwrap();
     let y = Tensor::zeros(ctx, "y", &[9, 4], DType::F32).unwrap();
-    let err = ggml_linear_with(ctx, &x, &w, &y, Some(GgmlRoute::Matvec)).unwrap_err();
-    assert!(err.to_string().contains("M in 1..=8 (M = 9)"), "{err}");
+    for route in [GgmlRoute::Matvec, GgmlRoute::MatvecInt8] {
+        let err = ggml_linear_with(ctx, &x, &w, &y, Some(route)).unwrap_err();
+        assert!(err.to_string().contains("M in 1..=8 (M = 9)"), "{err}");
+    }
     assert!(ggml_linear(ctx, &x, &w, &y).is_ok());
     let bad_y = Tensor::zeros(ctx, "y", &[9, 5], DType::F32).unwrap();
     let err = ggml_linear(ctx, &x, &w, &bad_y).unwrap_err();
@@ -84,5 +86,32 @@ fn the_check_cases_cover_e2b_shapes_and_rows() {
     let heads = names
         .iter()
         .filter(|n| n.contains("n=262144 chunk<=128MiB"));
-    assert_eq!(heads.count(), 12);
+    assert_eq!(heads.count(), 15);
+    for m in [1, 3, 8] {
+        let want = format!("ggml_linear Q8_0 matvec_int8 m={m} k=6144 n=1536");
+        assert!(names.contains(&want), "missing {want}");
+    }
+}
+
+/// The int8 matvec is chosen only where the context runs int8 activations (not lavapipe's
+/// auto) and only for the types it has a kernel for.
+#[test]
+fn int8_route_is_chosen_only_for_q8_0_matvecs_on_int8_contexts() {
+    let ctx = test_context();
+    // lavapipe resolves auto to f32 activations: the f32 matvec.
+    assert_eq!(ctx.activations(), crate::gpu::Activations::F32);
+    assert_eq!(choose_route_on(ctx, 3, GgmlType::Q8_0), GgmlRoute::Matvec);
+    assert_eq!(choose_route_on(ctx, 9, GgmlType::Q8_0), GgmlRoute::Gemm);
+    // lavapipe's Vulkan 1.3 has the integer dot products: int8 on request.
+    let int8 = crate::gpu::GpuContext::new_blocking(crate::gpu::ContextOptions {
+        activations: crate::gpu::ActivationChoice::Int8,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        choose_route_on(&int8, 3, GgmlType::Q8_0),
+        GgmlRoute::MatvecInt8
+    );
+    assert_eq!(choose_route_on(&int8, 9, GgmlType::Q8_0), GgmlRoute::Gemm);
+    assert_eq!(choose_route_on(&int8, 3, GgmlType::Q4_K), GgmlRoute::Matvec);
 }

@@ -19,7 +19,8 @@ pub enum MatvecFamily {
     /// `q4_matvec_wide_common.wgsli` + `q4_matvec_wide_accumulate.wgsli`: M <= 9, any
     /// geometry of the tuning table.
     Wide,
-    /// `q4_matvec_wide_common.wgsli` + `q4_matvec_q8_accumulate.wgsli`: the wide geometry
+    /// `q4_matvec_wide_common.wgsli` + `int8_stage.wgsli` + `q4_matvec_q8_accumulate.wgsli`:
+    /// the wide geometry
     /// with the activations quantised to int8 per block of 32 and integer dot products.
     Int8,
 }
@@ -111,6 +112,7 @@ impl MatvecVariant {
             MatvecFamily::Int8 => (
                 &[
                     "q4_matvec_wide_common.wgsli",
+                    "int8_stage.wgsli",
                     "q4_matvec_q8_accumulate.wgsli",
                 ],
                 "q4_matvec_wide_finish",

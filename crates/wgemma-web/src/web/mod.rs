@@ -9,169 +9,31 @@
 //! borrowed per call, so a long-running generation must not hold a borrow of the `Session`
 //! (that would make `abort()` throw), and two operations must not interleave on one model.
 
-use js_sys::{Function, Promise, Reflect, Uint8Array};
+mod context;
+mod errors;
+mod files;
+mod typescript;
+
+pub(crate) use context::open_context;
+pub(crate) use errors::{js_error, js_message, wgemma_error};
+pub(crate) use files::bytes;
+use files::{field, optional_field, shards, text};
+
+use js_sys::{Function, Promise};
 use serde::de::DeserializeOwned;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::{future_to_promise, JsFuture};
-use wgemma::gpu::{ContextOptions, GpuContext};
+use wasm_bindgen_futures::future_to_promise;
 use wgemma::session::{
     ArtifactOptions, CheckpointFiles, DemoOptions, DeviceInfo, GenerateRequest, LoadOptions,
     ModelInfo, Session as Engine, TokenEvent,
 };
 
-#[wasm_bindgen(typescript_custom_section)]
-const TS_TYPES: &str = r#"
-/** Bytes of one file: text, bytes, a Blob/File, or a fetch Response. */
-export type FileSource = string | Uint8Array | ArrayBuffer | Blob | Response;
-/** A Hugging Face checkpoint: config.json, the safetensors shard(s), optionally tokenizer.json and generation_config.json. */
-export interface ModelFiles {
-  config: FileSource;
-  weights: FileSource | FileSource[];
-  tokenizer?: FileSource;
-  generationConfig?: FileSource;
-  /** tokenizer_config.json (its chat_template and special tokens). */
-  tokenizerConfig?: FileSource;
-  /** chat_template.jinja. */
-  chatTemplate?: FileSource;
-}
-/** The same files as URLs (fetched by the library). */
-export interface ModelUrls {
-  config: string;
-  weights: string | string[];
-  tokenizer?: string;
-  generationConfig?: string;
-  tokenizerConfig?: string;
-  chatTemplate?: string;
-}
-/** A gemma4_assistant checkpoint (its weights take the target's dtype). */
-export interface AssistantFiles { config: FileSource; weights: FileSource | FileSource[]; }
-export interface AssistantUrls { config: string; weights: string | string[]; }
-export interface LoadOptions {
-  /** "q4" (default, group 32), "q4g64", "q4g128", "f16" or "f32". */
-  dtype?: string;
-  /** KV cache positions (prompt + generated tokens); default 4096. */
-  context?: number;
-  /** Rows per prefill forward; default 64. */
-  prefillChunk?: number;
-  /** KV cache slots (conversations held at once); default 1. */
-  sequences?: number;
-  /** Load a checkpoint holding decoder tensors its config does not describe (ignored)
-   * instead of refusing it; default false. */
-  allowExtraTensors?: boolean;
-}
-export interface ArtifactOptions {
-  /** KV cache positions; default 4096. */
-  context?: number;
-  prefillChunk?: number;
-  /** Check every tensor's checksum while loading (default true). */
-  verify?: boolean;
-}
-export interface DemoOptions { seed?: number; dtype?: string; context?: number; }
-export interface GenerateRequest {
-  /** Prompt text (needs a tokenizer); or give promptIds. */
-  prompt?: string;
-  promptIds?: number[];
-  /** A conversation ({role, content}), rendered with the checkpoint's chat template (Gemma 4's turn format when it has none); instead of prompt. */
-  messages?: { role: string; content: string }[];
-  /** Wrap the text prompt in the chat template as one user turn. */
-  chat?: boolean;
-  /** Default 128. */
-  maxNewTokens?: number;
-  /** 0 (default) = greedy. */
-  temperature?: number;
-  topK?: number;
-  topP?: number;
-  seed?: number;
-  /** Divides the logits of the last 64 generated tokens before sampling (1 = none, the
-   *  default); greedy and speculative decoding ignore it. */
-  repeatPenalty?: number;
-  /** MTP speculative decoding with the loaded assistant. */
-  speculative?: boolean;
-  /** Drafts per round, 1..=8 (default 2). */
-  draftTokens?: number;
-  /** Adaptive drafts per round (default true): k in 0..=8 from the measured acceptance and
-   *  round costs, plain decode steps when drafting does not pay. */
-  adaptiveDraft?: boolean;
-  /** Text that ends the generation (cut before it). */
-  stop?: string[];
-  /** Keep every speculative round's drafts (GenerateResult.draftRounds). */
-  traceDrafts?: boolean;
-}
-/** One generated token, as it is committed. */
-export interface TokenEvent {
-  index: number;
-  id: number;
-  /** Newly printable text; null without a tokenizer or inside a multi-byte character. */
-  text: string | null;
-}
-export interface Stats {
-  loadMs: number;
-  promptTokens: number;
-  generatedTokens: number;
-  ttftMs: number;
-  prefillTokensPerS: number;
-  decodeTokensPerS: number;
-  speculative: boolean;
-  rounds?: number;
-  drafted?: number;
-  accepted?: number;
-  acceptanceRate?: number;
-  tokensPerRound?: number;
-}
-export interface GenerateResult {
-  promptIds: number[];
-  tokens: number[];
-  text: string | null;
-  /** Stopped by abort() or by the callback returning false. */
-  stoppedEarly: boolean;
-  /** "stop" (a stop token or string), "length" (the budget) or "cancelled". */
-  finishReason: string;
-  stats: Stats;
-  draftRounds?: { committed: number; drafts: number[]; accepted: number }[];
-}
-export interface ModelInfo {
-  description: string;
-  layers: number;
-  hiddenSize: number;
-  vocabSize: number;
-  dtype: string;
-  hasTokenizer: boolean;
-  /** The checkpoint's own chat template is used (else Gemma 4's built-in turn format). */
-  hasChatTemplate: boolean;
-  hasAssistant: boolean;
-  weightBytes: number;
-  loadMs: number;
-  /** KV cache positions. */
-  context: number;
-}
-export interface DeviceInfo {
-  adapter: string;
-  backend: string;
-  fallbackAdapter: boolean;
-  features: string[];
-  maxStorageBufferBindingSize: number;
-  maxBufferSize: number;
-  maxComputeWorkgroupsPerDimension: number;
-  maxComputeInvocationsPerWorkgroup: number;
-  maxComputeWorkgroupStorageSize: number;
-}
-"#;
-
 #[wasm_bindgen]
 extern "C" {
     #[wasm_bindgen(js_namespace = console, js_name = error)]
     fn console_error(message: &str);
-
-    #[wasm_bindgen(js_name = fetch)]
-    fn fetch_url(url: &str) -> Promise;
-
-    type FetchResponse;
-    #[wasm_bindgen(method, getter)]
-    fn ok(this: &FetchResponse) -> bool;
-    #[wasm_bindgen(method, getter)]
-    fn status(this: &FetchResponse) -> u16;
 }
 
 /// Panics reach the console with their message (the wasm module is dead after one).
@@ -182,30 +44,11 @@ pub fn start() {
     }));
 }
 
-/// An `Error` whose `name` is `name`.
-pub(crate) fn js_error(name: &str, message: &str) -> JsValue {
-    let e = js_sys::Error::new(message);
-    e.set_name(name);
-    e.into()
-}
-
 fn busy_error() -> JsValue {
     js_error(
         "WgemmaBusy",
         "this session is busy with another load or generation: await it (or abort() it) first",
     )
-}
-
-pub(crate) fn wgemma_error(e: impl std::fmt::Display) -> JsValue {
-    js_error("WgemmaError", &e.to_string())
-}
-
-/// A JS error message, or the value's string form.
-fn js_message(v: &JsValue) -> String {
-    v.dyn_ref::<js_sys::Error>()
-        .map(|e| String::from(e.message()))
-        .or_else(|| v.as_string())
-        .unwrap_or_else(|| format!("{v:?}"))
 }
 
 /// A plain JS options object into a Rust struct (unknown fields are an error: a typo
@@ -585,174 +428,4 @@ impl Session {
             to_js(&info)
         })
     }
-}
-
-/// Whether `navigator.gpu.wgslLanguageFeatures` has `feature` (false where it or its `has`
-/// is missing).
-fn wgsl_has(feature: &str) -> bool {
-    let get = |o: &JsValue, k: &str| js_sys::Reflect::get(o, &JsValue::from_str(k)).ok();
-    let features = get(&js_sys::global(), "navigator")
-        .and_then(|n| get(&n, "gpu"))
-        .and_then(|g| get(&g, "wgslLanguageFeatures"));
-    let Some(features) = features.filter(|f| f.is_object()) else {
-        return false;
-    };
-    get(&features, "has")
-        .and_then(|h| h.dyn_into::<js_sys::Function>().ok())
-        .and_then(|has| has.call1(&features, &JsValue::from_str(feature)).ok())
-        .is_some_and(|v| v.is_truthy())
-}
-
-/// Opens WebGPU: an `Error` named `WebGpuUnavailable` when the host has no `navigator.gpu`
-/// or offers no adapter.
-pub(crate) async fn open_context() -> Result<GpuContext, JsValue> {
-    check_navigator_gpu()?;
-    let options = ContextOptions {
-        backends: Some(wgpu::Backends::BROWSER_WEBGPU),
-        browser_integer_dot: wgsl_has("packed_4x8_integer_dot_product"),
-        ..ContextOptions::default()
-    };
-    match GpuContext::new(options).await {
-        Ok(ctx) => Ok(ctx),
-        Err(wgemma::Error::NoAdapter { .. }) => Err(js_error(
-            "WebGpuUnavailable",
-            "WebGPU is unavailable: navigator.gpu exists but requestAdapter() offered no \
-             adapter (WebGPU may be disabled or blocklisted for this GPU; headless \
-             Chromium without a GPU needs --enable-unsafe-webgpu)",
-        )),
-        Err(e) => Err(wgemma_error(e)),
-    }
-}
-
-/// Rejects early with a specific message when the page has no WebGPU at all.
-fn check_navigator_gpu() -> Result<(), JsValue> {
-    let global = js_sys::global();
-    let navigator = Reflect::get(&global, &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
-    let gpu = if navigator.is_undefined() {
-        JsValue::UNDEFINED
-    } else {
-        Reflect::get(&navigator, &"gpu".into()).unwrap_or(JsValue::UNDEFINED)
-    };
-    if gpu.is_undefined() || gpu.is_null() {
-        let secure = Reflect::get(&global, &"isSecureContext".into())
-            .map(|v| v != JsValue::FALSE)
-            .unwrap_or(true);
-        let hint = if secure {
-            "use a browser with WebGPU (Chrome/Edge 113+, Safari 26+, Firefox 141+)"
-        } else {
-            "WebGPU needs a secure context: serve the page over https or from localhost"
-        };
-        return Err(js_error(
-            "WebGpuUnavailable",
-            &format!("WebGPU is unavailable: navigator.gpu is undefined in this browser; {hint}"),
-        ));
-    }
-    Ok(())
-}
-
-fn optional_field(obj: &JsValue, name: &str) -> Result<Option<JsValue>, JsValue> {
-    if !obj.is_object() {
-        return Err(js_error(
-            "WgemmaError",
-            &format!("expected an object with `config` and `weights`, found {obj:?}"),
-        ));
-    }
-    let v = Reflect::get(obj, &name.into())?;
-    Ok((!v.is_undefined() && !v.is_null()).then_some(v))
-}
-
-fn field(obj: &JsValue, name: &str) -> Result<JsValue, JsValue> {
-    optional_field(obj, name)?.ok_or_else(|| js_error("WgemmaError", &format!("missing `{name}`")))
-}
-
-/// Every weight shard, named `weights[i]` in messages.
-async fn shards(files: &JsValue, urls: bool) -> Result<Vec<(String, Vec<u8>)>, JsValue> {
-    let weights = field(files, "weights")?;
-    let items: Vec<JsValue> = if js_sys::Array::is_array(&weights) {
-        js_sys::Array::from(&weights).iter().collect()
-    } else {
-        vec![weights]
-    };
-    if items.is_empty() {
-        return Err(js_error(
-            "WgemmaError",
-            "`weights`: expected at least one safetensors file",
-        ));
-    }
-    let mut out = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let name = match item.as_string().filter(|_| urls) {
-            Some(url) => url,
-            None => Reflect::get(item, &"name".into())
-                .ok()
-                .and_then(|n| n.as_string())
-                .unwrap_or_else(|| format!("weights[{i}]")),
-        };
-        out.push((name, bytes(item, &format!("weights[{i}]"), urls).await?));
-    }
-    Ok(out)
-}
-
-async fn text(value: &JsValue, what: &str, urls: bool) -> Result<String, JsValue> {
-    if !urls {
-        if let Some(s) = value.as_string() {
-            return Ok(s);
-        }
-    }
-    String::from_utf8(bytes(value, what, urls).await?)
-        .map_err(|e| js_error("WgemmaError", &format!("{what}: expected UTF-8 text: {e}")))
-}
-
-/// The bytes of a [`FileSource`]: a URL (when `urls`), a string, a Uint8Array, an
-/// ArrayBuffer, or anything with `arrayBuffer()` (Blob, File, Response).
-pub(crate) async fn bytes(value: &JsValue, what: &str, urls: bool) -> Result<Vec<u8>, JsValue> {
-    if urls {
-        let url = value.as_string().ok_or_else(|| {
-            js_error(
-                "WgemmaError",
-                &format!("{what}: expected a URL string, found {value:?}"),
-            )
-        })?;
-        let response = JsFuture::from(fetch_url(&url)).await.map_err(|e| {
-            js_error(
-                "WgemmaError",
-                &format!("fetching {url}: {}", js_message(&e)),
-            )
-        })?;
-        let status = response.unchecked_ref::<FetchResponse>();
-        if !status.ok() {
-            return Err(js_error(
-                "WgemmaError",
-                &format!("fetching {url}: HTTP {}", status.status()),
-            ));
-        }
-        return Box::pin(bytes(&response, &url, false)).await;
-    }
-    if let Some(s) = value.as_string() {
-        return Ok(s.into_bytes());
-    }
-    if let Some(a) = value.dyn_ref::<Uint8Array>() {
-        return Ok(a.to_vec());
-    }
-    if let Some(b) = value.dyn_ref::<js_sys::ArrayBuffer>() {
-        return Ok(Uint8Array::new(b).to_vec());
-    }
-    let read = Reflect::get(value, &"arrayBuffer".into()).unwrap_or(JsValue::UNDEFINED);
-    if let Some(read) = read.dyn_ref::<Function>() {
-        let promise: Promise = read.call0(value)?.unchecked_into();
-        let buffer = JsFuture::from(promise).await.map_err(|e| {
-            js_error(
-                "WgemmaError",
-                &format!("reading {what}: {}", js_message(&e)),
-            )
-        })?;
-        return Ok(Uint8Array::new(&buffer).to_vec());
-    }
-    Err(js_error(
-        "WgemmaError",
-        &format!(
-            "{what}: expected a string, Uint8Array, ArrayBuffer, Blob/File or Response, found {}",
-            value.js_typeof().as_string().unwrap_or_default()
-        ),
-    ))
 }
