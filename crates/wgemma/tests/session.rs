@@ -383,9 +383,26 @@ fn batched_streams_match_their_solo_runs_joining_and_leaving() {
     assert!(e.contains("free sequence slot"), "{e}");
 }
 
+/// Oracle drafts standing for `reference`: all kept, or every other one.
+fn oracle_drafts(reference: Vec<u32>, all: bool) -> wgemma::session::DraftSource {
+    let mut flip = false;
+    let keep = move |k: usize| -> Vec<bool> {
+        let mut next = || {
+            flip = !flip;
+            all || flip
+        };
+        (0..k).map(|_| next()).collect()
+    };
+    wgemma::session::DraftSource::Oracle(wgemma::session::OracleDrafts {
+        reference,
+        keep: Box::new(keep),
+        drafter: true,
+    })
+}
+
 /// Speculative streams in a batch (`step_rounds`): four drafting streams (k = 1..3, one
 /// sampled with a seed) and a plain one, two joining late, each equal to its solo plain
-/// run; then the same with the drafts replaced by each stream's own tokens (every draft
+/// run; then the same with oracle drafts standing for each stream's own tokens (every draft
 /// accepted, so rounds commit k + 1 tokens) or every other one rejected.
 #[test]
 fn batched_speculative_streams_match_their_solo_runs() {
@@ -443,20 +460,8 @@ fn batched_speculative_streams_match_their_solo_runs() {
             assert_eq!(stream.is_speculative(), i != 4);
             got[i].push(first.id);
             if let (Some(all), true) = (keep, stream.is_speculative()) {
-                let mut flip = false;
-                stream
-                    .replace_drafts(wgemma::session::DraftReplacement {
-                        reference: solo[i].clone(),
-                        keep: Box::new(move |k| {
-                            (0..k)
-                                .map(|_| {
-                                    flip = !flip;
-                                    all || flip
-                                })
-                                .collect()
-                        }),
-                    })
-                    .unwrap();
+                let source = oracle_drafts(solo[i].clone(), all);
+                stream.set_draft_source(source).unwrap();
             }
             (i, stream)
         };

@@ -26,7 +26,7 @@ use crate::ops::quantize::{
 };
 use crate::weights::layout::MatrixUse;
 use crate::weights::layout::{Matrix, MatrixData, MatrixLayout, MatrixSpec};
-use crate::weights::linear::{table_from_matrix, table_rows, LinearWeight};
+use crate::weights::linear::{table_from_matrix, table_over, table_rows, LinearWeight};
 use crate::weights::raw::{RawData, RawDtype, RawTensor};
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -160,17 +160,6 @@ impl<'c> Uploader<'c> {
 pub struct Uploaded {
     pub linear: Option<LinearWeight>,
     pub table: Option<EmbeddingTable>,
-}
-
-/// The table of a tied matrix over its linear weight's buffers, where the layouts agree
-/// (Q4: [`EmbeddingTable::from_q4`]; ggml blocks: [`EmbeddingTable::from_ggml`]): one copy
-/// on the GPU. None for dense weights, whose table is chunked and the linear weight not.
-pub fn table_over(linear: &LinearWeight) -> Option<EmbeddingTable> {
-    match linear {
-        LinearWeight::Q4(w) => Some(EmbeddingTable::from_q4(w)),
-        LinearWeight::Ggml(w) => Some(EmbeddingTable::from_ggml(w)),
-        LinearWeight::Dense(_) => None,
-    }
 }
 
 impl Uploaded {

@@ -111,14 +111,12 @@ fn adaptive_schedule_equals_plain_greedy() {
     assert_eq!(committed + 1, out.tokens.len());
 }
 
-/// The benchmarks' rounds: the assistant drafts, then its drafts are replaced on the GPU
-/// before the verify. With the target's own tokens every draft is accepted; with tokens it
+/// The benchmarks' rounds: the assistant's draft steps run while the verify reads an
+/// oracle's drafts. With the target's own tokens every draft is accepted; with tokens it
 /// rejects none is; the output is plain greedy's either way.
 #[test]
 fn replaced_drafts_set_the_acceptance() {
-    use wgemma::generate::speculative::{
-        generate_speculative_replacing_drafts, Phase, ReplacedDrafts,
-    };
+    use wgemma::generate::speculative::{generate_speculative_with_oracle, OracleDrafts, Phase};
     let (mut target, mut assistant) = synthetic_pair(WeightFormat::Q4 { group: 32 });
     let prompt: Vec<u32> = vec![2, 17, 391, 3000, 45, 45, 1024];
     let options = greedy_options(20);
@@ -129,7 +127,6 @@ fn replaced_drafts_set_the_acceptance() {
         (0, DraftSchedule::Adaptive, true),
         (0, DraftSchedule::Fixed, false),
     ] {
-        let mut keep = |k: usize| vec![shift == 0; k];
         let ctx = test_context();
         let before = ctx.counters().snapshot().0;
         let spec = SpeculativeOptions {
@@ -137,16 +134,16 @@ fn replaced_drafts_set_the_acceptance() {
             schedule,
             ..Default::default()
         };
-        let out = pollster::block_on(generate_speculative_replacing_drafts(
+        let out = pollster::block_on(generate_speculative_with_oracle(
             &mut target,
             &mut assistant,
             test_context(),
             &prompt,
             &options,
             &spec,
-            ReplacedDrafts {
-                reference: &want,
-                keep: &mut keep,
+            OracleDrafts {
+                reference: want.clone(),
+                keep: Box::new(move |k| vec![shift == 0; k]),
                 drafter,
             },
         ))
