@@ -1,6 +1,6 @@
 //! The bodies of the fuzz targets, shared by `fuzz/fuzz_targets/*.rs` (libFuzzer) and by
-//! `crates/wgemma/tests/fuzz_corpus.rs`, which runs every committed corpus input through
-//! them in a normal `cargo test`. Each must return (Ok or a clean error) on ANY input:
+//! `crates/wgemma/tests/integration/fuzz_corpus.rs`, which runs every committed corpus
+//! input through them in a normal `cargo test`. Each must return (Ok or a clean error) on ANY input:
 //! a panic, an abort, a hang or an allocation the input's size does not justify is a bug.
 
 use wgemma::formats::artifact::Artifact;

@@ -7,7 +7,9 @@ vocabulary, which constrained decoding needs) on a free 127.0.0.1 port: one serv
 4 sequences for the cases, and one with a single sequence and a queue of one for the
 overload case. Then runs every `cases/*.py` script (one framework behaviour each) a few at a
 time (the server batches them), each under its venv's Python (`instructor_*.py`: the
-instructor venv, whose pins conflict with the others') and a time limit, and reports each as
+instructor venv, whose pins conflict with the others') and a time limit (420 s a script, 840 s
+the whole suite: a script still running then is stopped, one not started is reported not
+run), and reports each as
 ok or FAIL with its output. The pair is a tiny model trained on the King James Bible: the
 cases check protocol behaviour (schemas honoured, calls parsed, errors, retries), which
 forced calls and schemas make certain, never the quality of the text.
@@ -32,17 +34,21 @@ sys.path.insert(0, str(ROOT / "tools/server_test"))
 from test_server import KEY, Server  # noqa: E402  (the server tests' launcher)
 
 CASE_TIMEOUT = 420  # seconds, any one script (a loaded 2-core machine)
+SUITE_TIMEOUT = 840  # seconds, the whole suite: a script still running then is stopped
 MODEL = "kjv"
 
 
-def run_case(script, python, env):
+def run_case(script, python, env, deadline):
     t = time.time()
+    limit = min(CASE_TIMEOUT, deadline - t)
+    if limit <= 0:
+        return script.stem, False, 0.0, f"not run: the suite's {SUITE_TIMEOUT} s were spent"
     try:
         p = subprocess.run([python, str(script)], env=env, capture_output=True, text=True,
-                           timeout=CASE_TIMEOUT, cwd=ROOT)
+                           timeout=limit, cwd=ROOT)
         ok, out = p.returncode == 0, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
-        ok, out = False, f"timed out after {CASE_TIMEOUT} s\n{e.stdout or ''}{e.stderr or ''}"
+        ok, out = False, f"timed out after {limit:.0f} s\n{e.stdout or ''}{e.stderr or ''}"
     return script.stem, ok, time.time() - t, out
 
 
@@ -74,7 +80,9 @@ def main():
         python_of = lambda s: args.instructor_python if s.stem.startswith("instructor") else args.python
         failed = []
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            for name, ok, seconds, out in pool.map(lambda s: run_case(s, python_of(s), env), scripts):
+            deadline = t0 + SUITE_TIMEOUT
+            runs = pool.map(lambda s: run_case(s, python_of(s), env, deadline), scripts)
+            for name, ok, seconds, out in runs:
                 print(f"{'ok  ' if ok else 'FAIL'} {name} ({seconds:.1f} s)", flush=True)
                 if not ok:
                     failed.append(name)

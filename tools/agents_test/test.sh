@@ -5,7 +5,8 @@
 # WGEMMA_AGENTS_VENV (default target/agents-venv: openai, langchain-openai, pydantic-ai-slim,
 # openai-agents) and WGEMMA_INSTRUCTOR_VENV (default target/agents-instructor-venv:
 # instructor, whose pins conflict with the others'). The servers are stopped by the script,
-# also on failure; the whole run is bounded by a timeout.
+# also on failure; run_agents.py bounds each script (420 s) and the suite (840 s), and a
+# timeout here backs that up.
 #   WGEMMA_CLI=target/debug/wgemma tools/agents_test/test.sh [run_agents.py args...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

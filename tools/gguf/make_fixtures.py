@@ -36,7 +36,7 @@ Outputs (committed under crates/wgemma/tests/data/gguf/; not run in CI):
   published files do.
 - k_quant.q5_k_m.gguf, k_quant.q6_k.gguf, k_quant.q8_0.gguf: the same model as Q5_K_M
   (the Q4_K_M mix with Q5_K for Q4_K), every matrix in Q6_K, every matrix in Q8_0 (blocks
-  from kquant.py and the `gguf` package): the per-type accuracy of tests/gguf.rs against
+  from kquant.py and the `gguf` package): the per-type accuracy of tests/integration/gguf.rs against
   the fixture's HF logits on its unquantised weights (variant `f32`).
 
 Usage: python3 tools/gguf/make_fixtures.py [--gguf-py DIR] [--out DIR] [--only FILE ...]

@@ -111,8 +111,10 @@ def expand_groups(path):
 
 
 class Crate:
-    def __init__(self, src):
+    def __init__(self, src, root=None):
+        """`root`: the file that is the crate root besides lib.rs (a test binary's main.rs)."""
         self.src = src
+        self.root = root
         self.files = {}  # module path tuple -> file (relative)
         for root, _, names in os.walk(src):
             for name in names:
@@ -133,8 +135,9 @@ class Crate:
                     m = re.match(r".*@(" + IDENT + ")$", p)
                     self.reexports[mod][m.group(1) if m else name] = absolute
 
-    @staticmethod
-    def module_of(rel):
+    def module_of(self, rel):
+        if rel == self.root:
+            return ()
         segs = rel[:-3].split("/")
         if segs[-1] in ("mod", "lib"):
             segs = segs[:-1]

@@ -23,7 +23,8 @@ whose finished requests must equal their solo runs, after which the metrics must
 sequence or KV slot held and the server must still answer. A fourth server (one sequence, a
 queue of one, --max-connections 6, a chat template that runs away on cue) takes the hostile
 cases of issue 30: the connection cap, a huge prompt refused by its bytes before the full
-queue, and runaway templates (JSON errors, answers after, SIGTERM). The servers are stopped at the
+queue, and runaway templates (JSON errors, answers after, SIGTERM); and issue 46's hostile
+requests (hostile_requests.py). The servers are stopped at the
 end, also on failure. Every request has a timeout.
 
     test_server.py --wgemma target/debug/wgemma [--requests 200] [--concurrency 16]
@@ -45,6 +46,8 @@ import threading
 import time
 
 import openai
+
+import hostile_requests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "crates/wgemma/tests/data/golden"
@@ -242,6 +245,14 @@ def main():
         print(f"servers up at {servers[0].base} (batching), {servers[1].base} (speculative) and "
               f"{servers[2].base} (the shipped pair) in {time.time() - t0:.1f} s", flush=True)
         run_tests(servers[0], servers[1], servers[2], args)
+        for name, case in [
+            ("a long user field is cut in the log line", hostile_requests.long_user_field_is_cut_in_the_log),
+            ("stop-string tokens are not in logprobs", hostile_requests.stop_string_tokens_are_not_in_logprobs),
+            ("/tokenize's body is bounded", hostile_requests.tokenize_body_is_bounded),
+        ]:
+            check(f"{name} (issue 46)", lambda case=case: case(servers[0]))
+        check("a special token in a tool declaration names tools (issue 46)",
+              lambda: hostile_requests.special_token_in_a_tool_declaration_names_tools(servers[2]))
         check("connection cap: extra connections get 503 at once (issue 30)",
               lambda: connection_cap(servers[3]))
         check("a huge prompt is refused by its length before the queue (issue 30)",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Golden fixture of the TRAINED pair: HF transformers on the weights the shipped artifact
-(models/kjv-pair.wgemma) holds, for crates/wgemma/tests/trained.rs.
+(models/kjv-pair.wgemma) holds, for crates/wgemma/tests/integration/trained.rs.
 
     python tools/train/fixtures.py --pair DIR --data DIR [--out crates/wgemma/tests/data/trained]
 

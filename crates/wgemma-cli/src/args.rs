@@ -1,6 +1,7 @@
 //! The flags every command that loads a model, prompts it or samples shares (one name and
 //! one default per concept), and the checks they need before anything is loaded.
 
+use crate::files::is_gguf;
 use crate::load::LoadRequest;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -72,6 +73,24 @@ impl ModelArgs {
             verify: !self.no_verify,
             allow_extra_tensors: self.allow_extra_tensors,
         })
+    }
+}
+
+impl ModelArgs {
+    /// Warns about the load flags that do nothing for these files: --no-verify with no
+    /// artifact (only an artifact has checksums), --allow-extra-tensors with no checkpoint
+    /// directory (the only source whose tensors a config may not describe).
+    pub fn warn_unused(&self, assistant: Option<&Path>) {
+        let artifact = |p: &Path| p.is_file() && !is_gguf(p);
+        if self.no_verify && !artifact(&self.model) && !assistant.is_some_and(artifact) {
+            eprintln!("warning: --no-verify is unused: only a model artifact has checksums");
+        }
+        if self.allow_extra_tensors && !self.model.is_dir() {
+            eprintln!(
+                "warning: --allow-extra-tensors is unused: only a checkpoint directory's \
+                 tensors are checked against its config"
+            );
+        }
     }
 }
 
@@ -182,6 +201,7 @@ impl SamplingArgs {
             seed: self.seed.unwrap_or_else(fresh_seed),
         };
         params.validate()?;
+        self.warn_unused_by_greedy(&params);
         if params.temperature > 2.0 {
             eprintln!(
                 "warning: --temp {} is far above the usual 0.1..1.5 (llama.cpp's -t is a \
@@ -193,6 +213,33 @@ impl SamplingArgs {
             params,
             seed_chosen: self.seed.is_none(),
         })
+    }
+}
+
+impl SamplingArgs {
+    /// Greedy decoding takes the argmax of the model's own logits: the sampling flags given
+    /// with it do nothing, and each is named (llama.cpp applies its penalties even at
+    /// temperature 0; here they are not applied).
+    fn warn_unused_by_greedy(&self, params: &SamplingParams) {
+        if !params.is_greedy() {
+            return;
+        }
+        let unused: Vec<&str> = [
+            (self.top_k.is_some(), "--top-k"),
+            (self.top_p.is_some(), "--top-p"),
+            (self.repeat_penalty.is_some(), "--repeat-penalty"),
+            (self.seed.is_some(), "--seed"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect();
+        if !unused.is_empty() {
+            eprintln!(
+                "warning: {} unused: greedy decoding (temperature 0) takes the most likely \
+                 token, without penalty or draws",
+                unused.join(", ")
+            );
+        }
     }
 }
 

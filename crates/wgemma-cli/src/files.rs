@@ -10,6 +10,7 @@ use std::ops::Range;
 use std::path::Path;
 use wgemma::formats::artifact::Artifact;
 use wgemma::formats::mapped::MappedFile;
+use wgemma::formats::printable::printable;
 
 /// The files of one checkpoint directory, mapped.
 pub struct ModelDir {
@@ -77,6 +78,34 @@ pub fn check_regular_file(path: &Path, what: &str) -> Result<()> {
     }
 }
 
+/// What a directory without config.json is, for `ModelDir::open`'s error: what it holds
+/// that a `-m` could name instead (a model file, a checkpoint below it).
+fn without_config(dir: &Path) -> String {
+    let mut models: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            let ext = p.extension().and_then(|e| e.to_str());
+            (p.is_file() && matches!(ext, Some("gguf" | "wgemma")))
+                || p.join("config.json").is_file()
+        })
+        .map(|p| printable(&p.display().to_string()).into_owned())
+        .collect();
+    models.sort();
+    let instead = match models.as_slice() {
+        [] => String::new(),
+        [one] => format!("; it holds {one}: pass that"),
+        many => format!("; it holds {}: pass one of them", many.join(", ")),
+    };
+    format!(
+        "{}: expected a Hugging Face checkpoint directory (config.json + *.safetensors) or a \
+         model file, found a directory without config.json{instead}",
+        printable(&dir.display().to_string())
+    )
+}
+
 impl ModelDir {
     pub fn open(path: &Path) -> Result<ModelDir> {
         if !path.is_dir() {
@@ -87,6 +116,9 @@ impl ModelDir {
             );
         }
         let config_path = path.join("config.json");
+        if config_path.symlink_metadata().is_err() {
+            bail!("{}", without_config(path));
+        }
         check_regular_file(&config_path, "config")?;
         let config_json = std::fs::read_to_string(&config_path)
             .with_context(|| format!("reading {}", config_path.display()))?;
@@ -274,6 +306,7 @@ pub struct ArtifactFile {
 impl ArtifactFile {
     pub fn open(path: &Path) -> Result<ArtifactFile> {
         check_regular_file(path, "artifact")?;
+        check_looks_like_artifact(path)?;
         // The checksums catch a file changed before it was mapped; one cut while it is
         // read is an error, not SIGBUS (`check_intact`).
         let map = MappedFile::open(path)
@@ -301,6 +334,42 @@ impl ArtifactFile {
     pub fn check_intact(&self) -> Result<()> {
         Ok(self.map.check_intact()?)
     }
+}
+
+/// Refuses a file that is no model file at all (a README, a tokenizer.json) with what it
+/// is, before the artifact parser would report a bad safetensors header. An artifact is a
+/// safetensors file: an 8-byte header length, then its JSON header (`{`). A file that
+/// starts so but is cut or malformed is the parser's to name.
+fn check_looks_like_artifact(path: &Path) -> Result<()> {
+    let mut head = [0u8; 16];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    if n > 8 && head[8] != b'{' {
+        let start = String::from_utf8_lossy(&head[..n]);
+        // A file of a checkpoint (its config.json): the directory is what loads.
+        let dir = path.parent().map(|d| match d.as_os_str().is_empty() {
+            true => Path::new("."),
+            false => d,
+        });
+        let instead = dir
+            .filter(|d| d.join("config.json").is_file())
+            .map(|d| {
+                format!(
+                    "; it lies in checkpoint directory {}: pass that",
+                    d.display()
+                )
+            })
+            .unwrap_or_default();
+        bail!(
+            "{}: expected a model artifact (`wgemma convert`'s output) or a llama.cpp GGUF \
+             file (or a checkpoint directory), found a file that is neither (it starts \"{}\"){}",
+            printable(&path.display().to_string()),
+            printable(&start),
+            printable(&instead)
+        );
+    }
+    Ok(())
 }
 
 /// Whether `path` is an artifact file (else it must be a checkpoint directory; anything

@@ -5,6 +5,7 @@ mod args;
 mod commands;
 mod files;
 mod gpu_args;
+mod habits;
 mod load;
 mod output;
 mod progress;
@@ -25,7 +26,7 @@ use commands::{
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Precision of the Q4 matvecs' activations: `int8` quantises each block of 32 and
+    /// Precision of the Q4 and Q8_0 matvecs' activations: `int8` quantises each block of 32 and
     /// runs integer dot products (every batch size computes a row the same way; ~0.3%
     /// error per product), `f32` keeps them exact, `auto` is int8 on a GPU with native
     /// packed integer dot products (Vulkan 1.3, Chrome), else f32.
@@ -48,8 +49,8 @@ enum Command {
     Logits(generate::LogitsArgs),
     /// Generate text after a prompt, streamed (or tokens after token ids).
     Generate(generate::GenerateArgs),
-    /// Talk with a chat-tuned model: multi-turn, in its chat template, streamed; /exit
-    /// quits.
+    /// Talk with a chat-tuned model: multi-turn, in its chat template, streamed; Ctrl-C
+    /// stops a reply, /exit (or Ctrl-C at the prompt) quits.
     Chat(chat::ChatArgs),
     /// Prefill, decode and speculative speed, as llama-bench measures them (warm-up, -r
     /// runs, mean ± sd), on a model or a synthetic one of real shapes.
@@ -133,7 +134,13 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn run() -> anyhow::Result<()> {
-    let cli = match Cli::try_parse() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let words: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into()).collect();
+    // A llama.cpp flag that means something else here: what to do instead, not the help.
+    if let Some(hint) = habits::hint(&words) {
+        anyhow::bail!("{hint}");
+    }
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         // `--help`, `--version` and `help` print to stdout: clap's `exit` ignores a failed
         // write (`> /dev/full` exited 0 with nothing written), so their output is checked.

@@ -117,6 +117,10 @@ impl LoadDisplay {
                 eprintln!("warning: --allow-extra-tensors: ignoring {unread}");
             }
             LoadEvent::Converted(line) => eprintln!("{line}"),
+            LoadEvent::ContextClamped { asked, positions } => eprintln!(
+                "warning: --context {asked} is past the model's {positions} positions \
+                 (max_position_embeddings): using --context {positions}"
+            ),
         }
     }
 

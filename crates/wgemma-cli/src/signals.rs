@@ -1,9 +1,12 @@
 //! Process signals at the CLI's edge: SIGPIPE back to its default (a closed stdout ends the
-//! program quietly), and SIGINT removing the file a command is in the middle of writing.
+//! program quietly), SIGINT removing the file a command is in the middle of writing, and
+//! Ctrl-C stopping a chat's reply instead of the program.
 
+use anyhow::{Context as _, Result};
 use std::ffi::{c_char, CString};
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::Arc;
 
 /// Restores the default SIGPIPE action. Rust ignores SIGPIPE at start-up, which turns a
 /// closed pipe into `EPIPE` errors and `print!` panics; a command-line filter should just
@@ -77,5 +80,49 @@ impl Drop for RemoveOnInterrupt {
             libc::signal(libc::SIGTERM, libc::SIG_DFL);
         }
         free(PARTIAL.swap(std::ptr::null_mut(), Ordering::SeqCst));
+    }
+}
+
+/// Ctrl-C in a conversation (`wgemma chat`), as llama.cpp's interactive mode has it: during
+/// a reply it stops the reply (the conversation goes on); at the prompt it ends the program
+/// with exit status 130, the shell's code for an interrupt. The handler is the `ctrlc`
+/// crate's (a thread woken by the signal, so it may print and exit).
+pub struct StopReplyOnInterrupt {
+    replying: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl StopReplyOnInterrupt {
+    /// Installs the handler for the rest of the process.
+    pub fn install() -> Result<StopReplyOnInterrupt> {
+        let replying = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s) = (replying.clone(), stop.clone());
+        ctrlc::set_handler(move || {
+            if r.load(Ordering::SeqCst) {
+                s.store(true, Ordering::SeqCst);
+            } else {
+                eprintln!();
+                std::process::exit(130);
+            }
+        })
+        .context("installing the Ctrl-C handler")?;
+        Ok(StopReplyOnInterrupt { replying, stop })
+    }
+
+    /// A reply starts: Ctrl-C stops it from now on.
+    pub fn start_reply(&self) {
+        self.stop.store(false, Ordering::SeqCst);
+        self.replying.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether Ctrl-C asked the reply to stop.
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// The reply is over: Ctrl-C ends the program again.
+    pub fn end_reply(&self) {
+        self.replying.store(false, Ordering::SeqCst);
     }
 }

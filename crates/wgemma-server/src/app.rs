@@ -2,7 +2,7 @@
 //! loaded model tells them (tokenizer, prompt encoder, the banner's facts, grammars).
 
 use crate::error::ApiError;
-use crate::http::admission;
+use crate::http::api_key;
 use crate::metrics::Metrics;
 use crate::openai::structured::Grammars;
 use crate::worker::Job;
@@ -90,7 +90,7 @@ impl App {
 
     /// Refuses a request without the right bearer key (when the server has one).
     pub fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        admission::authorize(self.api_key.as_deref(), headers)
+        api_key::authorize(self.api_key.as_deref(), headers)
     }
 
     /// KV slots (for the metrics; 0 while loading).

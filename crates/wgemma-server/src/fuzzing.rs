@@ -9,9 +9,8 @@
 
 use crate::http::admission;
 use crate::openai::request;
-use crate::openai::structured::{
-    byte_tokenizer, GrammarConstraint, Grammars, ResponseFormat, BYTE_EOS as EOS,
-};
+use crate::openai::response_format::ResponseFormat;
+use crate::openai::structured::{byte_tokenizer, GrammarConstraint, Grammars, BYTE_EOS as EOS};
 use serde_json::{json, Value};
 use wgemma::session::TokenConstraint;
 
@@ -68,8 +67,8 @@ pub fn json_schema(data: &[u8]) {
 }
 
 /// The input as a chat-completion body, parsed as the handler parses it; its
-/// `response_format` and its forced tool call (`tools` with `tool_choice`) compiled and
-/// decoded a few steps.
+/// `response_format` and its tools' grammar (a forced call, calls or the format, strict
+/// tools under `auto`) compiled and decoded a few steps.
 pub fn request_body(data: &[u8]) {
     let Ok(parsed) = request::parse_chat(data, &["tiny"]) else {
         return;

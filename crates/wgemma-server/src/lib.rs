@@ -32,7 +32,7 @@ pub mod openai;
 pub mod routes;
 pub mod worker;
 
-pub use http::admission::check_api_key;
+pub use http::api_key::check_api_key;
 pub use http::limits::GuardOptions;
 
 use crate::app::{unix_now, App, Ready};

@@ -1,9 +1,11 @@
 //! `wgemma chat`: an interactive, multi-turn conversation in the model's chat template,
 //! each reply streamed as it is generated. Lines come from standard input (a terminal or a
-//! pipe); `/exit` (or end of input) ends it, `/clear` starts over.
+//! pipe); `/exit` (or end of input) ends it, `/clear` starts over, and Ctrl-C stops the
+//! reply being written (at the prompt it ends the program).
 
 use super::generate::{load_session, warn_without_chat_template};
 use crate::args::{check_budget, no_penalty_when_drafting, DraftArgs, ModelArgs, SamplingArgs};
+use crate::signals::StopReplyOnInterrupt;
 use anyhow::{bail, Result};
 use clap::Args;
 use std::io::{BufRead, IsTerminal as _, Read as _, Write as _};
@@ -76,10 +78,14 @@ pub fn run(args: ChatArgs) -> Result<()> {
         );
     }
     warn_without_chat_template(&session)?;
+    // The model's context: --context, or the model's positions when it asked for more.
+    let context = session.model_info()?.context;
+    check_budget(1, args.max_new_tokens, context)?;
+    let interrupt = StopReplyOnInterrupt::install()?;
     if interactive {
         eprintln!(
-            "loaded in {:.1} s. Type a message and press Enter; /clear starts over, /exit (or \
-             Ctrl-D) quits.",
+            "loaded in {:.1} s. Type a message and press Enter; Ctrl-C stops a reply, /clear \
+             starts over, /exit or Ctrl-D (Ctrl-C at the prompt) quits.",
             load_ms / 1e3
         );
     }
@@ -120,7 +126,7 @@ pub fn run(args: ChatArgs) -> Result<()> {
             }
             Line::Say(text) => messages.push(ChatMessage::new("user", text)),
         }
-        if let Err(e) = fit_history(&session, &mut messages, start.len(), &args) {
+        if let Err(e) = fit_history(&session, &mut messages, start.len(), &args, context) {
             eprintln!("error: {e:#}");
             messages.pop();
             continue;
@@ -145,10 +151,20 @@ pub fn run(args: ChatArgs) -> Result<()> {
                 print!("{piece}");
                 let _ = std::io::stdout().flush();
             }
-            true
+            !interrupt.stop_requested()
         };
-        let out = pollster::block_on(session.generate(&request, &mut on_token))?;
+        interrupt.start_reply();
+        let out = pollster::block_on(session.generate(&request, &mut on_token));
+        interrupt.end_reply();
+        let out = out?;
         println!("{}", out.unstreamed_text);
+        if out.stopped_early {
+            eprintln!(
+                "(reply stopped by Ctrl-C; the conversation goes on: /exit, Ctrl-D or Ctrl-C \
+                 at the prompt quits)"
+            );
+        }
+        // A stopped reply stays as far as it was shown.
         let reply = out.text.unwrap_or_default();
         messages.push(ChatMessage::new("assistant", reply.trim()));
         if args.stats {
@@ -166,6 +182,7 @@ fn fit_history(
     messages: &mut Vec<ChatMessage>,
     keep: usize,
     args: &ChatArgs,
+    context: usize,
 ) -> Result<()> {
     loop {
         let request = GenerateRequest {
@@ -173,16 +190,15 @@ fn fit_history(
             ..GenerateRequest::default()
         };
         let len = session.prompt_ids(&request)?.len();
-        if len + args.max_new_tokens <= args.model.context {
+        if len + args.max_new_tokens <= context {
             return Ok(());
         }
         // The last message is the user's new one: keep at least that.
         if messages.len() <= keep + 1 {
             bail!(
-                "the message: expected at most {} tokens (--context {} less --max-new-tokens \
-                 {}), found {len}",
-                args.model.context.saturating_sub(args.max_new_tokens),
-                args.model.context,
+                "the message: expected at most {} tokens (--context {context} less \
+                 --max-new-tokens {}), found {len}",
+                context.saturating_sub(args.max_new_tokens),
                 args.max_new_tokens
             );
         }

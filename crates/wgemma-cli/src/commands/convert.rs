@@ -18,14 +18,14 @@ use wgemma::model::weights::WeightFormat;
 #[derive(Args)]
 pub struct ConvertArgs {
     /// The target: a Hugging Face checkpoint directory or a llama.cpp GGUF file (gemma4).
-    #[arg(long, value_name = "DIR|FILE.gguf")]
+    #[arg(short = 'm', long, value_name = "DIR|FILE.gguf")]
     model: PathBuf,
     /// Its MTP assistant (a checkpoint directory or a gemma4-assistant GGUF file), stored in
     /// the same artifact.
     #[arg(long, value_name = "DIR|FILE.gguf")]
     assistant: Option<PathBuf>,
     /// The artifact file to write (a new path, outside the checkpoints read).
-    #[arg(long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE")]
     out: PathBuf,
     /// Replace --out if it exists.
     #[arg(long)]

@@ -12,7 +12,7 @@ use clap::Args;
 use std::io::Write as _;
 use wgemma::gpu::GpuContext;
 use wgemma::model::target::Want;
-use wgemma::session::{ChatMessage, GenerateRequest, Session, TokenEvent};
+use wgemma::session::{ChatMessage, GenerateRequest, GenerateResult, Session, TokenEvent};
 
 #[derive(Args)]
 pub struct LogitsArgs {
@@ -32,6 +32,7 @@ pub struct LogitsArgs {
 pub fn run_logits(args: LogitsArgs) -> Result<()> {
     let ids = parse_ids(&args.prompt_ids)?;
     let request = args.model.request()?;
+    args.model.warn_unused(None);
     check_budget(ids.len(), 0, args.model.context)?;
     let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
     let mut loaded = load_model(&ctx, &args.model.model, request)?;
@@ -108,7 +109,8 @@ pub fn load_session(model: &ModelArgs, draft: &DraftArgs) -> Result<(Session, f6
     if let Some(path) = &draft.assistant {
         check_exists("--assistant", path)?;
     }
-    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
+    model.warn_unused(draft.assistant.as_deref());
+    let ctx = crate::gpu_args::open_context(crate::gpu_args::context_options())?;
     let loaded = load_model(&ctx, &model.model, load_request)?;
     let load_ms = loaded.target.load_ms;
     let session = loaded.into_session(
@@ -186,6 +188,9 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
     if args.chat {
         warn_without_chat_template(&session)?;
     }
+    if !args.stop.is_empty() && session.tokenizer().is_none() {
+        eprintln!("warning: --stop is unused: the model has no tokenizer to decode text with");
+    }
     let prompt = session.prompt_ids(&request).map_err(|e| {
         let needs_tokenizer = session.tokenizer().is_none() && request.prompt_ids.is_none();
         if needs_tokenizer {
@@ -198,7 +203,9 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
             e.into()
         }
     })?;
-    check_budget(prompt.len(), args.max_new_tokens, args.model.context)?;
+    // The model's context: --context, or the model's positions when it asked for more.
+    let context = session.model_info()?.context;
+    check_budget(prompt.len(), args.max_new_tokens, context)?;
     let json = args.json;
     let mut on_token = |t: &TokenEvent| {
         if let (false, Some(piece)) = (json, &t.text) {
@@ -209,26 +216,11 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
     };
     let out = pollster::block_on(session.generate(&request, &mut on_token))?;
     if json {
-        let mut stats = out.loop_stats.to_json();
-        if args.trace_drafts {
-            stats["draft_rounds"] = serde_json::to_value(&out.draft_rounds)?;
-        }
-        stats["load_ms"] = load_ms.into();
-        stats["peak_rss_mb"] = peak_rss_mb().into();
-        stats["seed"] = p.seed.into();
-        stats["temperature"] = p.temperature.into();
-        let line = serde_json::json!({ "tokens": out.tokens, "text": out.text, "stats": stats });
-        println!("{line}");
+        print_json(&out, &args, load_ms, &sampling)
     } else {
         if session.tokenizer().is_none() {
-            println!(
-                "{}",
-                out.tokens
-                    .iter()
-                    .map(|t| t.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
+            let ids: Vec<String> = out.tokens.iter().map(|t| t.to_string()).collect();
+            println!("{}", ids.join(" "));
         } else {
             println!("{}", out.unstreamed_text);
         }
@@ -236,7 +228,27 @@ pub fn run_generate(args: GenerateArgs) -> Result<()> {
             "{}",
             stats_line(load_ms, &out.loop_stats.summary(), &sampling)
         );
+        Ok(())
     }
+}
+
+/// `--json`'s line: the tokens, the text and the stats with the load and the sampling.
+fn print_json(
+    out: &GenerateResult,
+    args: &GenerateArgs,
+    load_ms: f64,
+    sampling: &Sampling,
+) -> Result<()> {
+    let mut stats = out.loop_stats.to_json();
+    if args.trace_drafts {
+        stats["draft_rounds"] = serde_json::to_value(&out.draft_rounds)?;
+    }
+    stats["load_ms"] = load_ms.into();
+    stats["peak_rss_mb"] = peak_rss_mb().into();
+    stats["seed"] = sampling.params.seed.into();
+    stats["temperature"] = sampling.params.temperature.into();
+    let line = serde_json::json!({ "tokens": out.tokens, "text": out.text, "stats": stats });
+    println!("{line}");
     Ok(())
 }
 

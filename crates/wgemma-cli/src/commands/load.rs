@@ -8,7 +8,6 @@ use crate::progress::peak_rss_mb;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
-use wgemma::gpu::GpuContext;
 use wgemma::weights::upload::Quantiser;
 
 #[derive(Args)]
@@ -30,7 +29,8 @@ pub struct LoadArgs {
 
 pub fn run(args: LoadArgs) -> Result<()> {
     let request = args.model.request()?;
-    let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
+    args.model.warn_unused(args.assistant.as_deref());
+    let ctx = crate::gpu_args::open_context(crate::gpu_args::context_options())?;
     let rss_before = peak_rss_mb();
     let start = std::time::Instant::now();
     let quantiser = match args.quantise_on.as_str() {

@@ -7,7 +7,6 @@ use anyhow::Result;
 use clap::Args;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use wgemma::gpu::GpuContext;
 use wgemma_server::{GuardOptions, LoadedModel, ServeOptions};
 
 #[derive(Args)]
@@ -92,6 +91,7 @@ impl From<GuardArgs> for GuardOptions {
 
 pub fn run(args: ServeArgs) -> Result<()> {
     let mut request = args.model.request()?;
+    args.model.warn_unused(args.assistant.as_deref());
     let options = ServeOptions {
         host: args.host,
         port: args.port,
@@ -115,7 +115,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         options,
         Box::new(move |sequences| {
             request.options.sequences = sequences;
-            let ctx = GpuContext::new_blocking(crate::gpu_args::context_options())?;
+            let ctx = crate::gpu_args::open_context(crate::gpu_args::context_options())?;
             let adapter = ctx.describe();
             let loaded = load_model(&ctx, &model_path, request)?;
             let session = loaded.into_session(ctx, &model_path, assistant.as_deref(), verify)?;

@@ -95,6 +95,21 @@ fn demo_text_says_what_it_does_and_what_it_measured() {
         stdout.contains("outputs identical: 8 tokens in every run"),
         "{stdout}"
     );
+    // A legend under the figures says what they are.
+    for term in [
+        "(acceptance: ",
+        "tok/round: ",
+        "adaptive drafts: ",
+        "ttft: ",
+    ] {
+        assert!(stdout.contains(term), "{term}:\n{stdout}");
+    }
+    // A software adapter (lavapipe) is named as one, once.
+    assert_eq!(
+        stderr.matches("is a software adapter").count(),
+        usize::from(lines[0].contains("Cpu")),
+        "{stderr}"
+    );
 }
 
 #[test]

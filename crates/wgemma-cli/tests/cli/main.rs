@@ -10,3 +10,4 @@ mod common;
 mod demo;
 mod flags;
 mod hostile_files;
+mod newcomer;

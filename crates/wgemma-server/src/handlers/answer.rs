@@ -10,10 +10,11 @@ use crate::handlers::prompt;
 use crate::openai::request::Parsed;
 use crate::openai::response::AnswerHeader;
 use crate::openai::response::{self, Endpoint, TokenLogprob};
+use crate::openai::response_format::ResponseFormat;
 use crate::openai::sampling::Sampling;
-use crate::openai::structured::{GrammarConstraint, ResponseFormat};
+use crate::openai::structured::GrammarConstraint;
+use crate::openai::tool_reply;
 use crate::openai::tool_stream::{self, ToolStream};
-use crate::openai::tools;
 use crate::worker::{Event, Job};
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -42,12 +43,25 @@ pub const MAX_LOG_FIELD_CHARS: usize = 128;
 
 impl RequestLog {
     fn done(&self, completion_tokens: usize, finish: &str, ttft: Duration, decode: Duration) {
+        eprintln!(
+            "{}",
+            self.done_line(completion_tokens, finish, ttft, decode)
+        );
+    }
+
+    fn done_line(
+        &self,
+        completion_tokens: usize,
+        finish: &str,
+        ttft: Duration,
+        decode: Duration,
+    ) -> String {
         let tok_s = if completion_tokens > 1 && decode > Duration::ZERO {
             (completion_tokens - 1) as f64 / decode.as_secs_f64()
         } else {
             0.0
         };
-        eprintln!(
+        format!(
             "wgemma serve: {} POST {} 200 prompt {} tok, completion {} tok, ttft {:.1} ms, \
              {tok_s:.1} tok/s, finish {finish}{}",
             self.id,
@@ -56,18 +70,22 @@ impl RequestLog {
             completion_tokens,
             ttft.as_secs_f64() * 1e3,
             self.user_part(),
-        );
+        )
     }
 
     fn failed(&self, e: &ApiError) {
-        eprintln!(
+        eprintln!("{}", self.failed_line(e));
+    }
+
+    fn failed_line(&self, e: &ApiError) -> String {
+        format!(
             "wgemma serve: {} POST {} {} {}{}",
             self.id,
             self.endpoint.path(),
             e.status.as_u16(),
             clip(&e.message, MAX_LOG_FIELD_CHARS * 4),
             self.user_part(),
-        );
+        )
     }
 
     fn user_part(&self) -> String {
@@ -201,8 +219,9 @@ async fn generate(
                         endpoint.logprobs(want_logprobs.then_some(&logprobs[..]), 0),
                     );
                     if reads_calls {
-                        let (message, calls) = tools::answer_message(&text, finish == "length");
-                        finish = tools::finish_with_calls(finish, calls);
+                        let (message, calls) =
+                            tool_reply::answer_message(&text, finish == "length");
+                        finish = tool_reply::finish_with_calls(finish, calls);
                         body["choices"][0]["message"] = message;
                         body["choices"][0]["finish_reason"] = finish.into();
                     }
@@ -247,20 +266,24 @@ async fn generate(
     Ok(Sse::new(events).into_response())
 }
 
-/// The grammar a request's output must follow, if any: a forced tool call's or the
-/// response format's (the two never come together).
+/// The grammar a request's output must follow, if any: a forced tool call's, the tools'
+/// under `auto` (beside a response format, or with a strict tool), or the response format's.
 async fn compile_constraint(
     app: &Arc<App>,
     sampling: &Sampling,
 ) -> Result<Option<GrammarConstraint>, ApiError> {
-    // The grammar is compiled (or copied from the cache) here, off the model thread: a
-    // forced tool call's, calls-or-answer (tools under `auto` beside a response format), or
-    // the response format's.
+    // The grammar is compiled (or copied from the cache) here, off the model thread.
     let format = sampling.response_format.clone();
+    // A vocabulary that cannot be constrained answers a constrained request with a 400.
+    let calls_in_text = app
+        .ready()?
+        .grammars
+        .as_ref()
+        .map_or(true, |g| g.holds_calls_in_text());
     let tools = sampling
         .tools
         .clone()
-        .filter(|t| t.constrains(format.is_some()));
+        .filter(|t| t.constrains(format.is_some(), calls_in_text));
     Ok(
         match (tools.is_some() || format.is_some(), &app.ready()?.grammars) {
             (false, _) => None,
@@ -282,10 +305,10 @@ async fn compile_constraint(
                 Some(compiled)
             }
             (true, Err(why)) => {
-                let param = if tools.is_some() {
-                    "tool_choice"
-                } else {
-                    "response_format"
+                let param = match &tools {
+                    Some(t) if t.forces_call() => "tool_choice",
+                    Some(_) => "tools",
+                    None => "response_format",
                 };
                 return Err(ApiError::invalid(
                 param,
@@ -433,7 +456,7 @@ impl SseState {
                             let (rest, more) = tools.finish(finish == "length");
                             text.push_str(&rest);
                             calls.extend(more);
-                            finish = tools::finish_with_calls(finish, tools.calls);
+                            finish = tool_reply::finish_with_calls(finish, tools.calls);
                             (text, calls)
                         }
                         None => (tail, Vec::new()),
@@ -471,6 +494,35 @@ impl SseState {
                     self.finished = true;
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_lines_keep_a_client_field_short_and_on_one_line() {
+        // A 3 MB `user` became a 3 MB log line.
+        let user = format!("{}\nforged line", "u".repeat(3 << 20));
+        let log = RequestLog {
+            id: "chatcmpl-1".into(),
+            endpoint: Endpoint::Chat,
+            user: Some(user),
+            prompt_tokens: 5,
+        };
+        let done = log.done_line(
+            3,
+            "stop",
+            Duration::from_millis(2),
+            Duration::from_millis(4),
+        );
+        let failed = log.failed_line(&ApiError::invalid("x", "y".repeat(1 << 20)));
+        for line in [done, failed] {
+            assert!(line.len() < 1200, "{} bytes", line.len());
+            assert!(!line.contains('\n'), "{}", &line[..200]);
+            assert!(line.contains(&format!("{}...", "u".repeat(MAX_LOG_FIELD_CHARS))));
         }
     }
 }

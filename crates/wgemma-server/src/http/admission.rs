@@ -19,6 +19,8 @@
 //! counted in `wgemma_requests_total` like every other answer.
 
 use crate::error::ApiError;
+use crate::http::api_key::{authorize, check_api_key};
+use crate::http::cors::{preflight, same_origin, with_cors};
 use crate::http::limits::{GuardOptions, GENERATION_BODY_BYTES, OTHER_BODY_BYTES};
 use crate::http::origins::{normal_origin, split_host, AllowedHost};
 use crate::metrics::Metrics;
@@ -26,7 +28,7 @@ use crate::openai::response::Endpoint;
 use anyhow::{bail, Result};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::net::IpAddr;
@@ -206,58 +208,6 @@ impl Guard {
     }
 }
 
-/// The API key a server can be given: what a client can send in `Authorization: Bearer
-/// KEY` and have compared byte for byte (visible ASCII: header values are trimmed and
-/// carry no other text reliably).
-pub fn check_api_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        bail!("--api-key: expected a non-empty key, found an empty string");
-    }
-    if let Some(c) = key.chars().find(|c| !c.is_ascii_graphic()) {
-        bail!(
-            "--api-key: expected visible ASCII characters only (a key a client can send in a \
-             header), found {c:?}"
-        );
-    }
-    Ok(())
-}
-
-/// Refuses a request without the right bearer key (when the server has one).
-pub fn authorize(key: Option<&str>, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = key else {
-        return Ok(());
-    };
-    match headers
-        .get(header::AUTHORIZATION)
-        .map(|v| v.to_str().unwrap_or(""))
-    {
-        None => Err(ApiError::unauthorized(
-            "missing API key: expected the header `Authorization: Bearer <key>`, found none",
-        )),
-        Some(v) => match v.strip_prefix("Bearer ") {
-            Some(given) if constant_time_eq(given.trim().as_bytes(), key.as_bytes()) => Ok(()),
-            Some(_) => Err(ApiError::unauthorized("incorrect API key provided")),
-            None => Err(ApiError::unauthorized(
-                "Authorization header: expected `Bearer <key>`, found another scheme",
-            )),
-        },
-    }
-}
-
-/// Compares without an early exit, so the time taken does not tell how much of a guess
-/// was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether `origin` is this server's own (`http://` and the request's `Host`, port
-/// included): a page it served itself.
-fn same_origin(origin: &str, host: &str) -> bool {
-    origin
-        .strip_prefix("http://")
-        .is_some_and(|authority| authority.eq_ignore_ascii_case(host.trim()))
-}
-
 fn forbidden(message: String) -> ApiError {
     ApiError::invalid("", message).with_status(StatusCode::FORBIDDEN, "forbidden")
 }
@@ -398,34 +348,6 @@ fn is_length_limit(e: &axum::Error) -> bool {
         source = s.source();
     }
     false
-}
-
-fn preflight() -> Response {
-    (
-        StatusCode::NO_CONTENT,
-        [
-            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS"),
-            (
-                header::ACCESS_CONTROL_ALLOW_HEADERS,
-                "authorization, content-type",
-            ),
-            (header::ACCESS_CONTROL_MAX_AGE, "600"),
-        ],
-    )
-        .into_response()
-}
-
-/// CORS headers for an origin the guard let through (a refused one never gets here with
-/// a response a page can read: it gets no `Access-Control-Allow-Origin`).
-fn with_cors(mut response: Response, origin: Option<HeaderValue>) -> Response {
-    if let Some(origin) = origin {
-        if response.status() != StatusCode::FORBIDDEN {
-            let h = response.headers_mut();
-            h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-            h.insert(header::VARY, HeaderValue::from_static("Origin"));
-        }
-    }
-    response
 }
 
 /// Runs the guard's checks on one request without a server (the fuzz target and tests):

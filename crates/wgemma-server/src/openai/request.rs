@@ -6,7 +6,7 @@ use crate::error::{check_keys, kind_of, ApiError};
 use crate::openai::body::parse_body;
 use crate::openai::response::Endpoint;
 use crate::openai::sampling::{common, Sampling};
-use crate::openai::tools::{attach_tool_response, parse_message_calls};
+use crate::openai::tool_messages::{attach_tool_response, parse_message_calls};
 use serde_json::Value;
 use wgemma::session::ChatMessage;
 

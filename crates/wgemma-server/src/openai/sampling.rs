@@ -6,7 +6,7 @@ use crate::error::{clip, kind_of, ApiError};
 use crate::openai::body::typed;
 use crate::openai::fields::check_fields;
 use crate::openai::response::Endpoint;
-use crate::openai::structured::ResponseFormat;
+use crate::openai::response_format::ResponseFormat;
 use crate::openai::tools::ToolRequest;
 use axum::http::StatusCode;
 use serde::Deserialize;

@@ -1,5 +1,5 @@
 //! Structured output of `wgemma serve`: `response_format` `json_object` and `json_schema`
-//! by constrained decoding. llguidance compiles the JSON schema into a grammar over the
+//! (checked by [`super::response_format`]) by constrained decoding. llguidance compiles the JSON schema into a grammar over the
 //! tokenizer's vocabulary (each token's bytes, from its `tokenizer.json`); before every
 //! sampled token the grammar's mask sets the logits of the tokens that cannot continue a
 //! valid answer to -inf, so every completed answer parses and validates. A schema is
@@ -10,165 +10,29 @@
 //! JSON is written compactly (`, ` and `: ` between items, no other whitespace): a free
 //! whitespace rule lets a small model pad the answer with newlines until the budget ends.
 
-use super::schema::check_schema;
-use crate::error::{clip, kind_of, ApiError};
+use crate::error::{clip, ApiError};
+use crate::openai::response_format::ResponseFormat;
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{Matcher, ParserFactory};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wgemma::session::TokenConstraint;
 use wgemma::text::tokenizer::Tokenizer;
+use wgemma::text::tool_markers::TOOL_CALL_START;
 
 /// Compiled grammars kept at most (a server that sees more distinct schemas compiles again).
 const CACHED_GRAMMARS: usize = 64;
-
-/// What `response_format` asks for, checked.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ResponseFormat {
-    /// Any JSON object.
-    JsonObject,
-    /// A JSON value valid under the schema.
-    JsonSchema(Value),
-}
-
-impl ResponseFormat {
-    /// `response_format` of a chat request: None for text (or absent).
-    pub fn parse(value: Option<&Value>) -> Result<Option<ResponseFormat>, ApiError> {
-        let Some(v) = value.filter(|v| !v.is_null()) else {
-            return Ok(None);
-        };
-        let kind = v.get("type").and_then(Value::as_str);
-        let unknown = |allowed: &[&str]| {
-            v.as_object().and_then(|o| {
-                o.keys().find(|k| !allowed.contains(&k.as_str())).map(|k| {
-                    ApiError::invalid(
-                        "response_format",
-                        format!("response_format.{k}: unknown field (expected {allowed:?})"),
-                    )
-                })
-            })
-        };
-        match kind {
-            Some("text") => unknown(&["type"]).map_or(Ok(None), Err),
-            Some("json_object") => {
-                unknown(&["type"]).map_or(Ok(Some(ResponseFormat::JsonObject)), Err)
-            }
-            Some("json_schema") => {
-                if let Some(e) = unknown(&["type", "json_schema"]) {
-                    return Err(e);
-                }
-                let spec = v.get("json_schema").ok_or_else(|| {
-                    ApiError::field(
-                        "response_format",
-                        "response_format.json_schema (an object with name and schema)",
-                        "none",
-                    )
-                })?;
-                let Some(spec) = spec.as_object() else {
-                    return Err(ApiError::field(
-                        "response_format",
-                        "response_format.json_schema to be an object",
-                        kind_of(spec),
-                    ));
-                };
-                if let Some(k) = spec
-                    .keys()
-                    .find(|k| !matches!(k.as_str(), "name" | "description" | "schema" | "strict"))
-                {
-                    return Err(ApiError::invalid(
-                        "response_format",
-                        format!(
-                            "response_format.json_schema.{k}: unknown field (expected name, \
-                             description, schema, strict)"
-                        ),
-                    ));
-                }
-                check_schema_fields(spec)?;
-                match spec.get("schema") {
-                    Some(schema @ Value::Object(_)) => {
-                        check_schema(
-                            schema,
-                            "response_format",
-                            "response_format.json_schema.schema",
-                        )?;
-                        Ok(Some(ResponseFormat::JsonSchema(schema.clone())))
-                    }
-                    // OpenAI's default: any JSON.
-                    None => Ok(Some(ResponseFormat::JsonSchema(json!({})))),
-                    Some(other) => Err(ApiError::field(
-                        "response_format",
-                        "response_format.json_schema.schema to be a JSON schema object",
-                        kind_of(other),
-                    )),
-                }
-            }
-            other => Err(ApiError::field(
-                "response_format",
-                "type \"text\", \"json_object\" or \"json_schema\"",
-                other.map_or_else(|| kind_of(v), |t| format!("{t:?}")),
-            )),
-        }
-    }
-
-    /// The format as a rule of a Lark grammar (llguidance's `%json`), for a reply that may
-    /// be tool calls or this answer.
-    pub fn lark_rule(&self) -> String {
-        format!("%json {}", self.schema())
-    }
-
-    /// The schema the grammar is compiled from, with the compact JSON options.
-    fn schema(&self) -> Value {
-        let mut schema = match self {
-            ResponseFormat::JsonObject => json!({"type": "object"}),
-            ResponseFormat::JsonSchema(s) => s.clone(),
-        };
-        if let Value::Object(o) = &mut schema {
-            o.insert(
-                "x-guidance".into(),
-                json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
-            );
-        }
-        schema
-    }
-}
-
-/// `json_schema`'s `name` (OpenAI's: letters, digits, `_` and `-`, at most 64),
-/// `description` (a string) and `strict` (a boolean; the grammar is strict either way).
-fn check_schema_fields(spec: &serde_json::Map<String, Value>) -> Result<(), ApiError> {
-    let at = |key: &str| format!("response_format.json_schema.{key}");
-    match spec.get("name") {
-        Some(Value::String(n))
-            if (1..=64).contains(&n.len())
-                && n.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') => {}
-        Some(Value::String(n)) => {
-            return Err(ApiError::field(
-                &at("name"),
-                "1 to 64 letters, digits, _ or -",
-                format!("{:?}", clip(n, 64)),
-            ))
-        }
-        Some(other) => return Err(ApiError::field(&at("name"), "a string", kind_of(other))),
-        None => {}
-    }
-    if let Some(d) = spec.get("description").filter(|d| !d.is_string()) {
-        return Err(ApiError::field(&at("description"), "a string", kind_of(d)));
-    }
-    if let Some(b) = spec
-        .get("strict")
-        .filter(|b| !b.is_boolean() && !b.is_null())
-    {
-        return Err(ApiError::field(&at("strict"), "true or false", kind_of(b)));
-    }
-    Ok(())
-}
 
 /// The grammar compiler of one model's vocabulary.
 pub struct Grammars {
     factory: ParserFactory,
     stop_ids: Vec<u32>,
+    /// `<|tool_call>` is a special token of the vocabulary (Gemma 4's): a grammar over text
+    /// cannot match it, so it can force a call (spelled out) but cannot let the model open
+    /// one within free text.
+    call_marker_is_special: bool,
     cache: Mutex<HashMap<String, Matcher>>,
 }
 
@@ -185,6 +49,11 @@ impl Grammars {
             .map_err(|e| e.to_string())?;
         let mut bytes =
             llguidance::token_bytes_from_tokenizer_json(&json).map_err(|e| e.to_string())?;
+        let call_marker_is_special = json["added_tokens"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["content"] == TOOL_CALL_START && t["special"] == true);
         if bytes.len() > vocab_size {
             return Err(format!(
                 "the tokenizer has {} tokens, the model's vocabulary {vocab_size}",
@@ -204,8 +73,16 @@ impl Grammars {
         Ok(Grammars {
             factory,
             stop_ids: stop_ids.to_vec(),
+            call_marker_is_special,
             cache: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether a grammar can hold a call to its schema once the model opens it within free
+    /// text (strict tools under `tool_choice: "auto"`): the vocabulary spells `<|tool_call>`
+    /// as text.
+    pub fn holds_calls_in_text(&self) -> bool {
+        !self.call_marker_is_special
     }
 
     /// The constraint of one request: a copy of the format's compiled grammar (compiled
@@ -363,6 +240,7 @@ pub const BYTE_EOS: u32 = 256;
 /// `<eos>` at 256: every byte string is a token path, as in a real byte-level vocabulary.
 #[cfg(any(test, feature = "fuzzing"))]
 pub fn byte_tokenizer() -> Tokenizer {
+    use serde_json::json;
     let printable = |b: u32| matches!(b, 33..=126 | 161..=172 | 174..=255);
     let mut next = 256;
     let vocab: serde_json::Map<String, Value> = (0..256u32)
@@ -396,6 +274,7 @@ pub fn byte_tokenizer() -> Tokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn masks_keep_a_walk_inside_the_schema_until_it_may_stop() {
@@ -566,37 +445,55 @@ mod tests {
     }
 
     #[test]
-    fn response_formats_parse_or_name_what_is_wrong() {
-        let p = |s: &str| ResponseFormat::parse(Some(&serde_json::from_str(s).unwrap()));
-        assert_eq!(p(r#"{"type": "text"}"#).unwrap(), None);
-        assert_eq!(
-            p(r#"{"type": "json_object"}"#).unwrap(),
-            Some(ResponseFormat::JsonObject)
+    fn strict_tools_under_auto_hold_a_call_to_its_schema_once_it_starts() {
+        use crate::openai::tools::ToolRequest;
+        let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
+        let body = json!({"tools": [{"type": "function", "function": {"name": "get_weather",
+            "strict": true, "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"]}}}]});
+        let tools = ToolRequest::parse(body.as_object().unwrap())
+            .unwrap()
+            .unwrap();
+        assert!(grammars.holds_calls_in_text() && tools.constrains(false, true));
+        let lark = tools.grammar(None).unwrap().unwrap();
+        let mut c = grammars.tool_constraint(&lark).unwrap();
+        let allowed = |c: &mut GrammarConstraint| {
+            let mut logits = vec![0.0f32; 260];
+            c.mask(&mut logits).unwrap();
+            (0..260u32)
+                .filter(|&i| logits[i as usize].is_finite())
+                .collect::<Vec<u32>>()
+        };
+        // Free text first: any byte, or the end.
+        let first = allowed(&mut c);
+        assert!(
+            first.contains(&(b'H' as u32)) && first.contains(&256),
+            "{first:?}"
         );
-        assert_eq!(
-            p(
-                r#"{"type": "json_schema", "json_schema": {"name": "a", "strict": true,
-                 "schema": {"type": "integer"}}}"#
-            )
-            .unwrap(),
-            Some(ResponseFormat::JsonSchema(json!({"type": "integer"})))
-        );
-        for (bad, needle) in [
-            (r#"{"type": "xml"}"#, "\"xml\""),
-            (r#"{"type": "json_schema"}"#, "json_schema"),
-            (
-                r#"{"type": "json_schema", "json_schema": {"schema": 3}}"#,
-                "number",
-            ),
-            (
-                r#"{"type": "json_schema", "json_schema": {"nme": "a"}}"#,
-                "nme",
-            ),
-            (r#"{"type": "json_object", "schema": {}}"#, "schema"),
-        ] {
-            let e = p(bad).unwrap_err();
-            assert_eq!(e.param.as_deref(), Some("response_format"), "{bad}");
-            assert!(e.message.contains(needle), "{bad}: {}", e.message);
+        for b in "Hi <|tool_call>call:get_weather{city:<|\"|>".bytes() {
+            assert!(allowed(&mut c).contains(&(b as u32)), "{}", b as char);
+            c.accept(b as u32).unwrap();
         }
+        // Inside the call: only the schema's values, and no end.
+        assert_eq!(allowed(&mut c), vec![b'P' as u32, b'R' as u32]);
+        for b in "Rome<|\"|>}<tool_call|>".bytes() {
+            c.accept(b as u32).unwrap();
+        }
+        assert!(
+            allowed(&mut c).contains(&256),
+            "the reply may end after the call"
+        );
+        // Where `<|tool_call>` is a special token (Gemma 4's vocabulary), text cannot open a
+        // call under a grammar: the model's calls under `auto` are left unconstrained.
+        let mut json: Value = serde_json::from_str(&byte_tokenizer().to_json().unwrap()).unwrap();
+        json["added_tokens"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"id": 257,
+            "content": "<|tool_call>", "single_word": false, "lstrip": false, "rstrip": false,
+            "normalized": false, "special": true}));
+        let special = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
+        let grammars = Grammars::new(&special, 260, &[256]).unwrap();
+        assert!(!grammars.holds_calls_in_text() && !tools.constrains(false, false));
     }
 }

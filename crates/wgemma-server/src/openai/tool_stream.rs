@@ -1,7 +1,7 @@
 //! A streamed chat reply that may call tools, split into text deltas and `tool_calls`
 //! deltas as it arrives ([`ToolStream`]), each delta its own chunk ([`tool_calls_chunk`]).
 
-use super::tools::{call_id, call_json};
+use super::tool_reply::{call_id, call_json};
 use serde_json::{json, Value};
 use wgemma::text::tool_json::PartialCall;
 use wgemma::text::tools::{ReplyPiece, ToolCallParser};

@@ -1,6 +1,6 @@
-//! The precision of the Q4 matvecs' activations: f32, or int8 per block of 32 with integer
-//! dot products (`dot4I8Packed`), chosen once per context so that every matvec of every
-//! forward (decode, verify, batched rows) computes a row the same way.
+//! The precision of the Q4 and Q8_0 matvecs' activations: f32, or int8 per block of 32
+//! with integer dot products (`dot4I8Packed`), chosen once per context so that every matvec
+//! of every forward (decode, verify, batched rows) computes a row the same way.
 
 use crate::error::{Error, Result};
 

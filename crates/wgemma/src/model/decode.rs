@@ -7,7 +7,8 @@
 //! When the caller stops (a stop token, or its callback says so) one step has run ahead;
 //! it is rolled back, so the model ends exactly where plain step-by-step decoding would.
 
-use super::plan_parts::LogitRows;
+use super::forward::ForwardPlan;
+use super::plan_parts::{Head, LogitRows};
 use super::state::KvState;
 use crate::error::{Error, Result};
 use crate::gpu::{GpuContext, Readback, Step};
@@ -47,21 +48,32 @@ impl KvState {
                 first,
             ));
         }
-        self.plan(ctx, 1, LogitRows::Last)?;
+        // One plan for every step: fetched once, held while the steps record on the
+        // sequence.
+        let plan = self.plan(ctx, 1, LogitRows::Last)?;
+        let steps = DecodeStep {
+            ctx,
+            plan: &plan,
+            head: plan.head_for("the next token")?,
+        };
         // Two staging buffers: step i + 1 copies into one while step i's is being read.
         let readbacks = [
             Readback::new(ctx, "decode.next.0", 4),
             Readback::new(ctx, "decode.next.1", 4),
         ];
         let mut in_flight = std::collections::VecDeque::with_capacity(2);
-        in_flight.push_back(self.submit_decode_step(ctx, TokenFeed::Host(first), &readbacks[0])?);
+        in_flight.push_back(self.submit_decode_step(
+            &steps,
+            TokenFeed::Host(first),
+            &readbacks[0],
+        )?);
         let mut submitted = 1;
         while let Some(submission) = in_flight.pop_front() {
             // Run ahead by one step while the context has room; a step that would not fit
             // is only an error if the caller turns out to need it (below).
             if submitted < max_new && self.len() < self.model.options.max_context {
                 let readback = &readbacks[submitted % 2];
-                in_flight.push_back(self.submit_decode_step(ctx, TokenFeed::Gpu, readback)?);
+                in_flight.push_back(self.submit_decode_step(&steps, TokenFeed::Gpu, readback)?);
                 submitted += 1;
             }
             let readback = &readbacks[tokens.len() % 2];
@@ -74,7 +86,7 @@ impl KvState {
             if in_flight.is_empty() {
                 // The context was full when we tried to run ahead: this step reports it.
                 let readback = &readbacks[submitted % 2];
-                in_flight.push_back(self.submit_decode_step(ctx, TokenFeed::Gpu, readback)?);
+                in_flight.push_back(self.submit_decode_step(&steps, TokenFeed::Gpu, readback)?);
                 submitted += 1;
             }
         }
@@ -89,35 +101,34 @@ impl KvState {
     /// greedy token copied to `readback`.
     fn submit_decode_step(
         &mut self,
-        ctx: &GpuContext,
+        steps: &DecodeStep<'_>,
         feed: TokenFeed,
         readback: &Readback,
     ) -> Result<wgpu::SubmissionIndex> {
         let encode_start = web_time::Instant::now();
-        let key = (1, LogitRows::Last);
+        let DecodeStep { ctx, plan, head } = *steps;
         let mut step = Step::new(ctx);
-        {
-            let plan = self.built_plan(key.0, key.1).expect("decode plan built");
-            let head = plan.head.as_ref().expect("a Last plan has a head");
-            match feed {
-                TokenFeed::Host(token) => {
-                    write_token_ids(ctx, &plan.ids, &[token], self.model.spec.config.vocab_size)?
-                }
-                TokenFeed::Gpu => step.encoder().copy_buffer_to_buffer(
-                    head.next.buffer(),
-                    0,
-                    plan.ids.buffer(),
-                    0,
-                    4,
-                ),
+        match feed {
+            TokenFeed::Host(token) => {
+                write_token_ids(ctx, &plan.ids, &[token], self.model.spec.config.vocab_size)?
+            }
+            TokenFeed::Gpu => {
+                step.encoder()
+                    .copy_buffer_to_buffer(head.next.buffer(), 0, plan.ids.buffer(), 0, 4)
             }
         }
-        self.record_rows(ctx, &mut step, key.0, key.1)?;
-        let plan = self.built_plan(key.0, key.1).expect("decode plan built");
-        let head = plan.head.as_ref().expect("a Last plan has a head");
+        self.record_rows(ctx, &mut step, plan)?;
         step.copy_to_readback(&head.next, readback)?;
         let submission = step.submit();
         self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
         Ok(submission)
     }
+}
+
+/// The M = 1 plan every decode step records, and its head.
+#[derive(Clone, Copy)]
+struct DecodeStep<'p> {
+    ctx: &'p GpuContext,
+    plan: &'p ForwardPlan,
+    head: &'p Head,
 }

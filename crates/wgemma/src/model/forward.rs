@@ -5,20 +5,24 @@
 //! ONE compute pass per forward. Per step the host only writes the token ids and positions
 //! (queue writes, no wait), records the pass (attention grids follow the context length),
 //! submits once and reads back what it needs (the argmax ids, or logits).
+//!
+//! [`decoder_layer`] is the layer of both planners: the target's forwards here, and the
+//! assistant's draft step (`assistant/step.rs`), whose layers attend to the target's K/V.
 
-use super::blocks::{self, BlockCx};
-use super::config::{KvSource, ModelSpec};
+use super::blocks::{self, BlockCx, KvAccess};
+use super::config::{LayerSpec, ModelSpec};
 use super::plan_options::PlanOptions;
-use super::plan_parts::{zeros, Activations, MoeActivations, Op, PleActivations};
+use super::plan_parts::{zeros, Activations, KeyLens, Op};
 pub use super::plan_parts::{Head, LogitRows, Shared};
 use super::residual::{prologue_weight, Residual};
-use super::weights::{LinearWeight, Weights};
+use super::weights::{LayerWeights, Weights};
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Pass, Tensor};
 use crate::ops::attention::{positions_len, KvCache};
 use crate::ops::embedding::embedding;
 use crate::ops::linear::Epilogue;
 use crate::ops::rmsnorm::{rmsnorm_with, RmsNormOptions};
+use crate::weights::linear::LinearWeight;
 
 /// What a [`ForwardPlan`] is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -43,6 +47,8 @@ pub struct ForwardPlan {
     /// The output head (absent for [`LogitRows::None`]).
     pub head: Option<Head>,
     ops: Vec<Op>,
+    /// The planner that built it (0: none): only its state records it.
+    pub(super) planner: u64,
 }
 
 impl ForwardPlan {
@@ -64,7 +70,7 @@ impl ForwardPlan {
         let c = &spec.config;
         let hsz = c.hidden_size;
         let eps = c.rms_norm_eps as f32;
-        let a = Self::activations(ctx, spec, m)?;
+        let a = Activations::new(ctx, spec, m, true)?;
         let ids = Tensor::zeros(ctx, "ids", &[m], DType::U32)?;
         // Each row's position, then (several sequences) each row's KV slot.
         let sequences = caches
@@ -83,8 +89,10 @@ impl ForwardPlan {
         let cx = BlockCx {
             ctx,
             spec,
-            k_norm_hosts: &k_norm_hosts,
-            caches,
+            kv: KvAccess::Own {
+                caches,
+                k_norm_hosts: &k_norm_hosts,
+            },
             shared,
             a: &a,
             positions: &positions,
@@ -103,25 +111,14 @@ impl ForwardPlan {
         if spec.layers.is_empty() {
             return Err(Error::invalid("model", "decoder layers", ">= 1", 0));
         }
-        let mut residual =
-            if options.norm_prologues(m) && Self::prologues_fit(ctx, spec, weights, m) {
-                Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
-            } else {
-                Residual::kernels(ctx, &a.h, &a.x, eps)
-            };
-        // One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads.
+        let prologues = options.norm_prologues(m) && prologues_fit(ctx, spec, &weights.layers, m);
+        let mut residual = if prologues {
+            Residual::prologues(ctx, &a.h, &a.h_spare, &a.x, eps)
+        } else {
+            Residual::kernels(ctx, &a.h, &a.x, eps)
+        };
         for l in &spec.layers {
-            let w = &weights.layers[l.index];
-            blocks::attention::plan(&cx, l, &w.attn, &mut residual, &mut ops)?;
-            // layer_scalar multiplies the whole layer output: it scales the layer's last
-            // add, the per-layer input block's where the layer has one.
-            let mlp_scale = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
-            let moe = w.moe.as_ref();
-            blocks::mlp::plan(&cx, l, &w.mlp, moe, mlp_scale, &mut residual, &mut ops)?;
-            if let Some(pw) = &w.ple {
-                let scale = w.layer_scalar;
-                blocks::per_layer_input::plan(&cx, l, pw, scale, &mut residual, &mut ops)?;
-            }
+            decoder_layer(&cx, l, &weights.layers[l.index], &mut residual, &mut ops)?;
         }
         let norm_prologues = residual.uses_prologues();
         let final_norm = hidden.as_ref().map(|hd| (&weights.norm, hd));
@@ -143,68 +140,20 @@ impl ForwardPlan {
             positions,
             head,
             ops,
+            planner: 0,
         })
     }
 
-    /// The activation buffers of `m` rows, sized for the widest layer.
-    fn activations(ctx: &GpuContext, spec: &ModelSpec, m: usize) -> Result<Activations> {
-        let c = &spec.config;
-        let (hsz, nh) = (c.hidden_size, c.num_attention_heads);
-        let max_d = spec.layers.iter().map(|l| l.head_dim).max().unwrap_or(1);
-        let max_i = spec
-            .layers
-            .iter()
-            .map(|l| l.intermediate_size)
-            .max()
-            .unwrap_or(1);
-        let layers = spec.layers.len();
-        let p = spec.ple_dim;
-        Ok(Activations {
-            h: zeros(ctx, "h", &[m, hsz])?,
-            h_spare: zeros(ctx, "h.spare", &[m, hsz])?,
-            x: zeros(ctx, "x", &[m, hsz])?,
-            q: zeros(ctx, "q", &[m * nh * max_d])?,
-            kv: spec
-                .layers
-                .iter()
-                .map(|l| match l.kv {
-                    KvSource::Own => {
-                        let n = m * l.num_kv_heads * l.head_dim;
-                        Ok(Some((
-                            zeros(ctx, &format!("k.{}", l.index), &[n])?,
-                            zeros(ctx, &format!("v.{}", l.index), &[n])?,
-                        )))
-                    }
-                    KvSource::Shared { .. } => Ok(None),
-                })
-                .collect::<Result<Vec<_>>>()?,
-            attn: zeros(ctx, "attn", &[m * nh * max_d])?,
-            o: zeros(ctx, "o", &[m, hsz])?,
-            gate_up: zeros(ctx, "gate_up", &[m * 2 * max_i])?,
-            act: zeros(ctx, "act", &[m * max_i])?,
-            ple: if p > 0 {
-                Some(PleActivations {
-                    tokens: zeros(ctx, "ple.tokens", &[m, layers * p])?,
-                    projection: zeros(ctx, "ple.projection", &[m, layers * p])?,
-                    inputs: zeros(ctx, "ple.inputs", &[m, layers * p])?,
-                    gate: zeros(ctx, "ple.gate", &[m, p])?,
-                    gated: zeros(ctx, "ple.gated", &[m, p])?,
-                })
-            } else {
-                None
-            },
-            moe: match spec.moe {
-                Some(moe) => Some(MoeActivations {
-                    router_x: zeros(ctx, "moe.router_x", &[m, hsz])?,
-                    scores: zeros(ctx, "moe.scores", &[m, moe.num_experts])?,
-                    ids: Tensor::zeros(ctx, "moe.ids", &[m, moe.top_k], DType::U32)?,
-                    weights: zeros(ctx, "moe.weights", &[m, moe.top_k])?,
-                    x2: zeros(ctx, "moe.x2", &[m, hsz])?,
-                    act: zeros(ctx, "moe.act", &[m * moe.top_k, moe.intermediate_size])?,
-                    out: zeros(ctx, "moe.out", &[m, hsz])?,
-                }),
-                None => None,
-            },
+    /// The output head, or an error naming `what` needs it (a plan of
+    /// [`LogitRows::None`] has none).
+    pub fn head_for(&self, what: &str) -> Result<&Head> {
+        self.head.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "model",
+                format!("output head of the {}-row plan", self.m),
+                format!("logits for {what}"),
+                "a plan without logits",
+            )
         })
     }
 
@@ -255,44 +204,71 @@ impl ForwardPlan {
         Ok(())
     }
 
-    /// Whether every linear of the decoder layers can take its input norm as a matvec
-    /// prologue at `m` rows (Q4 weights, matvec routes, device limits; no MoE block).
-    fn prologues_fit(ctx: &GpuContext, spec: &ModelSpec, weights: &Weights, m: usize) -> bool {
-        let fits = |w: &LinearWeight, e: Epilogue| prologue_weight(ctx, m, w, e).is_some();
-        spec.moe.is_none()
-            && weights.layers.iter().all(|w| {
-                let kv_fits = w.attn.kv.as_ref().is_none_or(|kv| {
-                    fits(&kv.k_proj, Epilogue::None)
-                        && kv.v_proj.as_ref().is_none_or(|v| fits(v, Epilogue::None))
-                });
-                let ple_fits = w.ple.as_ref().is_none_or(|p| {
-                    // The scratch tensor only sizes the check: any f32 buffer does.
-                    fits(
-                        &p.per_layer_input_gate,
-                        Epilogue::GeluMul {
-                            other: &w.attn.input_layernorm,
-                            stride: 0,
-                            offset: 0,
-                        },
-                    )
-                });
-                fits(&w.attn.q_proj, Epilogue::None)
-                    && kv_fits
-                    && fits(&w.mlp.gate_up_proj, Epilogue::GegluPairs)
-                    && ple_fits
-            })
-    }
-
     /// Dispatches this plan's ops into `pass` for a step whose caches hold `kv_len`
     /// positions after the append.
     pub fn record(&self, pass: &mut Pass<'_>, kv_len: usize) -> Result<()> {
+        let keys = KeyLens::all(kv_len);
         self.ops
             .iter()
-            .try_for_each(|op| op.record(pass, self.m, kv_len))
+            .try_for_each(|op| op.record(pass, self.m, keys))
     }
 
     /// Dispatches recorded per forward (for benchmarks).
     pub fn dispatch_count(&self) -> usize {
         self.ops.len()
     }
+}
+
+/// One decoder layer, as HF's `Gemma4TextDecoderLayer.forward` reads: attention, the MLP
+/// (with its MoE half), the per-layer input. `layer_scalar` multiplies the whole layer
+/// output: it scales the layer's last add, the per-layer input block's where the layer
+/// has one.
+pub(in crate::model) fn decoder_layer<'a>(
+    cx: &BlockCx<'a>,
+    l: &LayerSpec,
+    w: &'a LayerWeights,
+    residual: &mut Residual<'a>,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    blocks::attention::plan(cx, l, &w.attn, residual, ops)?;
+    let mlp_scale = if w.ple.is_some() { 1.0 } else { w.layer_scalar };
+    let moe = w.moe.as_ref();
+    blocks::mlp::plan(cx, l, &w.mlp, moe, mlp_scale, residual, ops)?;
+    if let Some(pw) = &w.ple {
+        blocks::per_layer_input::plan(cx, l, pw, w.layer_scalar, residual, ops)?;
+    }
+    Ok(())
+}
+
+/// Whether every linear of `layers` can take its input norm as a matvec prologue at `m`
+/// rows (Q4 weights, matvec routes, device limits; no MoE block).
+pub(in crate::model) fn prologues_fit(
+    ctx: &GpuContext,
+    spec: &ModelSpec,
+    layers: &[LayerWeights],
+    m: usize,
+) -> bool {
+    let fits = |w: &LinearWeight, e: Epilogue| prologue_weight(ctx, m, w, e).is_some();
+    spec.moe.is_none()
+        && layers.iter().all(|w| {
+            let kv_fits = w.attn.kv.as_ref().is_none_or(|kv| {
+                fits(&kv.k_proj, Epilogue::None)
+                    && kv.v_proj.as_ref().is_none_or(|v| fits(v, Epilogue::None))
+            });
+            let ple_fits = w.ple.as_ref().is_none_or(|p| {
+                // The other factor only sizes the check: any f32 buffer does.
+                fits(
+                    &p.per_layer_input_gate,
+                    Epilogue::GeluMul {
+                        other: &w.attn.input_layernorm,
+                        stride: 0,
+                        offset: 0,
+                    },
+                )
+            });
+            fits(&w.attn.q_proj, Epilogue::None)
+                && kv_fits
+                && fits(&w.mlp.gate_up_proj, Epilogue::GegluPairs)
+                && ple_fits
+        })
 }

@@ -1,7 +1,7 @@
 //! [`KvState`]: what forwards of a [`Model`] write. The KV caches (every conversation's
-//! slot side by side), the active [`Sequence`] and the free slots, the forward plans (their
-//! bind groups reference the caches and hold the activations), the options the plans are
-//! built with, and the host time spent encoding. The forwards themselves are in
+//! slot side by side), the active [`Sequence`] and the free slots, the [`Planner`] of the
+//! forward plans over those caches (their bind groups reference the caches and hold the
+//! activations; a forward records a plan on a sequence), and the host time spent encoding. The forwards themselves are in
 //! `state_forward.rs`; `target.rs` says why the state holds its model.
 //!
 //! A [`Sequence`] is one conversation: its slot (returned when the handle drops) and the
@@ -12,10 +12,10 @@
 //! attention reads each row's own slot).
 
 use super::config::{KvSource, LayerKind, ModelSpec};
-use super::forward::{ForwardPlan, LogitRows, PlanShape};
+use super::forward::{ForwardPlan, LogitRows};
 use super::kv::{ring_rows, FreeSlots, Sequence};
-use super::plan_cache::PlanCache;
 use super::plan_options::PlanOptions;
+use super::planner::Planner;
 use super::target::{Model, ModelOptions};
 use crate::error::{Error, Result};
 use crate::gpu::GpuContext;
@@ -31,9 +31,8 @@ pub struct KvState {
     /// The sequence forwards run on.
     pub(super) sequence: Sequence,
     free: Arc<FreeSlots>,
-    pub(super) plans: PlanCache,
-    /// How plans are built (the fusions they use); the plan cache holds plans of these.
-    plan_options: PlanOptions,
+    /// The forward plans over these caches, and the options they are built with.
+    pub(super) planner: Planner,
     pub(super) host_encode_seconds: f64,
 }
 
@@ -92,8 +91,7 @@ impl KvState {
                 free: free.clone(),
             },
             free,
-            plans: PlanCache::default(),
-            plan_options: PlanOptions::default(),
+            planner: Planner::new(),
             host_encode_seconds: 0.0,
         })
     }
@@ -185,56 +183,39 @@ impl KvState {
         }
     }
 
-    /// The plan of `m` rows with `rows` logits, built on first use. Speculative decoding
-    /// records its draft passes and the verify forward into one step, so it needs a plan's
-    /// buffers (token ids, hidden rows, argmax ids) before recording.
-    pub fn plan(&mut self, ctx: &GpuContext, m: usize, rows: LogitRows) -> Result<&ForwardPlan> {
-        let key = (m, rows);
-        self.plans.clock += 1;
-        let now = self.plans.clock;
-        if let Some((_, used)) = self.plans.plans.get_mut(&key) {
-            *used = now;
-        } else {
-            let plan = ForwardPlan::new(
-                ctx,
-                &self.model.spec,
-                self.model.weights(),
-                &self.caches,
-                self.model.shared(),
-                PlanShape {
-                    m,
-                    logit_rows: rows,
-                    options: self.plan_options,
-                },
-            )?;
-            self.plans.insert(key, plan, now);
-        }
-        Ok(&self.plans.plans[&key].0)
+    /// The plan of `m` rows with `rows` logits, built on first use. The recording entry
+    /// points take it ([`KvState::record_forward`], [`KvState::record_batch`]), and
+    /// speculative decoding needs its buffers (token ids, hidden rows, argmax ids) before
+    /// recording.
+    pub fn plan(
+        &mut self,
+        ctx: &GpuContext,
+        m: usize,
+        rows: LogitRows,
+    ) -> Result<Arc<ForwardPlan>> {
+        self.planner.plan(ctx, &self.model, &self.caches, m, rows)
     }
 
     /// How plans are built (see [`PlanOptions`]).
     pub fn plan_options(&self) -> PlanOptions {
-        self.plan_options
+        self.planner.options()
     }
 
     /// Plans from now on are built with `options`; drops the plans built so far when they
     /// change. Tests and `wgemma bench` compare the ways on one load.
     pub fn set_plan_options(&mut self, options: PlanOptions) {
-        if self.plan_options != options {
-            self.plan_options = options;
-            self.plans.clear();
-        }
+        self.planner.set_options(options);
     }
 
     /// Plans held now (at most 16; the least recently used goes first).
     pub fn plan_count(&self) -> usize {
-        self.plans.len()
+        self.planner.len()
     }
 
     /// A plan already built (e.g. the last prefill chunk's, whose `head.hidden` still holds
     /// the rows of that forward).
     pub fn built_plan(&self, m: usize, rows: LogitRows) -> Option<&ForwardPlan> {
-        self.plans.get((m, rows))
+        self.planner.built(m, rows)
     }
 
     /// Brings the active sequence's cursor up to date after a forward recorded with

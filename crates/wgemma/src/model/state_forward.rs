@@ -26,19 +26,18 @@ fn write_positions(
 }
 
 impl KvState {
-    /// Records a forward of `m` rows at positions `len..len + m` into `step` as ONE compute
-    /// pass (positions written through the queue, caches advanced), without submitting. The
-    /// plan's token ids must be written (or copied earlier in the same step) by the caller;
-    /// [`KvState::plan`] must have built the plan.
+    /// Records a forward of `plan`'s rows (M) at positions `len..len + M` into `step` as
+    /// ONE compute pass (positions written through the queue, caches advanced), without
+    /// submitting. The plan's token ids must be written (or copied earlier in the same
+    /// step) by the caller; `plan` comes from this state's [`KvState::plan`].
     pub fn record_forward(
         &mut self,
         ctx: &GpuContext,
         step: &mut Step,
-        m: usize,
-        rows: LogitRows,
+        plan: &ForwardPlan,
     ) -> Result<()> {
         let encode_start = web_time::Instant::now();
-        let recorded = self.record_rows(ctx, step, m, rows);
+        let recorded = self.record_rows(ctx, step, plan);
         self.host_encode_seconds += encode_start.elapsed().as_secs_f64();
         recorded
     }
@@ -47,10 +46,10 @@ impl KvState {
         &mut self,
         ctx: &GpuContext,
         step: &mut Step,
-        m: usize,
-        rows: LogitRows,
+        plan: &ForwardPlan,
     ) -> Result<()> {
-        let plan = self.plans.built(m, rows)?;
+        self.planner.check_own(plan)?;
+        let m = plan.m;
         let start = self.len();
         self.check_context(start + m, "context length (positions held + new tokens)")?;
         self.sequence.cursor.check_advance(m)?;
@@ -64,26 +63,26 @@ impl KvState {
         recorded
     }
 
-    /// Records a forward of `m` rows whose positions the host does not know yet (pipelined
-    /// speculative rounds: the previous round's accepted count is still on the GPU). The
-    /// rows' positions are copied on the GPU from `positions` (u32, `m` of them from element
-    /// `from`) into the plan's positions buffer; the first is at most `max_start`. The KV
-    /// append and RoPE read positions from that buffer and the attention cuts each row's
-    /// keys from it, so only the attention's grid comes from the host, planned for the
-    /// longest case (`max_start + m` keys: an overestimate only costs speed). The active
-    /// sequence's cursor does not move: the caller brings it up to date with
-    /// [`KvState::account_rows`] once it knows where the rows went.
+    /// Records a forward of `plan`'s rows (M) whose positions the host does not know yet
+    /// (pipelined speculative rounds: the previous round's accepted count is still on the
+    /// GPU). The rows' positions are copied on the GPU from `positions` (u32, M of them
+    /// from element `from`) into the plan's positions buffer; the first is at most
+    /// `max_start`. The KV append and RoPE read positions from that buffer and the
+    /// attention cuts each row's keys from it, so only the attention's grid comes from the
+    /// host, planned for the longest case (`max_start + M` keys: an overestimate only costs
+    /// speed). The active sequence's cursor does not move: the caller brings it up to date
+    /// with [`KvState::account_rows`] once it knows where the rows went.
     pub fn record_forward_at_gpu_positions(
         &mut self,
         ctx: &GpuContext,
         step: &mut Step,
-        m: usize,
-        rows: LogitRows,
+        plan: &ForwardPlan,
         positions: (&crate::gpu::Tensor, usize),
         max_start: usize,
     ) -> Result<()> {
         let encode_start = web_time::Instant::now();
-        let plan = self.plans.built(m, rows)?;
+        self.planner.check_own(plan)?;
+        let m = plan.m;
         self.check_context(
             max_start + m,
             "context length (positions held + new tokens, at most)",
@@ -212,14 +211,11 @@ impl KvState {
         read_logits: bool,
     ) -> Result<ForwardOutput> {
         let encode_start = web_time::Instant::now();
-        let m = tokens.len();
-        let key = (m, rows);
         let vocab = self.model.spec.config.vocab_size;
-        let plan = self.plan(ctx, m, rows)?;
+        let plan = self.plan(ctx, tokens.len(), rows)?;
         write_token_ids(ctx, &plan.ids, tokens, vocab)?;
         let mut step = Step::new(ctx);
-        self.record_rows(ctx, &mut step, m, rows)?;
-        let plan = self.plans.get(key).expect("built above");
+        self.record_rows(ctx, &mut step, &plan)?;
         if let Some(head) = &plan.head {
             step.copy_to_readback(&head.next, &head.next_readback)?;
             if read_logits {
@@ -281,8 +277,8 @@ impl KvState {
             }
         }
         let encode_start = web_time::Instant::now();
-        self.plan(ctx, m, LogitRows::All)?;
-        let plan = self.plans.get((m, LogitRows::All)).expect("built above");
+        let plan = self.plan(ctx, m, LogitRows::All)?;
+        let head = plan.head_for("every row")?;
         let tokens: Vec<u32> = rows.iter().map(|(_, t)| *t).collect();
         write_token_ids(ctx, &plan.ids, &tokens, vocab)?;
         let mut step = Step::new(ctx);
@@ -291,15 +287,10 @@ impl KvState {
         {
             let mut spans: Vec<(&mut Sequence, usize)> =
                 rows.iter_mut().map(|(s, _)| (&mut **s, 1)).collect();
-            self.record_batch(ctx, &mut step, &mut spans)?;
+            self.record_batch(ctx, &mut step, &plan, &mut spans)?;
         }
         let encode_start = web_time::Instant::now();
-        let plan = self.plans.get((m, LogitRows::All)).expect("built above");
         let read_logits = want == Want::AllLogits;
-        let head = plan
-            .head
-            .as_ref()
-            .ok_or_else(|| Error::invalid("model", "plan head", "logits for every row", "none"))?;
         step.copy_to_readback(&head.next, &head.next_readback)?;
         if read_logits {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;
@@ -320,8 +311,8 @@ impl KvState {
     /// Records ONE forward over several sequences into `step`, without submitting: span i
     /// is `spans[i].1` rows at sequence i's next positions (its KV slot and positions; a
     /// speculative verify of [seed, d1..dk] is k + 1 rows of one sequence), rows in span
-    /// order. The plan of M = (all rows) with every row's logits must be built
-    /// ([`KvState::plan`]) and its token ids written (or copied earlier in the step) by the
+    /// order. `plan` is this state's plan of M = (all rows) with every row's logits
+    /// ([`KvState::plan`]), its token ids written (or copied earlier in the step) by the
     /// caller. Each sequence advances by its rows (roll rejected ones back with
     /// [`Sequence::rollback`]). The attention plans its grid for the longest sequence;
     /// shorter rows see fewer keys (each row's keys are cut from its own position).
@@ -329,6 +320,7 @@ impl KvState {
         &mut self,
         ctx: &GpuContext,
         step: &mut Step,
+        plan: &ForwardPlan,
         spans: &mut [(&mut Sequence, usize)],
     ) -> Result<()> {
         let m: usize = spans.iter().map(|(_, n)| n).sum();
@@ -341,7 +333,15 @@ impl KvState {
                 m,
             ));
         }
-        let plan = self.plans.built(m, LogitRows::All)?;
+        self.planner.check_own(plan)?;
+        if (plan.m, plan.logit_rows) != (m, LogitRows::All) {
+            return Err(Error::invalid(
+                "model",
+                "plan of a batched forward",
+                format!("{m} rows, every row's logits"),
+                format!("{} rows, {:?} logits", plan.m, plan.logit_rows),
+            ));
+        }
         for (i, (seq, n)) in spans.iter().enumerate() {
             self.check_own(seq)?;
             if *n == 0 || seq.len() + n > self.model.options.max_context {

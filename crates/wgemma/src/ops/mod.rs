@@ -65,6 +65,7 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.extend(scatter::bench_cases());
     cases.extend(min_fill::bench_cases());
     cases.extend(linear::bench_cases());
+    cases.extend(ggml_linear::bench_cases());
     cases.extend(quantize::bench_cases());
     cases.extend(rmsnorm::bench_cases());
     cases.extend(geglu::bench_cases());

@@ -13,11 +13,12 @@
 //! row's logits read back. Stop ids, stop strings, the token budget and streaming
 //! detokenisation are per stream, as in [`Session::generate`].
 
-use super::drafting::{DraftReplacement, Drafting};
+use super::drafting::Drafting;
 use super::text_stream;
 use super::{FinishReason, GenerateRequest, Session, StopStrings, TokenEvent, TokenLogprobs, OP};
 use crate::error::{Error, Result};
 use crate::generate::sampling::{logprobs, LogitAdjust, Sampler, SamplingParams, TokenHistory};
+use crate::generate::speculative::DraftSource;
 use crate::model::target::{Sequence, Want};
 use crate::text::tokenizer::{TextStream, Tokenizer};
 
@@ -130,18 +131,18 @@ impl Stream {
         self.drafting.as_ref().map(|d| (d.drafted, d.accepted))
     }
 
-    /// Benchmarks: replaces its drafts on the GPU as `replace` says before each verify
-    /// (acceptance at a chosen rate; the output stays the target's). Fails for a stream
-    /// that does not draft.
-    pub fn replace_drafts(&mut self, replace: DraftReplacement) -> Result<()> {
+    /// Where its drafts come from: the assistant (the default), or (benchmarks) an oracle
+    /// whose drafts set the acceptance at a chosen rate (the output stays the target's).
+    /// Fails for a stream that does not draft.
+    pub fn set_draft_source(&mut self, source: DraftSource) -> Result<()> {
         match self.drafting.as_mut() {
             Some(d) => {
-                d.set_replacement(replace);
+                d.set_source(source);
                 Ok(())
             }
             None => Err(Error::invalid(
                 OP,
-                "stream whose drafts to replace",
+                "stream whose draft source to set",
                 "a speculative stream",
                 "a plain one",
             )),

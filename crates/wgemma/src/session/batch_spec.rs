@@ -132,13 +132,13 @@ impl RoundRows {
 }
 
 /// What one step's staging buffer holds: each drafting stream's round start
-/// ([`STAGE_WORDS`] each), then the drafts that replace the assistant's (benchmarks).
+/// ([`STAGE_WORDS`] each), then the oracle streams' drafts (benchmarks).
 struct DraftStage {
     words: Vec<u32>,
     /// Each drafting stream's view, in stream order.
     views: Vec<DraftView>,
-    /// Per stream: where its replaced drafts start in `words`, if it replaces them.
-    replaced_at: Vec<Option<usize>>,
+    /// Per stream: where its oracle's drafts start in `words`, if an oracle drafts for it.
+    oracle_at: Vec<Option<usize>>,
 }
 
 impl DraftStage {
@@ -151,10 +151,10 @@ impl DraftStage {
         let mut stage = DraftStage {
             words: Vec::new(),
             views: Vec::new(),
-            replaced_at: Vec::new(),
+            oracle_at: Vec::new(),
         };
         stage.push_round_starts(assistant, streams, ks)?;
-        stage.push_replaced_drafts(streams, ks, vocab);
+        stage.push_oracle_drafts(streams, ks, vocab)?;
         Ok(stage)
     }
 
@@ -186,31 +186,31 @@ impl DraftStage {
         Ok(())
     }
 
-    /// A replacing stream's k drafts: the reference's next tokens where its `keep` says
-    /// so, another token elsewhere.
-    fn push_replaced_drafts(&mut self, streams: &mut [&mut Stream], ks: &[usize], vocab: usize) {
+    /// An oracle stream's k drafts (see [`crate::generate::speculative::OracleDrafts`]).
+    fn push_oracle_drafts(
+        &mut self,
+        streams: &mut [&mut Stream],
+        ks: &[usize],
+        vocab: usize,
+    ) -> Result<()> {
         for (s, &k) in streams.iter_mut().zip(ks) {
             let committed = s.tokens().len();
-            let replace = s
+            let oracle = s
                 .drafting
                 .as_mut()
                 .filter(|_| k > 0)
-                .and_then(|d| d.replace.as_mut());
-            let words = &mut self.words;
-            self.replaced_at.push(replace.map(|r| {
-                let at = words.len();
-                let keep = (r.keep)(k);
-                words.extend((0..k).map(|j| {
-                    let t = r.reference.get(committed + j).copied().unwrap_or(0);
-                    if keep.get(j).copied().unwrap_or(false) {
-                        t
-                    } else {
-                        (t + 1) % vocab as u32
-                    }
-                }));
-                at
-            }));
+                .and_then(|d| d.source.oracle());
+            let at = match oracle {
+                Some(oracle) => {
+                    let at = self.words.len();
+                    self.words.extend(oracle.round(committed, k, vocab)?.drafts);
+                    Some(at)
+                }
+                None => None,
+            };
+            self.oracle_at.push(at);
         }
+        Ok(())
     }
 
     /// Writes the words into `kept` (the session's staging buffer) when it is large
@@ -232,7 +232,8 @@ impl DraftStage {
 
 /// Records every drafting stream's round: its round start copied from the staging buffer
 /// into the assistant's buffers, the seed hidden state, k draft steps each copying its
-/// token into the verify's ids (or the replaced drafts over them).
+/// token into the verify's ids (an oracle stream's drafts are copied from the staging
+/// buffer instead; its draft steps run where the oracle says so, for their cost).
 fn record_drafts(
     step: &mut Step,
     assistant: &mut Assistant,
@@ -263,11 +264,16 @@ fn record_drafts(
         assistant.begin_round_on_gpu(stage.views[drafter]);
         let d = streams[i].drafting.as_ref().expect("a drafting stream");
         assistant.record_seed_hidden(step, &d.hidden, 0)?;
-        for j in 0..k {
-            assistant.record_step(step)?;
-            assistant.record_token_copy(step, ids, rows.offsets[i] + 1 + j)?;
+        let oracle_at = stage.oracle_at[i];
+        if d.source.runs_drafter() {
+            for j in 0..k {
+                assistant.record_step(step)?;
+                if oracle_at.is_none() {
+                    assistant.record_token_copy(step, ids, rows.offsets[i] + 1 + j)?;
+                }
+            }
         }
-        if let Some(at) = stage.replaced_at[i] {
+        if let Some(at) = oracle_at {
             step.encoder().copy_buffer_to_buffer(
                 staging.buffer(),
                 (at * 4) as u64,
@@ -379,19 +385,17 @@ impl Session {
         let vocab = state.model().spec.config.vocab_size;
         let rows = RoundRows::new(round_sizes(streams, state.model().max_batch_rows())?);
         let drafting = rows.drafting();
-        let (ids, hidden) = {
-            let plan = state.plan(ctx, rows.total, LogitRows::All)?;
-            let head = plan.head.as_ref().expect("a plan of every row's logits");
-            (plan.ids.clone(), head.hidden.clone())
-        };
+        let plan = state.plan(ctx, rows.total, LogitRows::All)?;
+        let head = plan.head_for("every row")?;
+        let (ids, hidden) = (&plan.ids, &head.hidden);
         let tokens = rows.seed_tokens(streams);
-        write_token_ids(ctx, &ids, &tokens, vocab)?;
+        write_token_ids(ctx, ids, &tokens, vocab)?;
         let mut step = Step::new(ctx);
         if drafting {
             let assistant = self.assistant.as_mut().ok_or_else(no_assistant)?;
             let stage = DraftStage::new(assistant, streams, &rows.ks, vocab)?;
             let staging = stage.upload(ctx, self.draft_staging.take(), streams.len())?;
-            record_drafts(&mut step, assistant, &staging, streams, &rows, &ids, &stage)?;
+            record_drafts(&mut step, assistant, &staging, streams, &rows, ids, &stage)?;
             self.draft_staging = Some(staging);
         }
         {
@@ -400,21 +404,17 @@ impl Session {
                 .zip(&rows.ks)
                 .map(|(s, &k)| (s.sequence_mut(), k + 1))
                 .collect();
-            state.record_batch(ctx, &mut step, &mut spans)?;
+            state.record_batch(ctx, &mut step, &plan, &mut spans)?;
         }
         let host = streams.iter().any(|s| s.reads_logits());
-        let plan = state
-            .built_plan(rows.total, LogitRows::All)
-            .expect("built above");
-        let head = plan.head.as_ref().expect("a plan of every row's logits");
         step.copy_to_readback(&head.next, &head.next_readback)?;
         if host {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;
         }
         let kept = self.draft_readback.take();
-        let ids_readback = verify_ids_readback(ctx, kept, &ids, state.model().max_batch_rows());
+        let ids_readback = verify_ids_readback(ctx, kept, ids, state.model().max_batch_rows());
         if drafting {
-            step.copy_to_readback(&ids, &ids_readback)?;
+            step.copy_to_readback(ids, &ids_readback)?;
         }
         step.submit();
         let next = head.next_readback.read_u32(ctx).await?;
@@ -442,7 +442,7 @@ impl Session {
             &rows,
             &mut readout,
             tokenizer,
-            &hidden,
+            hidden,
             &mut keep_hidden,
         )?;
         keep_hidden.submit();

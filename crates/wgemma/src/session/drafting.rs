@@ -1,26 +1,14 @@
-//! A stream's own draft state ([`Drafting`]) and benchmarks' draft replacement: what a
+//! A stream's own draft state ([`Drafting`]), its drafts' source included: what a
 //! [`super::Stream`] carries for [`super::Session::step_rounds`] (`batch_spec.rs`). Its own
 //! file, below `batch.rs` and `batch_spec.rs`, which both use it.
 
 use super::OP;
 use crate::error::{Error, Result};
-use crate::generate::speculative::{check_session, DraftSchedule, SpeculativeOptions};
+use crate::generate::speculative::{check_session, DraftSchedule, DraftSource, SpeculativeOptions};
 use crate::gpu::{DType, GpuContext, Step, Tensor};
 use crate::model::assistant::Assistant;
 use crate::model::forward::LogitRows;
 use crate::model::state::KvState;
-
-/// Benchmarks' drafts in a batch (as [`crate::generate::speculative::ReplacedDrafts`] for one
-/// generation): the assistant drafts as usual (its cost is paid), then draft j of a round
-/// after `c` committed tokens is replaced by `reference[c + j]` where `keep` says so, else
-/// by `(reference[c + j] + 1) % vocab` (a token a target whose greedy continuation is
-/// `reference` rejects).
-pub struct DraftReplacement {
-    /// The tokens the drafts stand for (index 0: the stream's first token).
-    pub reference: Vec<u32>,
-    /// Called once per round of k drafts: which of them keep their reference token.
-    pub keep: Box<dyn FnMut(usize) -> Vec<bool> + Send>,
-}
 
 /// A stream's own draft state.
 pub(super) struct Drafting {
@@ -34,7 +22,8 @@ pub(super) struct Drafting {
     pub(super) last_m: usize,
     pub(super) drafted: usize,
     pub(super) accepted: usize,
-    pub(super) replace: Option<DraftReplacement>,
+    /// The assistant's drafts, or (benchmarks) an oracle's.
+    pub(super) source: DraftSource,
 }
 
 impl Drafting {
@@ -72,12 +61,12 @@ impl Drafting {
             last_m: prompt_len,
             drafted: 0,
             accepted: 0,
-            replace: None,
+            source: DraftSource::Assistant,
         })
     }
 
-    pub(super) fn set_replacement(&mut self, replace: DraftReplacement) {
-        self.replace = Some(replace);
+    pub(super) fn set_source(&mut self, source: DraftSource) {
+        self.source = source;
     }
 }
 

@@ -91,6 +91,24 @@ pub fn size_limits(
     }
 }
 
+/// Cuts a context past the model's positions (`max_position_embeddings`) to them before
+/// anything is allocated, as [`LoadEvent::ContextClamped`] reports.
+fn clamp_context(
+    spec: &ModelSpec,
+    options: &mut ModelOptions,
+    progress: &mut Box<dyn FnMut(LoadEvent) + '_>,
+) {
+    let positions = spec.config.max_position_embeddings.unwrap_or(usize::MAX);
+    if (1..options.max_context).contains(&positions) {
+        progress(LoadEvent::ContextClamped {
+            asked: options.max_context,
+            positions,
+        });
+        options.max_context = positions;
+        options.prefill_chunk = options.prefill_chunk.min(positions);
+    }
+}
+
 impl LoadHooks<'_> {
     /// The model options, in `format` or else `default`.
     fn model_options(&self, default: WeightFormat) -> ModelOptions {
@@ -223,8 +241,9 @@ fn checkpoint(
     hooks: &mut LoadHooks<'_>,
 ) -> Result<(KvState, TextSetup, String)> {
     let names = Names::new(&hooks.place, checkpoint_names);
-    let options = hooks.model_options(WeightFormat::Q4 { group: 32 });
+    let mut options = hooks.model_options(WeightFormat::Q4 { group: 32 });
     let spec = parse_config(files.config_json).map_err(names.at(Step::Config))?;
+    clamp_context(&spec, &mut options, &mut hooks.progress);
     hooks
         .check_sizes(ctx, &spec, &options)
         .map_err(names.at(Step::Sizes))?;
@@ -265,10 +284,11 @@ fn gguf(
     hooks: &mut LoadHooks<'_>,
 ) -> Result<(KvState, TextSetup, String)> {
     let names = Names::new(&hooks.place, gguf_names);
-    let options = hooks.model_options(WeightFormat::Q4 { group: 32 });
+    let mut options = hooks.model_options(WeightFormat::Q4 { group: 32 });
     let file = GgufFile::parse(bytes).map_err(names.at(Step::Open))?;
     let config = gguf::config_json(&file).map_err(names.at(Step::Metadata))?;
     let spec = parse_config(&config).map_err(names.at(Step::Config))?;
+    clamp_context(&spec, &mut options, &mut hooks.progress);
     hooks
         .check_sizes(ctx, &spec, &options)
         .map_err(names.at(Step::Sizes))?;
@@ -317,7 +337,8 @@ fn artifact(
 ) -> Result<LoadedTarget> {
     let names = Names::new(&hooks.place, artifact_names);
     let art = Artifact::parse(bytes).map_err(names.at(Step::Open))?;
-    let options = hooks.model_options(art.format());
+    let mut options = hooks.model_options(art.format());
+    clamp_context(art.target_spec(), &mut options, &mut hooks.progress);
     hooks
         .check_sizes(ctx, art.target_spec(), &options)
         .map_err(names.at(Step::Sizes))?;
@@ -381,8 +402,9 @@ fn synthetic(
     hooks: &mut LoadHooks<'_>,
 ) -> Result<(KvState, TextSetup, String)> {
     let names = Names::new(&hooks.place, no_names);
-    let options = hooks.model_options(WeightFormat::Q4 { group: 32 });
+    let mut options = hooks.model_options(WeightFormat::Q4 { group: 32 });
     let spec = shape.spec();
+    clamp_context(&spec, &mut options, &mut hooks.progress);
     hooks
         .check_sizes(ctx, &spec, &options)
         .map_err(names.at(Step::Sizes))?;

@@ -117,6 +117,12 @@ pub enum LoadEvent {
     /// What the load converted from its stored types, in one line
     /// ([`crate::weights::conversion::summarise`]).
     Converted(String),
+    /// The context asked for (`options.max_context`) is past the model's positions
+    /// (`max_position_embeddings`): the KV caches hold `positions` instead.
+    ContextClamped {
+        asked: usize,
+        positions: usize,
+    },
 }
 
 /// How [`super::Session::model_info`] names the loaded model.

@@ -76,6 +76,17 @@ impl LinearWeight {
     }
 }
 
+/// The table of a tied matrix over its linear weight's buffers, where the layouts agree
+/// (Q4: [`EmbeddingTable::from_q4`]; ggml blocks: [`EmbeddingTable::from_ggml`]): one copy
+/// on the GPU. None for dense weights, whose table is chunked and the linear weight not.
+pub fn table_over(linear: &LinearWeight) -> Option<EmbeddingTable> {
+    match linear {
+        LinearWeight::Q4(w) => Some(EmbeddingTable::from_q4(w)),
+        LinearWeight::Ggml(w) => Some(EmbeddingTable::from_ggml(w)),
+        LinearWeight::Dense(_) => None,
+    }
+}
+
 /// Uploads a prepared `[rows, dim]` matrix as an embedding table in its own layout.
 pub fn table_from_matrix(ctx: &GpuContext, label: &str, m: &Matrix<'_>) -> Result<EmbeddingTable> {
     m.validate(label)?;

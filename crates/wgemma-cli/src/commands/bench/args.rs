@@ -155,6 +155,16 @@ impl BenchArgs {
         }
     }
 
+    /// The weight format as the bench reports it: `--dtype` as given, else `q4` (a GGUF
+    /// file: `stored`, its own types).
+    pub(super) fn dtype_label(&self) -> String {
+        match (&self.dtype, &self.model) {
+            (Some(d), _) => d.clone(),
+            (None, Some(m)) if crate::files::is_gguf(m) => "stored".to_string(),
+            (None, _) => "q4".to_string(),
+        }
+    }
+
     pub(super) fn sizes(&self) -> Result<Sizes> {
         let tiny = self.synthetic.as_deref() == Some("tiny");
         let sizes = Sizes {

@@ -4,8 +4,8 @@
 //! per step, `Session::step_rounds`), as `wgemma serve --parallel N [--assistant]` runs
 //! them. Each stream has its own prompt and KV slot.
 //!
-//! The speculative runs' drafts are the assistant's, then replaced on the GPU as the oracle
-//! rows of the single-stream bench do it (`--acceptance p`: each of the stream's own plain
+//! The speculative runs' drafts are an oracle's while the assistant's draft steps run (its
+//! full cost paid), as the oracle rows of the single-stream bench do it (`--acceptance p`: each of the stream's own plain
 //! tokens kept with probability p, else a token the target rejects), so acceptance is what
 //! was asked whatever the weights; the drafter's full cost is paid. Every speculative run's
 //! tokens are checked against the plain run's (`matches_plain`).
@@ -20,7 +20,7 @@ use wgemma::model::target::Model;
 use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::bench::{assistant_shape, FixedRateDrafts};
 use wgemma::session::{
-    AssistantFrom, DraftReplacement, GenerateRequest, LoadHooks, Session, Stream,
+    AssistantFrom, DraftSource, GenerateRequest, LoadHooks, OracleDrafts, Session, Stream,
 };
 
 /// What a parallel bench runs.
@@ -95,10 +95,11 @@ fn run_streams(
         let (mut stream, first) = pollster::block_on(session.start_stream(r))?;
         if let Some((acceptance, reference)) = replace {
             let mut oracle = FixedRateDrafts::new(acceptance, vocab);
-            stream.replace_drafts(DraftReplacement {
+            stream.set_draft_source(DraftSource::Oracle(OracleDrafts {
                 reference: reference[i].clone(),
                 keep: Box::new(move |k| oracle.keep(k)),
-            })?;
+                drafter: true,
+            }))?;
         }
         tokens.push(vec![first.id]);
         streams.push(stream);

@@ -1,8 +1,8 @@
 //! `wgemma bench`'s speculative runs with the real drafter, over the library's
 //! ([`wgemma::session::bench::drafted`], which the browser package's bench runs too): the
 //! assistant at the published E2B / E4B assistant shape (random weights) drafts every
-//! round, so its cost is paid; its drafts are then replaced on the GPU by the target's own
-//! greedy tokens at the chosen acceptance. Here: blocking on them, and `--profile`'s
+//! round, so its cost is paid, while the verify reads the target's own greedy tokens as
+//! drafts at the chosen acceptance (an oracle). Here: blocking on them, and `--profile`'s
 //! rounds by phase and shader.
 
 use anyhow::Result;
@@ -64,8 +64,8 @@ pub fn drafted_runs(
 }
 
 /// `--profile`: every dispatch of a few pipelined rounds of k drafts with the drafter
-/// (acceptance 1.0), timed on the GPU and split by phase (drafter steps, draft
-/// replacement, verify forward, commit) and by shader. The rounds are as many as the
+/// (acceptance 1.0), timed on the GPU and split by phase (drafter steps, verify forward,
+/// commit) and by shader. The rounds are as many as the
 /// profiler's timestamps hold after the prefill; the first round (seeded by the host) and
 /// the last one (run ahead of the end) are left out. `decode_step_us`: a one-row decode
 /// step's GPU time from the same process, for `verify_ratio`.
@@ -167,7 +167,7 @@ pub fn profile_rounds(
         "gpu_us_per_round": round_us,
         "drafter_us_per_round": us("drafter"),
         "verify_us_per_round": us("verify"),
-        "commit_us_per_round": us("commit") + us("replace"),
+        "commit_us_per_round": us("commit"),
         "decode_step_us": decode_step_us,
         "verify_ratio": us("verify") / decode_step_us.max(1e-9),
         "phases": phases,
@@ -178,7 +178,6 @@ fn phase_name(phase: Phase) -> &'static str {
     match phase {
         Phase::Target => "target",
         Phase::Drafter => "drafter",
-        Phase::Replace => "replace",
         Phase::Verify => "verify",
         Phase::Commit => "commit",
     }

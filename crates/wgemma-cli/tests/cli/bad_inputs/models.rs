@@ -30,6 +30,8 @@ fn bad_configs_name_the_field() {
             Box::new(|c| {
                 c["num_hidden_layers"] = 100002.into();
                 c["layer_types"] = serde_json::Value::Null;
+                // Positions for the long context below (a longer one is cut to them).
+                c["max_position_embeddings"] = 1_000_000.into();
             }),
             &["embed_tokens_per_layer", "[512, 3200064]"],
         ),

@@ -2,7 +2,8 @@
 //! forward) or, under the adaptive schedule, chunks of plain pipelined decode steps; the
 //! rounds run on the host ([`super::rounds`]) or pipelined on the GPU ([`super::pipeline`]).
 
-use super::pipeline::{self, ReplacedDrafts};
+use super::oracle::DraftSource;
+use super::pipeline;
 use super::rounds::Session;
 use super::schedule::{AdaptiveDrafts, DraftCosts, DraftSchedule};
 use super::{check_session, LastForward, Phase, SpeculativeOptions, SpeculativeOutput, OP};
@@ -31,14 +32,14 @@ fn per_second(count: usize, seconds: f64) -> f64 {
     }
 }
 
-/// Generates after `request.prompt` (see [`super::generate_speculative`]); `replace_drafts`
-/// only for benchmarks' pipelined rounds.
+/// Generates after `request.prompt` (see [`super::generate_speculative`]) with the drafts
+/// of `source` (an oracle only for benchmarks' pipelined rounds).
 pub(super) async fn run(
     target: &mut KvState,
     assistant: &mut Assistant,
     ctx: &GpuContext,
     request: Request<'_>,
-    replace_drafts: Option<ReplacedDrafts<'_>>,
+    source: DraftSource,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<SpeculativeOutput> {
     let (prompt, options, spec) = (request.prompt, request.options, request.spec);
@@ -49,10 +50,10 @@ pub(super) async fn run(
     let params = options.sampling;
     let greedy = params.is_greedy();
     let host_drafts = !greedy || spec.capture_draft_logits;
-    if replace_drafts.is_some() && host_drafts {
+    if matches!(source, DraftSource::Oracle(_)) && host_drafts {
         return Err(Error::invalid(
             OP,
-            "rounds whose drafts are replaced",
+            "rounds with oracle drafts",
             "greedy, drafts chained on the GPU",
             "sampling or captured draft logits",
         ));
@@ -124,7 +125,7 @@ pub(super) async fn run(
     if host_drafts {
         session.host_rounds(on_token).await?;
     } else {
-        pipeline::run(&mut session, replace_drafts, on_token).await?;
+        pipeline::run(&mut session, source, on_token).await?;
     }
     session.mark(Phase::Target, 0, 0);
     if !host_drafts {

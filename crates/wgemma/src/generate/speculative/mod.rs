@@ -38,11 +38,12 @@
 //! (T > 0 keeps this host path; so does `capture_draft_logits`).
 
 mod generation;
+mod oracle;
 mod pipeline;
 mod rounds;
 pub mod schedule;
 
-pub use pipeline::ReplacedDrafts;
+pub use oracle::{DraftSource, OracleDrafts};
 pub use schedule::DraftSchedule;
 
 use crate::error::{Error, Result};
@@ -161,8 +162,6 @@ pub enum Phase {
     Target,
     /// A GPU-resident round's draft steps (the assistant).
     Drafter,
-    /// Benchmarks' replacement of the drafts ([`ReplacedDrafts`]).
-    Replace,
     /// A GPU-resident round's verify forward (k + 1 rows, logits and argmax of each).
     Verify,
     /// The `spec_commit` kernel.
@@ -274,28 +273,29 @@ pub async fn generate_speculative(
         options,
         spec,
     };
-    generation::run(target, assistant, ctx, request, None, on_token).await
+    let source = DraftSource::Assistant;
+    generation::run(target, assistant, ctx, request, source, on_token).await
 }
 
-/// [`generate_speculative`] for benchmarks (greedy, drafts chained on the GPU): every round
-/// the assistant drafts as usual (its full cost is paid), then its k drafts are replaced on
-/// the GPU as [`ReplacedDrafts`] says (the target's own tokens, or tokens it rejects, per
-/// the caller's keep flags) before the verify forward, so that acceptance follows the
-/// caller's choice (oracle or fixed-rate drafts). The output is still the target's greedy
-/// continuation.
-pub async fn generate_speculative_replacing_drafts(
+/// [`generate_speculative`] for benchmarks (greedy, drafts chained on the GPU) with an
+/// oracle's drafts ([`OracleDrafts`]: the target's own tokens, or tokens it rejects, per the
+/// caller's keep flags), so that acceptance follows the caller's choice; the assistant's
+/// draft steps still run where the oracle says so (their cost is paid). The output is
+/// still the target's greedy continuation.
+pub async fn generate_speculative_with_oracle(
     target: &mut KvState,
     assistant: &mut Assistant,
     ctx: &GpuContext,
     prompt: &[u32],
     options: &GenerateOptions,
     spec: &SpeculativeOptions,
-    drafts: ReplacedDrafts<'_>,
+    oracle: OracleDrafts,
 ) -> Result<SpeculativeOutput> {
     let request = generation::Request {
         prompt,
         options,
         spec,
     };
-    generation::run(target, assistant, ctx, request, Some(drafts), &mut |_| true).await
+    let source = DraftSource::Oracle(oracle);
+    generation::run(target, assistant, ctx, request, source, &mut |_| true).await
 }

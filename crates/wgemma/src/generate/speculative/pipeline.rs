@@ -34,6 +34,7 @@
 //! r + 1 has run ahead: its rows are accounted and rolled back, as plain decoding rolls
 //! back its step run ahead, so the target ends exactly where rounds one at a time leave it.
 
+use super::oracle::{DraftSource, OracleRound};
 use super::rounds::Session;
 use super::schedule::{DraftSchedule, NextRound};
 use super::{LastForward, Phase, MAX_DRAFT_TOKENS, OP};
@@ -42,29 +43,13 @@ use crate::gpu::{DType, Kernel, Readback, Step, Tensor};
 use crate::model::assistant::DraftView;
 use crate::model::forward::LogitRows;
 use crate::ops::spec_commit::{
-    spec_commit, spec_replace_drafts, CommitBuffers, CommitParams, ReplaceBuffers, MAX_ROUND_ROWS,
-    RECORD_DRAFTS, RECORD_TOKENS, STATE_LEN, STATE_POSITION, STATE_POSITIONS, STATE_RECORD,
-    STATE_SEED,
+    spec_commit, CommitBuffers, CommitParams, MAX_ROUND_ROWS, RECORD_DRAFTS, RECORD_TOKENS,
+    STATE_LEN, STATE_POSITION, STATE_POSITIONS, STATE_RECORD, STATE_SEED,
 };
 use std::collections::HashMap;
 use web_time::Instant;
 
 const _: () = assert!(MAX_DRAFT_TOKENS + 1 == MAX_ROUND_ROWS);
-
-/// Benchmarks' drafts: the assistant drafts as usual (its cost is paid), then draft i of a
-/// round after `c` committed tokens is replaced on the GPU by `reference[c + i]` where
-/// `keep` says so, else by `(reference[c + i] + 1) % vocab` (a token a target whose greedy
-/// continuation is `reference` rejects).
-pub struct ReplacedDrafts<'a> {
-    /// The tokens the drafts stand for (index 0: the first generated token).
-    pub reference: &'a [u32],
-    /// Called once per round of k drafts: which of them keep their reference token.
-    pub keep: &'a mut dyn FnMut(usize) -> Vec<bool>,
-    /// Run the assistant's draft steps (true: their cost is paid). False: the verify reads
-    /// the replaced drafts alone, so that a round costs what it costs without the drafter
-    /// (benchmarks' `drafter_ms_per_round` is the difference).
-    pub drafter: bool,
-}
 
 /// A round submitted and not yet read.
 struct Flight {
@@ -78,6 +63,9 @@ struct Flight {
     /// A round recorded alone also pays the submit and wait the pipeline hides; timing it
     /// would make the adaptive schedule's first sample of a k too dear.
     timed: bool,
+    /// The drafts an oracle round's target accepts, where the oracle knows it (all its
+    /// drafts within its reference).
+    oracle_accepted: Option<usize>,
 }
 
 /// How a round learns its seed, positions, view and seed hidden state.
@@ -90,45 +78,28 @@ enum Seed {
 }
 
 /// The buffers and kernels of pipelined rounds.
-struct GpuRounds<'r> {
+struct GpuRounds {
     state: Tensor,
     readbacks: [Readback; 2],
     next_readback: usize,
-    /// Commit and replacement kernels per (verify rows, ids buffer): a plan rebuilt after
-    /// its eviction has new buffers, hence a new kernel.
+    /// Commit kernels per (verify rows, ids buffer): a plan rebuilt after its eviction has
+    /// new buffers, hence a new kernel.
     commits: HashMap<(usize, usize), Kernel>,
-    replaces: HashMap<(usize, usize), Kernel>,
-    replace: Option<(ReplacedDrafts<'r>, Tensor, Tensor)>,
+    source: DraftSource,
+    /// Tokens committed before the next round recorded behind another one (an oracle's
+    /// drafts depend on it): the round before it accepts its kept drafts and the bonus.
+    oracle_next: usize,
     last_read: Option<Instant>,
     /// Rounds submitted so far (the index of the next one in [`super::PhaseSpan`]).
     submitted: usize,
 }
 
-impl<'r> GpuRounds<'r> {
-    fn new(s: &Session<'_>, replace: Option<ReplacedDrafts<'r>>) -> Result<Self> {
+impl GpuRounds {
+    fn new(s: &Session<'_>, mut source: DraftSource) -> Result<Self> {
         let ctx = s.ctx;
-        let vocab = s.target.model().spec.config.vocab_size;
-        let replace = match replace {
-            Some(r) => {
-                if let Some(t) = r.reference.iter().find(|&&t| t as usize >= vocab) {
-                    return Err(Error::invalid(
-                        OP,
-                        "reference token of replaced drafts",
-                        format!("< vocab {vocab}"),
-                        t,
-                    ));
-                }
-                let mut reference = r.reference.to_vec();
-                if reference.is_empty() {
-                    reference.push(0);
-                }
-                let reference =
-                    Tensor::from_u32(ctx, "speculative.reference", &[reference.len()], &reference)?;
-                let keep = Tensor::zeros(ctx, "speculative.keep", &[MAX_DRAFT_TOKENS], DType::U32)?;
-                Some((r, reference, keep))
-            }
-            None => None,
-        };
+        if let Some(oracle) = source.oracle() {
+            oracle.check(s.target.model().spec.config.vocab_size)?;
+        }
         let bytes = (STATE_LEN * 4) as u64;
         Ok(GpuRounds {
             state: Tensor::zeros(ctx, "speculative.state", &[STATE_LEN], DType::U32)?,
@@ -138,8 +109,8 @@ impl<'r> GpuRounds<'r> {
             ],
             next_readback: 0,
             commits: HashMap::new(),
-            replaces: HashMap::new(),
-            replace,
+            source,
+            oracle_next: 0,
             last_read: None,
             submitted: 0,
         })
@@ -157,13 +128,13 @@ impl<'r> GpuRounds<'r> {
             _ => None,
         };
         let plan = s.target.plan(ctx, m, LogitRows::All)?;
-        let head = plan.head.as_ref().expect("a verify plan has logits");
+        let head = plan.head_for("every verify row")?;
         let (ids, next, hidden) = (plan.ids.clone(), head.next.clone(), head.hidden.clone());
         let round = self.submitted;
         self.submitted += 1;
         // Whatever ran since the last round (the prefill, plain steps) is the target's.
         s.mark(Phase::Target, round, kk);
-        let drafter = self.replace.as_ref().is_none_or(|r| r.0.drafter);
+        let drafter = self.source.runs_drafter();
         let mut step = Step::new(ctx);
         let max_start = match seed {
             Seed::Host => {
@@ -194,6 +165,11 @@ impl<'r> GpuRounds<'r> {
                 max_start
             }
         };
+        let committed = match seed {
+            Seed::Host => s.tokens.len(),
+            Seed::Gpu { .. } => self.oracle_next,
+        };
+        let oracle = self.write_oracle_drafts(s, kk, committed, &ids)?;
         let commit = self.commit_kernel(s, m, &ids, &next, &hidden)?;
         // The seed, from the state, into the verify's first row and the first draft step.
         step.encoder()
@@ -206,21 +182,16 @@ impl<'r> GpuRounds<'r> {
         if drafter {
             for i in 0..kk {
                 s.assistant.record_step(&mut step)?;
-                s.assistant.record_token_copy(&mut step, &ids, i + 1)?;
+                if oracle.is_none() {
+                    s.assistant.record_token_copy(&mut step, &ids, i + 1)?;
+                }
             }
         }
         s.mark(Phase::Drafter, round, kk);
-        if kk > 0 {
-            if let Some(kernel) = self.replace_kernel(s, kk, &ids)? {
-                step.pass(|pass| pass.dispatch(&kernel));
-            }
-        }
-        s.mark(Phase::Replace, round, kk);
         s.target.record_forward_at_gpu_positions(
             ctx,
             &mut step,
-            m,
-            LogitRows::All,
+            &plan,
             (&self.state, STATE_POSITIONS),
             max_start,
         )?;
@@ -237,6 +208,7 @@ impl<'r> GpuRounds<'r> {
             submission,
             readback,
             timed,
+            oracle_accepted: oracle.and_then(|o| o.within_reference.then_some(o.accepted)),
         })
     }
 
@@ -279,36 +251,28 @@ impl<'r> GpuRounds<'r> {
         Ok(copy)
     }
 
-    /// The replacement of a round's `kk` drafts (benchmarks), its keep flags written.
-    fn replace_kernel(
+    /// An oracle's `kk` drafts of a round after `committed` tokens, written over the verify's
+    /// draft ids (a queue write: ordered after the rounds submitted before and before this
+    /// one); None when the assistant's drafts are the round's.
+    fn write_oracle_drafts(
         &mut self,
         s: &Session<'_>,
         kk: usize,
+        committed: usize,
         ids: &Tensor,
-    ) -> Result<Option<Kernel>> {
-        let Some((r, reference, keep)) = self.replace.as_mut() else {
+    ) -> Result<Option<OracleRound>> {
+        let Some(oracle) = self.source.oracle() else {
             return Ok(None);
         };
-        let flags = (r.keep)(kk);
-        if flags.len() != kk {
-            return Err(Error::invalid(OP, "kept flags of a round", kk, flags.len()));
+        let vocab = s.target.model().spec.config.vocab_size;
+        let round = oracle.round(committed, kk, vocab)?;
+        if kk > 0 {
+            s.ctx
+                .queue
+                .write_buffer(ids.buffer(), 4, bytemuck::cast_slice(&round.drafts));
         }
-        let flags: Vec<u32> = flags.iter().map(|&b| b as u32).collect();
-        keep.write_bytes(s.ctx, bytemuck::cast_slice(&flags));
-        let key = (kk + 1, ids.buffer_key());
-        if !self.replaces.contains_key(&key) {
-            let buffers = ReplaceBuffers {
-                state: &self.state,
-                reference,
-                keep,
-                ids,
-            };
-            let vocab = s.target.model().spec.config.vocab_size;
-            let kernel = spec_replace_drafts(s.ctx, &buffers, kk, s.prompt_len, vocab)?;
-            self.replaces.insert(key, kernel);
-        }
-        let k = &self.replaces[&key];
-        Ok(Some(k.with_grid(k.grid())))
+        self.oracle_next = committed + round.accepted + 1;
+        Ok(Some(round))
     }
 
     /// Reads `f`'s record, brings the host up to date and streams its tokens. Returns
@@ -334,6 +298,15 @@ impl<'r> GpuRounds<'r> {
                 "record of a GPU round (accepted, drafts, seed position)",
                 format!("(<= {}, {}, {})", f.kk, f.kk, s.seed_position()),
                 format!("({n}, {kk}, {p})"),
+            ));
+        }
+        if let Some(want) = f.oracle_accepted.filter(|&want| want != n) {
+            // The reference is not this target's greedy continuation: a bug, never a figure.
+            return Err(Error::invalid(
+                OP,
+                "drafts an oracle round's target accepts",
+                format!("{want} (its kept drafts)"),
+                n,
             ));
         }
         let drafts = state[RECORD_DRAFTS..RECORD_DRAFTS + kk].to_vec();
@@ -419,10 +392,10 @@ fn pipelined_drafts(
 /// Greedy rounds with drafts chained on the GPU, pipelined (see the module docs).
 pub(super) async fn run(
     s: &mut Session<'_>,
-    replace: Option<ReplacedDrafts<'_>>,
+    source: DraftSource,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<()> {
-    let mut gpu = GpuRounds::new(s, replace)?;
+    let mut gpu = GpuRounds::new(s, source)?;
     let mut in_flight: Option<Flight> = None;
     let mut stash: Option<NextRound> = None;
     // Where the GPU put the seed of the round after the last one read.

@@ -267,7 +267,7 @@ impl Session<'_> {
         // A round that builds its verify plan is not a measure of what rounds cost.
         let timed = self.target.built_plan(m, LogitRows::All).is_some();
         let seed_hidden = self.seed_hidden()?;
-        let ids = self.target.plan(ctx, m, LogitRows::All)?.ids.clone();
+        let plan = self.target.plan(ctx, m, LogitRows::All)?;
         let mut drafts = Vec::with_capacity(kk);
         // Output position of the verify forward's first row (the token after the seed).
         let position = self.tokens.len() as u64;
@@ -304,11 +304,9 @@ impl Session<'_> {
         let mut all = Vec::with_capacity(m);
         all.push(seed);
         all.extend(&drafts);
-        write_token_ids(ctx, &ids, &all, vocab)?;
-        self.target
-            .record_forward(ctx, &mut step, m, LogitRows::All)?;
-        let plan = self.target.plan(ctx, m, LogitRows::All)?;
-        let head = plan.head.as_ref().expect("a verify plan has logits");
+        write_token_ids(ctx, &plan.ids, &all, vocab)?;
+        self.target.record_forward(ctx, &mut step, &plan)?;
+        let head = plan.head_for("every verify row")?;
         step.copy_to_readback(&head.next, &head.next_readback)?;
         if !greedy {
             step.copy_to_readback(&head.logits, &head.logits_readback)?;

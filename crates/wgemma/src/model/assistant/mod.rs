@@ -41,27 +41,30 @@
 
 mod config;
 mod draft_costs;
+mod head;
+mod io;
 mod step;
 mod view;
 mod weights;
 
 pub use config::{parse_assistant_config, AssistantHead, AssistantOptions, AssistantSpec};
 pub use draft_costs::DraftCosts;
-pub use step::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS, TOKEN_ORDERING};
+pub use head::{lm_head_rows_layout, HeadRoutes, LM_HEAD_ROWS, TOKEN_ORDERING};
 pub use view::DraftView;
 pub use weights::tensors as assistant_tensors;
 
+use super::blocks::{KindView, ViewKv};
 use super::config::{KvSource, LayerKind, LayerSpec, ModelSpec};
-use super::plan_parts::rope_config;
+use super::plan_parts::{rope_config, KeyLens, Op};
 use super::state::KvState;
 use crate::error::{Error, Result};
 use crate::gpu::{DType, GpuContext, Readback, Step, Tensor};
-use crate::ops::attention::{AttentionScratch, KeyFromValue};
+use crate::ops::attention::KeyFromValue;
 use crate::ops::opset::OpSet;
-use crate::ops::rope::Rope;
 use crate::weights::source::{Scope, WeightSource};
 use config::OP;
-use step::{Activations, Op, StepBuilder, Stream, TargetKv};
+use io::DraftIo;
+use step::{plan_step, StepSource};
 use weights::AssistantWeights;
 
 /// The target's store layer of `kind`: the last layer of that kind owning its K/V (HF
@@ -92,7 +95,7 @@ pub struct GpuRoundBuffers<'a> {
 /// A loaded assistant, bound to the target whose caches its attention reads.
 pub struct Assistant {
     pub spec: AssistantSpec,
-    a: Activations,
+    io: DraftIo,
     ops: Vec<Op>,
     view: Option<DraftView>,
     routes: HeadRoutes,
@@ -125,71 +128,41 @@ impl Assistant {
         let (ht, vocab) = (tc.hidden_size, tc.vocab_size);
         check_fits_target(&spec, ht, vocab)?;
         let c = &spec.text.config;
-        let layers = &spec.text.layers;
-        let stores = target_stores(target, layers)?;
-        let target_kv = |kind: LayerKind| target_kv(target, &stores, kind);
-
-        let a = Activations::new(ctx, layers, c.num_attention_heads, c.hidden_size, ht, vocab)?;
-        let max_d = layers.iter().map(|l| l.head_dim).max().unwrap_or(4);
-        let scratch = AttentionScratch::for_head_dim(ctx, max_d)?;
-        let rope_of = |kind: LayerKind| -> Result<Option<Rope>> {
-            layers
-                .iter()
-                .find(|l| l.kind == kind)
-                .map(|l| Rope::new(ctx, rope_config(l)))
-                .transpose()
+        let stores = target_stores(target, &spec.text.layers)?;
+        let io = DraftIo::new(ctx, c.hidden_size, ht, vocab)?;
+        let view_of = |kind: LayerKind, end| kind_view(target, &stores, kind, end);
+        let view = ViewKv {
+            sliding: view_of(LayerKind::Sliding, &io.sliding_end),
+            full: view_of(LayerKind::Full, &io.full_end),
         };
-        let (sliding_rope, full_rope) = (rope_of(LayerKind::Sliding)?, rope_of(LayerKind::Full)?);
-
         let lm_head = lm_head_name(&spec, &|n| source.has(n));
         // The assistant's names are full HF names: its root scope adds no prefix.
         let root = Scope::root(source);
         let weights = AssistantWeights::load(ctx, &root, &spec, options.format, lm_head)?;
-        let mut b = StepBuilder {
+        let (ops, routes) = plan_step(
             ctx,
-            weights: &weights,
-            source: &root,
-            format: options.format,
-            eps: c.rms_norm_eps as f32,
-            ha: c.hidden_size,
-            heads: c.num_attention_heads,
-            ht,
-            vocab,
-            a: &a,
-            ops: Vec::new(),
-            stream: Stream::new(&a),
-        };
-        b.input(target)?;
-        for (l, w) in layers.iter().zip(&weights.layers) {
-            let rope = match l.kind {
-                LayerKind::Sliding => &sliding_rope,
-                LayerKind::Full => &full_rope,
-            };
-            let rope = rope
-                .as_ref()
-                .expect("a rope exists for every layer kind present");
-            b.layer(l, w, &target_kv(l.kind), rope, &scratch)?;
-        }
-        b.output()?;
-        let routes = match spec.head {
-            AssistantHead::Dense => b.dense_head()?,
-            AssistantHead::Centroids {
-                num_centroids,
-                top_k,
-            } => b.centroid_head(op_set, lm_head, num_centroids, top_k)?,
-        };
-        b.argmax()?;
-        let ops = b.ops;
-
-        let bound_caches = stores
-            .iter()
-            .map(|(kind, _)| target_kv(*kind).cache.chunks()[0].v.clone())
+            &StepSource {
+                spec: &spec,
+                weights: &weights,
+                target: target.model().weights(),
+                view: &view,
+                io: &io,
+                source: &root,
+                format: options.format,
+                op_set,
+                lm_head,
+            },
+        )?;
+        let bound_caches = [&view.sliding, &view.full]
+            .into_iter()
+            .flatten()
+            .map(|v| v.cache.chunks()[0].v.clone())
             .collect();
         Ok(Assistant {
-            logits_readback: Readback::new(ctx, "assistant.logits", a.logits.byte_size()),
+            logits_readback: Readback::new(ctx, "assistant.logits", io.logits.byte_size()),
             token_readback: Readback::new(ctx, "assistant.token", 4),
             spec,
-            a,
+            io,
             ops,
             view: None,
             routes,
@@ -236,15 +209,17 @@ fn target_stores(target: &KvState, layers: &[LayerSpec]) -> Result<Vec<(LayerKin
     Ok(stores)
 }
 
-/// The target cache that layers of `kind` read (from `stores`, already checked), and how
-/// to rebuild its keys from its values on K = V layers.
-fn target_kv<'t>(
+/// The target cache that layers of `kind` read (from `stores`, already checked), how to
+/// rebuild its keys from its values on K = V layers, and the view end its rows stop at;
+/// None where the assistant has no layer of that kind.
+fn kind_view<'t>(
     target: &'t KvState,
     stores: &[(LayerKind, usize)],
     kind: LayerKind,
-) -> TargetKv<'t> {
-    let store = stores.iter().find(|(k, _)| *k == kind).expect("checked").1;
-    let cache = target.kv_cache(store).expect("checked");
+    end: &'t Tensor,
+) -> Option<KindView<'t>> {
+    let store = stores.iter().find(|(k, _)| *k == kind)?.1;
+    let cache = target.kv_cache(store)?;
     let key_from_v = match (
         &target.model().weights().layers[store].attn.kv,
         cache.config().k_eq_v,
@@ -255,7 +230,11 @@ fn target_kv<'t>(
         }),
         _ => None,
     };
-    TargetKv { cache, key_from_v }
+    Some(KindView {
+        cache,
+        key_from_v,
+        end,
+    })
 }
 
 /// The target's sliding window (`usize::MAX` when it has no sliding layer).
@@ -367,9 +346,9 @@ impl Assistant {
         let write = |t: &Tensor, v: usize| {
             t.write_bytes(ctx, bytemuck::cast_slice(&[v as u32, slot as u32]))
         };
-        write(&self.a.rope_position, view.position);
-        write(&self.a.full_position, view.full_end);
-        write(&self.a.sliding_position, view.sliding_end);
+        write(&self.io.rope_position, view.position);
+        write(&self.io.full_end, view.full_end);
+        write(&self.io.sliding_end, view.sliding_end);
         self.view = Some(view);
     }
 
@@ -385,12 +364,12 @@ impl Assistant {
     /// The buffers a GPU-resident round start writes (see [`Assistant::begin_round_on_gpu`]).
     pub fn gpu_round_buffers(&self) -> GpuRoundBuffers<'_> {
         GpuRoundBuffers {
-            token: &self.a.token,
-            input: &self.a.input,
+            token: &self.io.token,
+            input: &self.io.input,
             seed_hidden_offset: self.target_hidden,
-            rope_position: &self.a.rope_position,
-            full_end: &self.a.full_position,
-            sliding_end: &self.a.sliding_position,
+            rope_position: &self.io.rope_position,
+            full_end: &self.io.full_end,
+            sliding_end: &self.io.sliding_end,
         }
     }
 
@@ -404,7 +383,7 @@ impl Assistant {
                 token,
             ));
         }
-        self.a.token.write_bytes(ctx, bytemuck::bytes_of(&token));
+        self.io.token.write_bytes(ctx, bytemuck::bytes_of(&token));
         Ok(())
     }
 
@@ -426,7 +405,7 @@ impl Assistant {
         step.encoder().copy_buffer_to_buffer(
             hidden.buffer(),
             row as u64 * bytes,
-            self.a.input.buffer(),
+            self.io.input.buffer(),
             bytes,
             bytes,
         );
@@ -440,16 +419,20 @@ impl Assistant {
         let view = self
             .view
             .ok_or_else(|| Error::invalid(OP, "draft view", "set by begin_round", "none"))?;
+        let keys = KeyLens {
+            sliding: view.sliding_end + 1,
+            full: view.full_end + 1,
+        };
         let mut recorded = Ok(());
         step.pass(|pass| {
-            recorded = self.ops.iter().try_for_each(|op| op.record(pass, &view));
+            recorded = self.ops.iter().try_for_each(|op| op.record(pass, 1, keys));
         });
         recorded?;
         let bytes = (self.target_hidden * 4) as u64;
         step.encoder().copy_buffer_to_buffer(
-            self.a.h_out.buffer(),
+            self.io.h_out.buffer(),
             0,
-            self.a.input.buffer(),
+            self.io.input.buffer(),
             bytes,
             bytes,
         );
@@ -468,7 +451,7 @@ impl Assistant {
             ));
         }
         step.encoder().copy_buffer_to_buffer(
-            self.a.token.buffer(),
+            self.io.token.buffer(),
             0,
             ids.buffer(),
             slot as u64 * 4,
@@ -479,9 +462,9 @@ impl Assistant {
 
     /// Records the readback copies of the last step's logits and draft.
     pub fn record_readback(&self, step: &mut Step, logits: bool) -> Result<()> {
-        step.copy_to_readback(&self.a.token, &self.token_readback)?;
+        step.copy_to_readback(&self.io.token, &self.token_readback)?;
         if logits {
-            step.copy_to_readback(&self.a.logits, &self.logits_readback)?;
+            step.copy_to_readback(&self.io.logits, &self.logits_readback)?;
         }
         Ok(())
     }
@@ -499,7 +482,7 @@ impl Assistant {
     /// The draft logits tensor `[1, vocab]` (centroid head: unselected entries hold
     /// min(selected) - 1, as HF's).
     pub fn logits(&self) -> &Tensor {
-        &self.a.logits
+        &self.io.logits
     }
 }
 

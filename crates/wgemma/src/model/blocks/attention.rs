@@ -3,12 +3,14 @@
 //! q/k/v norms + RoPE in one dispatch (`norm_rope`), the KV append (layers that own their
 //! K/V; KV-shared layers read their source layer's cache), attention over the cache and
 //! o_proj, whose output is queued on the residual stream under
-//! `post_attention_layernorm`.
+//! `post_attention_layernorm`. In a queries-only plan (the assistant's,
+//! [`KvAccess::QueriesOnly`]) a layer projects q alone and attends to another model's
+//! cache through a view.
 
-use super::{block_input, BlockCx};
+use super::{block_input, BlockCx, KvAccess, ViewKv};
 use crate::error::{Error, Result};
 use crate::gpu::Tensor;
-use crate::model::config::{KvSource, LayerSpec};
+use crate::model::config::{KvSource, LayerKind, LayerSpec};
 use crate::model::plan_parts::{rope_config, Op};
 use crate::model::residual::{project, BlockInput, Pending, Residual};
 use crate::ops::attention::{
@@ -126,14 +128,7 @@ pub(in crate::model) fn plan<'a>(
     ops: &mut Vec<Op>,
 ) -> Result<()> {
     let BlockCx {
-        ctx,
-        spec,
-        shared,
-        a,
-        positions,
-        m,
-        eps,
-        ..
+        ctx, spec, a, m, ..
     } = *cx;
     let c = &spec.config;
     let (nh, d) = (c.num_attention_heads, l.head_dim);
@@ -149,6 +144,11 @@ pub(in crate::model) fn plan<'a>(
         &q.reshaped(&[m, nh * d])?,
         true,
     )?));
+    if let KvAccess::QueriesOnly(view) = cx.kv {
+        residual.commit();
+        plan_queries_only(cx, l, (&q, &w.q_norm), view, &attn, ops)?;
+        return finish(cx, l, w, &attn, residual, ops);
+    }
     // q_norm, k_norm, v_norm and RoPE run as one dispatch (norm_rope) per layer.
     let (cache_layer, key_from_v) = match (&l.kv, &w.kv) {
         (KvSource::Own, Some(kv)) => {
@@ -158,17 +158,18 @@ pub(in crate::model) fn plan<'a>(
         (KvSource::Shared { from_layer }, _) => {
             residual.commit();
             let source = &spec.layers[*from_layer];
-            if let Some(folded) = folded_attention(cx, l, &w.q_norm_host, *from_layer, &q, &attn)? {
-                ops.push(Op::Attention(Box::new(folded)));
+            let folded = folded_attention(cx, l, &w.q_norm_host, *from_layer, (&q, &attn))?;
+            if let Some(folded) = folded {
+                ops.push(Op::Attention(Box::new(folded), l.kind));
                 return finish(cx, l, w, &attn, residual, ops);
             }
-            ops.push(Op::Rope(shared.rope(l.kind).norm_rope(
+            ops.push(Op::Rope(cx.shared.rope(l.kind).norm_rope(
                 ctx,
-                positions,
+                cx.positions,
                 (&q, &w.q_norm),
                 None,
                 VHeads::None,
-                eps,
+                cx.eps,
             )?));
             (*from_layer, source.k_eq_v)
         }
@@ -181,9 +182,83 @@ pub(in crate::model) fn plan<'a>(
             ))
         }
     };
-    let attention = attention_op(cx, cache_layer, key_from_v, &q, &attn, None)?;
-    ops.push(Op::Attention(Box::new(attention)));
+    let attention = attention_op(cx, cache_layer, key_from_v, (&q, &attn), None)?;
+    ops.push(Op::Attention(Box::new(attention), l.kind));
     finish(cx, l, w, &attn, residual, ops)
+}
+
+/// The model's own cache of `layer` ([`KvAccess::Own`]) and that layer's k_norm on the
+/// host, if it owns its K/V.
+fn own_cache<'c>(cx: &BlockCx<'c>, layer: usize) -> Result<(&'c KvCache, Option<&'c [f32]>)> {
+    let missing = |found: &str| {
+        Error::invalid(
+            "model",
+            format!("KV cache of layer {layer}"),
+            "allocated for the model's own plan",
+            found,
+        )
+    };
+    match cx.kv {
+        KvAccess::Own {
+            caches,
+            k_norm_hosts,
+        } => caches
+            .get(layer)
+            .and_then(Option::as_ref)
+            .map(|c| (c, k_norm_hosts.get(layer).copied().flatten()))
+            .ok_or_else(|| missing("none")),
+        KvAccess::QueriesOnly(_) => Err(missing("a queries-only plan")),
+    }
+}
+
+/// A queries-only layer ([`KvAccess::QueriesOnly`]): q_norm and RoPE at the plan's
+/// positions in one dispatch, then attention over the view of the layer's kind. Its
+/// positions buffer holds the END of the visible rows, not the RoPE position, so q_norm +
+/// RoPE stay a dispatch of their own (the folded decode partial rotates q at the
+/// attention's position). HF's flipped bidirectional window keeps `W + 1` rows.
+fn plan_queries_only(
+    cx: &BlockCx<'_>,
+    l: &LayerSpec,
+    (q, q_norm): (&Tensor, &Tensor),
+    view: &ViewKv<'_>,
+    attn: &Tensor,
+    ops: &mut Vec<Op>,
+) -> Result<()> {
+    let ctx = cx.ctx;
+    let kv = view.of(l.kind).ok_or_else(|| {
+        Error::invalid(
+            "model",
+            format!("K/V view of layer {} ({})", l.index, l.kind.hf_name()),
+            "a cache of that layer type",
+            "none",
+        )
+    })?;
+    ops.push(Op::Rope(cx.shared.rope(l.kind).norm_rope(
+        ctx,
+        cx.positions,
+        (q, q_norm),
+        None,
+        VHeads::None,
+        cx.eps,
+    )?));
+    let window = match l.kind {
+        LayerKind::Sliding => Some(l.window.unwrap_or(usize::MAX - 1) + 1),
+        LayerKind::Full => None,
+    };
+    let inputs = AttentionInputs {
+        fold_q: None,
+        q,
+        positions: kv.end,
+        cache: kv.cache,
+        out: attn,
+        key_from_v: kv.key_from_v,
+    };
+    let mut attention = Attention::with_window(ctx, inputs, &cx.shared.scratch, window)?;
+    if !cx.options.latency_attention {
+        attention.disable_latency_decode();
+    }
+    ops.push(Op::Attention(Box::new(attention), l.kind));
+    Ok(())
 }
 
 /// o_proj of the attention output, queued on the residual stream under
@@ -218,8 +293,7 @@ fn folded_attention(
     l: &LayerSpec,
     q_norm_host: &[f32],
     cache_layer: usize,
-    q: &Tensor,
-    attn: &Tensor,
+    q_attn: (&Tensor, &Tensor),
 ) -> Result<Option<Attention>> {
     if !cx.options.fold_q_norm_rope || cx.m > DECODE_MAX_ROWS {
         return Ok(None);
@@ -230,7 +304,7 @@ fn folded_attention(
         eps: cx.eps,
     };
     let key_from_v = cx.spec.layers[cache_layer].k_eq_v;
-    match attention_op(cx, cache_layer, key_from_v, q, attn, Some(fold)) {
+    match attention_op(cx, cache_layer, key_from_v, q_attn, Some(fold)) {
         Ok(attention) => Ok(Some(attention)),
         Err(Error::NoRoute { .. }) => Ok(None),
         Err(e) => Err(e),
@@ -251,14 +325,7 @@ fn plan_own_kv<'a>(
     let (ctx, m) = (cx.ctx, cx.m);
     let (d, kvh) = (l.head_dim, l.num_kv_heads);
     let rope = cx.shared.rope(l.kind);
-    let cache = cx.caches[l.index].as_ref().ok_or_else(|| {
-        Error::invalid(
-            "model",
-            format!("KV cache of layer {}", l.index),
-            "allocated",
-            "none",
-        )
-    })?;
+    let (cache, _) = own_cache(cx, l.index)?;
     let (k, v) = cx.a.kv[l.index].as_ref().ok_or_else(|| {
         Error::invalid(
             "model",
@@ -314,20 +381,12 @@ fn attention_op(
     cx: &BlockCx<'_>,
     cache_layer: usize,
     key_from_v: bool,
-    q: &Tensor,
-    attn: &Tensor,
+    (q, attn): (&Tensor, &Tensor),
     fold_q: Option<FoldQ<'_>>,
 ) -> Result<Attention> {
     let spec = cx.spec;
-    let cache = cx.caches[cache_layer].as_ref().ok_or_else(|| {
-        Error::invalid(
-            "model",
-            format!("KV cache of layer {cache_layer}"),
-            "allocated",
-            "none",
-        )
-    })?;
-    let key_from_v = match (key_from_v, cx.k_norm_hosts[cache_layer]) {
+    let (cache, k_norm_host) = own_cache(cx, cache_layer)?;
+    let key_from_v = match (key_from_v, k_norm_host) {
         (true, Some(k_norm_weight)) => Some(KeyFromValue {
             k_norm_weight,
             rope: rope_config(&spec.layers[cache_layer]),

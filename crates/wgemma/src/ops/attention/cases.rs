@@ -2,6 +2,7 @@
 //! holds `start` positions, against the f64 reference over the logical K/V history.
 
 use super::*;
+use crate::gpu::DType;
 use crate::harness::{Check, Expected, OpCase, Prepared, Rng, Values};
 use rand::Rng as _;
 

@@ -205,3 +205,37 @@ pub fn check_cases() -> Vec<Box<dyn OpCase>> {
         .map(|c| Box::new(c) as Box<dyn OpCase>)
         .collect()
 }
+
+/// `wgemma ops bench`: decode-sized matvecs (M = 1 and 3) at E2B's shapes and the lm_head,
+/// Q8_0 on the f32 and the int8 matvec (the same bytes, two kernels) and the K-quants on
+/// theirs; a 64-row prefill GEMM per format at the MLP's gate_up shape.
+pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
+    let shapes = [(1536, 2048), (1536, 12288), (6144, 1536), (1536, 262_144)];
+    let mut cases = Vec::new();
+    for &(k, n) in &shapes {
+        for m in [1, 3] {
+            for route in [GgmlRoute::Matvec, GgmlRoute::MatvecInt8] {
+                let mut c = GgmlLinearCase::new(GgmlType::Q8_0, m, k, n);
+                c.route = Some(route);
+                cases.push(c);
+            }
+            for ty in [GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::Q4_K] {
+                let mut c = GgmlLinearCase::new(ty, m, k, n);
+                c.route = Some(GgmlRoute::Matvec);
+                cases.push(c);
+            }
+        }
+    }
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q6_K,
+        GgmlType::Q5_K,
+        GgmlType::Q4_K,
+    ] {
+        cases.push(GgmlLinearCase::new(ty, 64, 1536, 12288));
+    }
+    cases
+        .into_iter()
+        .map(|c| Box::new(c) as Box<dyn OpCase>)
+        .collect()
+}

@@ -30,15 +30,15 @@ mod weight;
 
 pub use blocks::GgmlType;
 #[cfg(any(test, feature = "harness"))]
-pub use cases::{check_cases, random_blocks, random_cases, GgmlLinearCase};
+pub use cases::{bench_cases, check_cases, random_blocks, random_cases, GgmlLinearCase};
 pub use gather::ggml_gather;
 pub use reference::{ggml_linear_ref, ggml_q8q8_linear_ref};
 pub use weight::{is_native, GgmlChunk, GgmlWeight, GGML_CHUNK_ROW_MULTIPLE, NATIVE_TYPES};
 
 use crate::error::{Error, Result};
-use crate::gpu::{workgroups_for, Activations, DType, GpuContext, Kernel, KernelBuilder, Tensor};
+use crate::gpu::{workgroups_for, Activations, GpuContext, Kernel, KernelBuilder, Tensor};
 use crate::ops::linear::int8::{chunk_words, BLOCK_BYTES};
-use crate::ops::linear::{DeviceCaps, Linear, LinearRoute};
+use crate::ops::linear::{check_io, DeviceCaps, Linear, LinearRoute};
 
 const OP: &str = "ggml_linear";
 
@@ -246,7 +246,7 @@ pub fn ggml_linear_with(
     route: Option<GgmlRoute>,
 ) -> Result<Linear> {
     let (n, k) = (w.n(), w.k());
-    let m = check_io(x, y, n, k)?;
+    let m = check_io(OP, x, y, n, k)?;
     let route = route.unwrap_or_else(|| choose_route_on(ctx, m, w.ty()));
     let failed = failed_guards(ctx, route, m, w);
     let name = shader(route, w.ty());
@@ -321,44 +321,4 @@ fn chunk_kernel(
         }
         GgmlRoute::Gemm => builder.build_1d(rows.div_ceil(64) as u64 * m.div_ceil(32) as u64),
     }
-}
-
-/// Checks x f32 `[.., K]` and y f32 `[.., N]` with the same leading rows; returns M.
-fn check_io(x: &Tensor, y: &Tensor, n: usize, k: usize) -> Result<usize> {
-    for (t, name) in [(x, "x"), (y, "y")] {
-        if t.dtype() != DType::F32 {
-            return Err(Error::invalid(
-                OP,
-                format!("dtype of {name}"),
-                "f32",
-                format!("{:?}", t.dtype()),
-            ));
-        }
-    }
-    if x.shape().last() != Some(&k) || x.numel() == 0 {
-        return Err(Error::invalid(
-            OP,
-            "shape of x (last dim = K, M >= 1)",
-            format!("[M, {k}]"),
-            format!("{:?}", x.shape()),
-        ));
-    }
-    let m = x.numel() / k;
-    if y.shape().last() != Some(&n) || y.numel() != m * n {
-        return Err(Error::invalid(
-            OP,
-            "shape of y",
-            format!("[{m}, {n}]"),
-            format!("{:?}", y.shape()),
-        ));
-    }
-    if u32::try_from(m * n.max(k)).is_err() {
-        return Err(Error::invalid(
-            OP,
-            "elements of x and y",
-            "< 2^32",
-            m * n.max(k),
-        ));
-    }
-    Ok(m)
 }

@@ -3,6 +3,7 @@
 
 use super::cases::random_blocks;
 use super::*;
+use crate::gpu::DType;
 use crate::harness::{assert_cases_pass, rng, test_context, OpCase};
 
 #[test]
@@ -90,6 +91,12 @@ fn the_check_cases_cover_e2b_shapes_and_rows() {
     for m in [1, 3, 8] {
         let want = format!("ggml_linear Q8_0 matvec_int8 m={m} k=6144 n=1536");
         assert!(names.contains(&want), "missing {want}");
+    }
+    // `ops bench` times both Q8_0 matvecs on the same bytes.
+    let bench: Vec<String> = bench_cases().iter().map(|c| c.name()).collect();
+    for route in ["matvec", "matvec_int8"] {
+        let want = format!("ggml_linear Q8_0 {route} m=1 k=1536 n=262144");
+        assert!(bench.contains(&want), "missing {want}");
     }
 }
 

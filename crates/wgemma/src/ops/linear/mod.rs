@@ -25,10 +25,12 @@
 
 #[cfg(any(test, feature = "harness"))]
 mod cases;
+mod epilogue;
 mod gemm;
 pub mod int8;
 pub(crate) mod matvec_variants;
 mod norm_prologue;
+mod op;
 pub mod quant;
 pub mod reference;
 mod routes;
@@ -41,9 +43,11 @@ pub use cases::{
     bench_cases, int8_check_cases, prefill_cases, random_cases, DenseLinearCase, Q4LinearCase,
     WeightData,
 };
+pub use epilogue::Epilogue;
 pub use norm_prologue::{
     q4_linear_norm, q4_linear_norm_with, q4_norm_prologue_available, NormPrologue, NormPrologueMode,
 };
+pub use op::{Linear, LinearOptions};
 pub use quant::{
     dequantize_q4, pack_scale_halves, quantize_q4, Q4Chunk, Q4Host, Q4Weight, Q4Words,
     CHUNK_ROW_MULTIPLE,
@@ -58,168 +62,10 @@ pub use routes::{
 pub use tuning::{choose_tuning, AdapterProfile, MatvecTuning};
 
 use crate::error::{Error, Result};
-use crate::gpu::{
-    workgroups_for, Activations, DType, GpuContext, Kernel, KernelBuilder, Pass, Tensor,
-};
+use crate::gpu::{workgroups_for, Activations, DType, GpuContext, Kernel, KernelBuilder, Tensor};
 use matvec_variants::{matvec_variant, MatvecFamily};
-
-/// Options of [`q4_linear_with`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LinearOptions {
-    /// Build this route or fail with its failed guards (tests, benchmarks).
-    pub route: Option<LinearRoute>,
-    /// Use the portable workgroup-memory reduction even when subgroups are available.
-    pub portable: bool,
-    /// Build the matvec routes with this geometry instead of the adapter table's
-    /// (benchmarks, tests); refused when invalid for the shape.
-    pub tuning: Option<MatvecTuning>,
-    /// Run the matvecs at this activation precision instead of the context's (tests and
-    /// benchmarks compare the families on one device; int8 then runs where the dot
-    /// products are a polyfill too).
-    pub activations: Option<Activations>,
-}
-
-/// A built linear op: its route and one kernel per weight chunk, recorded in order.
-#[derive(Debug)]
-pub struct Linear {
-    route: LinearRoute,
-    reduction: Reduction,
-    kernels: Vec<Kernel>,
-}
-
-impl Linear {
-    pub fn route(&self) -> LinearRoute {
-        self.route
-    }
-    pub fn reduction(&self) -> Reduction {
-        self.reduction
-    }
-    pub fn kernels(&self) -> &[Kernel] {
-        &self.kernels
-    }
-    pub fn into_kernels(self) -> Vec<Kernel> {
-        self.kernels
-    }
-    /// A linear op another op folder built (`ops/ggml_linear`): its kernels in order.
-    pub fn from_kernels(route: LinearRoute, kernels: Vec<Kernel>) -> Linear {
-        Linear {
-            route,
-            reduction: Reduction::NotApplicable,
-            kernels,
-        }
-    }
-    /// Records every kernel into `pass`.
-    pub fn record(&self, pass: &mut Pass<'_>) {
-        self.kernels.iter().for_each(|k| pass.dispatch(k));
-    }
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Q4Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    groups: u32,
-    y_stride: u32,
-    y_offset: u32,
-    aux0: u32,
-    aux1: u32,
-    eps: f32,
-    out_scale: f32,
-    write_resid: u32,
-    _pad: u32,
-}
-
-/// What a Q4 matvec writes besides the plain product: GeGLU fused into the projection
-/// that feeds it, saving a dispatch and a round trip of the pre-activation.
-#[derive(Debug, Clone, Copy)]
-pub enum Epilogue<'a> {
-    /// `y = x W^T`.
-    None,
-    /// W stacks `[gate; up]` (2I rows, gate first) and `y[m, j] = gelu_tanh(gate_j) * up_j`,
-    /// y `[M, I]` (the MLP's gate_up projection + GeGLU).
-    GegluPairs,
-    /// `y[m, n] = gelu_tanh((x W^T)[m, n]) * other[m * stride + offset + n]` (the per-layer
-    /// input gate times this layer's slice of the per-layer inputs).
-    GeluMul {
-        other: &'a Tensor,
-        stride: usize,
-        offset: usize,
-    },
-}
-
-impl Epilogue<'_> {
-    fn code(&self) -> u64 {
-        match self {
-            Epilogue::None => 0,
-            Epilogue::GegluPairs => 1,
-            Epilogue::GeluMul { .. } => 2,
-        }
-    }
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct DenseParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    _pad: u32,
-}
-
-fn to_u32(op: &'static str, what: &str, v: usize) -> Result<u32> {
-    u32::try_from(v).map_err(|_| Error::invalid(op, what, "< 2^32", v))
-}
-
-/// Checks x f32 `[.., K]` and y f32 `[.., N]` with the same leading rows; returns M.
-fn check_io(op: &'static str, x: &Tensor, y: &Tensor, n: usize, k: usize) -> Result<usize> {
-    check_io_cols(op, x, y, n, n, k)
-}
-
-/// [`check_io`] for a y of `y_cols` columns (an epilogue may halve N).
-fn check_io_cols(
-    op: &'static str,
-    x: &Tensor,
-    y: &Tensor,
-    n: usize,
-    y_cols: usize,
-    k: usize,
-) -> Result<usize> {
-    for (t, name) in [(x, "x"), (y, "y")] {
-        if t.dtype() != DType::F32 {
-            return Err(Error::invalid(
-                op,
-                format!("dtype of {name}"),
-                "f32",
-                format!("{:?}", t.dtype()),
-            ));
-        }
-    }
-    if x.shape().last() != Some(&k) {
-        return Err(Error::invalid(
-            op,
-            "shape of x (last dim = K)",
-            format!("[M, {k}]"),
-            format!("{:?}", x.shape()),
-        ));
-    }
-    let m = x.numel() / k;
-    if m == 0 {
-        return Err(Error::invalid(op, "rows M of x", ">= 1", 0));
-    }
-    if y.shape().last() != Some(&y_cols) || y.numel() != m * y_cols {
-        return Err(Error::invalid(
-            op,
-            "shape of y",
-            format!("[{m}, {y_cols}]"),
-            format!("{:?}", y.shape()),
-        ));
-    }
-    to_u32(op, "elements of y", m * n)?;
-    to_u32(op, "elements of x", m * k)?;
-    Ok(m)
-}
+pub(crate) use op::check_io;
+use op::{check_io_cols, to_u32, DenseParams, Q4Params};
 
 /// `y = x W^T` with a Q4 weight, auto-chosen route.
 pub fn q4_linear(ctx: &GpuContext, x: &Tensor, w: &Q4Weight, y: &Tensor) -> Result<Linear> {

@@ -1,5 +1,4 @@
-//! The end of a greedy speculative round on the GPU (`spec_commit`), and the benchmarks'
-//! draft replacement (`spec_replace_drafts`).
+//! The end of a greedy speculative round on the GPU (`spec_commit`).
 //!
 //! Speculative rounds are pipelined like plain decoding: round r + 1 is recorded and
 //! submitted before the host reads round r. What round r + 1 needs from round r (the
@@ -19,12 +18,12 @@
 
 mod reference;
 
-pub use reference::{accepted_ref, spec_commit_ref, spec_replace_drafts_ref, CommitOutputs};
+pub use reference::{accepted_ref, spec_commit_ref, CommitOutputs};
 
 #[cfg(any(test, feature = "harness"))]
 mod cases;
 #[cfg(any(test, feature = "harness"))]
-pub use cases::{random_cases, CommitCase, ReplaceCase};
+pub use cases::{random_cases, CommitCase};
 
 use crate::error::{Error, Result};
 use crate::gpu::{workgroups_for, DType, GpuContext, Kernel, KernelBuilder, Tensor};
@@ -156,69 +155,6 @@ pub fn spec_commit(
         .tensor(b.full_end)
         .tensor(b.sliding_end)
         .build_1d(workgroups_for(h as u64, WORKGROUP))
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct ReplaceParams {
-    drafts: u32,
-    prompt_len: u32,
-    vocab: u32,
-    reference_len: u32,
-}
-
-/// What the draft replacement kernel reads and writes.
-pub struct ReplaceBuffers<'a> {
-    /// The round state, u32 `[STATE_LEN]`.
-    pub state: &'a Tensor,
-    /// The tokens the drafts stand for, u32 `[>= 1]`.
-    pub reference: &'a Tensor,
-    /// Which drafts keep their reference token, u32 0/1 `[>= drafts]` (written per round).
-    pub keep: &'a Tensor,
-    /// The verify's token ids (seed, drafts), u32 `[>= drafts + 1]`.
-    pub ids: &'a Tensor,
-}
-
-/// Plans the replacement of a round's `drafts` drafts in `ids` by `reference` tokens kept
-/// where `keep` says so, else replaced by a token the target rejects (see
-/// spec_replace_drafts.wgsl).
-pub fn spec_replace_drafts(
-    ctx: &GpuContext,
-    b: &ReplaceBuffers<'_>,
-    drafts: usize,
-    prompt_len: usize,
-    vocab: usize,
-) -> Result<Kernel> {
-    let ReplaceBuffers {
-        state,
-        reference,
-        keep,
-        ids,
-    } = *b;
-    if drafts + 1 > MAX_ROUND_ROWS || prompt_len == 0 {
-        return Err(Error::invalid(
-            "spec_replace_drafts",
-            "drafts and prompt length",
-            format!("drafts <= {} and a prompt", MAX_ROUND_ROWS - 1),
-            format!("{drafts} and {prompt_len}"),
-        ));
-    }
-    check(state, "round state", DType::U32, STATE_LEN)?;
-    check(reference, "reference tokens", DType::U32, 1)?;
-    check(keep, "kept drafts", DType::U32, drafts)?;
-    check(ids, "verify token ids", DType::U32, drafts + 1)?;
-    KernelBuilder::new(ctx, "spec_replace_drafts")
-        .uniform(&ReplaceParams {
-            drafts: drafts as u32,
-            prompt_len: prompt_len as u32,
-            vocab: vocab as u32,
-            reference_len: reference.numel() as u32,
-        })
-        .tensor(state)
-        .tensor(reference)
-        .tensor(keep)
-        .tensor(ids)
-        .build_1d(1)
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! CPU references for spec_commit and spec_replace_drafts.
+//! The CPU reference of spec_commit.
 
 use super::{
     CommitParams, MAX_ROUND_ROWS, STATE_POSITION, STATE_POSITIONS, STATE_RECORD, STATE_SEED,
@@ -61,23 +61,4 @@ pub fn spec_commit_ref(
         full_end: [last.min(next_p), slot],
         sliding_end: [last.min(t0 + next_p), slot],
     }
-}
-
-/// spec_replace_drafts on the host: the verify ids after the replacement.
-pub fn spec_replace_drafts_ref(
-    ids: &[u32],
-    state: &[u32],
-    reference: &[u32],
-    keep: &[bool],
-    prompt_len: usize,
-    vocab: u32,
-) -> Vec<u32> {
-    let mut out = ids.to_vec();
-    let c = state[STATE_POSITION] as usize + 1 - prompt_len;
-    for (i, &kept) in keep.iter().enumerate() {
-        if let Some(&t) = reference.get(c + i) {
-            out[i + 1] = if kept { t } else { (t + 1) % vocab };
-        }
-    }
-    out
 }

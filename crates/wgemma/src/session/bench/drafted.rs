@@ -1,16 +1,16 @@
-//! The bench's speculative runs with the real drafter: the assistant drafts every round,
-//! so its cost is paid; its drafts are then replaced on the GPU by the target's own greedy
-//! tokens, each kept with probability `acceptance` (else replaced by a token the target
-//! rejects), so acceptance is the caller's choice and the output still the plain greedy
-//! one. The same pipelined rounds without the drafter (`verify_only`) give what a round
-//! costs without it.
+//! The bench's speculative runs with the real drafter: the assistant's draft steps run
+//! every round, so their cost is paid, while the verify reads an oracle's drafts
+//! ([`OracleDrafts`]): the target's own greedy tokens, each kept with probability
+//! `acceptance` (else a token the target rejects), so acceptance is the caller's choice
+//! and the output still the plain greedy one. The same pipelined rounds without the
+//! drafter (`verify_only`) give what a round costs without it.
 
 use super::{diverged, FixedRateDrafts};
 use crate::error::Result;
 use crate::generate::plain::GenerateOptions;
 use crate::generate::sampling::SamplingParams;
 use crate::generate::speculative::{
-    generate_speculative_replacing_drafts, DraftSchedule, ReplacedDrafts, SpeculativeOptions,
+    generate_speculative_with_oracle, DraftSchedule, OracleDrafts, SpeculativeOptions,
     SpeculativeOutput,
 };
 use crate::gpu::GpuContext;
@@ -67,12 +67,12 @@ pub struct RunSpec {
     pub k: usize,
     pub acceptance: f64,
     pub schedule: DraftSchedule,
-    /// The assistant's steps run (false: the drafts are given, see [`ReplacedDrafts`]).
+    /// The assistant's steps run (false: the oracle's drafts alone, see [`OracleDrafts`]).
     pub drafter: bool,
 }
 
 /// Generates `greedy` (the plain greedy continuation of `prompt`, first token included)
-/// speculatively as `run` says, its drafts replaced as the module docs say (the same
+/// speculatively as `run` says, with the oracle's drafts the module docs describe (the same
 /// random stream as the oracle rounds, so a fixed schedule replays their acceptance
 /// pattern). Returns the run and the generation's output.
 pub async fn speculative_run(
@@ -82,8 +82,7 @@ pub async fn speculative_run(
     (prompt, greedy): (&[u32], &[u32]),
     run: RunSpec,
 ) -> Result<(DraftedRun, SpeculativeOutput)> {
-    let mut oracle = FixedRateDrafts::new(run.acceptance, state.model().spec.config.vocab_size);
-    let mut keep = |k: usize| oracle.keep(k);
+    let mut rate = FixedRateDrafts::new(run.acceptance, state.model().spec.config.vocab_size);
     let options = GenerateOptions {
         max_new_tokens: greedy.len(),
         sampling: SamplingParams::default(),
@@ -95,15 +94,14 @@ pub async fn speculative_run(
         trace: false,
         capture_draft_logits: false,
     };
-    let drafts = ReplacedDrafts {
-        reference: greedy,
-        keep: &mut keep,
+    let oracle = OracleDrafts {
+        reference: greedy.to_vec(),
+        keep: Box::new(move |k| rate.keep(k)),
         drafter: run.drafter,
     };
-    let out = generate_speculative_replacing_drafts(
-        state, assistant, ctx, prompt, &options, &spec, drafts,
-    )
-    .await?;
+    let out =
+        generate_speculative_with_oracle(state, assistant, ctx, prompt, &options, &spec, oracle)
+            .await?;
     if out.tokens != greedy {
         return Err(diverged("speculative rounds with the assistant"));
     }

@@ -2,9 +2,9 @@
 //! the CLI blocks on them with pollster, the browser package awaits them, so a figure from
 //! either is the same run of the same code. Each is one run of a test: the prefill of a
 //! prompt (`ppN`), greedy decode after a context (`tgN @ dD`), speculative rounds with
-//! oracle drafts, and pipelined speculative generations whose drafts (the assistant's, or
-//! none) are replaced by the target's own greedy tokens at a chosen acceptance rate
-//! ([`drafted`]). [`timing`] repeats them as llama-bench does.
+//! oracle drafts, and pipelined speculative generations that run the assistant's draft
+//! steps (or none) while the verify reads the target's own greedy tokens as drafts at a
+//! chosen acceptance rate ([`drafted`]). [`timing`] repeats them as llama-bench does.
 
 pub mod drafted;
 pub mod timing;

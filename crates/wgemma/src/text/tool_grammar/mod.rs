@@ -61,43 +61,62 @@ pub fn tool_calls_or_answer_grammar(
     calls_grammar(tools, parallel, path_of, Some(answer))
 }
 
+/// The grammar of a reply under `tool_choice: "auto"` with strict tools: free text in which
+/// each `<|tool_call>` opens a call of one of `tools` (one call in all unless `parallel`).
+/// A tool marked strict (the `bool`) has its arguments follow its schema; another's are any
+/// object. Text holds no `<|tool_call>` but a call's, so once a call starts it is held to
+/// its grammar.
+pub fn tool_calls_in_text_grammar(
+    tools: &[(usize, &ToolDeclaration, bool)],
+    parallel: bool,
+    path_of: &dyn Fn(usize) -> String,
+) -> Result<String> {
+    let mut g = Grammar::default();
+    let alternatives = g.calls(tools, path_of, "call:")?;
+    let start = if parallel {
+        "start: TEXT | (lead call)+ TEXT"
+    } else {
+        "start: TEXT | lead call TEXT"
+    };
+    // `lead` ends at the first marker (lazy); TEXT never holds one.
+    let marker = regex_literal(TOOL_CALL_START);
+    let mut out = format!(
+        "{start}\nlead[lazy]: /(?s:.*){marker}/\nTEXT: /(?s:.*)/ & ~/(?s:.*){marker}(?s:.*)/\n"
+    );
+    g.write(&mut out, &alternatives);
+    Ok(out)
+}
+
 fn calls_grammar(
     tools: &[(usize, &ToolDeclaration)],
     parallel: bool,
     path_of: &dyn Fn(usize) -> String,
     answer: Option<&str>,
 ) -> Result<String> {
-    if tools.is_empty() {
-        return Err(Error::invalid(OP, "tools", "at least one tool", "none"));
-    }
     let mut g = Grammar::default();
-    let mut alternatives = Vec::new();
-    for &(i, tool) in tools {
-        g.start_schema(&tool.parameters);
-        let args = g.value(
-            &tool.parameters,
-            &format!("{}.function.parameters", path_of(i)),
-            0,
-        )?;
-        let rule = g.fresh();
-        g.rules.push(format!(
-            "{rule}: {} {args} {}",
-            lit(&format!("{TOOL_CALL_START}call:{}", tool.name)),
-            lit(TOOL_CALL_END)
-        ));
-        alternatives.push(rule);
-    }
+    let strict: Vec<(usize, &ToolDeclaration, bool)> =
+        tools.iter().map(|&(i, tool)| (i, tool, true)).collect();
+    let alternatives = g.calls(&strict, path_of, &format!("{TOOL_CALL_START}call:"))?;
     let calls = if parallel { "call+" } else { "call" };
     let mut out = match answer {
         None => format!("start: {calls}\n"),
         Some(body) => format!("start: {calls} | answer\nanswer: {body}\n"),
     };
-    out.push_str(&format!("call: {}\n", alternatives.join(" | ")));
-    for rule in &g.rules {
-        out.push_str(rule);
-        out.push('\n');
-    }
+    g.write(&mut out, &alternatives);
     Ok(out)
+}
+
+/// `text` as a regex matching it literally (for Lark's `/.../`): its regex metacharacters
+/// and the `/` that would end the regex escaped (`\<` would be a word boundary).
+fn regex_literal(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if r"\.+*?()|[]{}^$/".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A Lark string literal (JSON's escapes, which llguidance's Lark reads).
@@ -124,6 +143,50 @@ struct Grammar {
 const MAX_DEPTH: usize = 32;
 
 impl Grammar {
+    /// One rule per tool: `opening` and its name, its arguments (following its schema when
+    /// strict, any object otherwise), the closing marker. Returns the rules' names.
+    fn calls(
+        &mut self,
+        tools: &[(usize, &ToolDeclaration, bool)],
+        path_of: &dyn Fn(usize) -> String,
+        opening: &str,
+    ) -> Result<Vec<String>> {
+        if tools.is_empty() {
+            return Err(Error::invalid(OP, "tools", "at least one tool", "none"));
+        }
+        let mut alternatives = Vec::new();
+        for &(i, tool, strict) in tools {
+            let args = if strict {
+                self.start_schema(&tool.parameters);
+                self.value(
+                    &tool.parameters,
+                    &format!("{}.function.parameters", path_of(i)),
+                    0,
+                )?
+            } else {
+                self.any();
+                "any_object".to_string()
+            };
+            let rule = self.fresh();
+            self.rules.push(format!(
+                "{rule}: {} {args} {}",
+                lit(&format!("{opening}{}", tool.name)),
+                lit(TOOL_CALL_END)
+            ));
+            alternatives.push(rule);
+        }
+        Ok(alternatives)
+    }
+
+    /// The `call` rule of `alternatives` and every rule written, after `out`'s start.
+    fn write(&self, out: &mut String, alternatives: &[String]) {
+        out.push_str(&format!("call: {}\n", alternatives.join(" | ")));
+        for rule in &self.rules {
+            out.push_str(rule);
+            out.push('\n');
+        }
+    }
+
     fn fresh(&mut self) -> String {
         self.next += 1;
         format!("r{}", self.next)

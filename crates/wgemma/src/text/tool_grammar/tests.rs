@@ -233,3 +233,72 @@ fn calls_or_an_answer() {
         assert!(!accepts(&m, &bad), "{bad}");
     }
 }
+
+/// Under `tool_choice: "auto"` with a strict tool: any text, and a call once `<|tool_call>`
+/// is written, its arguments held to the strict tool's schema (another tool's are any
+/// object); no marker in text that opens no call.
+#[test]
+fn strict_calls_in_free_text() {
+    let weather = ToolDeclaration::new(
+        "weather",
+        None,
+        Some(
+            json!({"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                    "required": ["city"]}),
+        ),
+    )
+    .unwrap();
+    let free = ToolDeclaration::new(
+        "note",
+        None,
+        Some(json!({"type": "object", "properties": {"n": {"type": "integer"}}})),
+    )
+    .unwrap();
+    let path = |i| format!("tools[{i}]");
+    let tools = [(0, &weather, true), (1, &free, false)];
+    let m = matcher(&tool_calls_in_text_grammar(&tools, true, &path).unwrap());
+    let w =
+        |args: &str| format!("<|tool_call>call:weather{args}<tool_call|>").replace('\'', "<|\"|>");
+    let n = |args: &str| format!("<|tool_call>call:note{args}<tool_call|>").replace('\'', "<|\"|>");
+    for good in [
+        String::new(),
+        "Just text, with <|tool and tool_call> apart.".to_string(),
+        w("{city:'Paris'}"),
+        format!("Let me look. {}", w("{city:'Rome'}")),
+        format!(
+            "{}{} done",
+            w("{city:'Rome'}"),
+            n("{n:'any',x:[1,{y:null}]}")
+        ),
+    ] {
+        assert!(accepts(&m, &good), "refused {good:?}");
+    }
+    for bad in [
+        w("{city:'Oslo'}"),
+        w("{}"),
+        format!("text {}", w("{city:'Paris',extra:1}")),
+        "a marker <|tool_call> opening nothing".to_string(),
+        "<|tool_call>call:other{}<tool_call|>".to_string(),
+    ] {
+        assert!(!accepts(&m, &bad), "accepted {bad:?}");
+    }
+    // One call in all without parallel calls.
+    let one = matcher(&tool_calls_in_text_grammar(&tools, false, &path).unwrap());
+    assert!(accepts(&one, &format!("a {} b", w("{city:'Rome'}"))));
+    assert!(!accepts(
+        &one,
+        &format!("{}{}", w("{city:'Rome'}"), w("{city:'Paris'}"))
+    ));
+    // A strict schema the grammar cannot enforce is refused by its path; another tool's is
+    // not read.
+    let unique = decl(
+        json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}}),
+    );
+    let e = tool_calls_in_text_grammar(&[(3, &unique, true)], true, &path).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("tools[3].function.parameters.properties.a.uniqueItems"),
+        "{e}"
+    );
+    assert!(tool_calls_in_text_grammar(&[(3, &unique, false)], true, &path).is_ok());
+}

@@ -2,6 +2,7 @@
 //! two, against the f64 reference, over the same shapes the power-of-two kernels are
 //! tested on (GQA, rows, sliding rings, chunked caches, forced splits, K = V, large scores).
 
+use super::super::build::split_k_shader;
 use super::super::*;
 use crate::harness::{assert_cases_pass, OpCase};
 

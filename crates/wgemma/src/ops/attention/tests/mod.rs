@@ -1,4 +1,5 @@
 use super::*;
+use crate::gpu::DType;
 use crate::gpu::{read_tensor_f32, Step};
 use crate::harness::{assert_cases_pass, check, rng, test_context, OpCase};
 use rand::Rng as _;

@@ -5,6 +5,7 @@
 
 use super::super::*;
 use super::boxed;
+use crate::gpu::DType;
 use crate::harness::{assert_cases_pass, test_context};
 
 fn tiled(mut c: AttentionCase) -> AttentionCase {

@@ -2,10 +2,8 @@
 //! every epilogue, both reductions, staged chunks and forced geometries; and every E2B shape
 //! at M = 1, 2, 3, 4 and 8 for `wgemma ops check`.
 
-use super::{
-    boxed, copies_for, random_group, random_k, random_odd_n, random_tuning, CaseEpilogue,
-    Q4LinearCase, WeightData, E2B_SHAPES,
-};
+use super::random::{random_group, random_k, random_odd_n, random_tuning};
+use super::{boxed, copies_for, CaseEpilogue, Q4LinearCase, WeightData, E2B_SHAPES};
 use crate::harness::{Check, OpCase, Rng};
 use crate::ops::linear::quant::Q4Host;
 use crate::ops::linear::reference::tolerance as f32_tolerance;

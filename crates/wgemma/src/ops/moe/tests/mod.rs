@@ -1,5 +1,5 @@
 //! Route, guard and edge-case tests of the MoE router, combine and whole block, and the
-//! helpers `linear.rs` shares (random shapes also run through `tests/ops.rs`).
+//! helpers `linear.rs` shares (random shapes also run through `tests/integration/ops.rs`).
 
 use super::*;
 use crate::gpu::{read_tensor_f32, read_tensor_u32, run_kernels, ContextOptions};
