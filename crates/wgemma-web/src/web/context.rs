@@ -27,7 +27,10 @@ export function request_subgroups_where_offered(gpu) {
   const requestAdapter = gpu.requestAdapter.bind(gpu);
   gpu.requestAdapter = async (options) => {
     const adapter = await requestAdapter(options);
-    if (adapter && adapter.features && adapter.features.has('subgroups')) {
+    // Hardware adapters only: a software fallback (SwiftShader in headless Chromium) keeps
+    // the workgroup-memory kernels it has always run.
+    const fallback = adapter && (adapter.isFallbackAdapter || adapter.info?.isFallbackAdapter);
+    if (adapter && !fallback && adapter.features && adapter.features.has('subgroups')) {
       const requestDevice = adapter.requestDevice.bind(adapter);
       adapter.requestDevice = (descriptor) => {
         const d = descriptor ?? {};
@@ -42,8 +45,8 @@ export function request_subgroups_where_offered(gpu) {
 }
 "#)]
 extern "C" {
-    /// Makes `gpu.requestAdapter()`'s adapters ask for `subgroups` in every device request
-    /// where they offer it: wgpu 30's browser backend maps no subgroup feature, so without
+    /// Makes `gpu.requestAdapter()`'s hardware adapters ask for `subgroups` in every device
+    /// request where they offer it: wgpu 30's browser backend maps no subgroup feature, so without
     /// this the subgroup kernels (matvec sums, int8 quantising, decode attention) are off in
     /// every browser.
     fn request_subgroups_where_offered(gpu: &JsValue);
