@@ -99,6 +99,7 @@ async fn bench(
         "model": model_name,
         "dtype": plan.dtype,
         "webgpu_limits": false,
+        "activations": ctx.activations().name(),
         "features": format!("{:?}", ctx.features),
         "repetitions": plan.repetitions,
         "load_ms": load_ms,

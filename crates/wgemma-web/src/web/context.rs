@@ -21,13 +21,54 @@ fn wgsl_has(feature: &str) -> bool {
         .is_some_and(|v| v.is_truthy())
 }
 
+#[wasm_bindgen(inline_js = r#"
+export function request_subgroups_where_offered(gpu) {
+  if (!gpu || typeof gpu.requestAdapter !== 'function' || gpu.__wgemmaSubgroups) return;
+  const requestAdapter = gpu.requestAdapter.bind(gpu);
+  gpu.requestAdapter = async (options) => {
+    const adapter = await requestAdapter(options);
+    // Hardware adapters only: a software fallback (SwiftShader in headless Chromium) keeps
+    // the workgroup-memory kernels it has always run.
+    const fallback = adapter && (adapter.isFallbackAdapter || adapter.info?.isFallbackAdapter);
+    if (adapter && !fallback && adapter.features && adapter.features.has('subgroups')) {
+      const requestDevice = adapter.requestDevice.bind(adapter);
+      adapter.requestDevice = (descriptor) => {
+        const d = descriptor ?? {};
+        const features = [...(d.requiredFeatures ?? [])];
+        if (!features.includes('subgroups')) features.push('subgroups');
+        return requestDevice({ ...d, requiredFeatures: features });
+      };
+    }
+    return adapter;
+  };
+  gpu.__wgemmaSubgroups = true;
+}
+"#)]
+extern "C" {
+    /// Makes `gpu.requestAdapter()`'s hardware adapters ask for `subgroups` in every device
+    /// request where they offer it: wgpu 30's browser backend maps no subgroup feature, so without
+    /// this the subgroup kernels (matvec sums, int8 quantising, decode attention) are off in
+    /// every browser.
+    fn request_subgroups_where_offered(gpu: &JsValue);
+}
+
+/// `navigator.gpu` (undefined where the host has none).
+fn navigator_gpu() -> JsValue {
+    let get = |o: &JsValue, k: &str| Reflect::get(o, &JsValue::from_str(k)).ok();
+    get(&js_sys::global(), "navigator")
+        .and_then(|n| get(&n, "gpu"))
+        .unwrap_or(JsValue::UNDEFINED)
+}
+
 /// Opens WebGPU: an `Error` named `WebGpuUnavailable` when the host has no `navigator.gpu`
 /// or offers no adapter.
 pub(crate) async fn open_context() -> Result<GpuContext, JsValue> {
     check_navigator_gpu()?;
+    request_subgroups_where_offered(&navigator_gpu());
     let options = ContextOptions {
         backends: Some(wgpu::Backends::BROWSER_WEBGPU),
         browser_integer_dot: wgsl_has("packed_4x8_integer_dot_product"),
+        browser_subgroups: true,
         ..ContextOptions::default()
     };
     match GpuContext::new(options).await {

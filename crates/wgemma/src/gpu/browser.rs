@@ -11,6 +11,45 @@ pub const BROWSER_FEATURES: wgpu::Features = wgpu::Features::SHADER_F16
     .union(wgpu::Features::SUBGROUP)
     .union(wgpu::Features::TIMESTAMP_QUERY);
 
+/// Whether a browser's device was created with `subgroups`: the web front end asks for it
+/// where the adapter offers it, since wgpu 30's browser backend maps no subgroup feature.
+#[cfg(target_arch = "wasm32")]
+pub(super) fn browser_device_has_subgroups(device: &wgpu::Device) -> bool {
+    use wasm_bindgen::{JsCast, JsValue};
+    let Some(device) = device.as_webgpu() else {
+        return false;
+    };
+    let device: &JsValue = device.as_ref();
+    let get = |o: &JsValue, k: &str| js_sys::Reflect::get(o, &JsValue::from_str(k)).ok();
+    let Some(features) = get(device, "features").filter(|f| f.is_object()) else {
+        return false;
+    };
+    get(&features, "has")
+        .and_then(|h| h.dyn_into::<js_sys::Function>().ok())
+        .and_then(|has| has.call1(&features, &JsValue::from_str("subgroups")).ok())
+        .is_some_and(|v| v.is_truthy())
+}
+
+/// Natively wgpu reports `SUBGROUP` itself.
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) fn browser_device_has_subgroups(_device: &wgpu::Device) -> bool {
+    false
+}
+
+/// The WGSL a device compiles: in a browser, a shader that calls subgroup builtins starts
+/// with `enable subgroups;` (WGSL requires the directive; naga, natively, refuses it).
+pub(super) fn wgsl_with_enables(
+    source: &'static str,
+    browser: bool,
+    subgroups: bool,
+) -> std::borrow::Cow<'static, str> {
+    if browser && subgroups && source.contains("subgroup") {
+        format!("enable subgroups;\n{source}").into()
+    } else {
+        source.into()
+    }
+}
+
 /// Dawn's tiers (src/dawn/native/Limits.cpp) of the limits wgemma's kernels and buffers
 /// depend on, lowest first; the first tier is the WebGPU default.
 const STORAGE_BINDING_TIERS: [u64; 6] = [
@@ -133,5 +172,18 @@ mod tests {
         assert!(l.check_limits(&small));
         assert!(!BROWSER_FEATURES.contains(wgpu::Features::MEMORY_DECORATION_COHERENT));
         assert!(!BROWSER_FEATURES.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX));
+    }
+
+    #[test]
+    fn browser_subgroup_shaders_enable_the_extension() {
+        let sg = "fn f() { let s = subgroupAdd(1.0); }";
+        assert_eq!(
+            wgsl_with_enables(sg, true, true),
+            format!("enable subgroups;\n{sg}")
+        );
+        // Natively (naga refuses the directive), without the feature, or without a call.
+        assert_eq!(wgsl_with_enables(sg, false, true), sg);
+        assert_eq!(wgsl_with_enables(sg, true, false), sg);
+        assert_eq!(wgsl_with_enables("fn f() {}", true, true), "fn f() {}");
     }
 }

@@ -69,6 +69,11 @@ pub struct ContextOptions {
     /// end reads `navigator.gpu.wgslLanguageFeatures`; wgpu's own query fails under Node's
     /// dawn.node). Unused natively.
     pub browser_integer_dot: bool,
+    /// In a browser: the host adds `subgroups` to the device request where the adapter
+    /// offers it (wgpu 30's browser backend cannot request it; the web front end wraps
+    /// `requestDevice`), so `SUBGROUP` counts as granted when the device has it. Unused
+    /// natively.
+    pub browser_subgroups: bool,
 }
 
 /// A device, its queue and what wgemma learned about it.
@@ -216,6 +221,12 @@ impl GpuContext {
                 reason: e.to_string(),
             })?,
         };
+        if options.browser_subgroups
+            && !options.portable
+            && super::browser::browser_device_has_subgroups(&device)
+        {
+            features |= wgpu::Features::SUBGROUP;
+        }
         Ok(GpuContext {
             coop_16x16_f16: features.contains(coop_features),
             integer_dot,
@@ -275,6 +286,15 @@ impl GpuContext {
 
     pub fn has(&self, feature: wgpu::Features) -> bool {
         self.features.contains(feature)
+    }
+
+    /// A shader's WGSL as this device compiles it (see [`super::browser::wgsl_with_enables`]).
+    fn wgsl_for_device(&self, source: &'static str) -> std::borrow::Cow<'static, str> {
+        super::browser::wgsl_with_enables(
+            source,
+            cfg!(target_arch = "wasm32"),
+            self.has(wgpu::Features::SUBGROUP),
+        )
     }
 
     /// Whether the device runs 16x16x16 f16 x f16 + f32 cooperative matrices (requested
@@ -354,7 +374,7 @@ impl GpuContext {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(shader),
-                source: wgpu::ShaderSource::Wgsl(entry_meta.source.into()),
+                source: wgpu::ShaderSource::Wgsl(self.wgsl_for_device(entry_meta.source)),
             });
         let constants: Vec<(&str, f64)> = constants.iter().map(|(k, v)| (*k, *v as f64)).collect();
         let pipeline = self
