@@ -125,3 +125,19 @@ pub fn greedy_options(max_new_tokens: usize) -> GenerateOptions {
         stop_ids: vec![],
     }
 }
+
+/// Max |a - b| over each row of `vocab` logits relative to the row's scale (max |b|, at
+/// least 1), the largest over all rows.
+pub fn max_rel_diff(a: &[f32], b: &[f32], vocab: usize) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.chunks(vocab)
+        .zip(b.chunks(vocab))
+        .map(|(x, y)| {
+            let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            x.iter()
+                .zip(y)
+                .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()))
+                / scale
+        })
+        .fold(0.0f32, f32::max)
+}

@@ -5,6 +5,7 @@
 //! Q4_0 matrices uploaded without requantising; and the MTP assistant from its
 //! gemma4-assistant GGUF drafting bit for bit as from its HF directory.
 
+use crate::common::max_rel_diff;
 use std::path::PathBuf;
 use wgemma::formats::gguf::{
     assistant_config_json, config_json, GgufAssistant, GgufFile, GgufWeights,
@@ -289,22 +290,6 @@ impl KQuant {
             })
             .collect()
     }
-}
-
-/// Max |a - b| over each row of `vocab` logits relative to the row's scale (max |b|, at
-/// least 1), the largest over all rows.
-fn max_rel_diff(a: &[f32], b: &[f32], vocab: usize) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.chunks(vocab)
-        .zip(b.chunks(vocab))
-        .map(|(x, y)| {
-            let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-            x.iter()
-                .zip(y)
-                .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()))
-                / scale
-        })
-        .fold(0.0f32, f32::max)
 }
 
 fn argmaxes(logits: &[f32], vocab: usize) -> Vec<u32> {

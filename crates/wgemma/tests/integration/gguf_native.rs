@@ -5,6 +5,7 @@
 //! the same file loaded at f32 (its own values exactly); a conversion asked for
 //! (`--dtype q4`) is said in one line. (A Q8_0 trained model against HF: tests/trained/q8_0.rs.)
 
+use crate::common::max_rel_diff;
 use std::cell::RefCell;
 use std::path::PathBuf;
 use wgemma::gpu::test_context;
@@ -77,21 +78,6 @@ fn all_logits(state: &mut KvState, tokens: &[u32]) -> Vec<f32> {
     pollster::block_on(state.forward(test_context(), tokens, Want::AllLogits))
         .unwrap()
         .logits
-}
-
-/// Max |a - b| over each row relative to the row's scale (max |b|, at least 1).
-fn max_rel_diff(a: &[f32], b: &[f32], vocab: usize) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.chunks(vocab)
-        .zip(b.chunks(vocab))
-        .map(|(x, y)| {
-            let scale = y.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-            x.iter()
-                .zip(y)
-                .fold(0.0f32, |m, (p, q)| m.max((p - q).abs()))
-                / scale
-        })
-        .fold(0.0f32, f32::max)
 }
 
 /// Relative RMS error of `a` against `b` over all logits.
