@@ -4,7 +4,7 @@
 use super::super::cases::int8_gemm_cases;
 use super::*;
 use crate::gpu::{read_tensor_f32, run_kernels};
-use crate::harness::{assert_cases_pass, assert_folded_case_passes, rng};
+use crate::harness::{assert_cases_pass, assert_folded_case_passes, rng, Check};
 
 fn int8_caps() -> DeviceCaps {
     DeviceCaps {
@@ -215,4 +215,48 @@ fn activation_rounding_is_small() {
         .zip(&y8)
         .fold(0.0f64, |d, (a, b)| d.max((a - b).abs() as f64));
     assert!(worst > 0.0 && worst < 5e-3 * bound, "{worst} vs {bound}");
+}
+
+/// The int8 GEMM computes a row as the int8 matvec does: the same quantiser, the same
+/// per-block integer sums and scale products, only the blocks summed in another order; so
+/// 12 random rows through the GEMM and one at a time through the matvec agree within the
+/// f32 rounding of a K-term sum (`tolerance`), far inside one int8 rounding step.
+#[test]
+fn int8_gemm_rows_equal_matvec_rows_up_to_sum_order() {
+    let ctx = test_context();
+    let (m, k, n) = (12, 1536, 40);
+    let w: Vec<f32> = (0..n * k)
+        .map(|i| (((i * 7919) % 23) as f32 - 11.0) * 0.01)
+        .collect();
+    let host = quantize_q4(&w, n, k, 32).unwrap();
+    let wt = Q4Weight::upload(ctx, &host).unwrap();
+    let x: Vec<f32> = (0..m * k)
+        .map(|i| ((i * 7877 % 1009) as f32 - 504.0) * 0.0031)
+        .collect();
+    let options = LinearOptions {
+        activations: Some(Activations::Int8),
+        ..Default::default()
+    };
+    let run = |rows: &[f32]| {
+        let mm = rows.len() / k;
+        let tx = Tensor::from_f32(ctx, "x", &[mm, k], rows).unwrap();
+        let ty = Tensor::zeros(ctx, "y", &[mm, n], DType::F32).unwrap();
+        let lin = q4_linear_with(ctx, &tx, &wt, &ty, &options).unwrap();
+        run_kernels(ctx, lin.kernels());
+        let y = pollster::block_on(read_tensor_f32(ctx, &ty)).unwrap();
+        (lin.route(), y)
+    };
+    let (route, gemm) = run(&x);
+    assert_eq!(route, LinearRoute::Q4GemmInt8);
+    let (_, bound) = q4q8_linear_ref(&x, m, &host);
+    let Check::Close { max_abs, .. } = tolerance(k, bound) else {
+        unreachable!("tolerance is a Close check")
+    };
+    for (r, row) in x.chunks(k).enumerate() {
+        let (route, matvec) = run(row);
+        assert_eq!(route, LinearRoute::Q4Q8Matvec);
+        for (j, (a, b)) in gemm[r * n..(r + 1) * n].iter().zip(&matvec).enumerate() {
+            assert!((a - b).abs() <= max_abs, "row {r}, output {j}: {a} vs {b}");
+        }
+    }
 }
