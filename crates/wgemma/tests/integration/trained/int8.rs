@@ -206,9 +206,9 @@ fn int8_speculative_greedy_equals_plain_and_hf() {
 
 /// Prefill rows quantise their activations as decode rows do (the int8 GEMM from 10 rows,
 /// the int8 matvecs below, one quantiser), but sum the blocks in another order, so a value
-/// that lands within f32 rounding of an int8 rounding boundary may round the other way: p0
-/// + its greedy continuation (31 rows) in one forward against one decode step per token
-/// stay within 1e-2 of the logit scale (a few such roundings; int8 against f32 activations
+/// that lands within f32 rounding of an int8 rounding boundary may round the other way:
+/// p0 and its greedy continuation (31 rows) in one forward against one decode step per
+/// token stay within 1e-2 of the logit scale (a few such roundings; int8 against f32 activations
 /// differ by about as much: both figures are printed) with the same argmax at every
 /// position; and 24 greedy tokens after a prefill of the held-out chapter's first 40 tokens
 /// equal those after feeding the 40 one at a time.
@@ -250,13 +250,19 @@ fn int8_prefill_rows_match_decode_rows() {
     target.reset();
     let mut next = 0;
     for &t in &prompt {
-        next = pollster::block_on(target.forward(ctx, &[t], Want::NextToken)).unwrap().next[0];
+        next = pollster::block_on(target.forward(ctx, &[t], Want::NextToken))
+            .unwrap()
+            .next[0];
     }
     let mut stepwise = Vec::new();
     while stepwise.len() < steps {
         stepwise.push(next);
-        next = pollster::block_on(target.forward(ctx, &[next], Want::NextToken)).unwrap().next[0];
+        next = pollster::block_on(target.forward(ctx, &[next], Want::NextToken))
+            .unwrap()
+            .next[0];
     }
-    assert_eq!(prefilled, stepwise, "greedy after a prefill vs fed token by token");
+    assert_eq!(
+        prefilled, stepwise,
+        "greedy after a prefill vs fed token by token"
+    );
 }
-

@@ -134,7 +134,13 @@ pub fn int8_check_cases() -> Vec<Box<dyn OpCase>> {
     }
     // The prefill GEMM at M = 64 on E2B's prefill projections, and at M = 512 (pp512) on
     // the first three (the CPU reference runs 1.6 to 4.8 x 10^9 products each).
-    let gemm_shapes = [(1536, 6144), (1536, 2048), (6144, 1536), (1536, 256), (2048, 1536)];
+    let gemm_shapes = [
+        (1536, 6144),
+        (1536, 2048),
+        (6144, 1536),
+        (1536, 256),
+        (2048, 1536),
+    ];
     for (i, (k, n)) in gemm_shapes.into_iter().enumerate() {
         for m in [64, 512] {
             if m == 512 && i > 2 {

@@ -217,9 +217,7 @@ impl OpCase for Q4LinearCase {
         }
         let (linear, bound) = match self.route {
             LinearRoute::Q4GemmCoop => q4_linear_ref_f16(&x, self.m, &host),
-            LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => {
-                q4q8_linear_ref(&x, self.m, &host)
-            }
+            LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => q4q8_linear_ref(&x, self.m, &host),
             _ => q4_linear_ref(&x, self.m, &host),
         };
         let n = self.n;
