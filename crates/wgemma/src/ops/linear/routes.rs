@@ -241,14 +241,13 @@ pub fn q4_failed_guards(
         format!("group % 8 == 0 (found {group})"),
     );
     match route {
-        LinearRoute::Q4Q8Matvec => {
+        LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => {
             need(
                 caps.int8_activations,
                 "int8 activations (the context runs f32 activations: no native packed \
                  integer dot product, or --activations f32)"
                     .to_string(),
             );
-            need((1..=9).contains(&m), format!("M in 1..=9 (found {m})"));
             need(
                 k % 32 == 0,
                 format!("K % 32 == 0 for int8 blocks of 32 (found K = {k})"),
@@ -257,15 +256,24 @@ pub fn q4_failed_guards(
                 group % 32 == 0,
                 format!("group % 32 == 0, one weight scale per block (found {group})"),
             );
-            let bytes =
-                route.workgroup_storage(subgroup) as usize + super::int8::min_stage_bytes(m);
-            need(
-                caps.max_workgroup_storage as usize >= bytes,
-                format!(
-                    "{bytes} bytes of workgroup memory for {m} rows (found {})",
-                    caps.max_workgroup_storage
-                ),
-            );
+            if route == LinearRoute::Q4GemmInt8 {
+                need(
+                    caps.gemm_int8,
+                    "the GEMM ceiling allows the int8 GEMM (found a lower one)".to_string(),
+                );
+                need(m >= 2, format!("M >= 2 (found {m})"));
+            } else {
+                need((1..=9).contains(&m), format!("M in 1..=9 (found {m})"));
+                let bytes =
+                    route.workgroup_storage(subgroup) as usize + super::int8::min_stage_bytes(m);
+                need(
+                    caps.max_workgroup_storage as usize >= bytes,
+                    format!(
+                        "{bytes} bytes of workgroup memory for {m} rows (found {})",
+                        caps.max_workgroup_storage
+                    ),
+                );
+            }
         }
         LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
             let (ok, want) = match route {
@@ -306,27 +314,6 @@ pub fn q4_failed_guards(
                 // A 32-k step lies in one group: its scales apply to the step's sums.
                 need(group % 32 == 0, format!("group % 32 == 0 (found {group})"));
             }
-        }
-        LinearRoute::Q4GemmInt8 => {
-            need(
-                caps.int8_activations,
-                "int8 activations (the context runs f32 activations: no native packed \
-                 integer dot product, or --activations f32)"
-                    .to_string(),
-            );
-            need(
-                caps.gemm_int8,
-                "the GEMM ceiling allows the int8 GEMM (found a lower one)".to_string(),
-            );
-            need(m >= 2, format!("M >= 2 (found {m})"));
-            need(
-                k % 32 == 0,
-                format!("K % 32 == 0 for int8 blocks of 32 (found K = {k})"),
-            );
-            need(
-                group % 32 == 0,
-                format!("group % 32 == 0, one weight scale per block (found {group})"),
-            );
         }
         LinearRoute::Q4Gemm => need(m >= 2, format!("M >= 2 (found {m})")),
         LinearRoute::Q4Generic => {}
