@@ -84,6 +84,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let mut ctx = crate::gpu_args::open_context(ContextOptions {
         gemm: args.gemm.ceiling(),
         webgpu_limits: args.webgpu_limits,
+        shader_checks: args.shader_checks.checks(),
         ..crate::gpu_args::context_options()
     })?;
     ctx.set_trace_barriers(args.trace_barriers);

@@ -128,6 +128,7 @@ impl Outcome {
             "prefill_chunk": self.prefill_chunk,
             "gemm_ceiling": format!("{:?}", ctx.gemm),
             "gemm": gemm_family(ctx),
+            "shader_checks": format!("{:?}", ctx.shader_checks()),
             "coop_16x16_f16": ctx.has_coop_16x16_f16(),
             "decode_tokens_per_s": decode_tps,
             "host_ms_per_decode_step": plain.host_s / sizes.gen as f64 * 1e3,
