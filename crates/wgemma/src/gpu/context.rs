@@ -77,6 +77,39 @@ pub struct ContextOptions {
     /// `requestDevice`), so `SUBGROUP` counts as granted when the device has it. Unused
     /// natively.
     pub browser_subgroups: bool,
+    /// Which runtime checks wgpu compiles into every shader (default: bounds and division
+    /// checks, no loop counters; see [`ShaderChecks`]).
+    pub shader_checks: ShaderChecks,
+}
+
+/// The runtime checks wgpu's shader translation (naga) adds to every kernel natively. A
+/// browser compiles WGSL with its own checks (Tint's robustness) and ignores these.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ShaderChecks {
+    /// Everything wgpu adds by default: index clamping, guarded integer division and a
+    /// counter in every loop that ends it after 2^64 iterations. The counter stops the
+    /// driver from unrolling a loop, which costs the tiled GEMMs most of their speed.
+    All,
+    /// Index clamping and guarded division, no loop counters: every loop in wgemma's
+    /// kernels is bounded by a constant or a uniform size, which is the promise
+    /// `force_loop_bounding = false` asks for.
+    #[default]
+    Bounded,
+    /// No checks at all (a measurement of what the remaining checks cost; not for use).
+    None,
+}
+
+impl ShaderChecks {
+    fn runtime_checks(self) -> wgpu::ShaderRuntimeChecks {
+        match self {
+            ShaderChecks::All => wgpu::ShaderRuntimeChecks::checked(),
+            ShaderChecks::Bounded => wgpu::ShaderRuntimeChecks {
+                force_loop_bounding: false,
+                ..wgpu::ShaderRuntimeChecks::checked()
+            },
+            ShaderChecks::None => wgpu::ShaderRuntimeChecks::unchecked(),
+        }
+    }
 }
 
 /// A device, its queue and what wgemma learned about it.
@@ -95,6 +128,7 @@ pub struct GpuContext {
     /// Whether `dot4I8Packed` is a native instruction here (see [`native_integer_dot`]).
     integer_dot: bool,
     activations: Activations,
+    shader_checks: ShaderChecks,
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
     /// Scratch tensors shared by name (see [`GpuContext::shared_scratch`]).
     pub(super) scratch: Mutex<HashMap<&'static str, Tensor>>,
@@ -234,6 +268,7 @@ impl GpuContext {
             coop_16x16_f16: features.contains(coop_features),
             integer_dot,
             activations,
+            shader_checks: options.shader_checks,
             gemm: options.gemm,
             adapter,
             device,
@@ -311,6 +346,11 @@ impl GpuContext {
         self.integer_dot
     }
 
+    /// The runtime checks compiled into this context's kernels.
+    pub fn shader_checks(&self) -> ShaderChecks {
+        self.shader_checks
+    }
+
     /// The precision the Q4 matvecs run their activations at.
     pub fn activations(&self) -> Activations {
         self.activations
@@ -373,12 +413,18 @@ impl GpuContext {
         if entry_meta.workgroup_size(entry).is_none() {
             return Err(Error::UnknownShader(format!("{shader}::{entry}")));
         }
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(shader),
-                source: wgpu::ShaderSource::Wgsl(self.wgsl_for_device(entry_meta.source)),
-            });
+        let descriptor = wgpu::ShaderModuleDescriptor {
+            label: Some(shader),
+            source: wgpu::ShaderSource::Wgsl(self.wgsl_for_device(entry_meta.source)),
+        };
+        // SAFETY: `ShaderChecks::Bounded` (the default) drops only the loop counters, and
+        // every loop in the registry's kernels ends within a constant or uniform bound;
+        // `ShaderChecks::None` is a measurement switch whose kernels index within the
+        // bindings their planners size.
+        let module = unsafe {
+            self.device
+                .create_shader_module_trusted(descriptor, self.shader_checks.runtime_checks())
+        };
         let constants: Vec<(&str, f64)> = constants.iter().map(|(k, v)| (*k, *v as f64)).collect();
         let pipeline = self
             .device

@@ -18,7 +18,8 @@ pub use browser::{browser_limits, BROWSER_FEATURES};
 #[cfg(not(target_arch = "wasm32"))]
 pub use context::test_context;
 pub use context::{
-    offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, OPTIONAL_FEATURES,
+    offers_coop_16x16_f16, ContextOptions, Counters, GemmCeiling, GpuContext, ShaderChecks,
+    OPTIONAL_FEATURES,
 };
 pub use dispatch::{workgroups_for, Grid};
 pub use errors::GpuErrors;

@@ -3,14 +3,14 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
-use wgemma::gpu::GemmCeiling;
+use wgemma::gpu::{GemmCeiling, ShaderChecks};
 use wgemma::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
 
 /// The lab switches `bench --help` lists after its options (they are hidden above them).
 pub const LAB_SWITCHES: &str = "Lab switches, for A/B measurements of plan routes and \
 fusions in one process (hidden above): --norm-prologue-rows N, --compare-norm-kernels, \
 --compare-fusions, --no-fold-kv-append, --no-fold-q-norm-rope, --no-latency-attention, \
---gemm coop|int8|f16|f32, --trace-barriers.";
+--gemm coop|int8|f16|f32, --shader-checks all|bounded|none, --trace-barriers.";
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -112,6 +112,10 @@ pub struct BenchArgs {
     /// --webgpu-limits' fastest), f16 (f16-tile vector GEMM), f32.
     #[arg(long, value_enum, default_value_t = GemmArg::Coop, hide = true)]
     pub(super) gemm: GemmArg,
+    /// The runtime checks wgpu compiles into every kernel: all (wgpu's default, with a
+    /// counter in every loop), bounded (the default: no loop counters), none.
+    #[arg(long, value_enum, default_value_t = ShaderChecksArg::Bounded, hide = true)]
+    pub(super) shader_checks: ShaderChecksArg,
     /// Only what desktop Chrome grants a page: its WebGPU features (no cooperative
     /// matrices, so no tensor-core routes) and its tiered
     /// limits, so this GPU measures the figure a browser user can expect.
@@ -192,6 +196,23 @@ pub(super) enum GemmArg {
     Int8,
     F16,
     F32,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(super) enum ShaderChecksArg {
+    All,
+    Bounded,
+    None,
+}
+
+impl ShaderChecksArg {
+    pub(super) fn checks(self) -> ShaderChecks {
+        match self {
+            ShaderChecksArg::All => ShaderChecks::All,
+            ShaderChecksArg::Bounded => ShaderChecks::Bounded,
+            ShaderChecksArg::None => ShaderChecks::None,
+        }
+    }
 }
 
 impl GemmArg {
