@@ -5,11 +5,9 @@
 //! bandwidth measured in the same run for the decode roofline.
 
 mod args;
-mod diag;
 mod parallel;
 mod plain;
 mod report;
-mod spec;
 mod spec_rows;
 mod table;
 
@@ -19,7 +17,6 @@ pub use args::{BenchArgs, LAB_SWITCHES};
 use crate::args::{check_exists, ModelArgs};
 use crate::load::{load_assistant_into, load_model, load_synthetic, Loaded};
 use anyhow::{bail, Context as _, Result};
-use diag::{compare_fusions, compare_norm_kernels};
 use plain::{forward_ms, PlainRun};
 use report::{Outcome, Profile};
 use spec_rows::speculative;
@@ -31,6 +28,7 @@ use wgemma::model::target::ModelOptions;
 use wgemma::model::weights::WeightFormat;
 use wgemma::ops::attention::MAX_SEQUENCES;
 use wgemma::ops::read_bandwidth::ReadBandwidthCase;
+use wgemma::session::bench::lab::{compare_fusions, compare_norm_kernels};
 use wgemma::session::LoadedTarget;
 
 /// `--parallel N`: the loaded target in a session with its assistant, then
@@ -133,18 +131,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let context = plain.context(context_len);
     let fusions = if args.compare_fusions {
-        Some(compare_fusions(&ctx, &mut state, context, sizes.gen)?)
+        Some(pollster::block_on(compare_fusions(
+            &ctx, &mut state, context, sizes.gen,
+        ))?)
     } else {
         None
     };
     let comparison = if args.compare_norm_kernels {
-        Some(compare_norm_kernels(
+        Some(pollster::block_on(compare_norm_kernels(
             &ctx,
             &mut state,
             context,
             sizes.gen,
             args.draft_tokens,
-        )?)
+        ))?)
     } else {
         None
     };

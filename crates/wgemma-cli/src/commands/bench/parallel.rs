@@ -10,7 +10,7 @@
 //! was asked whatever the weights; the drafter's full cost is paid. Every speculative run's
 //! tokens are checked against the plain run's (`matches_plain`).
 
-use super::spec::load_assistant;
+use super::spec_rows::load_assistant;
 use super::table::{print_table, timed, TestRow};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;

@@ -1,17 +1,18 @@
-//! What one `wgemma bench` run measured, reported: the `--profile` measurements and the
-//! outcome printed as the table or the JSON report.
+//! What one `wgemma bench` run measured, reported: the `--profile` measurements (the
+//! library's [`wgemma::session::bench::profile`]) and the outcome printed as the table or
+//! the JSON report.
 
 use super::args::{BenchArgs, Sizes};
-use super::diag::{print_profile, profile_forwards, summarize_profile};
 use super::plain::PlainRun;
-use super::spec;
 use super::spec_rows::{oracle_json, SpecOutcome};
 use super::table::{print_table, TestRow};
 use anyhow::Result;
+use pollster::block_on;
 use wgemma::gpu::GpuContext;
 use wgemma::model::assistant::Assistant;
 use wgemma::model::state::KvState;
 use wgemma::model::target::Want;
+use wgemma::session::bench::profile::{profile_forwards, profile_rounds, summarize_profile};
 use wgemma::session::bench::{self, gemm_family};
 
 /// `--profile`: GPU timestamps per dispatch of the prompt's forwards, decode and verify
@@ -36,26 +37,26 @@ impl Profile {
         let prompt = plain.prompt();
         let context = plain.decode_context(args.depth);
         state.reset();
-        let first = pollster::block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
+        let first = block_on(state.forward(ctx, prompt, Want::NextToken))?.next[0];
         // The prompt's forwards, where their dispatches fit the profiler's timestamps.
-        let prefill = pollster::block_on(ctx.read_profile())
+        let prefill = block_on(ctx.read_profile())
             .ok()
             .map(|t| summarize_profile(&t, prompt.len(), 1));
-        let decode = profile_forwards(ctx, state, first, 1, 16)?;
+        let decode = block_on(profile_forwards(ctx, state, first, 1, 16))?;
         let verify = if k > 0 {
-            Some(profile_forwards(ctx, state, first, k + 1, 8)?)
+            Some(block_on(profile_forwards(ctx, state, first, k + 1, 8))?)
         } else {
             None
         };
         // The pipelined rounds with the drafter, by phase and shader.
         let decode_us = decode["gpu_us_per_forward"].as_f64().unwrap_or(0.0);
+        let tokens = (context, &plain.greedy[..]);
         let rounds = assistant.map(|assistant| {
-            spec::profile_rounds(ctx, state, assistant, context, &plain.greedy, k, decode_us)
+            block_on(profile_rounds(ctx, state, assistant, tokens, k, decode_us))
                 .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
         });
         let oracle_rounds = if k > 0 {
-            let tokens = (context, &plain.greedy[..]);
-            let o = pollster::block_on(bench::oracle_rounds(ctx, state, tokens, (k, 1.0), true))?;
+            let o = block_on(bench::oracle_rounds(ctx, state, tokens, (k, 1.0), true))?;
             Some(oracle_json(&o, plain.tg.mean(), k, true))
         } else {
             None
@@ -232,5 +233,28 @@ impl Outcome {
                 println!("\nprofiled pipelined rounds: {r}");
             }
         }
+    }
+}
+
+/// One `--profile` table: a forward's GPU time by shader.
+fn print_profile(what: &str, p: &serde_json::Value) {
+    println!(
+        "\nprofile: {what} forward of {} rows, GPU {:.1} us per forward (mean of {})",
+        p["rows"],
+        p["gpu_us_per_forward"].as_f64().unwrap_or(0.0),
+        p["forwards"]
+    );
+    println!(
+        "{:<28} {:>10} {:>12} {:>12}",
+        "shader", "dispatches", "us/forward", "us/dispatch"
+    );
+    for row in p["by_shader"].as_array().into_iter().flatten() {
+        println!(
+            "{:<28} {:>10.1} {:>12.1} {:>12.2}",
+            row["shader"].as_str().unwrap_or(""),
+            row["dispatches_per_forward"].as_f64().unwrap_or(0.0),
+            row["us_per_forward"].as_f64().unwrap_or(0.0),
+            row["us_per_dispatch"].as_f64().unwrap_or(0.0)
+        );
     }
 }

@@ -1,20 +1,44 @@
 //! The speculative tests: oracle drafts at each acceptance rate, then the same rounds with
 //! the real drafter (its cost paid), fixed and adaptive, each a row compared with the plain
-//! decode test.
+//! decode test. The drafter's rounds are the library's
+//! ([`wgemma::session::bench::drafted`], which the browser package's bench runs too): the
+//! assistant at the published E2B / E4B assistant shape (random weights) drafts every
+//! round, while the verify reads the target's own greedy tokens as drafts at the chosen
+//! acceptance (an oracle).
 
 use super::args::{BenchArgs, Sizes};
-use super::diag::summarize_profile;
 use super::plain::PlainRun;
-use super::spec;
 use super::table::{samples_at, timed, TestRow};
 use anyhow::{bail, Result};
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::GpuContext;
 use wgemma::model::assistant::Assistant;
 use wgemma::model::state::KvState;
-use wgemma::session::bench::drafted::DraftedRuns;
+use wgemma::session::bench::drafted::{drafted_runs, DraftedRuns};
+use wgemma::session::bench::profile::summarize_profile;
 use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::bench::{self, OracleRun};
+use wgemma::session::{AssistantFrom, LoadHooks};
+
+/// The assistant of `shape` with random weights, bound to `state`'s caches, in its model's
+/// weight format.
+pub(super) fn load_assistant(
+    ctx: &GpuContext,
+    state: &KvState,
+    shape: SyntheticShape,
+    seed: u64,
+) -> Result<Assistant> {
+    let from = AssistantFrom::Random {
+        shape,
+        seed: seed.wrapping_add(1),
+    };
+    Ok(wgemma::session::load_assistant(
+        ctx,
+        state,
+        from,
+        LoadHooks::default(),
+    )?)
+}
 
 /// An oracle run's JSON; `profile` summarises its verify forwards' dispatches when they
 /// were profiled.
@@ -102,18 +126,14 @@ impl SpecRows<'_> {
         let test = format!("{} spec k={k} drafter", self.tg_name);
         eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
         let mut runs_at = |state: &mut KvState| {
-            spec::drafted_runs(
-                ctx,
-                state,
-                assistant,
-                DraftedRuns {
-                    prompt: self.context,
-                    greedy: self.greedy,
-                    k,
-                    acceptance: self.acceptance,
-                    adaptive: self.adaptive,
-                },
-            )
+            let runs = DraftedRuns {
+                prompt: self.context,
+                greedy: self.greedy,
+                k,
+                acceptance: self.acceptance,
+                adaptive: self.adaptive,
+            };
+            pollster::block_on(drafted_runs(ctx, state, assistant, runs))
         };
         runs_at(state)?;
         let mut reps = Vec::with_capacity(repetitions);
@@ -195,7 +215,7 @@ pub(super) fn speculative(
     };
     let mut assistant = match shape {
         Some(shape @ (SyntheticShape::E2b | SyntheticShape::E4b)) if k > 0 => {
-            Some(spec::load_assistant(ctx, state, shape, args.seed)?)
+            Some(load_assistant(ctx, state, shape, args.seed)?)
         }
         _ => None,
     };

@@ -8,47 +8,31 @@ use wgemma::generate::plain::{generate, GenerateOptions, GenerateStats};
 use wgemma::generate::sampling::SamplingParams;
 use wgemma::generate::speculative::{
     generate_speculative, DraftSchedule, SpeculativeOptions, SpeculativeOutput, SpeculativeStats,
-    MAX_DRAFT_TOKENS,
 };
 use wgemma::gpu::GpuContext;
 use wgemma::model::assistant::Assistant;
-use wgemma::model::forward::LogitRows;
 use wgemma::model::state::KvState;
+use wgemma::session::bench::drafted::build_verify_plans;
 use wgemma::session::bench::timing::Samples;
-use wgemma::text::tokenizer::Tokenizer;
+use wgemma::text::tokenizer::{TextStream, Tokenizer};
 
-/// Prints a generation's text as its tokens arrive: the decoded prefix grows, and what
-/// it adds is printed (nothing while a multi-byte character is incomplete). Without a
-/// tokenizer, the ids.
+/// Prints a generation's text as its tokens arrive (nothing while a multi-byte character
+/// is incomplete); without a tokenizer, the ids.
 struct Streamer<'a> {
     tokenizer: Option<&'a Tokenizer>,
-    tokens: Vec<u32>,
-    shown: String,
+    text: TextStream,
 }
 
-impl<'a> Streamer<'a> {
-    fn new(tokenizer: Option<&'a Tokenizer>) -> Streamer<'a> {
-        Streamer {
-            tokenizer,
-            tokens: Vec::new(),
-            shown: String::new(),
-        }
-    }
-
+impl Streamer<'_> {
     fn push(&mut self, id: u32) {
-        self.tokens.push(id);
         let mut out = std::io::stdout();
         match self.tokenizer {
             None => {
                 let _ = write!(out, " {id}");
             }
             Some(t) => {
-                let Ok(text) = t.decode(&self.tokens) else {
-                    return;
-                };
-                if text.starts_with(&self.shown) && !text.ends_with('\u{FFFD}') {
-                    let _ = write!(out, "{}", &text[self.shown.len()..]);
-                    self.shown = text;
+                if let Ok(Some(piece)) = self.text.push(t, id) {
+                    let _ = write!(out, "{piece}");
                 }
             }
         }
@@ -151,7 +135,10 @@ impl<'a> Runner<'a> {
         tokenizer: Option<&Tokenizer>,
         text_out: bool,
     ) -> Result<Vec<u32>> {
-        let mut streamer = Streamer::new(tokenizer);
+        let mut streamer = Streamer {
+            tokenizer,
+            text: TextStream::new(),
+        };
         let (warm_plain, _) = self.plain(target, &mut |id| {
             if text_out {
                 streamer.push(id);
@@ -163,14 +150,7 @@ impl<'a> Runner<'a> {
             eprintln!("warming up speculative decoding (building its verify plans) ...");
         }
         // The adaptive schedule may verify any k + 1 rows: build every verify plan now.
-        for m in 1..=target
-            .model()
-            .options
-            .max_verify_rows
-            .min(MAX_DRAFT_TOKENS + 1)
-        {
-            target.plan(self.ctx, m, LogitRows::All)?;
-        }
+        build_verify_plans(self.ctx, target)?;
         self.speculative(target, assistant)?;
         Ok(warm_plain)
     }

@@ -4,14 +4,19 @@
 //! prompt (`ppN`), greedy decode after a context (`tgN @ dD`), speculative rounds with
 //! oracle drafts, and pipelined speculative generations that run the assistant's draft
 //! steps (or none) while the verify reads the target's own greedy tokens as drafts at a
-//! chosen acceptance rate ([`drafted`]). [`timing`] repeats them as llama-bench does.
+//! chosen acceptance rate ([`drafted`]). [`timing`] repeats them as llama-bench does;
+//! [`profile`] says where the GPU time of forwards and rounds goes; `lab` (with the
+//! `harness` feature) holds the before/after comparisons of plan fusions.
 
 pub mod drafted;
+#[cfg(any(test, feature = "harness"))]
+pub mod lab;
+pub mod profile;
 pub mod timing;
 
 use crate::error::{Error, Result};
 use crate::formats::synthetic::SyntheticShape;
-use crate::gpu::{DispatchTime, GemmCeiling, GpuContext};
+use crate::gpu::{Activations, DispatchTime, GemmCeiling, GpuContext};
 use crate::model::state::KvState;
 use crate::model::target::{Model, Want};
 use rand::{Rng, SeedableRng};
@@ -46,6 +51,8 @@ pub fn assistant_shape(model: &Model) -> Option<SyntheticShape> {
 pub fn gemm_family(ctx: &GpuContext) -> &'static str {
     if ctx.has_coop_16x16_f16() {
         "tensor-core GEMM (cooperative matrices)"
+    } else if ctx.gemm >= GemmCeiling::Int8 && ctx.activations() == Activations::Int8 {
+        "int8 GEMM (integer dot products)"
     } else if ctx.gemm >= GemmCeiling::F16 && ctx.has(wgpu::Features::SHADER_F16) {
         "f16-tile GEMM"
     } else {
