@@ -19,8 +19,9 @@
 //! - [`GgmlRoute::MatvecInt8`] (Q8_0, M = 1..=8, when the context runs int8 activations,
 //!   [`crate::gpu::Activations`]): x quantised to int8 per block of 32 in workgroup memory
 //!   as the Q4 int8 family does (the same stage and quantisers, `ops/linear/int8_stage.wgsli`),
-//!   each block of 32 stored int8 weights dotted with it by `dot4I8Packed`; 16 rows x 16
-//!   lanes per workgroup.
+//!   each quarter of a block (8 stored int8 weights; a row's 16 lanes read 4 neighbouring
+//!   blocks) dotted with it by `dot4I8Packed`; 16 rows x 16 lanes per workgroup, the lanes
+//!   added with subgroup shuffles where every subgroup has 32 lanes.
 //! - [`GgmlRoute::Gemm`] (M > 8, prefill): 32 x 64 tiles with x and the dequantised W
 //!   staged in workgroup memory.
 //!
@@ -98,8 +99,8 @@ impl std::fmt::Display for GgmlRoute {
 }
 
 /// The registered shader of `route` over `ty` (None: no kernel reads `ty`): with
-/// `subgroup` (32-lane subgroups, [`subgroups32`]) the matvecs reduce with subgroup
-/// operations and the int8 matvec quantises with shuffles.
+/// `subgroup` (32-lane subgroups, [`subgroups32`]) both matvecs add a row's lanes with
+/// subgroup operations and the int8 matvec quantises with shuffles.
 fn shader(route: GgmlRoute, ty: GgmlType, subgroup: bool) -> Option<&'static str> {
     use GgmlRoute::{Gemm, Matvec, MatvecInt8};
     let pick = |portable, sg| if subgroup { sg } else { portable };
@@ -241,8 +242,8 @@ fn int8_chunk(ctx: &GpuContext, m: usize, k: usize) -> Option<usize> {
     chunk_words(m, k, LANES, left)
 }
 
-/// Every subgroup has 32 lanes: the matvec reduces a row's lanes with subgroupAdd and the
-/// int8 matvec quantises x with subgroup shuffles.
+/// Every subgroup has 32 lanes: the matvecs add a row's lanes with subgroup operations and
+/// the int8 matvec quantises x with subgroup shuffles.
 fn subgroups32(ctx: &GpuContext) -> bool {
     let caps = DeviceCaps::of(ctx);
     caps.subgroups && caps.min_subgroup_size == 32 && caps.max_subgroup_size == 32
