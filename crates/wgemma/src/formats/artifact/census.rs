@@ -190,6 +190,7 @@ fn any_device() -> DeviceCaps {
         coop_16x16_f16: false,
         // And the f32 matvecs: the int8 family runs the same ops where the context asks.
         int8_activations: false,
+        gemm_int8: false,
     }
 }
 
