@@ -95,18 +95,28 @@ pub enum ShaderChecks {
     /// `force_loop_bounding = false` asks for.
     #[default]
     Bounded,
+    /// As `Bounded`, except that kernels on cooperative matrices (the tensor-core GEMMs and
+    /// prefill attention) keep the loop counters: a measurement switch for those kernels,
+    /// whose unrolled loops hold more registers.
+    BoundedExceptCooperative,
     /// No checks at all (a measurement of what the remaining checks cost; not for use).
     None,
 }
 
 impl ShaderChecks {
-    fn runtime_checks(self) -> wgpu::ShaderRuntimeChecks {
+    /// The checks for a kernel whose WGSL is `source`.
+    fn runtime_checks(self, source: &str) -> wgpu::ShaderRuntimeChecks {
+        let bounded = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
         match self {
             ShaderChecks::All => wgpu::ShaderRuntimeChecks::checked(),
-            ShaderChecks::Bounded => wgpu::ShaderRuntimeChecks {
-                force_loop_bounding: false,
-                ..wgpu::ShaderRuntimeChecks::checked()
-            },
+            ShaderChecks::Bounded => bounded,
+            ShaderChecks::BoundedExceptCooperative if source.contains("coop_mat") => {
+                wgpu::ShaderRuntimeChecks::checked()
+            }
+            ShaderChecks::BoundedExceptCooperative => bounded,
             ShaderChecks::None => wgpu::ShaderRuntimeChecks::unchecked(),
         }
     }
@@ -413,18 +423,17 @@ impl GpuContext {
         if entry_meta.workgroup_size(entry).is_none() {
             return Err(Error::UnknownShader(format!("{shader}::{entry}")));
         }
+        let checks = self.shader_checks.runtime_checks(entry_meta.source);
         let descriptor = wgpu::ShaderModuleDescriptor {
             label: Some(shader),
             source: wgpu::ShaderSource::Wgsl(self.wgsl_for_device(entry_meta.source)),
         };
         // SAFETY: `ShaderChecks::Bounded` (the default) drops only the loop counters, and
-        // every loop in the registry's kernels ends within a constant or uniform bound;
+        // every loop in the registry's kernels ends within a constant or uniform bound
+        // (`BoundedExceptCooperative` keeps some);
         // `ShaderChecks::None` is a measurement switch whose kernels index within the
         // bindings their planners size.
-        let module = unsafe {
-            self.device
-                .create_shader_module_trusted(descriptor, self.shader_checks.runtime_checks())
-        };
+        let module = unsafe { self.device.create_shader_module_trusted(descriptor, checks) };
         let constants: Vec<(&str, f64)> = constants.iter().map(|(k, v)| (*k, *v as f64)).collect();
         let pipeline = self
             .device

@@ -10,7 +10,7 @@ use wgemma::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
 pub const LAB_SWITCHES: &str = "Lab switches, for A/B measurements of plan routes and \
 fusions in one process (hidden above): --norm-prologue-rows N, --compare-norm-kernels, \
 --compare-fusions, --no-fold-kv-append, --no-fold-q-norm-rope, --no-latency-attention, \
---gemm coop|int8|f16|f32, --shader-checks all|bounded|none, --trace-barriers.";
+--gemm coop|int8|f16|f32, --shader-checks all|bounded|bounded-except-cooperative|none, --trace-barriers.";
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -113,7 +113,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = GemmArg::Coop, hide = true)]
     pub(super) gemm: GemmArg,
     /// The runtime checks wgpu compiles into every kernel: all (wgpu's default, with a
-    /// counter in every loop), bounded (the default: no loop counters), none.
+    /// counter in every loop), bounded (the default: no loop counters),
+    /// bounded-except-cooperative (counters only in the tensor-core kernels), none.
     #[arg(long, value_enum, default_value_t = ShaderChecksArg::Bounded, hide = true)]
     pub(super) shader_checks: ShaderChecksArg,
     /// Only what desktop Chrome grants a page: its WebGPU features (no cooperative
@@ -202,6 +203,7 @@ pub(super) enum GemmArg {
 pub(super) enum ShaderChecksArg {
     All,
     Bounded,
+    BoundedExceptCooperative,
     None,
 }
 
@@ -210,6 +212,7 @@ impl ShaderChecksArg {
         match self {
             ShaderChecksArg::All => ShaderChecks::All,
             ShaderChecksArg::Bounded => ShaderChecks::Bounded,
+            ShaderChecksArg::BoundedExceptCooperative => ShaderChecks::BoundedExceptCooperative,
             ShaderChecksArg::None => ShaderChecks::None,
         }
     }
