@@ -28,8 +28,9 @@ struct Cli {
     command: Command,
     /// Precision of the Q4 and Q8_0 matvecs' activations: `int8` quantises each block of 32 and
     /// runs integer dot products (every batch size computes a row the same way; ~0.3%
-    /// error per product), `f32` keeps them exact, `auto` is int8 on a GPU with native
-    /// packed integer dot products (Vulkan 1.3, Chrome), else f32.
+    /// error per product; Q4 prefill without tensor cores runs the int8 GEMM, which rounds
+    /// rows alike and sums them in another order), `f32` keeps them exact, `auto` is int8 on
+    /// a GPU with native packed integer dot products (Vulkan 1.3, Chrome), else f32.
     #[arg(
         long,
         global = true,

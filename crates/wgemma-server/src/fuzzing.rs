@@ -81,7 +81,11 @@ pub fn request_body(data: &[u8]) {
             }
         }
         let answer = s.response_format.as_ref().map(|f| f.lark_rule());
-        if let Some(Ok(Some(lark))) = s.tools.as_ref().map(|t| t.grammar(answer.as_deref())) {
+        if let Some(Ok(Some(lark))) = s
+            .tools
+            .as_ref()
+            .map(|t| t.grammar(answer.as_deref(), g.special_markers()))
+        {
             if let Ok(c) = g.tool_constraint(&lark) {
                 decode_a_few(c, data);
             }

@@ -275,15 +275,10 @@ async fn compile_constraint(
     // The grammar is compiled (or copied from the cache) here, off the model thread.
     let format = sampling.response_format.clone();
     // A vocabulary that cannot be constrained answers a constrained request with a 400.
-    let calls_in_text = app
-        .ready()?
-        .grammars
-        .as_ref()
-        .map_or(true, |g| g.holds_calls_in_text());
     let tools = sampling
         .tools
         .clone()
-        .filter(|t| t.constrains(format.is_some(), calls_in_text));
+        .filter(|t| t.constrains(format.is_some()));
     Ok(
         match (tools.is_some() || format.is_some(), &app.ready()?.grammars) {
             (false, _) => None,
@@ -292,7 +287,7 @@ async fn compile_constraint(
                 let compiled = tokio::task::spawn_blocking(move || match (tools, format) {
                     (Some(tools), format) => {
                         let answer = format.as_ref().map(ResponseFormat::lark_rule);
-                        match tools.grammar(answer.as_deref())? {
+                        match tools.grammar(answer.as_deref(), grammars.special_markers())? {
                             Some(lark) => grammars.tool_constraint(&lark),
                             None => Err(ApiError::internal("tool calls without a grammar")),
                         }

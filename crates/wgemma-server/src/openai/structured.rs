@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use wgemma::session::TokenConstraint;
 use wgemma::text::tokenizer::Tokenizer;
-use wgemma::text::tool_markers::TOOL_CALL_START;
+use wgemma::text::tool_grammar::SpecialMarkers;
 
 /// Compiled grammars kept at most (a server that sees more distinct schemas compiles again).
 const CACHED_GRAMMARS: usize = 64;
@@ -29,10 +29,9 @@ const CACHED_GRAMMARS: usize = 64;
 pub struct Grammars {
     factory: ParserFactory,
     stop_ids: Vec<u32>,
-    /// `<|tool_call>` is a special token of the vocabulary (Gemma 4's): a grammar over text
-    /// cannot match it, so it can force a call (spelled out) but cannot let the model open
-    /// one within free text.
-    call_marker_is_special: bool,
+    /// The call syntax's markers that are special tokens of the vocabulary (Gemma 4's own
+    /// holds them all): a tool grammar writes those as their tokens.
+    markers: SpecialMarkers,
     cache: Mutex<HashMap<String, Matcher>>,
 }
 
@@ -49,11 +48,13 @@ impl Grammars {
             .map_err(|e| e.to_string())?;
         let mut bytes =
             llguidance::token_bytes_from_tokenizer_json(&json).map_err(|e| e.to_string())?;
-        let call_marker_is_special = json["added_tokens"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|t| t["content"] == TOOL_CALL_START && t["special"] == true);
+        let markers = SpecialMarkers::of_vocabulary(|marker| {
+            json["added_tokens"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|t| t["content"] == marker && t["special"] == true)
+        });
         if bytes.len() > vocab_size {
             return Err(format!(
                 "the tokenizer has {} tokens, the model's vocabulary {vocab_size}",
@@ -73,16 +74,15 @@ impl Grammars {
         Ok(Grammars {
             factory,
             stop_ids: stop_ids.to_vec(),
-            call_marker_is_special,
+            markers,
             cache: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Whether a grammar can hold a call to its schema once the model opens it within free
-    /// text (strict tools under `tool_choice: "auto"`): the vocabulary spells `<|tool_call>`
-    /// as text.
-    pub fn holds_calls_in_text(&self) -> bool {
-        !self.call_marker_is_special
+    /// The call syntax's markers that are special tokens of this vocabulary, which a tool
+    /// grammar ([`crate::openai::tools::ToolRequest::grammar`]) writes as their tokens.
+    pub fn special_markers(&self) -> SpecialMarkers {
+        self.markers
     }
 
     /// The constraint of one request: a copy of the format's compiled grammar (compiled
@@ -392,7 +392,13 @@ mod tests {
         .unwrap();
         let time = ToolDeclaration::new("get_time", None, None).unwrap();
         let tools = [(0, &weather), (1, &time)];
-        let lark = tool_call_grammar(&tools, true, &|i| format!("tools[{i}]")).unwrap();
+        let lark = tool_call_grammar(
+            &tools,
+            true,
+            &|i| format!("tools[{i}]"),
+            grammars.special_markers(),
+        )
+        .unwrap();
         let mut c = grammars.tool_constraint(&lark).unwrap();
         // Pseudo-random walks, heading for the end more often as they go: each ends in
         // calls that parse and follow the schema.
@@ -444,26 +450,27 @@ mod tests {
         assert_eq!(allowed, vec![b'<' as usize]);
     }
 
-    #[test]
-    fn strict_tools_under_auto_hold_a_call_to_its_schema_once_it_starts() {
-        use crate::openai::tools::ToolRequest;
-        let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
+    /// A request's one strict tool, `get_weather` of a city, Paris or Rome.
+    fn strict_weather_tool() -> crate::openai::tools::ToolRequest {
         let body = json!({"tools": [{"type": "function", "function": {"name": "get_weather",
             "strict": true, "parameters": {"type": "object", "properties": {
                 "city": {"type": "string", "enum": ["Paris", "Rome"]}}, "required": ["city"]}}}]});
-        let tools = ToolRequest::parse(body.as_object().unwrap())
+        crate::openai::tools::ToolRequest::parse(body.as_object().unwrap())
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn strict_tools_under_auto_hold_a_call_to_its_schema_once_it_starts() {
+        let grammars = Grammars::new(&byte_tokenizer(), 260, &[256]).unwrap();
+        let tools = strict_weather_tool();
+        assert!(tools.constrains(false));
+        let lark = tools
+            .grammar(None, grammars.special_markers())
             .unwrap()
             .unwrap();
-        assert!(grammars.holds_calls_in_text() && tools.constrains(false, true));
-        let lark = tools.grammar(None).unwrap().unwrap();
         let mut c = grammars.tool_constraint(&lark).unwrap();
-        let allowed = |c: &mut GrammarConstraint| {
-            let mut logits = vec![0.0f32; 260];
-            c.mask(&mut logits).unwrap();
-            (0..260u32)
-                .filter(|&i| logits[i as usize].is_finite())
-                .collect::<Vec<u32>>()
-        };
+        let allowed = |c: &mut GrammarConstraint| allowed_ids(c, 260);
         // Free text first: any byte, or the end.
         let first = allowed(&mut c);
         assert!(
@@ -483,17 +490,96 @@ mod tests {
             allowed(&mut c).contains(&256),
             "the reply may end after the call"
         );
-        // Where `<|tool_call>` is a special token (Gemma 4's vocabulary), text cannot open a
-        // call under a grammar: the model's calls under `auto` are left unconstrained.
+    }
+
+    /// The ids `c`'s mask allows over a vocabulary of `vocab` tokens.
+    fn allowed_ids(c: &mut GrammarConstraint, vocab: usize) -> Vec<u32> {
+        let mut logits = vec![0.0f32; vocab];
+        c.mask(&mut logits).unwrap();
+        (0..vocab as u32)
+            .filter(|&i| logits[i as usize].is_finite())
+            .collect()
+    }
+
+    /// [`byte_tokenizer`] with the call markers as special tokens after `<eos>`, as in
+    /// Gemma 4's vocabulary: `<|tool_call>` 257, `<tool_call|>` 258, `<|"|>` 259,
+    /// `<|tool_response>` 260.
+    fn special_marker_tokenizer() -> Tokenizer {
+        use wgemma::text::tool_markers::{
+            STRING_MARK, TOOL_CALL_END, TOOL_CALL_START, TOOL_RESPONSE_START,
+        };
         let mut json: Value = serde_json::from_str(&byte_tokenizer().to_json().unwrap()).unwrap();
-        json["added_tokens"]
-            .as_array_mut()
+        let markers = [
+            TOOL_CALL_START,
+            TOOL_CALL_END,
+            STRING_MARK,
+            TOOL_RESPONSE_START,
+        ];
+        for (id, content) in (257..).zip(markers) {
+            json["added_tokens"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"id": id,
+                "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+                "normalized": false, "special": true}));
+        }
+        Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn strict_tools_under_auto_open_calls_with_a_special_token() {
+        use wgemma::text::tools::parse_reply;
+        let (call_start, call_end, mark, response) = (257, 258, 259, 260);
+        let tokenizer = special_marker_tokenizer();
+        let grammars = Grammars::new(&tokenizer, 262, &[256]).unwrap();
+        let tools = strict_weather_tool();
+        let lark = tools
+            .grammar(None, grammars.special_markers())
             .unwrap()
-            .push(json!({"id": 257,
-            "content": "<|tool_call>", "single_word": false, "lstrip": false, "rstrip": false,
-            "normalized": false, "special": true}));
-        let special = Tokenizer::from_bytes(json.to_string().as_bytes()).unwrap();
-        let grammars = Grammars::new(&special, 260, &[256]).unwrap();
-        assert!(!grammars.holds_calls_in_text() && !tools.constrains(false, false));
+            .unwrap();
+        let start = grammars.tool_constraint(&lark).unwrap();
+        let allowed = |c: &mut GrammarConstraint| allowed_ids(c, 262);
+        // Text or the end, or the call's token; text spelling the marker out is refused.
+        let mut text = grammars.tool_constraint(&lark).unwrap();
+        let first = allowed(&mut text);
+        assert!(
+            first.contains(&(b'H' as u32)) && first.contains(&256) && first.contains(&call_start),
+            "{first:?}"
+        );
+        for b in "Hi <|tool_call".bytes() {
+            text.accept(b as u32).unwrap();
+        }
+        assert!(!allowed(&mut text).contains(&(b'>' as u32)));
+        // Once the token opens a call, it follows the schema; the reply reads back as it.
+        let opening: Vec<u32> = [call_start]
+            .into_iter()
+            .chain("call:get_weather{city:".bytes().map(u32::from))
+            .chain([mark])
+            .collect();
+        let mut ids = opening.clone();
+        ids.extend("Rome".bytes().map(u32::from));
+        ids.extend([mark, b'}' as u32, call_end, response]);
+        let mut c = start;
+        for (i, &id) in ids.iter().enumerate() {
+            if i == opening.len() {
+                assert_eq!(allowed(&mut c), vec![b'P' as u32, b'R' as u32]);
+            }
+            assert!(allowed(&mut c).contains(&id), "token {id} at {i}");
+            c.accept(id).unwrap();
+        }
+        assert!(c.is_finished() || allowed(&mut c) == vec![256]);
+        let reply = tokenizer
+            .decode_keeping(&ids, &tokenizer.tool_marker_ids())
+            .unwrap();
+        let (content, calls) = parse_reply(reply.trim_end_matches("<|tool_response>"));
+        assert_eq!((content.as_str(), calls.len()), ("", 1), "{reply}");
+        assert_eq!(calls[0].arguments["city"], "Rome", "{reply}");
+        // An argument outside the schema is refused.
+        let mut bad = grammars.tool_constraint(&lark).unwrap();
+        for &id in &opening {
+            bad.accept(id).unwrap();
+        }
+        assert!(!allowed(&mut bad).contains(&(b'O' as u32)));
+        assert!(bad.accept(b'O' as u32).is_err());
     }
 }

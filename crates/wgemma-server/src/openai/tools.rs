@@ -12,7 +12,7 @@ use crate::error::{kind_of, ApiError};
 use serde_json::{Map, Value};
 use wgemma::session::ToolDeclaration;
 use wgemma::text::tool_grammar::{
-    tool_call_grammar, tool_calls_in_text_grammar, tool_calls_or_answer_grammar,
+    tool_call_grammar, tool_calls_in_text_grammar, tool_calls_or_answer_grammar, SpecialMarkers,
 };
 
 /// What `tool_choice` asks for.
@@ -140,24 +140,29 @@ impl ToolRequest {
 
     /// True when the reply follows a grammar of calls: a forced call, or `auto` beside a
     /// response format (`answers`: the reply may then be calls or an answer in that format)
-    /// or with a strict tool when a grammar can hold a call opened within text
-    /// (`calls_in_text`: [`crate::openai::structured::Grammars::holds_calls_in_text`]).
-    pub fn constrains(&self, answers: bool, calls_in_text: bool) -> bool {
-        let strict_in_text = calls_in_text && self.strict.contains(&true);
-        self.forces_call() || (self.choice == ToolChoice::Auto && (answers || strict_in_text))
+    /// or with a strict tool (text in which a call, once opened, follows its schema).
+    pub fn constrains(&self, answers: bool) -> bool {
+        let strict = self.strict.contains(&true);
+        self.forces_call() || (self.choice == ToolChoice::Auto && (answers || strict))
     }
 
     /// The Lark grammar of the reply: the calls a forced choice allows (the turn must call,
     /// so `answer` does not apply to it); with `auto` and an `answer` rule (a response
     /// format's), calls of any tool or an answer following that rule, as vLLM does; with
     /// `auto` and a strict tool, any text and calls whose strict tools' arguments follow
-    /// their schemas. None when nothing constrains the reply.
-    pub fn grammar(&self, answer: Option<&str>) -> Result<Option<String>, ApiError> {
+    /// their schemas. `markers`: the call markers that are special tokens of the model's
+    /// vocabulary, which the grammar writes as those tokens. None when nothing constrains
+    /// the reply.
+    pub fn grammar(
+        &self,
+        answer: Option<&str>,
+        markers: SpecialMarkers,
+    ) -> Result<Option<String>, ApiError> {
         let path = |i| format!("tools[{i}]");
         let all: Vec<(usize, &ToolDeclaration)> = self.tools.iter().enumerate().collect();
         let allowed: Vec<(usize, &ToolDeclaration)> = match (&self.choice, answer) {
             (ToolChoice::Auto, Some(answer)) => {
-                return tool_calls_or_answer_grammar(&all, self.parallel, &path, answer)
+                return tool_calls_or_answer_grammar(&all, self.parallel, &path, markers, answer)
                     .map(Some)
                     .map_err(|e| {
                         ApiError::invalid(
@@ -174,7 +179,7 @@ impl ToolRequest {
                     .enumerate()
                     .map(|(i, (t, &strict))| (i, t, strict))
                     .collect();
-                return tool_calls_in_text_grammar(&tools, self.parallel, &path)
+                return tool_calls_in_text_grammar(&tools, self.parallel, &path, markers)
                     .map(Some)
                     .map_err(|e| {
                         ApiError::invalid(
@@ -192,7 +197,7 @@ impl ToolRequest {
                 .filter(|(_, t)| &t.name == name)
                 .collect(),
         };
-        tool_call_grammar(&allowed, self.parallel, &path)
+        tool_call_grammar(&allowed, self.parallel, &path, markers)
             .map(Some)
             .map_err(|e| {
                 ApiError::invalid(
@@ -321,9 +326,12 @@ mod tests {
         assert_eq!(t.choice, ToolChoice::Auto);
         assert!(t.parallel && !t.forces_call());
         assert_eq!(t.declared().len(), 1);
-        assert_eq!(t.grammar(None).unwrap(), None);
+        assert_eq!(t.grammar(None, SpecialMarkers::default()).unwrap(), None);
         // Beside a response format, `auto` lets the model call or answer in that format.
-        let either = t.grammar(Some("%json {}")).unwrap().unwrap();
+        let either = t
+            .grammar(Some("%json {}"), SpecialMarkers::default())
+            .unwrap()
+            .unwrap();
         assert!(either.starts_with("start: call+ | answer"), "{either}");
         let none = parse(&format!(r#"{WEATHER}, "tool_choice": "none""#))
             .unwrap()
@@ -336,10 +344,18 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(named.forces_call() && !named.parallel);
-        let lark = named.grammar(None).unwrap().unwrap();
+        let lark = named
+            .grammar(None, SpecialMarkers::default())
+            .unwrap()
+            .unwrap();
         assert!(lark.contains("call:get_weather"), "{lark}");
         // A forced call is the turn's whole reply, with a response format too.
-        assert_eq!(named.grammar(Some("%json {}")).unwrap(), Some(lark));
+        assert_eq!(
+            named
+                .grammar(Some("%json {}"), SpecialMarkers::default())
+                .unwrap(),
+            Some(lark)
+        );
         assert_eq!(parse(r#""tools": []"#).unwrap(), None);
         assert_eq!(parse(r#""tool_choice": "none""#).unwrap(), None);
         for (extra, param, needle) in [
@@ -397,13 +413,13 @@ mod tests {
         assert!(parse(unique)
             .unwrap()
             .unwrap()
-            .grammar(None)
+            .grammar(None, SpecialMarkers::default())
             .unwrap()
             .is_none());
         let forced = parse(&format!(r#"{unique}, "tool_choice": "required""#))
             .unwrap()
             .unwrap();
-        let e = forced.grammar(None).unwrap_err();
+        let e = forced.grammar(None, SpecialMarkers::default()).unwrap_err();
         assert!(e.message.contains("uniqueItems"), "{}", e.message);
     }
 
@@ -417,9 +433,12 @@ mod tests {
         );
         let strict = parse(&strict_weather).unwrap().unwrap();
         assert_eq!(strict.strict, vec![true]);
-        assert!(strict.constrains(false, true) && !strict.constrains(false, false));
-        assert!(!parse(WEATHER).unwrap().unwrap().constrains(false, true));
-        let lark = strict.grammar(None).unwrap().unwrap();
+        assert!(strict.constrains(false));
+        assert!(!parse(WEATHER).unwrap().unwrap().constrains(false));
+        let lark = strict
+            .grammar(None, SpecialMarkers::default())
+            .unwrap()
+            .unwrap();
         assert!(
             lark.starts_with("start: TEXT | (lead call)+ TEXT"),
             "{lark}"
@@ -439,7 +458,7 @@ mod tests {
         let e = parse(strict_unique)
             .unwrap()
             .unwrap()
-            .grammar(None)
+            .grammar(None, SpecialMarkers::default())
             .unwrap_err();
         assert!(
             e.message.contains("strict") && e.message.contains("uniqueItems"),

@@ -1,6 +1,8 @@
 //! The precision of the Q4 and Q8_0 matvecs' activations: f32, or int8 per block of 32
 //! with integer dot products (`dot4I8Packed`), chosen once per context so that every matvec
-//! of every forward (decode, verify, batched rows) computes a row the same way.
+//! of every forward (decode, verify, batched rows) computes a row the same way. Q4 prefill
+//! below the tensor cores follows it (the int8 GEMM, `ops/linear/q4_gemm_int8.wgsl`): the
+//! same quantiser and per-block terms, the blocks summed in another order.
 
 use crate::error::{Error, Result};
 

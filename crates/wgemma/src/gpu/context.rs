@@ -28,6 +28,9 @@ pub enum GemmCeiling {
     F32,
     /// Up to the f16-tile vector GEMM (`SHADER_F16`).
     F16,
+    /// Up to the int8 GEMM on integer dot products (where the context runs int8
+    /// activations; preferred to the f16 GEMM there).
+    Int8,
     /// Up to the cooperative-matrix (tensor core) GEMM.
     #[default]
     CooperativeMatrix,

@@ -12,7 +12,7 @@ use wgemma::session::bench::suite::SuitePlan;
 pub const LAB_SWITCHES: &str = "Lab switches, for A/B measurements of plan routes and \
 fusions in one process (hidden above): --norm-prologue-rows N, --compare-norm-kernels, \
 --compare-fusions, --no-fold-kv-append, --no-fold-q-norm-rope, --no-latency-attention, \
---gemm coop|f16|f32, --shader-checks all|bounded|none, --trace-barriers.";
+--gemm coop|int8|f16|f32, --shader-checks all|bounded|none, --trace-barriers.";
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -109,8 +109,9 @@ pub struct BenchArgs {
     /// stderr (a diagnostic for barrier counts; long output: use with a short --gen).
     #[arg(long, hide = true)]
     pub(super) trace_barriers: bool,
-    /// The fastest GEMM family prefill may use: coop (tensor cores where offered), f16
-    /// (f16-tile vector GEMM), f32.
+    /// The fastest GEMM family prefill may use: coop (tensor cores where offered), int8
+    /// (integer dot products where the activations are int8: browsers' and
+    /// --webgpu-limits' fastest), f16 (f16-tile vector GEMM), f32.
     #[arg(long, value_enum, default_value_t = GemmArg::Coop, hide = true)]
     pub(super) gemm: GemmArg,
     /// The runtime checks wgpu compiles into every kernel: all (wgpu's default, with a
@@ -214,6 +215,7 @@ impl BenchArgs {
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub(super) enum GemmArg {
     Coop,
+    Int8,
     F16,
     F32,
 }
@@ -239,6 +241,7 @@ impl GemmArg {
     pub(super) fn ceiling(self) -> GemmCeiling {
         match self {
             GemmArg::Coop => GemmCeiling::CooperativeMatrix,
+            GemmArg::Int8 => GemmCeiling::Int8,
             GemmArg::F16 => GemmCeiling::F16,
             GemmArg::F32 => GemmCeiling::F32,
         }

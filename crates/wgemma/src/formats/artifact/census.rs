@@ -78,7 +78,8 @@ const fn known(
     }
 }
 
-/// The shaders of the ggml routes, one per type (`ops/ggml_linear`).
+/// The shaders of the ggml routes, one per type (the matvec's portable and subgroup
+/// twins; `ops/ggml_linear`).
 const GGML_MATVECS: &[&str] = &[
     "ggml_matvec_q8_0",
     "ggml_matvec_q4_1",
@@ -87,6 +88,13 @@ const GGML_MATVECS: &[&str] = &[
     "ggml_matvec_q4_k",
     "ggml_matvec_q5_k",
     "ggml_matvec_q6_k",
+    "ggml_matvec_q8_0_sg",
+    "ggml_matvec_q4_1_sg",
+    "ggml_matvec_q5_0_sg",
+    "ggml_matvec_q5_1_sg",
+    "ggml_matvec_q4_k_sg",
+    "ggml_matvec_q5_k_sg",
+    "ggml_matvec_q6_k_sg",
 ];
 const GGML_GEMMS: &[&str] = &[
     "ggml_gemm_q8_0",
@@ -182,6 +190,7 @@ fn any_device() -> DeviceCaps {
         coop_16x16_f16: false,
         // And the f32 matvecs: the int8 family runs the same ops where the context asks.
         int8_activations: false,
+        gemm_int8: false,
     }
 }
 

@@ -1,3 +1,5 @@
-// ggml_matvec_q4_k: the ggml matvec (ggml_matvec.wgsli) over Q4_K weights.
+// ggml_matvec_q4_k: the ggml matvec (ggml_matvec.wgsli) over Q4_K weights, the partial
+// sums added in workgroup memory (portable).
 #include "ggml_matvec.wgsli"
+#include "ggml_matvec_finish_wg.wgsli"
 #include "q4_k_format.wgsli"

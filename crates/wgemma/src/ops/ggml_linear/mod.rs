@@ -5,14 +5,23 @@
 //!
 //! Each format's block decode is written once, in `<format>_format.wgsli`
 //! (`weight_quad(row byte, k)`: four consecutive weights as ggml's `dequantize_row_*`
-//! computes them), and included by both kernels of that format:
+//! computes them; for the matvec, `unit_weights(row byte, u)`: one lane's slice of a block
+//! with its header decoded once), and included by every kernel of that format:
 //! - [`GgmlRoute::Matvec`] (M = 1..=8: decode, speculative verify, small batches): 8 rows
-//!   per workgroup, 32 lanes per row, each decoded quad applied to all M rows.
+//!   per workgroup, 32 lanes per row, each decoded weight applied to all M rows. A lane's
+//!   unit is a column of a super-block for the K-quants (4 weights of each of its 8 slices
+//!   of 32: one header and scale decode per 32 weights, the block's 8 lanes reading
+//!   neighbouring words and neighbouring vec4 of x) and 8 weights of a block for Q8_0 (a
+//!   row's 32 lanes read 8 neighbouring blocks); Q6_K and Q8_0 blocks (210 and 34 bytes)
+//!   start on a word or half a word past one and are read as aligned words, funnelled.
+//!   The 32 partial sums of a row are added with `subgroupAdd` where every subgroup has 32
+//!   lanes (`ggml_matvec_<format>_sg`), else in workgroup memory.
 //! - [`GgmlRoute::MatvecInt8`] (Q8_0, M = 1..=8, when the context runs int8 activations,
 //!   [`crate::gpu::Activations`]): x quantised to int8 per block of 32 in workgroup memory
 //!   as the Q4 int8 family does (the same stage and quantisers, `ops/linear/int8_stage.wgsli`),
-//!   each block of 32 stored int8 weights dotted with it by `dot4I8Packed`; 16 rows x 16
-//!   lanes per workgroup.
+//!   each quarter of a block (8 stored int8 weights; a row's 16 lanes read 4 neighbouring
+//!   blocks) dotted with it by `dot4I8Packed`; 16 rows x 16 lanes per workgroup, the lanes
+//!   added with subgroup shuffles where every subgroup has 32 lanes.
 //! - [`GgmlRoute::Gemm`] (M > 8, prefill): 32 x 64 tiles with x and the dequantised W
 //!   staged in workgroup memory.
 //!
@@ -52,7 +61,7 @@ const WORKGROUP: u32 = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GgmlRoute {
-    /// `ggml_matvec_<format>`, M = 1..=8.
+    /// `ggml_matvec_<format>[_sg]`, M = 1..=8.
     Matvec,
     /// `ggml_matvec_<format>_int8[_sg]`, M = 1..=8, int8 activations (Q8_0).
     MatvecInt8,
@@ -70,10 +79,10 @@ impl GgmlRoute {
     }
 
     /// Workgroup memory of the route's shader at `m` rows, in bytes (the int8 route's
-    /// activation chunk comes on top: [`int8_chunk`]).
+    /// activation chunk comes on top: [`int8_chunk`]; the subgroup matvec needs none).
     fn workgroup_storage(self, m: usize) -> u32 {
         match self {
-            // 8 rows of partial sums x 256 invocations.
+            // 8 rows of partial sums x 256 invocations (the portable finish).
             GgmlRoute::Matvec => 8 * 256 * 4,
             // M rows of partial sums x 256 invocations.
             GgmlRoute::MatvecInt8 => m.min(MATVEC_MAX_ROWS) as u32 * 256 * 4,
@@ -89,18 +98,21 @@ impl std::fmt::Display for GgmlRoute {
     }
 }
 
-/// The registered shader of `route` over `ty` (None: no kernel reads `ty`).
-fn shader(route: GgmlRoute, ty: GgmlType) -> Option<&'static str> {
+/// The registered shader of `route` over `ty` (None: no kernel reads `ty`): with
+/// `subgroup` (32-lane subgroups, [`subgroups32`]) both matvecs add a row's lanes with
+/// subgroup operations and the int8 matvec quantises with shuffles.
+fn shader(route: GgmlRoute, ty: GgmlType, subgroup: bool) -> Option<&'static str> {
     use GgmlRoute::{Gemm, Matvec, MatvecInt8};
+    let pick = |portable, sg| if subgroup { sg } else { portable };
     Some(match (route, ty) {
-        (MatvecInt8, GgmlType::Q8_0) => "ggml_matvec_q8_0_int8",
-        (Matvec, GgmlType::Q8_0) => "ggml_matvec_q8_0",
-        (Matvec, GgmlType::Q4_1) => "ggml_matvec_q4_1",
-        (Matvec, GgmlType::Q5_0) => "ggml_matvec_q5_0",
-        (Matvec, GgmlType::Q5_1) => "ggml_matvec_q5_1",
-        (Matvec, GgmlType::Q4_K) => "ggml_matvec_q4_k",
-        (Matvec, GgmlType::Q5_K) => "ggml_matvec_q5_k",
-        (Matvec, GgmlType::Q6_K) => "ggml_matvec_q6_k",
+        (MatvecInt8, GgmlType::Q8_0) => pick("ggml_matvec_q8_0_int8", "ggml_matvec_q8_0_int8_sg"),
+        (Matvec, GgmlType::Q8_0) => pick("ggml_matvec_q8_0", "ggml_matvec_q8_0_sg"),
+        (Matvec, GgmlType::Q4_1) => pick("ggml_matvec_q4_1", "ggml_matvec_q4_1_sg"),
+        (Matvec, GgmlType::Q5_0) => pick("ggml_matvec_q5_0", "ggml_matvec_q5_0_sg"),
+        (Matvec, GgmlType::Q5_1) => pick("ggml_matvec_q5_1", "ggml_matvec_q5_1_sg"),
+        (Matvec, GgmlType::Q4_K) => pick("ggml_matvec_q4_k", "ggml_matvec_q4_k_sg"),
+        (Matvec, GgmlType::Q5_K) => pick("ggml_matvec_q5_k", "ggml_matvec_q5_k_sg"),
+        (Matvec, GgmlType::Q6_K) => pick("ggml_matvec_q6_k", "ggml_matvec_q6_k_sg"),
         (Gemm, GgmlType::Q8_0) => "ggml_gemm_q8_0",
         (Gemm, GgmlType::Q4_1) => "ggml_gemm_q4_1",
         (Gemm, GgmlType::Q5_0) => "ggml_gemm_q5_0",
@@ -135,7 +147,7 @@ pub fn failed_guards(ctx: &GpuContext, route: GgmlRoute, m: usize, w: &GgmlWeigh
         }
     };
     need(
-        shader(route, w.ty()).is_some(),
+        shader(route, w.ty(), false).is_some(),
         format!("a kernel for {:?}", w.ty()),
     );
     need(
@@ -153,7 +165,11 @@ pub fn failed_guards(ctx: &GpuContext, route: GgmlRoute, m: usize, w: &GgmlWeigh
             limits.max_storage_buffers_per_shader_stage
         ),
     );
-    let storage = route.workgroup_storage(m);
+    let storage = if route == GgmlRoute::Matvec && subgroups32(ctx) {
+        0
+    } else {
+        route.workgroup_storage(m)
+    };
     need(
         limits.max_compute_workgroup_storage_size >= storage,
         format!(
@@ -206,7 +222,7 @@ pub fn choose_route(m: usize) -> GgmlRoute {
 pub fn choose_route_on(ctx: &GpuContext, m: usize, ty: GgmlType) -> GgmlRoute {
     let route = choose_route(m);
     let int8 = ctx.activations() == Activations::Int8;
-    if route == GgmlRoute::Matvec && int8 && shader(GgmlRoute::MatvecInt8, ty).is_some() {
+    if route == GgmlRoute::Matvec && int8 && shader(GgmlRoute::MatvecInt8, ty, false).is_some() {
         GgmlRoute::MatvecInt8
     } else {
         route
@@ -226,8 +242,9 @@ fn int8_chunk(ctx: &GpuContext, m: usize, k: usize) -> Option<usize> {
     chunk_words(m, k, LANES, left)
 }
 
-/// The int8 matvec quantises x with subgroup shuffles where every subgroup has 32 lanes.
-fn int8_subgroup(ctx: &GpuContext) -> bool {
+/// Every subgroup has 32 lanes: the matvecs add a row's lanes with subgroup operations and
+/// the int8 matvec quantises x with subgroup shuffles.
+fn subgroups32(ctx: &GpuContext) -> bool {
     let caps = DeviceCaps::of(ctx);
     caps.subgroups && caps.min_subgroup_size == 32 && caps.max_subgroup_size == 32
 }
@@ -249,7 +266,7 @@ pub fn ggml_linear_with(
     let m = check_io(OP, x, y, n, k)?;
     let route = route.unwrap_or_else(|| choose_route_on(ctx, m, w.ty()));
     let failed = failed_guards(ctx, route, m, w);
-    let name = shader(route, w.ty());
+    let name = shader(route, w.ty(), route != GgmlRoute::Gemm && subgroups32(ctx));
     let (true, Some(name)) = (failed.is_empty(), name) else {
         return Err(Error::NoRoute {
             op: OP,
@@ -292,11 +309,6 @@ fn chunk_kernel(
         y_offset: chunk.rows.start as u32,
         _pad0: 0,
         _pad1: 0,
-    };
-    let subgroup = route == GgmlRoute::MatvecInt8 && int8_subgroup(ctx);
-    let shader = match (subgroup, shader) {
-        (true, "ggml_matvec_q8_0_int8") => "ggml_matvec_q8_0_int8_sg",
-        _ => shader,
     };
     let builder = KernelBuilder::new(ctx, shader)
         .uniform(&params)

@@ -63,6 +63,7 @@ pub(super) fn plan(
     let (shader, tile) = match route {
         LinearRoute::Q4GemmCoop => ("q4_gemm_coop", COOP_TILE),
         LinearRoute::Q4GemmF16 => ("q4_gemm_f16", [64, 128]),
+        LinearRoute::Q4GemmInt8 => ("q4_gemm_int8", [64, 128]),
         _ => ("q4_gemm", [64, 64]),
     };
     let tiles = tiles(m, rows, tile);

@@ -13,6 +13,10 @@
 //! - [`LinearRoute::Q4GemmCoop`] (M >= 16, 16x16x16 f16/f32 cooperative matrices, subgroups
 //!   of 32): tensor-core GEMM, 128 x 128 tiles, x and dequantised W as f16 in workgroup
 //!   memory (double-buffered), f32 accumulation.
+//! - [`LinearRoute::Q4GemmInt8`] (M >= 10 where int8 activations run, K and group % 32 ==
+//!   0, below the tensor-core route): the activations quantised per block of 32 as the
+//!   int8 matvecs do (`q8_quantize_rows.wgsl`, once per linear), then 64 x 128 tiles
+//!   summed per block by integer dot products (`q4_gemm_int8.wgsl`).
 //! - [`LinearRoute::Q4GemmF16`] (M >= 16, shader-f16, group % 32 == 0): 64 x 128 tiles with
 //!   the weight tile as exact f16 nibbles and the scales applied per 32-k step (f32 numbers).
 //! - [`LinearRoute::Q4Gemm`] (M >= 2, chosen from M = 10): 64 x 64 tiles, x and
@@ -27,6 +31,7 @@
 mod cases;
 mod epilogue;
 mod gemm;
+mod gemm_int8;
 pub mod int8;
 pub(crate) mod matvec_variants;
 mod norm_prologue;
@@ -204,6 +209,15 @@ fn build_q4(
         (true, false) => Reduction::Workgroup,
         (false, _) => Reduction::NotApplicable,
     };
+    let mut kernels = Vec::with_capacity(w.chunks().len() + 1);
+    // The int8 GEMM quantises x once for every row chunk.
+    let int8_x = if route == LinearRoute::Q4GemmInt8 {
+        let (quantize, scratch, layout) = gemm_int8::quantize_rows(ctx, x, m, k)?;
+        kernels.push(quantize);
+        Some((scratch, layout))
+    } else {
+        None
+    };
     let call = Q4Call {
         ctx,
         x,
@@ -218,8 +232,8 @@ fn build_q4(
         route,
         subgroup,
         caps,
+        int8_x,
     };
-    let mut kernels = Vec::with_capacity(w.chunks().len());
     for chunk in w.chunks() {
         kernels.extend(call.chunk_kernels(chunk)?);
     }
@@ -271,6 +285,8 @@ struct Q4Call<'a> {
     route: LinearRoute,
     subgroup: bool,
     caps: DeviceCaps,
+    /// The int8 GEMM's quantised activations (its x binding) and their layout.
+    int8_x: Option<(Tensor, gemm_int8::Int8Rows)>,
 }
 
 impl Q4Call<'_> {
@@ -282,8 +298,19 @@ impl Q4Call<'_> {
         let params = self.chunk_params(chunk)?;
         match self.route {
             r if r.is_matvec() => Ok(vec![self.matvec_kernel(chunk, &params, tuning)?]),
-            LinearRoute::Q4Gemm | LinearRoute::Q4GemmF16 | LinearRoute::Q4GemmCoop => {
+            LinearRoute::Q4Gemm
+            | LinearRoute::Q4GemmF16
+            | LinearRoute::Q4GemmCoop
+            | LinearRoute::Q4GemmInt8 => {
                 let plan = gemm::plan(self.route, m, rows, k, true);
+                // The int8 GEMM reads where the activations' scales start (its own word).
+                let params = match &self.int8_x {
+                    Some((_, layout)) => Q4Params {
+                        aux0: to_u32(Q4_OP, "int8 activation words", layout.d_base)?,
+                        ..params
+                    },
+                    None => params,
+                };
                 let out = |t: &Tensor| self.kernel_builder(plan.shader, &params, chunk, t);
                 gemm::build(self.ctx, plan, out, &params, self.y)
             }
@@ -410,7 +437,11 @@ impl Q4Call<'_> {
         KernelBuilder::new(self.ctx, shader)
             .constant("GROUP", self.shape.group as u64)
             .uniform(params)
-            .tensor(self.prologue.map_or(self.x, |p| p.resid))
+            .tensor(match (&self.int8_x, self.prologue) {
+                (Some((t, _)), _) => t,
+                (None, Some(p)) => p.resid,
+                (None, None) => self.x,
+            })
             .tensor(&chunk.packed)
             .tensor(&chunk.scales)
             .tensor(out)

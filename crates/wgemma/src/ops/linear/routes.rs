@@ -24,6 +24,11 @@ pub enum LinearRoute {
     /// Q4 prefill GEMM on the tensor cores (`q4_gemm_coop.wgsl`: 16x16x16 f16 x f16 + f32
     /// cooperative matrices), M >= [`PREFILL_GEMM_MIN_ROWS`].
     Q4GemmCoop,
+    /// Q4 prefill GEMM on integer dot products (`q4_gemm_int8.wgsl`, after
+    /// `q8_quantize_rows.wgsl`): the activations quantised per block of 32 as the int8
+    /// matvecs do, so every batch size rounds a row the same way; M >= 10 (below, the int8
+    /// matvec) when the context runs int8 activations and the GEMM ceiling allows it.
+    Q4GemmInt8,
     /// Q4 prefill GEMM on the vector units with the weight tile as exact f16 nibbles and the
     /// scales applied per step (`q4_gemm_f16.wgsl`, shader-f16; f32 numbers), M >=
     /// [`PREFILL_GEMM_MIN_ROWS`], group % 32 == 0.
@@ -41,12 +46,13 @@ pub enum LinearRoute {
 }
 
 /// Q4 routes in preference order.
-pub const Q4_ROUTES: [LinearRoute; 8] = [
+pub const Q4_ROUTES: [LinearRoute; 9] = [
     LinearRoute::Q4Q8Matvec,
     LinearRoute::Q4Gemv,
     LinearRoute::Q4LinearM3,
     LinearRoute::Q4LinearSmallM,
     LinearRoute::Q4GemmCoop,
+    LinearRoute::Q4GemmInt8,
     LinearRoute::Q4GemmF16,
     LinearRoute::Q4Gemm,
     LinearRoute::Q4Generic,
@@ -60,6 +66,7 @@ impl LinearRoute {
             LinearRoute::Q4LinearM3 => "q4_linear_m3",
             LinearRoute::Q4LinearSmallM => "q4_linear_small_m",
             LinearRoute::Q4GemmCoop => "q4_gemm_coop",
+            LinearRoute::Q4GemmInt8 => "q4_gemm_int8",
             LinearRoute::Q4GemmF16 => "q4_gemm_f16",
             LinearRoute::Q4Gemm => "q4_gemm",
             LinearRoute::Q4Generic => "q4_generic",
@@ -89,6 +96,7 @@ impl LinearRoute {
             | LinearRoute::Q4LinearSmallM
             | LinearRoute::Q4GemmF16
             | LinearRoute::Q4GemmCoop
+            | LinearRoute::Q4GemmInt8
             | LinearRoute::Q4Gemm => 256,
             LinearRoute::Q4Generic | LinearRoute::DenseF32 | LinearRoute::DenseF16 => 64,
             LinearRoute::Ggml => 256,
@@ -117,6 +125,9 @@ impl LinearRoute {
             // Two f16 buffers of the x and weight tiles (128 x 40 halves each) and eight
             // 16 x 16 f32 staging tiles.
             LinearRoute::Q4GemmCoop => 49152,
+            // Two blocks of 64 activation rows and 128 weight rows as bytes, with their
+            // scales.
+            LinearRoute::Q4GemmInt8 => 14336,
             // x 32 x 64 f32, W 32 x 128 f16.
             LinearRoute::Q4GemmF16 => 16384,
             LinearRoute::Q4Generic => 0,
@@ -160,6 +171,8 @@ pub struct DeviceCaps {
     /// The matvecs run int8 activations with integer dot products (see
     /// [`GpuContext::activations`]).
     pub int8_activations: bool,
+    /// The GEMM ceiling allows the int8 GEMM ([`GemmCeiling::Int8`] or above).
+    pub gemm_int8: bool,
 }
 
 impl DeviceCaps {
@@ -174,6 +187,7 @@ impl DeviceCaps {
             shader_f16: ctx.has(wgpu::Features::SHADER_F16) && ctx.gemm >= GemmCeiling::F16,
             coop_16x16_f16: ctx.has_coop_16x16_f16(),
             int8_activations: ctx.activations() == Activations::Int8,
+            gemm_int8: ctx.gemm >= GemmCeiling::Int8,
         }
     }
 }
@@ -227,14 +241,13 @@ pub fn q4_failed_guards(
         format!("group % 8 == 0 (found {group})"),
     );
     match route {
-        LinearRoute::Q4Q8Matvec => {
+        LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => {
             need(
                 caps.int8_activations,
                 "int8 activations (the context runs f32 activations: no native packed \
                  integer dot product, or --activations f32)"
                     .to_string(),
             );
-            need((1..=9).contains(&m), format!("M in 1..=9 (found {m})"));
             need(
                 k % 32 == 0,
                 format!("K % 32 == 0 for int8 blocks of 32 (found K = {k})"),
@@ -243,15 +256,24 @@ pub fn q4_failed_guards(
                 group % 32 == 0,
                 format!("group % 32 == 0, one weight scale per block (found {group})"),
             );
-            let bytes =
-                route.workgroup_storage(subgroup) as usize + super::int8::min_stage_bytes(m);
-            need(
-                caps.max_workgroup_storage as usize >= bytes,
-                format!(
-                    "{bytes} bytes of workgroup memory for {m} rows (found {})",
-                    caps.max_workgroup_storage
-                ),
-            );
+            if route == LinearRoute::Q4GemmInt8 {
+                need(
+                    caps.gemm_int8,
+                    "the GEMM ceiling allows the int8 GEMM (found a lower one)".to_string(),
+                );
+                need(m >= 2, format!("M >= 2 (found {m})"));
+            } else {
+                need((1..=9).contains(&m), format!("M in 1..=9 (found {m})"));
+                let bytes =
+                    route.workgroup_storage(subgroup) as usize + super::int8::min_stage_bytes(m);
+                need(
+                    caps.max_workgroup_storage as usize >= bytes,
+                    format!(
+                        "{bytes} bytes of workgroup memory for {m} rows (found {})",
+                        caps.max_workgroup_storage
+                    ),
+                );
+            }
         }
         LinearRoute::Q4Gemv | LinearRoute::Q4LinearM3 | LinearRoute::Q4LinearSmallM => {
             let (ok, want) = match route {

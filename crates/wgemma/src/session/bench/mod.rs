@@ -18,7 +18,7 @@ pub mod timing;
 
 use crate::error::{Error, Result};
 use crate::formats::synthetic::SyntheticShape;
-use crate::gpu::{DispatchTime, GemmCeiling, GpuContext};
+use crate::gpu::{Activations, DispatchTime, GemmCeiling, GpuContext};
 use crate::model::state::KvState;
 use crate::model::target::{Model, Want};
 use rand::{Rng, SeedableRng};
@@ -53,6 +53,8 @@ pub fn assistant_shape(model: &Model) -> Option<SyntheticShape> {
 pub fn gemm_family(ctx: &GpuContext) -> &'static str {
     if ctx.has_coop_16x16_f16() {
         "tensor-core GEMM (cooperative matrices)"
+    } else if ctx.gemm >= GemmCeiling::Int8 && ctx.activations() == Activations::Int8 {
+        "int8 GEMM (integer dot products)"
     } else if ctx.gemm >= GemmCeiling::F16 && ctx.has(wgpu::Features::SHADER_F16) {
         "f16-tile GEMM"
     } else {

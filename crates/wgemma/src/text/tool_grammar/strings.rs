@@ -1,9 +1,11 @@
-//! String values: a lexeme from mark to mark (`<|"|>...<|"|>`, no escapes), its body the
+//! String values: a lexeme from mark to mark (`<|"|>...<|"|>`, no escapes; where the mark is a
+//! special token, a rule of the mark's tokens around the body's lexeme), its body the
 //! intersection of what `format`, `pattern` and `minLength` / `maxLength` allow, and never
 //! the closing mark.
 
 use super::{Grammar, MAX_DEPTH};
 use crate::error::Result;
+use crate::text::tool_markers::STRING_MARK;
 use crate::text::tools::format_value;
 use serde_json::{Map, Value};
 
@@ -120,12 +122,25 @@ impl Grammar {
             [any] if any == ANY_BODY => "STRING".to_string(),
             _ => format!("STRING{}", self.strings.len() + 1),
         };
-        let mark = super::lit(crate::text::tool_markers::STRING_MARK);
         let regexes: Vec<String> = body.iter().map(|rx| format!("/{rx}/")).collect();
-        self.rules.push(format!(
-            "{name}: {mark} {name}_BODY {mark}\n{name}_BODY: {} & ~/(?s:.*){MARK_RX}(?s:.*)/",
+        let body_rule = format!(
+            "{name}_BODY: {} & ~/(?s:.*){MARK_RX}(?s:.*)/",
             regexes.join(" & ")
-        ));
+        );
+        let name = if self.string_mark_special {
+            // A special token is no text, so no terminal holds it: a rule of the marks' tokens
+            // around the body's terminal.
+            let rule = name.to_lowercase();
+            self.rules.push(format!(
+                "{rule}: {STRING_MARK} {name}_BODY {STRING_MARK}\n{body_rule}"
+            ));
+            rule
+        } else {
+            let mark = super::lit(STRING_MARK);
+            self.rules
+                .push(format!("{name}: {mark} {name}_BODY {mark}\n{body_rule}"));
+            name
+        };
         self.strings.insert(key, name.clone());
         name
     }

@@ -4,13 +4,21 @@ use llguidance::toktrie::ApproximateTokEnv;
 use llguidance::{Matcher, ParserFactory};
 use serde_json::json;
 
+/// A vocabulary that spells every marker as text.
+const TEXT: SpecialMarkers = SpecialMarkers {
+    call_start: false,
+    call_end: false,
+    tool_response: false,
+    string: false,
+};
+
 fn decl(params: Value) -> ToolDeclaration {
     ToolDeclaration::new("f", None, Some(params)).unwrap()
 }
 
 fn grammar(params: Value) -> Result<String> {
     let d = decl(params);
-    tool_call_grammar(&[(0, &d)], false, &|i| format!("tools[{i}]"))
+    tool_call_grammar(&[(0, &d)], false, &|i| format!("tools[{i}]"), TEXT)
 }
 
 /// A compiled grammar over a vocabulary of single bytes, as the server compiles one.
@@ -220,7 +228,8 @@ fn calls_or_an_answer() {
     );
     let answer = r#"%json {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false, "x-guidance": {"whitespace_flexible": false}}"#;
     let lark =
-        tool_calls_or_answer_grammar(&[(0, &d)], true, &|i| format!("tools[{i}]"), answer).unwrap();
+        tool_calls_or_answer_grammar(&[(0, &d)], true, &|i| format!("tools[{i}]"), TEXT, answer)
+            .unwrap();
     let m = matcher(&lark);
     assert!(accepts(&m, &call("{city:'Ur'}")));
     assert!(accepts(&m, &(call("{city:'Ur'}") + &call("{city:'Ur'}"))));
@@ -256,7 +265,7 @@ fn strict_calls_in_free_text() {
     .unwrap();
     let path = |i| format!("tools[{i}]");
     let tools = [(0, &weather, true), (1, &free, false)];
-    let m = matcher(&tool_calls_in_text_grammar(&tools, true, &path).unwrap());
+    let m = matcher(&tool_calls_in_text_grammar(&tools, true, &path, TEXT).unwrap());
     let w =
         |args: &str| format!("<|tool_call>call:weather{args}<tool_call|>").replace('\'', "<|\"|>");
     let n = |args: &str| format!("<|tool_call>call:note{args}<tool_call|>").replace('\'', "<|\"|>");
@@ -283,7 +292,7 @@ fn strict_calls_in_free_text() {
         assert!(!accepts(&m, &bad), "accepted {bad:?}");
     }
     // One call in all without parallel calls.
-    let one = matcher(&tool_calls_in_text_grammar(&tools, false, &path).unwrap());
+    let one = matcher(&tool_calls_in_text_grammar(&tools, false, &path, TEXT).unwrap());
     assert!(accepts(&one, &format!("a {} b", w("{city:'Rome'}"))));
     assert!(!accepts(
         &one,
@@ -294,11 +303,11 @@ fn strict_calls_in_free_text() {
     let unique = decl(
         json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}}),
     );
-    let e = tool_calls_in_text_grammar(&[(3, &unique, true)], true, &path).unwrap_err();
+    let e = tool_calls_in_text_grammar(&[(3, &unique, true)], true, &path, TEXT).unwrap_err();
     assert!(
         e.to_string()
             .contains("tools[3].function.parameters.properties.a.uniqueItems"),
         "{e}"
     );
-    assert!(tool_calls_in_text_grammar(&[(3, &unique, false)], true, &path).is_ok());
+    assert!(tool_calls_in_text_grammar(&[(3, &unique, false)], true, &path, TEXT).is_ok());
 }

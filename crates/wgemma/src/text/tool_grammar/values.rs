@@ -1,7 +1,7 @@
 //! Schema keywords to grammar rules: the dispatch over a schema's keywords, references,
 //! objects, arrays and numbers (strings are [`super::strings`]).
 
-use super::{lit, Grammar, MAX_DEPTH};
+use super::{Grammar, MAX_DEPTH};
 use crate::error::Result;
 use crate::text::tokenizer::json_kind;
 use crate::text::tools::{format_value, is_bare_key};
@@ -138,7 +138,7 @@ impl Grammar {
     /// The alternatives of one schema object (no `$ref`, no `allOf`).
     fn body(&mut self, map: &Map<String, Value>, path: &str, depth: usize) -> Result<String> {
         if let Some(c) = map.get("const") {
-            return Ok(lit(&format_value(c)));
+            return Ok(self.notation(&format_value(c)));
         }
         if let Some(e) = map.get("enum") {
             let Some(values) = e.as_array().filter(|v| !v.is_empty()) else {
@@ -148,7 +148,10 @@ impl Grammar {
                     json_kind(e),
                 ));
             };
-            let literals: Vec<String> = values.iter().map(|v| lit(&format_value(v))).collect();
+            let literals: Vec<String> = values
+                .iter()
+                .map(|v| self.notation(&format_value(v)))
+                .collect();
             return Ok(literals.join(" | "));
         }
         for keyword in ["anyOf", "oneOf"] {
@@ -383,7 +386,7 @@ impl Grammar {
         for (key, schema) in properties {
             let value = self.value(schema, &format!("{path}.properties.{key}"), depth + 1)?;
             members.push((
-                format!("{} {value}", lit(&format!("{}:", key_text(key)))),
+                format!("{} {value}", self.notation(&format!("{}:", key_text(key)))),
                 required.contains(&key.as_str()),
             ));
         }

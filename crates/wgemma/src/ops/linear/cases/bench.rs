@@ -70,7 +70,7 @@ pub fn bench_cases() -> Vec<Box<dyn OpCase>> {
     cases.push(e2b_case(128, 1536, 6144, Q4Gemm, false));
     cases.push(e2b_case(128, 6144, 1536, Q4Gemm, false));
     // Prefill (M = 512) on every GEMM route; a route the device lacks fails its case.
-    for route in [Q4Gemm, Q4GemmF16, Q4GemmCoop] {
+    for route in [Q4Gemm, Q4GemmF16, Q4GemmInt8, Q4GemmCoop] {
         for (k, n) in [(1536, 6144), (1536, 12288), (6144, 1536), (1536, 2048)] {
             // Compute-bound: four weight copies keep a run short on the slow routes.
             let mut c = Q4LinearCase::new(512, n, k, 32, route);

@@ -1,13 +1,14 @@
-//! Harness cases of the int8 matvec family (`q4q8_matvec`): random shapes at M = 1..=9 with
-//! every epilogue, both reductions, staged chunks and forced geometries; and every E2B shape
-//! at M = 1, 2, 3, 4 and 8 for `wgemma ops check`.
+//! Harness cases of the int8 family: the matvecs (`q4q8_matvec`) on random shapes at
+//! M = 1..=9 with every epilogue, both reductions, staged chunks and forced geometries, the
+//! prefill GEMM (`q4_gemm_int8`) on random shapes; and every E2B shape at M = 1, 2, 3, 4 and
+//! 8 (matvec) and 64 and 512 (GEMM, the prefill shapes) for `wgemma ops check`.
 
 use super::random::{random_group, random_k, random_odd_n, random_tuning};
 use super::{boxed, copies_for, CaseEpilogue, Q4LinearCase, WeightData, E2B_SHAPES};
 use crate::harness::{Check, OpCase, Rng};
 use crate::ops::linear::quant::Q4Host;
 use crate::ops::linear::reference::tolerance as f32_tolerance;
-use crate::ops::linear::LinearRoute::Q4Q8Matvec;
+use crate::ops::linear::LinearRoute::{Q4GemmInt8, Q4Q8Matvec};
 use crate::ops::linear::MatvecTuning;
 use rand::Rng as _;
 
@@ -75,6 +76,47 @@ pub(super) fn random_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
     let mut c = Q4LinearCase::new(3, random_odd_n(rng, 129, 320), k, 32, Q4Q8Matvec);
     c.max_binding = Some(64 * k as u64 / 2);
     cases.push(boxed(c));
+    cases.extend(int8_gemm_cases(rng));
+    cases
+}
+
+/// The int8 prefill GEMM on random shapes: M = 10..=15 chosen on its own (below the
+/// tensor-core GEMM's 16 rows, so on every device with int8 activations), then forced at
+/// M = 16..=150 (partial 64-row tiles), odd N (partial 128-row tiles), groups 32..=128, an
+/// odd count of blocks per row, and a weight split into row chunks.
+pub fn int8_gemm_cases(rng: &mut Rng) -> Vec<Box<dyn OpCase>> {
+    let mut cases = Vec::new();
+    let g = random_group(rng);
+    let c = Q4LinearCase::new(
+        rng.random_range(10..=15),
+        random_odd_n(rng, 1, 300),
+        random_k(rng, g),
+        g,
+        Q4GemmInt8,
+    );
+    cases.push(boxed(c));
+    for k_blocks in [None, Some(2 * rng.random_range(0..8) + 1)] {
+        let g = if k_blocks.is_some() {
+            32
+        } else {
+            random_group(rng)
+        };
+        let k = k_blocks.map_or_else(|| random_k(rng, g), |b| 32 * b);
+        let mut c = Q4LinearCase::new(
+            rng.random_range(16..=150),
+            random_odd_n(rng, 1, 300),
+            k,
+            g,
+            Q4GemmInt8,
+        );
+        c.force = true;
+        cases.push(boxed(c));
+    }
+    let k = random_k(rng, 32);
+    let mut c = Q4LinearCase::new(rng.random_range(16..=80), 2 * 129 + 1, k, 32, Q4GemmInt8);
+    c.force = true;
+    c.max_binding = Some(64 * k as u64 / 2);
+    cases.push(boxed(c));
     cases
 }
 
@@ -87,6 +129,26 @@ pub fn int8_check_cases() -> Vec<Box<dyn OpCase>> {
             let mut c = Q4LinearCase::new(m, n, k, 32, Q4Q8Matvec);
             c.weights = WeightData::RandomPacked;
             c.copies = 1;
+            cases.push(boxed(c));
+        }
+    }
+    // The prefill GEMM at M = 64 on E2B's prefill projections, and at M = 512 (pp512) on
+    // the first three (the CPU reference runs 1.6 to 4.8 x 10^9 products each).
+    let gemm_shapes = [
+        (1536, 6144),
+        (1536, 2048),
+        (6144, 1536),
+        (1536, 256),
+        (2048, 1536),
+    ];
+    for (i, (k, n)) in gemm_shapes.into_iter().enumerate() {
+        for m in [64, 512] {
+            if m == 512 && i > 2 {
+                continue;
+            }
+            let mut c = Q4LinearCase::new(m, n, k, 32, Q4GemmInt8);
+            c.weights = WeightData::RandomPacked;
+            c.force = true;
             cases.push(boxed(c));
         }
     }

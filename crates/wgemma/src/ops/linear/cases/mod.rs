@@ -8,6 +8,8 @@ mod random;
 
 pub use bench::bench_cases;
 pub use int8::int8_check_cases;
+#[cfg(test)]
+pub(super) use int8::int8_gemm_cases;
 pub use random::prefill_cases;
 
 use super::quant::{quantize_q4, Q4Host, Q4Weight};
@@ -172,9 +174,10 @@ impl OpCase for Q4LinearCase {
                 offset: other_offset,
             },
         };
-        // A matvec case runs its family's activations whatever the context's default.
+        // A matvec or int8 GEMM case runs its family's activations whatever the context's
+        // default.
         let activations = match self.route {
-            LinearRoute::Q4Q8Matvec => Some(Activations::Int8),
+            LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => Some(Activations::Int8),
             r if r.is_matvec() => Some(Activations::F32),
             _ => None,
         };
@@ -214,12 +217,14 @@ impl OpCase for Q4LinearCase {
         }
         let (linear, bound) = match self.route {
             LinearRoute::Q4GemmCoop => q4_linear_ref_f16(&x, self.m, &host),
-            LinearRoute::Q4Q8Matvec => q4q8_linear_ref(&x, self.m, &host),
+            LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => q4q8_linear_ref(&x, self.m, &host),
             _ => q4_linear_ref(&x, self.m, &host),
         };
         let n = self.n;
         let linear_check = match self.route {
-            LinearRoute::Q4Q8Matvec => int8::tolerance(self.k, bound, &host),
+            LinearRoute::Q4Q8Matvec | LinearRoute::Q4GemmInt8 => {
+                int8::tolerance(self.k, bound, &host)
+            }
             _ => tolerance(self.k, bound),
         };
         let (reference, check) = match self.epilogue {

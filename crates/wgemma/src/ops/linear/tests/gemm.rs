@@ -19,6 +19,7 @@ fn caps(shader_f16: bool, coop: bool, subgroup: u32) -> DeviceCaps {
         shader_f16,
         coop_16x16_f16: coop,
         int8_activations: false,
+        gemm_int8: true,
     }
 }
 

@@ -24,6 +24,7 @@ fn caps() -> DeviceCaps {
         shader_f16: false,
         coop_16x16_f16: false,
         int8_activations: false,
+        gemm_int8: true,
     }
 }
 
@@ -69,10 +70,18 @@ fn device_builds_the_expected_route() {
     let (_, w) = q4_weight(9, 64, 32, None);
     // From 16 rows the fastest GEMM the device has (gemm_tests covers the choice).
     let caps = DeviceCaps::of(ctx);
-    let prefill = match (caps.coop_16x16_f16, caps.shader_f16) {
-        (true, _) => LinearRoute::Q4GemmCoop,
-        (false, true) => LinearRoute::Q4GemmF16,
-        (false, false) => LinearRoute::Q4Gemm,
+    let int8_gemm = caps.int8_activations && caps.gemm_int8;
+    let prefill = match (caps.coop_16x16_f16, int8_gemm, caps.shader_f16) {
+        (true, _, _) => LinearRoute::Q4GemmCoop,
+        (false, true, _) => LinearRoute::Q4GemmInt8,
+        (false, false, true) => LinearRoute::Q4GemmF16,
+        (false, false, false) => LinearRoute::Q4Gemm,
+    };
+    // Below 16 rows the f32 GEMM, or the int8 one where int8 activations run.
+    let short_gemm = if int8_gemm {
+        LinearRoute::Q4GemmInt8
+    } else {
+        LinearRoute::Q4Gemm
     };
     // Every matvec takes the int8 family where the context runs int8 activations.
     let matvec = |route| {
@@ -87,13 +96,15 @@ fn device_builds_the_expected_route() {
         (3, matvec(LinearRoute::Q4LinearM3)),
         (2, matvec(LinearRoute::Q4LinearSmallM)),
         (4, matvec(LinearRoute::Q4LinearSmallM)),
-        (15, LinearRoute::Q4Gemm),
+        (15, short_gemm),
         (17, prefill),
     ] {
         let (x, y) = io(m, 64, 9);
         let lin = q4_linear(ctx, &x, &w, &y).unwrap();
         assert_eq!(lin.route(), route, "M = {m}");
-        assert_eq!(lin.kernels().len(), 1);
+        // The int8 GEMM quantises x in a dispatch of its own.
+        let kernels = 1 + usize::from(route == LinearRoute::Q4GemmInt8);
+        assert_eq!(lin.kernels().len(), kernels);
         let expect = match route {
             r if r.is_matvec() && sub => Reduction::Subgroup,
             r if r.is_matvec() => Reduction::Workgroup,

@@ -1,0 +1,5 @@
+// ggml_matvec_q5_k_sg: the ggml matvec (ggml_matvec.wgsli) over Q5_K weights, the partial
+// sums added with subgroupAdd (32-lane subgroups: the host checks).
+#include "ggml_matvec.wgsli"
+#include "ggml_matvec_finish_sg.wgsli"
+#include "q5_k_format.wgsli"
