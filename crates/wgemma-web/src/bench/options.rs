@@ -7,6 +7,7 @@ use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::model::target::ModelOptions;
 use wgemma::model::weights::WeightFormat;
+use wgemma::session::bench::suite::SuitePlan;
 
 #[wasm_bindgen(typescript_custom_section)]
 const TS_BENCH: &str = r#"
@@ -132,6 +133,21 @@ impl BenchOptions {
 }
 
 impl Plan {
+    /// What the library's suite runs (the adaptive schedule is the native bench's alone).
+    pub(super) fn suite_plan(&self) -> SuitePlan {
+        SuitePlan {
+            prompt_len: self.prompt_len,
+            gen: self.gen,
+            depth: self.depth,
+            repetitions: self.repetitions,
+            seed: self.seed,
+            k: self.k,
+            acceptance: self.acceptance.clone(),
+            adaptive: false,
+            shape: self.shape,
+        }
+    }
+
     /// The KV cache, prefill chunk and verify rows the tests need (as the native bench).
     pub(super) fn model_options(&self) -> Result<ModelOptions, String> {
         let plan = self;

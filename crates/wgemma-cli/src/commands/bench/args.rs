@@ -3,8 +3,10 @@
 use anyhow::{bail, Result};
 use clap::Args;
 use std::path::PathBuf;
+use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::gpu::{GemmCeiling, ShaderChecks};
 use wgemma::model::{PlanOptions, DEFAULT_NORM_PROLOGUE_ROWS};
+use wgemma::session::bench::suite::SuitePlan;
 
 /// The lab switches `bench --help` lists after its options (they are hidden above them).
 pub const LAB_SWITCHES: &str = "Lab switches, for A/B measurements of plan routes and \
@@ -169,6 +171,26 @@ impl BenchArgs {
             (None, Some(m)) if crate::files::is_gguf(m) => "stored".to_string(),
             (None, _) => "q4".to_string(),
         }
+    }
+
+    /// What the library's suite runs: the sizes, the speculative rows' flags and the
+    /// synthetic shape (its drafter rows).
+    pub(super) fn suite_plan(&self, sizes: &Sizes) -> Result<SuitePlan> {
+        Ok(SuitePlan {
+            prompt_len: sizes.prompt_len,
+            gen: sizes.gen,
+            depth: self.depth,
+            repetitions: sizes.repetitions,
+            seed: self.seed,
+            k: self.draft_tokens,
+            acceptance: self.acceptance.clone(),
+            adaptive: self.adaptive_draft,
+            shape: self
+                .synthetic
+                .as_deref()
+                .map(SyntheticShape::parse)
+                .transpose()?,
+        })
     }
 
     pub(super) fn sizes(&self) -> Result<Sizes> {

@@ -6,9 +6,7 @@
 
 mod args;
 mod parallel;
-mod plain;
 mod report;
-mod spec_rows;
 mod table;
 
 use args::Sizes;
@@ -17,9 +15,7 @@ pub use args::{BenchArgs, LAB_SWITCHES};
 use crate::args::{check_exists, ModelArgs};
 use crate::load::{load_assistant_into, load_model, load_synthetic, Loaded};
 use anyhow::{bail, Context as _, Result};
-use plain::{forward_ms, PlainRun};
 use report::{Outcome, Profile};
-use spec_rows::speculative;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::generate::speculative::MAX_DRAFT_TOKENS;
 use wgemma::gpu::{ContextOptions, GpuContext};
@@ -29,6 +25,7 @@ use wgemma::model::weights::WeightFormat;
 use wgemma::ops::attention::MAX_SEQUENCES;
 use wgemma::ops::read_bandwidth::ReadBandwidthCase;
 use wgemma::session::bench::lab::{compare_fusions, compare_norm_kernels};
+use wgemma::session::bench::suite::run_suite;
 use wgemma::session::LoadedTarget;
 
 /// `--parallel N`: the loaded target in a session with its assistant, then
@@ -88,7 +85,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ..crate::gpu_args::context_options()
     })?;
     ctx.set_trace_barriers(args.trace_barriers);
-    let (loaded, context_len, prefill_chunk) = load_for_bench(&args, &sizes, &ctx, format)?;
+    let loaded = load_for_bench(&args, &sizes, &ctx, format)?;
     let model_name = match (&args.synthetic, &args.model) {
         (Some(shape), _) => format!("{shape} (synthetic)"),
         (None, Some(path)) => path.file_name().map_or_else(
@@ -104,32 +101,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
         mut state, load_ms, ..
     } = loaded.target;
     state.set_plan_options(args.plan_options());
-    let mut plain = PlainRun::measure(&args, &sizes, &ctx, &mut state, context_len)?;
-    let next = plain.greedy[0];
-    // One forward at a time at the same position: a plain step without pipelining, and a
-    // verify forward of k + 1 rows.
-    let unpipelined_step_ms = forward_ms(&ctx, &mut state, next, 1)?;
-    let verify_forward_ms = if args.draft_tokens > 0 {
-        Some(forward_ms(&ctx, &mut state, next, args.draft_tokens + 1)?)
-    } else {
-        None
-    };
-    let (mut spec, mut assistant) = speculative(&args, &sizes, &ctx, &mut state, &plain)?;
-    let mut rows = std::mem::take(&mut plain.rows);
-    rows.append(&mut spec.rows);
+    let plan = args.suite_plan(&sizes)?;
+    let mut suite = pollster::block_on(run_suite(&ctx, &mut state, plan, &|line| {
+        eprintln!("{line}")
+    }))?;
     let profile = if args.profile {
         ctx.enable_profiling()?;
+        let assistant = suite.assistant.as_mut();
         Some(Profile::measure(
             &args,
             &ctx,
             &mut state,
-            &plain,
-            assistant.as_mut(),
+            &suite.plain,
+            assistant,
         )?)
     } else {
         None
     };
-    let context = plain.context(context_len);
+    let context = suite.plain.context();
     let fusions = if args.compare_fusions {
         Some(pollster::block_on(compare_fusions(
             &ctx, &mut state, context, sizes.gen,
@@ -156,22 +145,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let outcome = Outcome {
         model_name,
         load_ms,
-        prefill_chunk,
-        unpipelined_step_ms,
-        verify_forward_ms,
+        suite,
         diagnostics: fusions.into_iter().chain(comparison).collect(),
         device_read_gb_per_s: bandwidth.gb_per_s,
-        weight_bytes: state.model().weight_bytes(),
-        bytes_per_token: state.model().decode_weight_bytes(),
-        rows,
-        plain,
-        spec,
         profile,
     };
     if args.json {
-        println!("{}", outcome.json(&args, &sizes, &ctx));
+        println!("{}", outcome.json(&args, &ctx, state.model()));
     } else {
-        outcome.print(&args, &sizes, &ctx);
+        outcome.print(&args, &ctx, state.model());
     }
     Ok(())
 }
@@ -208,14 +190,13 @@ fn check_args(args: &BenchArgs) -> Result<WeightFormat> {
     Ok(format)
 }
 
-/// Loads the model with a KV cache for the tests; also the decode tests' context length
-/// and the prefill chunk the model took.
+/// Loads the model with a KV cache for the tests.
 fn load_for_bench(
     args: &BenchArgs,
     sizes: &Sizes,
     ctx: &GpuContext,
     format: WeightFormat,
-) -> Result<(Loaded, usize, usize)> {
+) -> Result<Loaded> {
     let (prompt_len, gen) = (sizes.prompt_len, sizes.gen);
     // The decode tests start after `depth` tokens, at least the one whose forward gives
     // the first generated token.
@@ -251,7 +232,6 @@ fn load_for_bench(
         },
         sequences: args.parallel.map_or(1, |n| n + 1),
     };
-    let prefill_chunk = options.prefill_chunk;
     let loaded = match (&args.synthetic, &args.model) {
         (Some(shape), None) => {
             load_synthetic(ctx, SyntheticShape::parse(shape)?, args.seed, options)?
@@ -271,5 +251,5 @@ fn load_for_bench(
         )?,
         _ => bail!("expected --synthetic SHAPE or --model DIR|FILE, found neither"),
     };
-    Ok((loaded, context_len, prefill_chunk))
+    Ok(loaded)
 }

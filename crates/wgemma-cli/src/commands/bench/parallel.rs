@@ -10,13 +10,13 @@
 //! was asked whatever the weights; the drafter's full cost is paid. Every speculative run's
 //! tokens are checked against the plain run's (`matches_plain`).
 
-use super::spec_rows::load_assistant;
 use super::table::{print_table, timed, TestRow};
 use anyhow::{bail, Context as _, Result};
 use std::time::Instant;
 use wgemma::formats::synthetic::SyntheticShape;
 use wgemma::model::assistant::Assistant;
 use wgemma::model::target::Model;
+use wgemma::session::bench::suite::random_assistant;
 use wgemma::session::bench::timing::{compare, Samples};
 use wgemma::session::bench::{assistant_shape, FixedRateDrafts};
 use wgemma::session::{
@@ -44,7 +44,7 @@ pub fn synthetic_assistant(session: &Session, seed: u64) -> Result<Option<Assist
     let model = state.model();
     let ctx = session.ctx();
     if let Some(shape) = assistant_shape(model) {
-        return Ok(Some(load_assistant(ctx, state, shape, seed)?));
+        return Ok(Some(random_assistant(ctx, state, shape, seed)?));
     }
     let tiny = SyntheticShape::Tiny.spec().config;
     let c = &model.spec.config;

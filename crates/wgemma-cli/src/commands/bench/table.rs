@@ -2,19 +2,9 @@
 //! per test, one table line each (mean ± standard deviation).
 
 use anyhow::Result;
-use wgemma::session::bench::drafted::RunsAtRate;
+use wgemma::session::bench::suite::{finished, started};
 pub use wgemma::session::bench::timing::TestRow;
 use wgemma::session::bench::timing::{Samples, TimedRuns};
-
-/// The tokens/s `pick` reads from each repetition's runs at acceptance rate `i`.
-pub fn samples_at(
-    reps: &[Vec<RunsAtRate>],
-    i: usize,
-    pick: impl Fn(&RunsAtRate) -> Option<f64>,
-) -> Option<Samples> {
-    let values: Vec<f64> = reps.iter().filter_map(|r| pick(&r[i])).collect();
-    (!values.is_empty()).then_some(Samples { values })
-}
 
 /// Runs `once` (tokens/s of one run) as [`TimedRuns`] says (a warm-up of at least
 /// `WARM_UP`, then `repetitions` timed runs), with a progress line on stderr before and
@@ -24,21 +14,26 @@ pub fn timed(
     repetitions: usize,
     mut once: impl FnMut() -> Result<f64>,
 ) -> Result<Samples> {
-    eprintln!("bench: {test}: warm-up and {repetitions} timed runs ...");
+    eprintln!("{}", started(test, repetitions));
     let mut runs = TimedRuns::new(repetitions);
     while runs.wanted() {
         runs.record(once()?);
     }
     let samples = runs.samples();
-    eprintln!("bench: {test}: {} t/s", samples.mean_sd());
+    eprintln!("{}", finished(test, &samples));
     Ok(samples)
 }
 
 /// llama-bench's table: one line per test, mean ± standard deviation.
-pub fn print_table(model: &str, dtype: &str, rows: &[TestRow], tg: &str) {
+pub fn print_table<'a>(
+    model: &str,
+    dtype: &str,
+    rows: impl IntoIterator<Item = &'a TestRow>,
+    tg: &str,
+) {
     let head = ["model", "dtype", "test", "t/s", &format!("vs {tg}")];
     let cells: Vec<[String; 5]> = rows
-        .iter()
+        .into_iter()
         .map(|r| {
             [
                 model.to_string(),

@@ -5,13 +5,15 @@
 //! oracle drafts, and pipelined speculative generations that run the assistant's draft
 //! steps (or none) while the verify reads the target's own greedy tokens as drafts at a
 //! chosen acceptance rate ([`drafted`]). [`timing`] repeats them as llama-bench does;
-//! [`profile`] says where the GPU time of forwards and rounds goes; `lab` (with the
-//! `harness` feature) holds the before/after comparisons of plan fusions.
+//! [`suite`] runs them all as both benches' tests, rows and report; [`profile`] says where
+//! the GPU time of forwards and rounds goes; `lab` (with the `harness` feature) holds the
+//! before/after comparisons of plan fusions.
 
 pub mod drafted;
 #[cfg(any(test, feature = "harness"))]
 pub mod lab;
 pub mod profile;
+pub mod suite;
 pub mod timing;
 
 use crate::error::{Error, Result};
