@@ -115,9 +115,9 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = GemmArg::Coop, hide = true)]
     pub(super) gemm: GemmArg,
     /// The runtime checks wgpu compiles into every kernel: all (wgpu's default, with a
-    /// counter in every loop), bounded (the default: no loop counters),
-    /// bounded-except-cooperative (counters only in the tensor-core kernels), none.
-    #[arg(long, value_enum, default_value_t = ShaderChecksArg::Bounded, hide = true)]
+    /// counter in every loop), bounded (no loop counters), bounded-except-cooperative (the
+    /// default: counters only in the tensor-core kernels), none.
+    #[arg(long, value_enum, default_value_t = ShaderChecksArg::BoundedExceptCooperative, hide = true)]
     pub(super) shader_checks: ShaderChecksArg,
     /// Only what desktop Chrome grants a page: its WebGPU features (no cooperative
     /// matrices, so no tensor-core routes) and its tiered
