@@ -507,3 +507,48 @@ pub fn test_context() -> &'static GpuContext {
         GpuContext::new_blocking(Default::default()).unwrap_or_else(|e| panic!("{e}"))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{registry, ShaderChecks};
+
+    fn source(name: &str) -> &'static str {
+        registry::shader(name)
+            .unwrap_or_else(|| panic!("no shader {name} in the registry"))
+            .source
+    }
+
+    #[test]
+    fn the_default_drops_loop_counters_except_in_tensor_core_kernels() {
+        let checks = ShaderChecks::default();
+        let coop = checks.runtime_checks(source("q4_gemm_coop"));
+        let decode = checks.runtime_checks(source("attention_decode_latency"));
+        let gemm = checks.runtime_checks(source("q4_gemm_int8"));
+        assert!(
+            coop.force_loop_bounding,
+            "the tensor-core GEMM keeps its loop counters"
+        );
+        assert!(!decode.force_loop_bounding && !gemm.force_loop_bounding);
+        for c in [coop, decode, gemm] {
+            assert!(
+                c.bounds_checks && c.int_div_checks,
+                "index clamping and division guards stay"
+            );
+        }
+    }
+
+    #[test]
+    fn all_and_none_apply_to_every_kernel() {
+        for name in ["q4_gemm_coop", "attention_decode_latency"] {
+            let all = ShaderChecks::All.runtime_checks(source(name));
+            let none = ShaderChecks::None.runtime_checks(source(name));
+            assert!(all.force_loop_bounding && all.bounds_checks);
+            assert!(!none.force_loop_bounding && !none.bounds_checks);
+            assert!(
+                !ShaderChecks::Bounded
+                    .runtime_checks(source(name))
+                    .force_loop_bounding
+            );
+        }
+    }
+}
